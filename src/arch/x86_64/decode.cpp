@@ -1,0 +1,132 @@
+// Decoding with Zydis: lengths, control flow and RIP-relative operands of one instruction.
+#include <Zydis/Zydis.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "arch/arch.hpp"
+#include "arch/x86_64/zydis_util.hpp"
+#include "common/hex.hpp"
+
+namespace utramp::arch {
+
+namespace x86 {
+
+const ZydisDecoder& decoder() {
+  static const ZydisDecoder d = [] {
+    ZydisDecoder dec;
+    ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
+    return dec;
+  }();
+  return d;
+}
+
+std::string format(const ZydisDecodedInstruction& insn, const ZydisDecodedOperand* ops,
+                   uint64_t address) {
+  static const ZydisFormatter f = [] {
+    ZydisFormatter fm;
+    ZydisFormatterInit(&fm, ZYDIS_FORMATTER_STYLE_INTEL);
+    return fm;
+  }();
+  char buf[256];
+  if (ZYAN_FAILED(ZydisFormatterFormatInstruction(&f, &insn, ops, insn.operand_count_visible,
+                                                  buf, sizeof buf, address, nullptr)))
+    return "(bad)";
+  return buf;
+}
+
+}  // namespace x86
+
+namespace {
+
+Flow classify_flow(const ZydisDecodedInstruction& in, const ZydisDecodedOperand* ops,
+                   bool relative) {
+  switch (in.meta.category) {
+    case ZYDIS_CATEGORY_UNCOND_BR:
+      return relative ? Flow::jump : Flow::indirect_jump;
+    case ZYDIS_CATEGORY_COND_BR:
+      return Flow::cond_jump;
+    case ZYDIS_CATEGORY_CALL:
+      return relative ? Flow::call : Flow::indirect_call;
+    case ZYDIS_CATEGORY_RET:
+      return Flow::ret;
+    case ZYDIS_CATEGORY_INTERRUPT:
+    case ZYDIS_CATEGORY_SYSTEM:
+      if (in.mnemonic == ZYDIS_MNEMONIC_SYSCALL || in.mnemonic == ZYDIS_MNEMONIC_SYSENTER)
+        return Flow::syscall;
+      if (in.mnemonic == ZYDIS_MNEMONIC_INT3 || in.mnemonic == ZYDIS_MNEMONIC_INT ||
+          in.mnemonic == ZYDIS_MNEMONIC_INT1 || in.mnemonic == ZYDIS_MNEMONIC_INTO ||
+          in.mnemonic == ZYDIS_MNEMONIC_HLT)
+        return Flow::trap;
+      return Flow::none;
+    default:
+      break;
+  }
+  if (in.mnemonic == ZYDIS_MNEMONIC_UD0 || in.mnemonic == ZYDIS_MNEMONIC_UD1 ||
+      in.mnemonic == ZYDIS_MNEMONIC_UD2)
+    return Flow::trap;
+  (void)ops;
+  return Flow::none;
+}
+
+}  // namespace
+
+Result<Insn> decode(const uint8_t* code, size_t avail, uint64_t address) {
+  ZydisDecodedInstruction in;
+  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+  const size_t n = std::min(avail, kMaxInsnLen);
+  if (n == 0) return make_error(Errc::invalid_argument, "no bytes to decode");
+  if (ZYAN_FAILED(ZydisDecoderDecodeFull(&x86::decoder(), code, n, &in, ops)))
+    return make_error(Errc::bad_format,
+                      fmt::format("cannot decode an instruction at {:#x} from bytes {}", address,
+                                  hex_bytes({code, n})));
+  Insn out;
+  out.address = address;
+  out.length = in.length;
+  std::memcpy(out.bytes.data(), code, in.length);
+  bool relative = false;
+  for (unsigned i = 0; i < in.operand_count; ++i) {
+    const ZydisDecodedOperand& op = ops[i];
+    if (op.type == ZYDIS_OPERAND_TYPE_IMMEDIATE && op.imm.is_relative) {
+      relative = true;
+      ZyanU64 abs = 0;
+      if (ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&in, &op, address, &abs))) out.target = abs;
+    } else if (op.type == ZYDIS_OPERAND_TYPE_MEMORY && op.mem.base == ZYDIS_REGISTER_RIP) {
+      out.rip_relative = true;
+      ZyanU64 abs = 0;
+      if (ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&in, &op, address, &abs))) out.target = abs;
+    }
+  }
+  out.relative_branch = relative;
+  out.flow = classify_flow(in, ops, relative);
+  out.is_nop = in.mnemonic == ZYDIS_MNEMONIC_NOP;
+  out.is_endbr64 = in.mnemonic == ZYDIS_MNEMONIC_ENDBR64;
+  return out;
+}
+
+std::string Insn::text() const {
+  ZydisDecodedInstruction in;
+  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+  if (ZYAN_FAILED(ZydisDecoderDecodeFull(&x86::decoder(), bytes.data(), length, &in, ops)))
+    return "(bad)";
+  return x86::format(in, ops, address);
+}
+
+std::string disassemble(std::span<const uint8_t> code, uint64_t address) {
+  std::string out;
+  size_t off = 0;
+  while (off < code.size()) {
+    auto r = decode(code.data() + off, code.size() - off, address + off);
+    if (!r) {
+      out += fmt::format("{:#x}: {}  (bad)\n", address + off, hex_bytes(code.subspan(off, 1)));
+      ++off;
+      continue;
+    }
+    out += fmt::format("{:#x}: {:<30} {}\n", r->address, hex_bytes(r->raw()), r->text());
+    off += r->length;
+  }
+  return out;
+}
+
+}  // namespace utramp::arch

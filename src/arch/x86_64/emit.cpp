@@ -1,0 +1,106 @@
+// Emission with asmjit into memory that will live at a known address.
+#include <asmjit/x86.h>
+#include <fmt/format.h>
+#include <ucontext.h>
+
+#include <cstring>
+
+#include "arch/arch.hpp"
+
+namespace utramp::arch {
+
+const SiteBytes kNop5 = {0x0f, 0x1f, 0x44, 0x00, 0x00};
+
+namespace {
+
+using asmjit::CodeHolder; using asmjit::Environment; using asmjit::Imm; using asmjit::Label; namespace DebugUtils = asmjit::DebugUtils; using asmjit::CopySectionFlags; using asmjit::kErrorOk;
+namespace x86 = asmjit::x86;
+
+// Assembles `body` for `base`: every absolute target becomes a rel32 from where the
+// code will actually run. Returns the finished bytes.
+template <class Body>
+Result<std::vector<uint8_t>> assemble(uint64_t base, Body&& body) {
+  CodeHolder code;
+  code.init(Environment::host(), base);
+  x86::Assembler a(&code);
+  body(a);
+  if (asmjit::Error e = code.flatten(); e != kErrorOk)
+    return make_error(Errc::unsupported, fmt::format("asmjit: {}", DebugUtils::errorAsString(e)));
+  if (asmjit::Error e = code.resolveUnresolvedLinks(); e != kErrorOk)
+    return make_error(Errc::unsupported, fmt::format("asmjit: {}", DebugUtils::errorAsString(e)));
+  if (asmjit::Error e = code.relocateToBase(base); e != kErrorOk)
+    return make_error(Errc::out_of_range,
+                      fmt::format("asmjit: {}", DebugUtils::errorAsString(e)));
+  std::vector<uint8_t> out(code.codeSize());
+  if (asmjit::Error e = code.copyFlattenedData(out.data(), out.size(), CopySectionFlags::kPadSectionBuffer);
+      e != kErrorOk)
+    return make_error(Errc::unsupported, fmt::format("asmjit: {}", DebugUtils::errorAsString(e)));
+  return out;
+}
+
+template <class Emit>
+Result<SiteBytes> encode_site(uint64_t at, uint64_t target, const char* what, Emit&& emit) {
+  if (!rel32_reaches(at + kSiteLen, target))
+    return make_error(Errc::out_of_range,
+                      fmt::format("{} at {:#x} cannot reach {:#x} with rel32", what, at, target));
+  auto bytes = assemble(at, [&](x86::Assembler& a) { emit(a, Imm(target)); });
+  if (!bytes) return std::move(bytes).error();
+  if (bytes->size() != kSiteLen)
+    return make_error(Errc::unsupported,
+                      fmt::format("{} at {:#x} to {:#x} encoded in {} bytes, not {}", what, at,
+                                  target, bytes->size(), kSiteLen));
+  SiteBytes out;
+  std::memcpy(out.data(), bytes->data(), kSiteLen);
+  return out;
+}
+
+}  // namespace
+
+Result<SiteBytes> encode_call(uint64_t at, uint64_t target) {
+  return encode_site(at, target, "call", [](x86::Assembler& a, Imm t) { a.call(t); });
+}
+
+Result<SiteBytes> encode_jmp(uint64_t at, uint64_t target) {
+  return encode_site(at, target, "jmp", [](x86::Assembler& a, Imm t) { a.jmp(t); });
+}
+
+Result<std::vector<uint8_t>> encode_jump_anywhere(uint64_t at, uint64_t target) {
+  if (rel32_reaches(at + kSiteLen, target)) {
+    auto b = encode_jmp(at, target);
+    if (!b) return std::move(b).error();
+    return std::vector<uint8_t>(b->begin(), b->end());
+  }
+  // jmp [rip+0]; .quad target
+  return assemble(at, [&](x86::Assembler& a) {
+    Label slot = a.newLabel();
+    a.jmp(x86::qword_ptr(slot));
+    a.bind(slot);
+    a.embedUInt64(target);
+  });
+}
+
+// Layout of the counting stub, reached by `call` from a site (the return address is at
+// [rsp]); it touches only the flags, which no caller relies on across a call:
+//
+//   lock inc qword ptr [rip + counter]   ; or via rax when the counter is out of reach
+//   ret
+Result<std::vector<uint8_t>> emit_counting_stub(uint64_t base, uint64_t counter) {
+  return assemble(base, [&](x86::Assembler& a) {
+    if (rel32_reaches(base + 16, counter) && rel32_reaches(base, counter)) {
+      a.lock().inc(x86::qword_ptr(counter));
+    } else {
+      a.push(x86::rax);
+      a.mov(x86::rax, Imm(counter));
+      a.lock().inc(x86::qword_ptr(x86::rax));
+      a.pop(x86::rax);
+    }
+    a.ret();
+  });
+}
+
+uint64_t ctx_ip(const ucontext_t* uc) noexcept { return uc->uc_mcontext.gregs[REG_RIP]; }
+void ctx_set_ip(ucontext_t* uc, uint64_t ip) noexcept { uc->uc_mcontext.gregs[REG_RIP] = ip; }
+uint64_t ctx_sp(const ucontext_t* uc) noexcept { return uc->uc_mcontext.gregs[REG_RSP]; }
+void ctx_set_sp(ucontext_t* uc, uint64_t sp) noexcept { uc->uc_mcontext.gregs[REG_RSP] = sp; }
+
+}  // namespace utramp::arch

@@ -1,0 +1,214 @@
+#include "os/elf_file.hpp"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+namespace utramp::os {
+
+namespace {
+Elf* E(void* p) { return static_cast<Elf*>(p); }
+}  // namespace
+
+Result<std::unique_ptr<ElfFile>> ElfFile::open(const std::string& path) {
+  std::unique_ptr<ElfFile> f(new ElfFile());
+  f->path_ = path;
+  f->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f->fd_ < 0) return make_error(Errc::not_found, fmt::format("{}: {}", path, strerror(errno)));
+  struct stat st;
+  if (fstat(f->fd_, &st) != 0 || !S_ISREG(st.st_mode))
+    return make_error(Errc::bad_format, fmt::format("{}: not a regular file", path));
+  f->image_.resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < f->image_.size()) {
+    ssize_t n = pread(f->fd_, f->image_.data() + got, f->image_.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return make_error(Errc::io, fmt::format("{}: read failed", path));
+    got += static_cast<size_t>(n);
+  }
+  UTRAMP_TRY(f->load());
+  return f;
+}
+
+ElfFile::~ElfFile() {
+  if (elf_) elf_end(E(elf_));
+  if (fd_ >= 0) close(fd_);
+}
+
+Result<void> ElfFile::load() {
+  elf_version(EV_CURRENT);
+  if (image_.size() < SELFMAG || memcmp(image_.data(), ELFMAG, SELFMAG) != 0)
+    return make_error(Errc::bad_format, fmt::format("{}: not an ELF file", path_));
+  elf_ = elf_memory(reinterpret_cast<char*>(image_.data()), image_.size());
+  if (!elf_ || elf_kind(E(elf_)) != ELF_K_ELF)
+    return make_error(Errc::bad_format, fmt::format("{}: not an ELF file: {}", path_, elf_errmsg(-1)));
+  GElf_Ehdr eh;
+  if (!gelf_getehdr(E(elf_), &eh))
+    return make_error(Errc::bad_format, fmt::format("{}: bad ELF header: {}", path_, elf_errmsg(-1)));
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_machine != EM_X86_64)
+    return make_error(Errc::unsupported, fmt::format("{}: not an x86-64 ELF file", path_));
+  if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN)
+    return make_error(Errc::unsupported,
+                      fmt::format("{}: ELF type {} is neither an executable nor a shared object",
+                                  path_, eh.e_type));
+  is_dyn_ = eh.e_type == ET_DYN;
+  size_t phnum = 0;
+  elf_getphdrnum(E(elf_), &phnum);
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(E(elf_), static_cast<int>(i), &ph) && ph.p_type == PT_INTERP) has_interp_ = true;
+  }
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(E(elf_), &shstrndx) != 0)
+    return make_error(Errc::bad_format, fmt::format("{}: no section name table", path_));
+
+  std::vector<Elf_Scn*> symtabs;
+  std::vector<Elf_Scn*> relas;
+  for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(E(elf_), scn));) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh)) continue;
+    ElfSection s;
+    const char* name = elf_strptr(E(elf_), shstrndx, sh.sh_name);
+    s.name = name ? name : "";
+    s.type = sh.sh_type;
+    s.flags = sh.sh_flags;
+    s.addr = sh.sh_addr;
+    s.offset = sh.sh_offset;
+    s.size = sh.sh_size;
+    s.index = elf_ndxscn(scn);
+    if (sh.sh_type != SHT_NOBITS && (s.offset > image_.size() || s.size > image_.size() - s.offset))
+      return make_error(Errc::bad_format,
+                        fmt::format("{}: section {} lies outside the file (truncated?)", path_, s.name));
+    sections_.push_back(s);
+    if (sh.sh_type == SHT_SYMTAB) {
+      has_symtab_ = true;
+      symtabs.insert(symtabs.begin(), scn);
+    } else if (sh.sh_type == SHT_DYNSYM) {
+      symtabs.push_back(scn);
+    } else if (sh.sh_type == SHT_RELA) {
+      relas.push_back(scn);
+    }
+  }
+
+  // .symtab first, then .dynsym for what it adds (a stripped file has only .dynsym).
+  std::set<std::pair<uint64_t, std::string>> seen;
+  std::map<size_t, std::vector<std::string>> dynsym_names;  // by section index
+  for (Elf_Scn* scn : symtabs) {
+    GElf_Shdr sh;
+    gelf_getshdr(scn, &sh);
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (!data || sh.sh_entsize == 0) continue;
+    const size_t n = sh.sh_size / sh.sh_entsize;
+    const bool dyn = sh.sh_type == SHT_DYNSYM;
+    std::vector<std::string>* names = dyn ? &dynsym_names[elf_ndxscn(scn)] : nullptr;
+    for (size_t i = 0; i < n; ++i) {
+      GElf_Sym sym;
+      if (!gelf_getsym(data, static_cast<int>(i), &sym)) continue;
+      const char* nm = elf_strptr(E(elf_), sh.sh_link, sym.st_name);
+      if (names) names->push_back(nm ? nm : "");
+      if (GELF_ST_TYPE(sym.st_info) != STT_FUNC && GELF_ST_TYPE(sym.st_info) != STT_GNU_IFUNC)
+        continue;
+      if (sym.st_shndx == SHN_UNDEF || !nm || !*nm) continue;
+      if (!seen.insert({sym.st_value, nm}).second) continue;
+      ElfSymbol s;
+      s.name = nm;
+      s.value = sym.st_value;
+      s.size = sym.st_size;
+      s.type = GELF_ST_TYPE(sym.st_info);
+      s.bind = GELF_ST_BIND(sym.st_info);
+      s.shndx = sym.st_shndx;
+      s.dynamic = dyn;
+      symbols_.push_back(std::move(s));
+    }
+  }
+  std::sort(symbols_.begin(), symbols_.end(),
+            [](const ElfSymbol& a, const ElfSymbol& b) { return a.value < b.value; });
+
+  for (Elf_Scn* scn : relas) {
+    GElf_Shdr sh;
+    gelf_getshdr(scn, &sh);
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (!data || sh.sh_entsize == 0) continue;
+    // Only dynamic relocations describe the loaded image.
+    if (!(sh.sh_flags & SHF_ALLOC)) continue;
+    auto dn = dynsym_names.find(sh.sh_link);
+    const size_t n = sh.sh_size / sh.sh_entsize;
+    for (size_t i = 0; i < n; ++i) {
+      GElf_Rela r;
+      if (!gelf_getrela(data, static_cast<int>(i), &r)) continue;
+      const auto type = GELF_R_TYPE(r.r_info);
+      const auto symi = GELF_R_SYM(r.r_info);
+      if (type == R_X86_64_RELATIVE) {
+        relative_[r.r_offset] = static_cast<uint64_t>(r.r_addend);
+      } else if ((type == R_X86_64_GLOB_DAT || type == R_X86_64_JUMP_SLOT || type == R_X86_64_64) &&
+                 dn != dynsym_names.end() && symi < dn->second.size()) {
+        got_syms_[r.r_offset] = dn->second[symi];
+      }
+    }
+  }
+  return {};
+}
+
+const ElfSection* ElfFile::section(std::string_view name) const {
+  for (const auto& s : sections_)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+std::span<const uint8_t> ElfFile::section_data(const ElfSection& s) const {
+  if (s.type == SHT_NOBITS) return {};
+  return {image_.data() + s.offset, s.size};
+}
+
+std::span<const uint8_t> ElfFile::bytes_at(uint64_t vaddr, uint64_t len) const {
+  for (const auto& s : sections_) {
+    if (s.type != SHT_PROGBITS || !(s.flags & SHF_ALLOC)) continue;
+    if (vaddr >= s.addr && vaddr < s.addr + s.size) {
+      const uint64_t off = vaddr - s.addr;
+      const uint64_t n = std::min<uint64_t>(len, s.size - off);
+      return {image_.data() + s.offset + off, n};
+    }
+  }
+  return {};
+}
+
+bool ElfFile::relative_reloc(uint64_t vaddr, uint64_t* addend) const {
+  auto it = relative_.find(vaddr);
+  if (it == relative_.end()) return false;
+  *addend = it->second;
+  return true;
+}
+
+std::string ElfFile::got_symbol(uint64_t slot) const {
+  auto it = got_syms_.find(slot);
+  return it == got_syms_.end() ? std::string() : it->second;
+}
+
+std::vector<uint64_t> ElfFile::address_table(std::string_view name) const {
+  std::vector<uint64_t> out;
+  for (const auto& s : sections_) {
+    if (s.name != name) continue;  // a partially linked file may carry several
+    auto data = section_data(s);
+    for (size_t off = 0; off + 8 <= data.size(); off += 8) {
+      uint64_t v;
+      memcpy(&v, data.data() + off, 8);
+      uint64_t add;
+      if (relative_reloc(s.addr + off, &add)) v = add;
+      if (v) out.push_back(v);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace utramp::os

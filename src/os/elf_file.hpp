@@ -1,0 +1,76 @@
+// Reading ELF files with libelf: sections, symbols, relocations, bytes at an address.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace utramp::os {
+
+struct ElfSection {
+  std::string name;
+  uint32_t type = 0;
+  uint64_t flags = 0;
+  uint64_t addr = 0;    // virtual address
+  uint64_t offset = 0;  // file offset
+  uint64_t size = 0;
+  size_t index = 0;
+};
+
+struct ElfSymbol {
+  std::string name;
+  uint64_t value = 0;
+  uint64_t size = 0;
+  uint8_t type = 0;   // STT_*
+  uint8_t bind = 0;   // STB_*
+  uint16_t shndx = 0;
+  bool dynamic = false;  // from .dynsym
+};
+
+class ElfFile {
+ public:
+  static Result<std::unique_ptr<ElfFile>> open(const std::string& path);
+  ~ElfFile();
+  ElfFile(const ElfFile&) = delete;
+  ElfFile& operator=(const ElfFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  bool is_dyn() const { return is_dyn_; }      // ET_DYN: PIE or shared library
+  bool has_symtab() const { return has_symtab_; }
+  bool has_interp() const { return has_interp_; }
+  const std::vector<ElfSection>& sections() const { return sections_; }
+  const ElfSection* section(std::string_view name) const;
+  // Functions from .symtab where present, .dynsym otherwise (both merged, de-duplicated).
+  const std::vector<ElfSymbol>& symbols() const { return symbols_; }
+  // Bytes of the file image at a virtual address (from SHT_PROGBITS sections).
+  std::span<const uint8_t> bytes_at(uint64_t vaddr, uint64_t len) const;
+  std::span<const uint8_t> section_data(const ElfSection& s) const;
+  // Addend of an R_X86_64_RELATIVE relocation at `vaddr` (how PIE fills address tables).
+  bool relative_reloc(uint64_t vaddr, uint64_t* addend) const;
+  // Symbol named by a GOT slot's relocation (GLOB_DAT/JUMP_SLOT/64), "" if none.
+  std::string got_symbol(uint64_t slot) const;
+  // Reads a table of 64-bit addresses (such as __patchable_function_entries), applying
+  // RELATIVE relocations where the file leaves zeros.
+  std::vector<uint64_t> address_table(std::string_view section) const;
+
+ private:
+  ElfFile() = default;
+  Result<void> load();
+
+  std::string path_;
+  int fd_ = -1;
+  void* elf_ = nullptr;  // Elf*
+  std::vector<uint8_t> image_;
+  bool is_dyn_ = false, has_symtab_ = false, has_interp_ = false;
+  std::vector<ElfSection> sections_;
+  std::vector<ElfSymbol> symbols_;
+  std::map<uint64_t, uint64_t> relative_;
+  std::map<uint64_t, std::string> got_syms_;
+};
+
+}  // namespace utramp::os

@@ -1,0 +1,177 @@
+#include "os/exec_memory.hpp"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "os/maps.hpp"
+#include "os/text_writer.hpp"
+
+namespace utramp::os {
+
+namespace {
+
+constexpr uint8_t kFill = 0xcc;  // int3: stale execution traps
+
+uint64_t page_size() {
+  static const uint64_t p = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return p;
+}
+
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+}  // namespace
+
+ExecArena& ExecArena::instance() {
+  static ExecArena* arena = new ExecArena();  // never destroyed: code may outlive statics
+  return *arena;
+}
+
+bool ExecArena::take(Chunk& c, size_t size, uint64_t lo, uint64_t hi, uint64_t* out) {
+  for (size_t i = 0; i < c.free.size(); ++i) {
+    Range& r = c.free[i];
+    uint64_t start = align_up(c.base + r.off, kAlign);
+    if (start < lo) start = align_up(lo, kAlign);
+    const uint64_t end = c.base + r.off + r.len;
+    if (start + size > end || start + size > hi) continue;
+    // Split the free range around [start, start+size).
+    const uint64_t before = start - (c.base + r.off);
+    const uint64_t after = end - (start + size);
+    const uint64_t roff = r.off;
+    c.free.erase(c.free.begin() + static_cast<ptrdiff_t>(i));
+    if (after) c.free.insert(c.free.begin() + static_cast<ptrdiff_t>(i),
+                             Range{start + size - c.base, after});
+    if (before) c.free.insert(c.free.begin() + static_cast<ptrdiff_t>(i), Range{roff, before});
+    c.used += size;
+    *out = start;
+    return true;
+  }
+  return false;
+}
+
+Result<ExecArena::Chunk*> ExecArena::new_chunk(size_t size, uint64_t lo, uint64_t hi) {
+  auto maps = read_maps();
+  if (!maps) return std::move(maps).error();
+  const uint64_t ps = page_size();
+  const uint64_t want = align_up(std::max(size, kChunkSize), ps);
+  const uint64_t mid = lo / 2 + hi / 2;
+  // Candidate gaps between mappings, clipped to the window, nearest to its middle first.
+  struct Gap { uint64_t start, end; };
+  std::vector<Gap> gaps;
+  uint64_t prev_end = ps * 16;
+  auto consider = [&](uint64_t gs, uint64_t ge) {
+    gs = std::max(align_up(gs, ps), align_up(lo, ps));
+    ge = std::min(ge, hi) & ~(ps - 1);
+    if (ge > gs && ge - gs >= want) gaps.push_back({gs, ge});
+  };
+  for (const Mapping& m : *maps) {
+    if (m.start > prev_end) consider(prev_end, m.start);
+    prev_end = std::max(prev_end, m.end);
+  }
+  consider(prev_end, uint64_t{1} << 47);
+  auto dist = [&](const Gap& g) {
+    const uint64_t a = std::clamp(mid, g.start, g.end - want);
+    return a > mid ? a - mid : mid - a;
+  };
+  std::sort(gaps.begin(), gaps.end(), [&](const Gap& a, const Gap& b) { return dist(a) < dist(b); });
+  for (const Gap& g : gaps) {
+    // Keep a guard page away from neighbours where the gap allows it.
+    uint64_t at = std::clamp(mid, g.start, g.end - want);
+    if (g.end - g.start >= want + 2 * ps) at = std::clamp(at, g.start + ps, g.end - want - ps);
+    void* p = mmap(reinterpret_cast<void*>(at), want, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED) continue;  // raced with another mapping: next gap
+    if (reinterpret_cast<uint64_t>(p) != at) {
+      munmap(p, want);  // kernels without MAP_FIXED_NOREPLACE treat it as a hint
+      continue;
+    }
+    // Nothing can execute this memory yet: fill it, then seal it read+exec for good.
+    std::memset(p, kFill, want);
+    if (mprotect(p, want, PROT_READ | PROT_EXEC) != 0) {
+      munmap(p, want);
+      return make_error(Errc::no_memory, fmt::format("mprotect(PROT_READ|PROT_EXEC): {}",
+                                                     strerror(errno)));
+    }
+    Chunk c;
+    c.base = at;
+    c.size = want;
+    c.free.push_back({0, want});
+    chunks_.push_back(std::move(c));
+    return &chunks_.back();
+  }
+  return make_error(Errc::no_memory,
+                    fmt::format("no free {} bytes of address space within [{:#x}, {:#x})", want,
+                                lo, hi));
+}
+
+Result<ExecBlock> ExecArena::allocate(size_t size, uint64_t lo, uint64_t hi) {
+  if (size == 0 || lo >= hi)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("bad executable allocation: {} bytes in [{:#x}, {:#x})", size, lo, hi));
+  size = align_up(size, kAlign);
+  std::lock_guard lock(mu_);
+  uint64_t addr = 0;
+  for (Chunk& c : chunks_)
+    if (c.base + c.size > lo && c.base < hi && take(c, size, lo, hi, &addr)) return ExecBlock{addr, size};
+  auto c = new_chunk(size, lo, hi);
+  if (!c) return std::move(c).error();
+  if (!take(**c, size, lo, hi, &addr))
+    return make_error(Errc::no_memory, "new executable chunk cannot hold the block");
+  return ExecBlock{addr, size};
+}
+
+void ExecArena::free(ExecBlock block) {
+  if (!block) return;
+  std::lock_guard lock(mu_);
+  for (size_t ci = 0; ci < chunks_.size(); ++ci) {
+    Chunk& c = chunks_[ci];
+    if (block.addr < c.base || block.addr >= c.base + c.size) continue;
+    std::vector<uint8_t> fill(block.size, kFill);
+    (void)write_text(block.addr, fill);
+    const uint64_t off = block.addr - c.base;
+    auto it = std::lower_bound(c.free.begin(), c.free.end(), off,
+                               [](const Range& r, uint64_t o) { return r.off < o; });
+    it = c.free.insert(it, Range{off, block.size});
+    // Coalesce with the neighbours.
+    if (it + 1 != c.free.end() && it->off + it->len == (it + 1)->off) {
+      it->len += (it + 1)->len;
+      c.free.erase(it + 1);
+    }
+    if (it != c.free.begin() && (it - 1)->off + (it - 1)->len == it->off) {
+      (it - 1)->len += it->len;
+      c.free.erase(it);
+    }
+    c.used -= block.size;
+    if (c.used == 0 && chunks_.size() > 1) {
+      munmap(reinterpret_cast<void*>(c.base), c.size);
+      chunks_.erase(chunks_.begin() + static_cast<ptrdiff_t>(ci));
+    }
+    return;
+  }
+}
+
+Result<void> ExecArena::write(ExecBlock block, size_t offset, std::span<const uint8_t> bytes) {
+  if (offset + bytes.size() > block.size)
+    return make_error(Errc::out_of_range,
+                      fmt::format("write of {} bytes at +{} overflows a {}-byte block at {:#x}",
+                                  bytes.size(), offset, block.size, block.addr));
+  return write_text(block.addr + offset, bytes);
+}
+
+size_t ExecArena::chunk_count() const {
+  std::lock_guard lock(mu_);
+  return chunks_.size();
+}
+
+size_t ExecArena::bytes_in_use() const {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const Chunk& c : chunks_) n += c.used;
+  return n;
+}
+
+}  // namespace utramp::os

@@ -1,0 +1,58 @@
+// Executable memory near a target address.
+//
+// Chunks are anonymous mappings placed inside a caller-given window (in practice the
+// ±2 GB a rel32 reaches from a site), created read-write only while nothing can execute
+// them, filled with int3, then sealed read+exec for good. Small blocks are packed into
+// chunks. Code is written into a sealed chunk through os::write_text, so no page is
+// ever writable and executable at once. A freed block is refilled with int3 so that a
+// stale jump into it traps instead of running garbage.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace utramp::os {
+
+struct ExecBlock {
+  uint64_t addr = 0;
+  size_t size = 0;
+  explicit operator bool() const { return addr != 0; }
+};
+
+class ExecArena {
+ public:
+  static constexpr size_t kChunkSize = 256 * 1024;
+  static constexpr size_t kAlign = 16;
+
+  static ExecArena& instance();
+
+  // A block of `size` bytes lying entirely inside [lo, hi).
+  Result<ExecBlock> allocate(size_t size, uint64_t lo, uint64_t hi);
+  void free(ExecBlock block);
+  // Copies `bytes` into the block at `offset`.
+  Result<void> write(ExecBlock block, size_t offset, std::span<const uint8_t> bytes);
+
+  size_t chunk_count() const;
+  size_t bytes_in_use() const;
+
+ private:
+  struct Range { uint64_t off, len; };
+  struct Chunk {
+    uint64_t base = 0;
+    size_t size = 0;
+    std::vector<Range> free;  // sorted by offset, coalesced
+    size_t used = 0;
+  };
+  Result<Chunk*> new_chunk(size_t size, uint64_t lo, uint64_t hi);
+  static bool take(Chunk& c, size_t size, uint64_t lo, uint64_t hi, uint64_t* out);
+
+  mutable std::mutex mu_;
+  std::vector<Chunk> chunks_;
+};
+
+}  // namespace utramp::os

@@ -1,0 +1,63 @@
+#include "os/maps.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+namespace utramp::os {
+
+Result<std::vector<Mapping>> read_maps(int pid) {
+  const std::string path = pid ? fmt::format("/proc/{}/maps", pid) : "/proc/self/maps";
+  FILE* f = fopen(path.c_str(), "re");
+  if (!f) return make_error(Errc::io, fmt::format("cannot open {}: {}", path, strerror(errno)));
+  std::vector<Mapping> out;
+  char* line = nullptr;
+  size_t cap = 0;
+  while (getline(&line, &cap, f) > 0) {
+    Mapping m;
+    char perms[5] = {};
+    unsigned long long start, end, off;
+    int name_at = 0;
+    if (sscanf(line, "%llx-%llx %4s %llx %*s %*s %n", &start, &end, perms, &off, &name_at) < 4)
+      continue;
+    m.start = start;
+    m.end = end;
+    m.offset = off;
+    m.r = perms[0] == 'r';
+    m.w = perms[1] == 'w';
+    m.x = perms[2] == 'x';
+    m.shared = perms[3] == 's';
+    if (name_at > 0) {
+      m.path = line + name_at;
+      while (!m.path.empty() && (m.path.back() == '\n' || m.path.back() == ' ')) m.path.pop_back();
+    }
+    out.push_back(std::move(m));
+  }
+  free(line);
+  fclose(f);
+  return out;
+}
+
+const Mapping* find_mapping(const std::vector<Mapping>& maps, uint64_t addr) {
+  auto it = std::upper_bound(maps.begin(), maps.end(), addr,
+                             [](uint64_t a, const Mapping& m) { return a < m.start; });
+  if (it == maps.begin()) return nullptr;
+  --it;
+  return it->contains(addr) ? &*it : nullptr;
+}
+
+bool range_executable(const std::vector<Mapping>& maps, uint64_t addr, uint64_t len) {
+  uint64_t a = addr;
+  while (a < addr + len) {
+    const Mapping* m = find_mapping(maps, a);
+    if (!m || !m->x) return false;
+    a = m->end;
+  }
+  return true;
+}
+
+}  // namespace utramp::os

@@ -1,0 +1,84 @@
+#include "os/text_writer.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+namespace utramp::os {
+
+namespace {
+
+std::mutex g_mem_mu;
+int g_mem_fd = -1;
+pid_t g_mem_pid = 0;
+
+// /proc/self/mem is bound to the address space it was opened in; a forked child must
+// open its own.
+Result<int> mem_fd_locked() {
+  const pid_t pid = getpid();
+  if (g_mem_fd >= 0 && g_mem_pid == pid) return g_mem_fd;
+  if (g_mem_fd >= 0) close(g_mem_fd);
+  g_mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  if (g_mem_fd < 0)
+    return make_error(Errc::io, fmt::format("cannot open /proc/self/mem: {}", strerror(errno)));
+  g_mem_pid = pid;
+  return g_mem_fd;
+}
+
+}  // namespace
+
+Result<void> write_text(uint64_t addr, std::span<const uint8_t> bytes) {
+  std::lock_guard lock(g_mem_mu);
+  auto fd = mem_fd_locked();
+  if (!fd) return std::move(fd).error();
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = pwrite(*fd, bytes.data() + done, bytes.size() - done,
+                       static_cast<off_t>(addr + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return make_error(Errc::io, fmt::format("cannot write {} bytes at {:#x} through "
+                                              "/proc/self/mem: {}",
+                                              bytes.size() - done, addr + done,
+                                              n < 0 ? strerror(errno) : "short write"));
+    done += static_cast<size_t>(n);
+  }
+  return {};
+}
+
+Result<void> sync_cores() {
+  static std::once_flag once;
+  static int reg_errno = 0;
+  std::call_once(once, [] {
+    if (syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) != 0)
+      reg_errno = errno;
+  });
+  if (reg_errno)
+    return make_error(Errc::unsupported,
+                      fmt::format("membarrier(REGISTER_PRIVATE_EXPEDITED_SYNC_CORE): {}",
+                                  strerror(reg_errno)));
+  if (syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) != 0)
+    return make_error(Errc::io, fmt::format("membarrier(PRIVATE_EXPEDITED_SYNC_CORE): {}",
+                                            strerror(errno)));
+  return {};
+}
+
+Result<size_t> thread_count() {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return make_error(Errc::io, fmt::format("/proc/self/task: {}", strerror(errno)));
+  size_t n = 0;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  closedir(d);
+  return n;
+}
+
+}  // namespace utramp::os

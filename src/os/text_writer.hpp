@@ -1,0 +1,25 @@
+// Writes to code that is mapped without write permission, through /proc/self/mem.
+//
+// The kernel performs the write as a forced access (a private copy of the page, like a
+// debugger's breakpoint): no mapping of this process ever becomes writable, so no page
+// is ever writable and executable at once, and protections are never touched.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "common/result.hpp"
+
+namespace utramp::os {
+
+// Writes `bytes` at `addr` of this process. Thread-safe; reopens after fork.
+Result<void> write_text(uint64_t addr, std::span<const uint8_t> bytes);
+
+// Serialises the instruction stream of every running thread of this process
+// (membarrier PRIVATE_EXPEDITED_SYNC_CORE, registered on first use).
+Result<void> sync_cores();
+
+// Number of threads of this process (from /proc/self/task).
+Result<size_t> thread_count();
+
+}  // namespace utramp::os

@@ -1,0 +1,254 @@
+#include "patch/patcher.hpp"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include "arch/arch.hpp"
+#include "common/hex.hpp"
+#include "os/maps.hpp"
+#include "os/text_writer.hpp"
+#include "patch/trap_table.hpp"
+
+namespace utramp::patch {
+
+namespace {
+
+std::mutex g_mu;  // serialises batches and handler installation
+struct sigaction g_prev;  // the handler the program had; read by the handler
+std::atomic<bool> g_prev_valid{false};
+
+struct Counters {
+  std::atomic<uint64_t> batches{0}, ops{0}, writes{0}, syncs{0}, emulated{0}, restarted{0},
+      forwarded{0};
+} g_stats;
+
+void forward(int sig, siginfo_t* si, void* uc) {
+  g_stats.forwarded.fetch_add(1, std::memory_order_relaxed);
+  const struct sigaction& p = g_prev;
+  if (!g_prev_valid.load(std::memory_order_acquire) ||
+      (!(p.sa_flags & SA_SIGINFO) && p.sa_handler == SIG_DFL)) {
+    // Not ours and nobody else's: the default action (core dump), as without us.
+    signal(sig, SIG_DFL);
+    raise(sig);  // pending until we return: SIGTRAP is blocked while we run
+    return;
+  }
+  if (p.sa_flags & SA_SIGINFO) {
+    p.sa_sigaction(sig, si, uc);
+  } else if (p.sa_handler != SIG_IGN) {
+    p.sa_handler(sig);
+  }
+}
+
+// Runs on the thread that hit an int3. Async-signal-safe: atomics and arithmetic only.
+void on_sigtrap(int sig, siginfo_t* si, void* ucv) {
+  auto* uc = static_cast<ucontext_t*>(ucv);
+  // Traps raised by the CPU carry a positive si_code; kill()/tgkill() do not.
+  if (si->si_code > 0) {
+    const uint64_t at = arch::trap_address_from_ip(arch::ctx_ip(uc));
+    if (TrapTable::Entry* e = TrapTable::instance().find(at)) {
+      // A trap is explained by the batch in flight, or by one that has ended (the int3
+      // is gone). Reading the emulation again after seeing an int3 covers a next batch
+      // that published its emulation and wrote its int3 between our two reads.
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        // Pairs with the release store in apply() that publishes the emulation before
+        // the int3 is written.
+        const Emulation em = TrapTable::unpack(e->emu.load(std::memory_order_acquire), at);
+        if (em.kind == Emulation::Kind::call) {
+          const uint64_t sp = arch::ctx_sp(uc) - sizeof(uint64_t);
+          *reinterpret_cast<uint64_t*>(sp) = em.return_to;
+          arch::ctx_set_sp(uc, sp);
+          arch::ctx_set_ip(uc, em.target);
+          g_stats.emulated.fetch_add(1, std::memory_order_relaxed);
+          return;
+        }
+        if (em.kind == Emulation::Kind::jump) {
+          arch::ctx_set_ip(uc, em.target);
+          g_stats.emulated.fetch_add(1, std::memory_order_relaxed);
+          return;
+        }
+        if (*reinterpret_cast<volatile const uint8_t*>(at) != arch::kTrapByte) {
+          arch::ctx_set_ip(uc, at);  // the batch ended after we trapped: run what is there
+          g_stats.restarted.fetch_add(1, std::memory_order_relaxed);
+          return;
+        }
+        std::atomic_thread_fence(std::memory_order_acquire);
+      }
+    }
+  }
+  forward(sig, si, ucv);
+}
+
+Result<void> install_locked() {
+  struct sigaction cur;
+  if (sigaction(SIGTRAP, nullptr, &cur) != 0)
+    return make_error(Errc::io, fmt::format("sigaction(SIGTRAP): {}", strerror(errno)));
+  if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigtrap) return {};
+  struct sigaction act;
+  memset(&act, 0, sizeof act);
+  act.sa_sigaction = on_sigtrap;
+  act.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+  sigemptyset(&act.sa_mask);
+  g_prev_valid.store(false, std::memory_order_release);
+  g_prev = cur;
+  g_prev_valid.store(true, std::memory_order_release);
+  if (sigaction(SIGTRAP, &act, nullptr) != 0)
+    return make_error(Errc::io, fmt::format("sigaction(SIGTRAP): {}", strerror(errno)));
+  return {};
+}
+
+// One contiguous write: a cluster of ops close enough to share a single pwrite.
+struct Cluster {
+  uint64_t start = 0, end = 0;
+  std::vector<size_t> ops;
+};
+
+constexpr uint64_t kMaxGap = 512;
+
+}  // namespace
+
+Result<void> install_trap_handler() {
+  std::lock_guard lock(g_mu);
+  return install_locked();
+}
+
+PatchStats stats() {
+  PatchStats s;
+  s.batches = g_stats.batches.load();
+  s.ops = g_stats.ops.load();
+  s.writes = g_stats.writes.load();
+  s.syncs = g_stats.syncs.load();
+  s.traps_emulated = g_stats.emulated.load();
+  s.traps_restarted = g_stats.restarted.load();
+  s.traps_forwarded = g_stats.forwarded.load();
+  return s;
+}
+
+Result<void> apply(std::span<const PatchOp> all) {
+  std::lock_guard lock(g_mu);
+  UTRAMP_TRY(install_locked());
+  auto maps = os::read_maps();
+  if (!maps) return std::move(maps).error();
+
+  // 0. Validate everything before writing anything.
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const PatchOp& op = all[i];
+    const size_t n = op.replacement.size();
+    if (n == 0 || n != op.expected.size() || n > arch::kMaxInsnLen + arch::kSiteLen)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("{} ({:#x}): replacement of {} bytes for {} expected bytes",
+                                    op.label, op.addr, n, op.expected.size()));
+    const os::Mapping* m = os::find_mapping(*maps, op.addr);
+    if (!os::range_executable(*maps, op.addr, n))
+      return make_error(Errc::not_executable,
+                        fmt::format("{} ({:#x}): not in executable memory ({})", op.label, op.addr,
+                                    m ? fmt::format("mapping {:#x}-{:#x} {}{}{}", m->start, m->end,
+                                                    m->r ? 'r' : '-', m->w ? 'w' : '-',
+                                                    m->x ? 'x' : '-')
+                                      : std::string("unmapped")));
+    std::span<const uint8_t> now(reinterpret_cast<const uint8_t*>(op.addr), n);
+    if (std::equal(now.begin(), now.end(), op.replacement.begin())) continue;  // already so
+    if (!std::equal(now.begin(), now.end(), op.expected.begin()))
+      return make_error(Errc::bytes_mismatch,
+                        fmt::format("{} ({:#x}): bytes seen {}, expected {}; someone else changed "
+                                    "this code, nothing was patched",
+                                    op.label, op.addr, hex_bytes(now), hex_bytes(op.expected)));
+    todo.push_back(i);
+  }
+  if (todo.empty()) return {};
+  std::sort(todo.begin(), todo.end(), [&](size_t a, size_t b) { return all[a].addr < all[b].addr; });
+  for (size_t k = 1; k < todo.size(); ++k) {
+    const PatchOp& a = all[todo[k - 1]];
+    if (a.addr + a.replacement.size() > all[todo[k]].addr)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("{} ({:#x}) and {} ({:#x}) overlap", a.label, a.addr,
+                                    all[todo[k]].label, all[todo[k]].addr));
+  }
+
+  std::vector<Cluster> clusters;
+  for (size_t i : todo) {
+    const PatchOp& op = all[i];
+    const uint64_t end = op.addr + op.replacement.size();
+    if (!clusters.empty()) {
+      Cluster& c = clusters.back();
+      const os::Mapping* m = os::find_mapping(*maps, c.start);
+      if (op.addr - c.end <= kMaxGap && m && end <= m->end) {
+        c.end = end;
+        c.ops.push_back(i);
+        continue;
+      }
+    }
+    clusters.push_back({op.addr, end, {i}});
+  }
+
+  // Writes one step: for every op, `bytes(op)` over [op.addr + from, op.addr + to).
+  std::vector<uint8_t> buf;
+  auto write_step = [&](size_t from, size_t to, auto&& bytes_of) -> Result<void> {
+    for (const Cluster& c : clusters) {
+      buf.assign(reinterpret_cast<const uint8_t*>(c.start), reinterpret_cast<const uint8_t*>(c.end));
+      bool any = false;
+      for (size_t i : c.ops) {
+        const PatchOp& op = all[i];
+        const size_t n = std::min(to, op.replacement.size());
+        for (size_t k = from; k < n; ++k) {
+          buf[op.addr - c.start + k] = bytes_of(op, k);
+          any = true;
+        }
+      }
+      if (!any) continue;
+      UTRAMP_TRY(os::write_text(c.start, buf));
+      g_stats.writes.fetch_add(1, std::memory_order_relaxed);
+    }
+    return {};
+  };
+  auto sync = [&]() -> Result<void> {
+    g_stats.syncs.fetch_add(1, std::memory_order_relaxed);
+    return os::sync_cores();
+  };
+  auto rollback = [&](const Error& why) -> Error {
+    // Best effort: put the expected bytes back, tail first, then byte 0.
+    (void)write_step(1, SIZE_MAX, [](const PatchOp& op, size_t k) { return op.expected[k]; });
+    (void)sync();
+    (void)write_step(0, 1, [](const PatchOp& op, size_t k) { return op.expected[k]; });
+    (void)sync();
+    for (size_t i : todo)
+      if (auto* e = TrapTable::instance().find(all[i].addr)) e->emu.store(0, std::memory_order_release);
+    return make_error(why.code, fmt::format("patch batch failed and was rolled back: {}", why.message));
+  };
+
+  // Publish how trapped threads are sent on before any int3 can send them to us.
+  for (size_t i : todo) {
+    TrapTable::Entry* e = TrapTable::instance().insert(all[i].addr);
+    if (!e) return make_error(Errc::no_memory, "trap table full");
+    e->emu.store(TrapTable::pack(all[i].emulate, all[i].addr), std::memory_order_release);
+  }
+
+  // 1. int3 over byte 0; from here on a thread reaching any site traps.
+  if (auto r = write_step(0, 1, [](const PatchOp&, size_t) { return arch::kTrapByte; }); !r)
+    return rollback(r.error());
+  if (auto r = sync(); !r) return rollback(r.error());
+  // 2. The tail: no thread can be executing it, since byte 0 traps.
+  if (auto r = write_step(1, SIZE_MAX, [](const PatchOp& op, size_t k) { return op.replacement[k]; });
+      !r)
+    return rollback(r.error());
+  if (auto r = sync(); !r) return rollback(r.error());
+  // 3. Byte 0: the new instruction is whole.
+  if (auto r = write_step(0, 1, [](const PatchOp& op, size_t k) { return op.replacement[k]; }); !r)
+    return rollback(r.error());
+  if (auto r = sync(); !r) return rollback(r.error());
+  // Withdraw the emulations: a late trap now finds the int3 gone and restarts.
+  for (size_t i : todo) TrapTable::instance().find(all[i].addr)->emu.store(0, std::memory_order_release);
+
+  g_stats.batches.fetch_add(1, std::memory_order_relaxed);
+  g_stats.ops.fetch_add(todo.size(), std::memory_order_relaxed);
+  return {};
+}
+
+}  // namespace utramp::patch

@@ -1,0 +1,59 @@
+// The text patcher: batches of compare-and-write changes to live code.
+//
+// Protocol for one batch (the kernel's text_poke_bp, for user space):
+//   0. every op's current bytes are compared with what it expects; any mismatch fails
+//      the batch before anything is written;
+//   1. publish each op's emulation in the trap table, write int3 over byte 0 of every op,
+//      sync every core (membarrier SYNC_CORE);
+//   2. write bytes 1..n-1 of every op; sync;
+//   3. write byte 0 of every op; sync; withdraw the emulations.
+// A thread that executes a site between 1 and 3 traps on the int3; the SIGTRAP handler
+// sends it on as the new instruction would (call, jump, or fall through). A thread whose
+// trap is handled after 3 finds no int3 at the site any more and re-executes it. Writes
+// go through /proc/self/mem (os::write_text) and are coalesced per step, so a batch
+// costs three membarriers, no protection changes, and one write per cluster of nearby
+// sites, whatever its size.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace utramp::patch {
+
+// How a thread that traps on a site mid-patch is sent on.
+struct Emulation {
+  enum class Kind : uint8_t { none, jump, call } kind = Kind::none;
+  uint64_t target = 0;       // where execution continues
+  uint64_t return_to = 0;    // for call: the return address pushed
+  static Emulation jump_to(uint64_t t) { return {Kind::jump, t, 0}; }
+  static Emulation call(uint64_t t, uint64_t ret) { return {Kind::call, t, ret}; }
+};
+
+struct PatchOp {
+  uint64_t addr = 0;
+  std::vector<uint8_t> expected;     // bytes that must be there now
+  std::vector<uint8_t> replacement;  // bytes to write (same length, one or more whole
+                                     // instructions, byte 0 starting the first)
+  Emulation emulate;                 // the new code's effect, for trapped threads
+  std::string label;                 // "symbol+0x4", for diagnostics
+};
+
+struct PatchStats {
+  uint64_t batches = 0, ops = 0, writes = 0, syncs = 0, traps_emulated = 0, traps_restarted = 0,
+           traps_forwarded = 0;
+};
+
+// Applies every op or none. Thread-safe (batches are serialised).
+Result<void> apply(std::span<const PatchOp> ops);
+
+// Installs the SIGTRAP handler now (apply() does it too). Chains to the handler the
+// program had; re-installs itself if the program replaced it since.
+Result<void> install_trap_handler();
+
+PatchStats stats();
+
+}  // namespace utramp::patch

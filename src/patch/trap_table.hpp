@@ -1,0 +1,44 @@
+// Sites the patcher has touched, and how a thread trapped on one is sent on.
+//
+// Read from the SIGTRAP handler, so lookups are lock-free and allocation-free: a fixed
+// open-addressing table, insert-only (an address, once in, stays), each entry one
+// atomic word for the emulation. Writers are serialised by the patcher.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "patch/patcher.hpp"
+
+namespace utramp::patch {
+
+class TrapTable {
+ public:
+  static constexpr unsigned kBits = 20;  // 1M entries, 16 MiB reserved, touched lazily
+  static constexpr uint64_t kCapacity = uint64_t{1} << kBits;
+
+  struct Entry {
+    std::atomic<uint64_t> addr;
+    std::atomic<uint64_t> emu;  // packed Emulation, 0 when no patch is in flight
+  };
+
+  static TrapTable& instance();
+
+  // Entry for `addr`, created if absent (writers only). Null when full.
+  Entry* insert(uint64_t addr);
+  // Entry for `addr` or null; async-signal-safe.
+  Entry* find(uint64_t addr) const noexcept;
+
+  static uint64_t pack(const Emulation& e, uint64_t site) noexcept;
+  static Emulation unpack(uint64_t w, uint64_t site) noexcept;
+
+ private:
+  TrapTable();
+  static uint64_t slot_of(uint64_t addr) noexcept {
+    return (addr * 0x9e3779b97f4a7c15ull) >> (64 - kBits);
+  }
+  Entry* entries_ = nullptr;
+  uint64_t used_ = 0;
+};
+
+}  // namespace utramp::patch

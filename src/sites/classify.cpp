@@ -1,0 +1,151 @@
+#include <fmt/format.h>
+
+#include <cstring>
+#include <vector>
+
+#include "arch/arch.hpp"
+#include "common/hex.hpp"
+#include "sites/site.hpp"
+
+namespace utramp::sites {
+
+std::string_view site_kind_name(SiteKind k) noexcept {
+  switch (k) {
+    case SiteKind::nop5: return "nop5";
+    case SiteKind::nop1x5: return "nop1x5";
+    case SiteKind::fentry_call: return "fentry";
+    case SiteKind::fentry_gotpcrel: return "fentry-got";
+    case SiteKind::xray_sled: return "xray";
+    case SiteKind::prologue: return "prologue";
+    case SiteKind::none: return "none";
+  }
+  return "?";
+}
+
+namespace {
+
+bool starts_with(std::span<const uint8_t> code, size_t off, std::initializer_list<uint8_t> bytes) {
+  if (off + bytes.size() > code.size()) return false;
+  return std::memcmp(code.data() + off, std::data(bytes), bytes.size()) == 0;
+}
+
+std::string where(std::string_view name, uint64_t func, uint64_t addr) {
+  return fmt::format("{}+{:#x}", name, addr - func);
+}
+
+}  // namespace
+
+Result<uint8_t> prologue_length(std::string_view name, uint64_t func,
+                                std::span<const uint8_t> code, uint64_t site) {
+  const uint64_t end = func + code.size();
+  if (site + arch::kSiteLen > end)
+    return make_error(Errc::too_small,
+                      fmt::format("{} is {} bytes long: too short for a 5-byte site at +{:#x}", name,
+                                  code.size(), site - func));
+  // Decode the whole function: collect every direct branch target and every indirect
+  // jump, since either could land inside the bytes we would move.
+  uint64_t moved_end = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> branches;  // (from, target)
+  for (uint64_t a = func; a < end;) {
+    auto insn = arch::decode(code.data() + (a - func), end - a, a);
+    if (!insn)
+      return make_error(Errc::unsupported,
+                        fmt::format("{}: cannot decode at {}: {}", name, where(name, func, a),
+                                    insn.error().message));
+    if (a >= site && moved_end == 0 && a + insn->length >= site + arch::kSiteLen)
+      moved_end = a + insn->length;
+    if (a < site && a + insn->length > site)
+      return make_error(Errc::not_instruction_boundary,
+                        fmt::format("{}: site at {} is inside an instruction", name,
+                                    where(name, func, site)));
+    if (insn->relative_branch) branches.push_back({a, insn->target});
+    if (insn->flow == arch::Flow::indirect_jump && !insn->rip_relative)
+      return make_error(Errc::unsupported,
+                        fmt::format("{}: indirect jump '{}' at {} may target the first bytes "
+                                    "(jump table): cannot prove the prologue can move",
+                                    name, insn->text(), where(name, func, a)));
+    a += insn->length;
+  }
+  if (moved_end == 0 || moved_end - site > arch::kMaxInsnLen + arch::kSiteLen)
+    return make_error(Errc::too_small, fmt::format("{}: no whole instructions cover 5 bytes", name));
+  for (auto [from, target] : branches)
+    if (target > site && target < moved_end)
+      return make_error(Errc::unsupported,
+                        fmt::format("{}: branch at {} targets {}, inside the {} bytes the site "
+                                    "would replace",
+                                    name, where(name, func, from), where(name, func, target),
+                                    moved_end - site));
+  // Each moved instruction must be relocatable: try a move a page away.
+  auto r = arch::relocate(code.subspan(site - func, moved_end - site), site, site + 0x100000);
+  if (!r) return make_error(r.error().code, fmt::format("{}: {}", name, r.error().message));
+  return static_cast<uint8_t>(moved_end - site);
+}
+
+SiteInfo classify(std::string_view name, uint64_t func, uint64_t size,
+                  std::span<const uint8_t> code, const ObjectContext& ctx) {
+  SiteInfo s;
+  s.name = std::string(name);
+  s.func = func;
+  s.size = size;
+  size_t off = 0;
+  if (starts_with(code, 0, {0xf3, 0x0f, 0x1e, 0xfa})) {  // endbr64
+    s.endbr = true;
+    off = 4;
+  }
+  s.site = func + off;
+  s.listed = ctx.listed && (ctx.listed(func) || ctx.listed(s.site));
+
+  if (starts_with(code, off, {0x0f, 0x1f, 0x44, 0x00, 0x00})) {
+    s.kind = SiteKind::nop5;
+    s.site_len = 5;
+  } else if (starts_with(code, off, {0x90, 0x90, 0x90, 0x90, 0x90})) {
+    s.kind = SiteKind::nop1x5;
+    s.site_len = 5;
+  } else if (starts_with(code, off, {0xe8}) && code.size() >= off + 5) {
+    auto insn = arch::decode(code.data() + off, code.size() - off, s.site);
+    if (insn && ctx.is_fentry && ctx.is_fentry(insn->target)) {
+      s.kind = SiteKind::fentry_call;
+      s.site_len = 5;
+    }
+  } else if (starts_with(code, off, {0xff, 0x15}) && code.size() >= off + 6) {
+    auto insn = arch::decode(code.data() + off, code.size() - off, s.site);
+    if (insn && insn->rip_relative && ctx.is_fentry_slot && ctx.is_fentry_slot(insn->target)) {
+      s.kind = SiteKind::fentry_gotpcrel;
+      s.site_len = 6;
+    }
+  } else if (ctx.has_xray && starts_with(code, off, {0xeb, 0x09}) && code.size() >= off + 11) {
+    auto nop = arch::decode(code.data() + off + 2, code.size() - off - 2, s.site + 2);
+    if (nop && nop->is_nop && nop->length == 9) {
+      s.kind = SiteKind::xray_sled;
+      s.site_len = 11;
+    }
+  }
+  if (s.kind != SiteKind::none) {
+    s.attachable = true;
+    return s;
+  }
+  // No compiler site: a relocated prologue, if it can be proven safe.
+  if (name.ends_with(".cold") || name.find(".cold.") != std::string_view::npos) {
+    s.reason = "a cold fragment split out of its function, not a function entry";
+    return s;
+  }
+  if (size == 0) {
+    s.reason = "the symbol has no size: the function's bounds are unknown";
+    return s;
+  }
+  if (code.size() < size) {
+    s.reason = fmt::format("only {} of {} bytes readable", code.size(), size);
+    return s;
+  }
+  auto len = prologue_length(name, func, code, s.site);
+  if (!len) {
+    s.reason = len.error().message;
+    return s;
+  }
+  s.kind = SiteKind::prologue;
+  s.site_len = *len;
+  s.attachable = true;
+  return s;
+}
+
+}  // namespace utramp::sites

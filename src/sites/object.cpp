@@ -1,0 +1,103 @@
+#include "sites/object.hpp"
+
+#include <elf.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "arch/arch.hpp"
+
+namespace utramp::sites {
+
+namespace {
+
+bool is_fentry_name(const std::string& n) { return n == "__fentry__" || n == "mcount" || n == "__mcount"; }
+
+// PLT stubs that jump to __fentry__: every stub is an indirect jump through a GOT slot
+// (after endbr64/bnd where present); the slot's relocation names the symbol.
+std::set<uint64_t> fentry_plt_stubs(const os::ElfFile& elf, uint64_t bias) {
+  std::set<uint64_t> out;
+  for (const char* secname : {".plt", ".plt.sec", ".plt.got"}) {
+    const os::ElfSection* s = elf.section(secname);
+    if (!s) continue;
+    auto data = elf.section_data(*s);
+    const size_t stride = std::string_view(secname) == ".plt.got" && s->size % 16 ? 8 : 16;
+    for (size_t off = 0; off + stride <= data.size(); off += stride) {
+      uint64_t a = s->addr + off;
+      size_t k = off;
+      for (int n = 0; n < 3 && k < off + stride; ++n) {
+        auto insn = arch::decode(data.data() + k, off + stride - k, a);
+        if (!insn) break;
+        if (insn->flow == arch::Flow::indirect_jump && insn->rip_relative) {
+          if (is_fentry_name(elf.got_symbol(insn->target))) out.insert(s->addr + off + bias);
+          break;
+        }
+        k += insn->length;
+        a += insn->length;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+ObjectSites analyse_object(const os::ElfFile& elf, uint64_t bias, const CodeReader& read) {
+  ObjectSites obj;
+  obj.path = elf.path();
+  obj.bias = bias;
+  obj.stripped = !elf.has_symtab();
+  std::set<uint64_t> listed;
+  for (uint64_t a : elf.address_table("__patchable_function_entries")) listed.insert(a + bias);
+  obj.has_patchable_entries = !listed.empty();
+  auto mcount = elf.address_table("__mcount_loc");
+  obj.has_mcount_loc = !mcount.empty();
+  for (uint64_t a : mcount) listed.insert(a + bias);
+  obj.has_xray = elf.section("xray_instr_map") != nullptr;
+
+  std::set<uint64_t> fentry_targets = fentry_plt_stubs(elf, bias);
+  std::set<uint64_t> fentry_slots;
+  for (const auto& sym : elf.symbols())
+    if (is_fentry_name(sym.name)) fentry_targets.insert(sym.value + bias);
+  for (const auto& s : elf.sections())
+    if (s.name == ".got" || s.name == ".got.plt")
+      for (uint64_t a = s.addr; a + 8 <= s.addr + s.size; a += 8)
+        if (is_fentry_name(elf.got_symbol(a))) fentry_slots.insert(a + bias);
+
+  ObjectContext ctx;
+  ctx.listed = [&](uint64_t a) { return listed.count(a) != 0; };
+  ctx.is_fentry = [&](uint64_t a) { return fentry_targets.count(a) != 0; };
+  ctx.is_fentry_slot = [&](uint64_t a) { return fentry_slots.count(a) != 0; };
+  ctx.has_xray = obj.has_xray;
+
+  std::set<uint64_t> done;
+  for (const auto& sym : elf.symbols()) {
+    const uint64_t func = sym.value + bias;
+    if (!done.insert(func).second) continue;  // aliases: first name wins
+    const os::ElfSection* sec = nullptr;
+    for (const auto& s : elf.sections())
+      if (s.index == sym.shndx) sec = &s;
+    if (!sec || !(sec->flags & SHF_EXECINSTR)) continue;
+    const uint64_t want = std::max<uint64_t>(sym.size, 16);
+    auto code = read(func, std::min<uint64_t>(want, sec->addr + sec->size + bias - func));
+    SiteInfo info = classify(sym.name, func, sym.size, code, ctx);
+    if (sym.type == STT_GNU_IFUNC) {
+      info.attachable = false;
+      info.reason = "GNU indirect function resolver";
+    }
+    obj.functions.push_back(std::move(info));
+  }
+  std::sort(obj.functions.begin(), obj.functions.end(),
+            [](const SiteInfo& a, const SiteInfo& b) { return a.func < b.func; });
+  return obj;
+}
+
+Result<ObjectSites> analyse_file(const std::string& path) {
+  auto elf = os::ElfFile::open(path);
+  if (!elf) return std::move(elf).error();
+  const os::ElfFile& e = **elf;
+  return analyse_object(e, 0, [&](uint64_t a, uint64_t n) { return e.bytes_at(a, n); });
+}
+
+}  // namespace utramp::sites

@@ -1,0 +1,313 @@
+#include "sites/table.hpp"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <fnmatch.h>
+#include <link.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "arch/arch.hpp"
+#include "common/hex.hpp"
+#include "os/elf_file.hpp"
+#include "os/text_writer.hpp"
+#include "patch/patcher.hpp"
+#include "sites/object.hpp"
+
+namespace utramp::sites {
+
+namespace {
+
+// Functions the patch path itself runs: patching them would trap inside the patcher.
+bool on_patch_path(std::string_view name) {
+  static constexpr std::string_view kNames[] = {
+      "pwrite", "pwrite64", "__pwrite64", "syscall", "membarrier", "memcpy", "memmove", "memcmp",
+      "memset", "sigaction", "__sigaction", "__libc_sigaction", "raise", "open", "open64",
+      "__open64", "__libc_open64", "__restore_rt", "pthread_mutex_lock", "pthread_mutex_unlock",
+      "__pthread_mutex_lock", "__pthread_mutex_unlock", "malloc", "free", "__libc_malloc",
+      "__libc_free", "_dl_runtime_resolve_xsave", "_dl_runtime_resolve_xsavec",
+      "_dl_runtime_resolve_fxsave", "_dl_fixup"};
+  for (auto n : kNames)
+    if (name == n) return true;
+  return name.starts_with("__memcpy_") || name.starts_with("__memmove_") ||
+         name.starts_with("__memset_") || name.starts_with("__memcmp_");
+}
+
+std::string own_object() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&own_object), &info) && info.dli_fname) return info.dli_fname;
+  return {};
+}
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return {};
+  buf[n] = 0;
+  return buf;
+}
+
+struct LoadedObject {
+  std::string path;
+  uint64_t bias;
+};
+
+}  // namespace
+
+std::string Site::label() const {
+  return fmt::format("{}+{:#x}", info.name, info.site - info.func);
+}
+
+bool Site::usable(std::string* why) const {
+  auto no = [&](std::string r) {
+    if (why) *why = std::move(r);
+    return false;
+  };
+  if (blacklisted) return no(fmt::format("{}: {}", label(), blacklist_reason));
+  if (!info.attachable) return no(fmt::format("{}: {}", info.name, info.reason));
+  if (!canonical)
+    return no(fmt::format("{}: {} site not canonicalised yet (needs all other threads stopped)",
+                          label(), site_kind_name(info.kind)));
+  return true;
+}
+
+SiteTable& SiteTable::instance() {
+  static SiteTable* t = new SiteTable();  // never destroyed: sites outlive statics
+  return *t;
+}
+
+Result<size_t> SiteTable::discover() {
+  std::lock_guard lock(mu_);
+  std::vector<LoadedObject> objs;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* out = static_cast<std::vector<LoadedObject>*>(data);
+        std::string name = info->dlpi_name ? info->dlpi_name : "";
+        out->push_back({std::move(name), info->dlpi_addr});
+        return 0;
+      },
+      &objs);
+  const std::string own = own_object();
+  size_t added = 0;
+  bool first = true;
+  for (auto& o : objs) {
+    // The first object is the main program, reported with an empty name.
+    if (first && o.path.empty()) o.path = self_exe();
+    first = false;
+    const std::string key = fmt::format("{}@{:#x}", o.path, o.bias);
+    if (std::find(seen_objects_.begin(), seen_objects_.end(), key) != seen_objects_.end()) continue;
+    seen_objects_.push_back(key);
+    if (o.path.empty() || o.path.starts_with("linux-vdso") || o.path.starts_with("linux-gate"))
+      continue;
+    if (o.path == own) continue;  // the runtime never patches itself
+    auto elf = os::ElfFile::open(o.path);
+    if (!elf) {
+      skipped_.push_back(fmt::format("{}: {}", o.path, elf.error().message));
+      continue;
+    }
+    ObjectSites os = analyse_object(**elf, o.bias, [](uint64_t a, uint64_t n) {
+      return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(a), n);
+    });
+    for (SiteInfo& info : os.functions) {
+      if (by_addr_.count(info.func) || by_addr_.count(info.site)) continue;
+      auto s = std::make_unique<Site>();
+      s->object = o.path;
+      if (info.kind != SiteKind::none) {
+        const uint8_t* p = reinterpret_cast<const uint8_t*>(info.site);
+        s->original.assign(p, p + info.site_len);
+      }
+      s->canonical = info.kind == SiteKind::nop5 || info.kind == SiteKind::prologue;
+      if (on_patch_path(info.name)) {
+        s->blacklisted = true;
+        s->blacklist_reason = "used by the patcher itself";
+      }
+      s->info = std::move(info);
+      by_addr_[s->info.func] = s.get();
+      by_addr_[s->info.site] = s.get();
+      sites_.push_back(std::move(s));
+      ++added;
+    }
+  }
+  return added;
+}
+
+Result<size_t> SiteTable::canonicalize(Quiescence q) {
+  std::lock_guard lock(mu_);
+  bool alone = q == Quiescence::stopped;
+  if (!alone) {
+    auto n = os::thread_count();
+    alone = n && *n == 1;
+  }
+  std::vector<patch::PatchOp> ops;
+  std::vector<Site*> touched;
+  size_t left = 0;
+  for (auto& sp : sites_) {
+    Site& s = *sp;
+    if (s.canonical || s.blacklisted || !s.info.attachable) continue;
+    patch::PatchOp op;
+    op.addr = s.info.site;
+    op.label = s.label();
+    switch (s.info.kind) {
+      case SiteKind::nop1x5:
+        if (!alone) {
+          ++left;
+          continue;
+        }
+        op.expected = s.original;
+        op.replacement.assign(arch::kNop5.begin(), arch::kNop5.end());
+        break;
+      case SiteKind::fentry_call:
+        op.expected = s.original;
+        op.replacement.assign(arch::kNop5.begin(), arch::kNop5.end());
+        break;
+      case SiteKind::fentry_gotpcrel: {
+        // One 6-byte call becomes a 5-byte NOP and a 1-byte NOP: a single instruction
+        // replaced by two, safe with threads running (nothing can be at byte 5).
+        op.expected = s.original;
+        op.replacement.assign(arch::kNop5.begin(), arch::kNop5.end());
+        op.replacement.push_back(arch::kNop1);
+        break;
+      }
+      case SiteKind::xray_sled: {
+        // jmp +9 skips bytes 2..10, so no thread is ever inside them: NOP5 plus a
+        // jmp +4 over the rest keeps every reachable boundary (0 and 11) intact.
+        op.expected.assign(s.original.begin(), s.original.begin() + 7);
+        op.replacement.assign(arch::kNop5.begin(), arch::kNop5.end());
+        op.replacement.insert(op.replacement.end(), arch::kJmpShort4.begin(), arch::kJmpShort4.end());
+        break;
+      }
+      default:
+        continue;
+    }
+    op.emulate = patch::Emulation::jump_to(s.info.site + s.info.site_len);
+    ops.push_back(std::move(op));
+    touched.push_back(&s);
+  }
+  if (!ops.empty()) {
+    UTRAMP_TRY(patch::apply(ops));
+    for (Site* s : touched) s->canonical = true;
+  }
+  return left;
+}
+
+Site* SiteTable::find(uint64_t addr) {
+  std::lock_guard lock(mu_);
+  auto it = by_addr_.find(addr);
+  return it == by_addr_.end() ? nullptr : it->second;
+}
+
+Site* SiteTable::find_name(std::string_view name) {
+  std::lock_guard lock(mu_);
+  for (auto& s : sites_)
+    if (s->info.name == name) return s.get();
+  return nullptr;
+}
+
+std::vector<Site*> SiteTable::match(std::string_view glob) {
+  std::lock_guard lock(mu_);
+  std::string g(glob);
+  std::vector<Site*> out;
+  for (auto& s : sites_)
+    if (fnmatch(g.c_str(), s->info.name.c_str(), 0) == 0) out.push_back(s.get());
+  return out;
+}
+
+std::vector<Site*> SiteTable::all() {
+  std::lock_guard lock(mu_);
+  std::vector<Site*> out;
+  for (auto& s : sites_) out.push_back(s.get());
+  return out;
+}
+
+std::vector<std::string> SiteTable::skipped_objects() const {
+  std::lock_guard lock(mu_);
+  return skipped_;
+}
+
+Result<std::vector<uint8_t>> SiteTable::bytes_for(const Site& s, const SiteState& st) const {
+  const bool prologue = s.info.kind == SiteKind::prologue;
+  switch (st.op) {
+    case SiteOp::nop:
+      if (prologue) return std::vector<uint8_t>(s.original.begin(), s.original.begin() + arch::kSiteLen);
+      return std::vector<uint8_t>(arch::kNop5.begin(), arch::kNop5.end());
+    case SiteOp::call: {
+      if (prologue)
+        return make_error(Errc::unsupported,
+                          fmt::format("{}: a relocated-prologue site can only jump, not call",
+                                      s.label()));
+      auto b = arch::encode_call(s.info.site, st.target);
+      if (!b) return make_error(b.error().code, fmt::format("{}: {}", s.label(), b.error().message));
+      return std::vector<uint8_t>(b->begin(), b->end());
+    }
+    case SiteOp::jmp: {
+      auto b = arch::encode_jmp(s.info.site, st.target);
+      if (!b) return make_error(b.error().code, fmt::format("{}: {}", s.label(), b.error().message));
+      return std::vector<uint8_t>(b->begin(), b->end());
+    }
+  }
+  return make_error(Errc::invalid_argument, "bad site state");
+}
+
+Result<void> SiteTable::set_desired(Site* site, SiteState state) {
+  std::lock_guard lock(mu_);
+  if (!site) return make_error(Errc::invalid_argument, "no such site");
+  std::string why;
+  if (!site->usable(&why)) return make_error(Errc::unsupported, why);
+  auto b = bytes_for(*site, state);  // proves the state is encodable before accepting it
+  if (!b) return std::move(b).error();
+  site->desired = state;
+  return {};
+}
+
+Result<void> SiteTable::commit() {
+  std::lock_guard lock(mu_);
+  std::vector<patch::PatchOp> ops;
+  std::vector<Site*> changed;
+  for (auto& sp : sites_) {
+    Site& s = *sp;
+    if (s.desired == s.applied) continue;
+    patch::PatchOp op;
+    op.addr = s.info.site;
+    op.label = s.label();
+    auto from = bytes_for(s, s.applied);
+    if (!from) return std::move(from).error();
+    auto to = bytes_for(s, s.desired);
+    if (!to) return std::move(to).error();
+    op.expected = std::move(*from);
+    op.replacement = std::move(*to);
+    switch (s.desired.op) {
+      case SiteOp::nop:
+        if (s.info.kind == SiteKind::prologue) {
+          if (!s.prologue_ool)
+            return make_error(Errc::unsupported,
+                              fmt::format("{}: restoring a relocated prologue needs its "
+                                          "out-of-line copy",
+                                          s.label()));
+          op.emulate = patch::Emulation::jump_to(s.prologue_ool);
+        } else {
+          op.emulate = patch::Emulation::jump_to(s.info.site + arch::kSiteLen);
+        }
+        break;
+      case SiteOp::call:
+        op.emulate = patch::Emulation::call(s.desired.target, s.info.site + arch::kSiteLen);
+        break;
+      case SiteOp::jmp:
+        op.emulate = patch::Emulation::jump_to(s.desired.target);
+        break;
+    }
+    ops.push_back(std::move(op));
+    changed.push_back(&s);
+  }
+  if (ops.empty()) return {};
+  if (auto r = patch::apply(ops); !r) {
+    for (Site* s : changed) s->desired = s->applied;  // nothing changed, nothing pending
+    return std::move(r).error();
+  }
+  for (Site* s : changed) s->applied = s->desired;
+  return {};
+}
+
+}  // namespace utramp::sites

@@ -1,0 +1,84 @@
+// The site table of this process: every function of every loaded object, what its
+// entry holds, and — kept apart — the state wanted for it and the state its bytes are
+// in. Changing a site is: set the desired state, then commit, which turns every
+// difference into one patch batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/result.hpp"
+#include "sites/site.hpp"
+
+namespace utramp::sites {
+
+enum class SiteOp : uint8_t { nop, call, jmp };
+
+struct SiteState {
+  SiteOp op = SiteOp::nop;
+  uint64_t target = 0;
+  bool operator==(const SiteState&) const = default;
+};
+
+// How sure we are that no other thread is executing inside the sites being
+// canonicalised (five 1-byte NOPs cannot be swapped safely otherwise).
+enum class Quiescence : uint8_t {
+  live,     // other threads may run: only verified single-threaded processes qualify
+  stopped,  // the caller has stopped every other thread (ptrace, before main, dlopen path)
+};
+
+struct Site {
+  SiteInfo info;
+  std::string object;               // path of the ELF object
+  std::vector<uint8_t> original;    // bytes at discovery, [site, site + site_len)
+  bool canonical = false;           // the entry holds its canonical NOP (or intact prologue)
+  bool blacklisted = false;         // runtime code or on the patch path: never patched
+  std::string blacklist_reason;
+  uint64_t prologue_ool = 0;        // for prologue sites: relocated copy that resumes the body
+  SiteState desired, applied;
+
+  uint64_t addr() const { return info.site; }
+  std::string label() const;        // "symbol+0x4"
+  bool usable(std::string* why = nullptr) const;
+};
+
+class SiteTable {
+ public:
+  static SiteTable& instance();
+
+  // Adds the functions of every object loaded since the last call (main program,
+  // shared libraries, dlopen'ed objects). Returns how many sites were added.
+  Result<size_t> discover();
+  // Rewrites compiler sites into one 5-byte NOP. Sites that need quiescence are left
+  // alone (and stay unusable) under Quiescence::live when other threads exist; the
+  // number left is returned.
+  Result<size_t> canonicalize(Quiescence q);
+
+  Site* find(uint64_t addr);  // by function start or site address
+  Site* find_name(std::string_view name);
+  std::vector<Site*> match(std::string_view glob);
+  std::vector<Site*> all();
+
+  // Desired state; checked here (site usable, target reachable), applied by commit().
+  Result<void> set_desired(Site* site, SiteState state);
+  // Applies every desired != applied in one batch; all or nothing.
+  Result<void> commit();
+
+  std::vector<std::string> skipped_objects() const;
+
+ private:
+  SiteTable() = default;
+  Result<std::vector<uint8_t>> bytes_for(const Site& s, const SiteState& st) const;
+
+  mutable std::recursive_mutex mu_;
+  std::vector<std::unique_ptr<Site>> sites_;
+  std::unordered_map<uint64_t, Site*> by_addr_;
+  std::vector<std::string> seen_objects_;
+  std::vector<std::string> skipped_;
+};
+
+}  // namespace utramp::sites

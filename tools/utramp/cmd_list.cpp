@@ -1,0 +1,160 @@
+// utramp list PROGRAM [GLOB]: the functions of a program and whether each can be
+// attached, like ftrace's available_filter_functions.
+#include <cxxabi.h>
+#include <fmt/format.h>
+#include <fnmatch.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "sites/object.hpp"
+
+namespace utramp::cli {
+
+namespace {
+
+std::string demangle(const std::string& name) {
+  int status = 0;
+  std::unique_ptr<char, decltype(&free)> d(abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status),
+                                           &free);
+  return status == 0 && d ? std::string(d.get()) : name;
+}
+
+// The shared libraries the dynamic loader would map for `program`, as ldd finds them
+// (the loader lists them without running the program).
+std::vector<std::string> needed_libraries(const std::string& program) {
+  std::vector<std::string> out;
+  int fds[2];
+  if (pipe(fds) != 0) return out;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    setenv("LD_TRACE_LOADED_OBJECTS", "1", 1);
+    execl(program.c_str(), program.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int st = 0;
+  if (pid > 0) waitpid(pid, &st, 0);
+  // Lines: "\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)"
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    std::string line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    size_t arrow = line.find("=> /");
+    if (arrow == std::string::npos) continue;
+    size_t start = arrow + 3, end = line.find(" (", start);
+    out.push_back(line.substr(start, end == std::string::npos ? std::string::npos : end - start));
+  }
+  return out;
+}
+
+struct Options {
+  std::string program;
+  std::string glob;
+  bool attachable_only = false;
+  bool libs = false;
+  bool json = false;
+  bool no_demangle = false;
+};
+
+int run(const Options& o) {
+  if (access(o.program.c_str(), F_OK) != 0) {
+    fmt::print(stderr, "utramp list: {}: no such file\n", o.program);
+    return 2;
+  }
+  std::vector<std::string> paths{o.program};
+  if (o.libs)
+    for (auto& l : needed_libraries(o.program)) paths.push_back(l);
+
+  nlohmann::json js = nlohmann::json::array();
+  size_t shown = 0, total = 0;
+  bool header = false;
+  for (size_t pi = 0; pi < paths.size(); ++pi) {
+    auto obj = sites::analyse_file(paths[pi]);
+    if (!obj) {
+      fmt::print(stderr, "utramp list: {}\n", obj.error().message);
+      if (pi == 0) return 2;
+      continue;
+    }
+    if (obj->stripped)
+      fmt::print(stderr, "utramp list: {}: stripped (no .symtab): only exported functions from "
+                         ".dynsym are listed\n", paths[pi]);
+    if (obj->functions.empty() && pi == 0) {
+      fmt::print(stderr, "utramp list: {}: no function symbols at all (fully stripped)\n",
+                 paths[pi]);
+      return 2;
+    }
+    for (const auto& f : obj->functions) {
+      ++total;
+      const std::string shown_name = o.no_demangle ? f.name : demangle(f.name);
+      if (!o.glob.empty() && fnmatch(o.glob.c_str(), f.name.c_str(), 0) != 0 &&
+          fnmatch(o.glob.c_str(), shown_name.c_str(), 0) != 0)
+        continue;
+      if (o.attachable_only && !f.attachable) continue;
+      ++shown;
+      if (o.json) {
+        js.push_back({{"name", shown_name},
+                      {"symbol", f.name},
+                      {"object", obj->path},
+                      {"address", fmt::format("{:#x}", f.func)},
+                      {"site", fmt::format("{:#x}", f.site)},
+                      {"size", f.size},
+                      {"kind", std::string(sites::site_kind_name(f.kind))},
+                      {"endbr64", f.endbr},
+                      {"attachable", f.attachable},
+                      {"reason", f.reason}});
+        continue;
+      }
+      if (!header) {
+        fmt::print("{:<18} {:<14} {:<6} {:<24} {}\n", "ADDRESS", "SITE", "ATTACH", "OBJECT",
+                   "FUNCTION");
+        header = true;
+      }
+      std::string objname = obj->path.substr(obj->path.rfind('/') + 1);
+      fmt::print("{:#018x} {:<14} {:<6} {:<24} {}{}\n", f.func,
+                 fmt::format("{}{}", f.endbr ? "endbr+" : "", sites::site_kind_name(f.kind)),
+                 f.attachable ? "yes" : "no", objname, shown_name,
+                 f.attachable ? "" : fmt::format("  ({})", f.reason));
+    }
+  }
+  if (o.json) fmt::print("{}\n", js.dump(2));
+  if (shown == 0 && !o.glob.empty()) {
+    fmt::print(stderr, "utramp list: no function matches '{}' ({} functions looked at)\n", o.glob,
+               total);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_list(CLI::App& app) {
+  auto opts = std::make_shared<Options>();
+  CLI::App* sub = app.add_subcommand(
+      "list", "List a program's functions, their patch site kind and whether they can be attached");
+  sub->add_option("program", opts->program, "ELF executable or shared library")->required();
+  sub->add_option("glob", opts->glob, "only functions matching this glob (mangled or demangled)");
+  sub->add_flag("-a,--attachable", opts->attachable_only, "only functions that can be attached");
+  sub->add_flag("-l,--libs", opts->libs, "also the shared libraries the program loads");
+  sub->add_flag("--json", opts->json, "machine-readable output");
+  sub->add_flag("--no-demangle", opts->no_demangle, "show C++ symbols mangled");
+  sub->callback([opts] { std::exit(run(*opts)); });
+}
+
+}  // namespace utramp::cli

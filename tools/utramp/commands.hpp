@@ -1,0 +1,10 @@
+// One file per subcommand; each registers itself on the CLI11 app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace utramp::cli {
+
+void add_list(CLI::App& app);
+
+}  // namespace utramp::cli

@@ -1,0 +1,17 @@
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"utramp: dynamic tracing for user-space x86-64 processes"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "utramp 0.1.0");
+  utramp::cli::add_list(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return 0;
+}
