@@ -61,7 +61,7 @@ Result<SiteBytes> encode_call(uint64_t at, uint64_t target) {
 }
 
 Result<SiteBytes> encode_jmp(uint64_t at, uint64_t target) {
-  return encode_site(at, target, "jmp", [](x86::Assembler& a, Imm t) { a.jmp(t); });
+  return encode_site(at, target, "jmp", [](x86::Assembler& a, Imm t) { a.long_().jmp(t); });
 }
 
 Result<std::vector<uint8_t>> encode_jump_anywhere(uint64_t at, uint64_t target) {

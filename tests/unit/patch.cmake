@@ -1,0 +1,1 @@
+utramp_add_gtest(unit_patch unit patch_test.cpp)

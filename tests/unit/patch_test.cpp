@@ -1,0 +1,219 @@
+// The text patcher: validation before any write, batch cost, the trap handler's
+// emulation of a site caught mid-patch, and chaining to the program's own handler.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <vector>
+
+#include "arch/arch.hpp"
+#include "os/exec_memory.hpp"
+#include "os/text_writer.hpp"
+#include "patch/patcher.hpp"
+#include "patch/trap_table.hpp"
+
+using namespace utramp;
+
+extern "C" {
+// Entry: one 5-byte NOP (the canonical site), then the body.
+__attribute__((noinline, used)) int patch_target(int x);
+__attribute__((noinline, used)) int patch_target2(int x);
+__attribute__((noinline, used)) void foreign_trap(void);
+}
+
+// Written in assembly so the site bytes do not depend on the compiler.
+asm(R"(
+  .text
+  .globl patch_target
+  .type patch_target, @function
+patch_target:
+  .byte 0x0f, 0x1f, 0x44, 0x00, 0x00
+  leal 1(%rdi), %eax
+  ret
+  .size patch_target, .-patch_target
+  .globl patch_target2
+  .type patch_target2, @function
+patch_target2:
+  .byte 0x0f, 0x1f, 0x44, 0x00, 0x00
+  leal 2(%rdi), %eax
+  ret
+  .size patch_target2, .-patch_target2
+  .globl foreign_trap
+  .type foreign_trap, @function
+foreign_trap:
+  int3
+  ret
+  .size foreign_trap, .-foreign_trap
+)");
+
+namespace {
+
+uint64_t addr_of(void* f) { return reinterpret_cast<uint64_t>(f); }
+
+std::vector<uint8_t> bytes(uint64_t a, size_t n) {
+  auto* p = reinterpret_cast<const uint8_t*>(a);
+  return {p, p + n};
+}
+
+std::vector<uint8_t> nop5() { return {arch::kNop5.begin(), arch::kNop5.end()}; }
+
+struct StubFixture : ::testing::Test {
+  void SetUp() override {
+    site = addr_of(reinterpret_cast<void*>(&patch_target));
+    const auto w = arch::rel32_window(site);
+    auto b = os::ExecArena::instance().allocate(32, w.lo, w.hi);
+    ASSERT_TRUE(b.ok());
+    block = *b;
+    auto code = arch::emit_counting_stub(block.addr, reinterpret_cast<uint64_t>(&counter));
+    ASSERT_TRUE(code.ok());
+    ASSERT_TRUE(os::ExecArena::instance().write(block, 0, *code).ok());
+  }
+  void TearDown() override {
+    // Whatever a test did, leave the site as found.
+    if (bytes(site, 5) != nop5()) {
+      patch::PatchOp op{site, bytes(site, 5), nop5(), patch::Emulation::jump_to(site + 5), "restore"};
+      ASSERT_TRUE(patch::apply({&op, 1}).ok());
+    }
+    os::ExecArena::instance().free(block);
+  }
+  uint64_t site = 0;
+  os::ExecBlock block;
+  uint64_t counter = 0;
+};
+
+TEST_F(StubFixture, PatchesCallAndBack) {
+  auto call = arch::encode_call(site, block.addr);
+  ASSERT_TRUE(call.ok());
+  std::vector<uint8_t> cb(call->begin(), call->end());
+  patch::PatchOp op{site, nop5(), cb, patch::Emulation::call(block.addr, site + 5), "patch_target+0x0"};
+  ASSERT_TRUE(patch::apply({&op, 1}).ok());
+  EXPECT_EQ(bytes(site, 5), cb);
+  EXPECT_EQ(patch_target(41), 42);
+  EXPECT_EQ(counter, 1u);
+  patch::PatchOp back{site, cb, nop5(), patch::Emulation::jump_to(site + 5), "patch_target+0x0"};
+  ASSERT_TRUE(patch::apply({&back, 1}).ok());
+  EXPECT_EQ(bytes(site, 5), nop5());
+  EXPECT_EQ(patch_target(1), 2);
+  EXPECT_EQ(counter, 1u);
+}
+
+TEST_F(StubFixture, MismatchChangesNothingAndShowsBytes) {
+  const uint64_t site2 = addr_of(reinterpret_cast<void*>(&patch_target2));
+  auto call1 = arch::encode_call(site, block.addr);
+  auto call2 = arch::encode_call(site2, block.addr);
+  ASSERT_TRUE(call1.ok() && call2.ok());
+  std::vector<uint8_t> wrong = {0xe8, 0, 0, 0, 0};
+  patch::PatchOp ops[2] = {
+      {site, nop5(), {call1->begin(), call1->end()}, patch::Emulation::call(block.addr, site + 5),
+       "patch_target+0x0"},
+      {site2, wrong, {call2->begin(), call2->end()}, patch::Emulation::call(block.addr, site2 + 5),
+       "patch_target2+0x0"}};
+  const auto before = patch::stats();
+  auto r = patch::apply(ops);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::bytes_mismatch);
+  EXPECT_NE(r.error().message.find("patch_target2+0x0"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("bytes seen 0f 1f 44 00 00"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("expected e8 00 00 00 00"), std::string::npos) << r.error().message;
+  EXPECT_EQ(bytes(site, 5), nop5()) << "the valid op of a failed batch must not be applied";
+  EXPECT_EQ(bytes(site2, 5), nop5());
+  EXPECT_EQ(patch::stats().syncs, before.syncs);
+}
+
+TEST(Patcher, RefusesNonExecutableMemory) {
+  static uint8_t data[16] = {0x0f, 0x1f, 0x44, 0x00, 0x00};
+  patch::PatchOp op{addr_of(data), nop5(), {0xe9, 0, 0, 0, 0}, {}, "data"};
+  auto r = patch::apply({&op, 1});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::not_executable);
+  EXPECT_NE(r.error().message.find("not in executable memory"), std::string::npos);
+  EXPECT_EQ(data[0], 0x0f);
+}
+
+TEST(Patcher, RefusesOverlapAndBadLengths) {
+  const uint64_t site = addr_of(reinterpret_cast<void*>(&patch_target));
+  std::vector<uint8_t> n5 = nop5();
+  patch::PatchOp bad_len{site, n5, {0x90}, {}, "x"};
+  EXPECT_EQ(patch::apply({&bad_len, 1}).error().code, Errc::invalid_argument);
+  auto t = arch::encode_jmp(site, site + 5);
+  ASSERT_TRUE(t.ok());
+  std::vector<uint8_t> j(t->begin(), t->end());
+  patch::PatchOp overlap[2] = {{site, n5, j, {}, "a"}, {site + 2, {0x44, 0x00}, {0x90, 0x90}, {}, "b"}};
+  auto r = patch::apply(overlap);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::invalid_argument);
+  EXPECT_EQ(bytes(site, 5), n5);
+}
+
+TEST_F(StubFixture, BatchCostsThreeSyncsWhateverItsSize) {
+  const uint64_t site2 = addr_of(reinterpret_cast<void*>(&patch_target2));
+  auto c1 = arch::encode_call(site, block.addr);
+  auto c2 = arch::encode_call(site2, block.addr);
+  patch::PatchOp ops[2] = {
+      {site, nop5(), {c1->begin(), c1->end()}, patch::Emulation::call(block.addr, site + 5), "a"},
+      {site2, nop5(), {c2->begin(), c2->end()}, patch::Emulation::call(block.addr, site2 + 5), "b"}};
+  const auto s0 = patch::stats();
+  ASSERT_TRUE(patch::apply(ops).ok());
+  const auto s1 = patch::stats();
+  EXPECT_EQ(s1.syncs - s0.syncs, 3u);
+  // The two sites are a few bytes apart: one coalesced write per step.
+  EXPECT_EQ(s1.writes - s0.writes, 3u);
+  EXPECT_EQ(patch_target2(1), 3);
+  EXPECT_EQ(counter, 1u);
+  patch::PatchOp back[2] = {{site, {c1->begin(), c1->end()}, nop5(), patch::Emulation::jump_to(site + 5), "a"},
+                            {site2, {c2->begin(), c2->end()}, nop5(), patch::Emulation::jump_to(site2 + 5), "b"}};
+  ASSERT_TRUE(patch::apply(back).ok());
+  // Re-applying what is already there is a no-op: no writes, no syncs.
+  const auto s2 = patch::stats();
+  ASSERT_TRUE(patch::apply(back).ok());
+  EXPECT_EQ(patch::stats().syncs, s2.syncs);
+}
+
+// A thread reaching a site between the int3 and the final byte is sent on as the new
+// instruction would: here the int3 stays in place with a call emulation published, as
+// in the middle of a batch.
+TEST_F(StubFixture, TrappedThreadIsSentOnAsTheNewInstruction) {
+  ASSERT_TRUE(patch::install_trap_handler().ok());
+  auto* e = patch::TrapTable::instance().insert(site);
+  ASSERT_NE(e, nullptr);
+  e->emu.store(patch::TrapTable::pack(patch::Emulation::call(block.addr, site + 5), site));
+  const uint8_t int3 = arch::kTrapByte;
+  ASSERT_TRUE(os::write_text(site, {&int3, 1}).ok());
+  const auto s0 = patch::stats();
+  EXPECT_EQ(patch_target(10), 11);
+  EXPECT_EQ(patch_target(20), 21);
+  EXPECT_EQ(counter, 2u) << "the emulated call must reach the stub";
+  EXPECT_EQ(patch::stats().traps_emulated - s0.traps_emulated, 2u);
+  // Jump emulation: straight past the site.
+  e->emu.store(patch::TrapTable::pack(patch::Emulation::jump_to(site + 5), site));
+  EXPECT_EQ(patch_target(30), 31);
+  EXPECT_EQ(counter, 2u);
+  e->emu.store(0);
+  const uint8_t nop0 = arch::kNop5[0];
+  ASSERT_TRUE(os::write_text(site, {&nop0, 1}).ok());
+  EXPECT_EQ(patch_target(1), 2);
+}
+
+int g_program_handler_calls = 0;
+void program_handler(int, siginfo_t*, void*) { ++g_program_handler_calls; }
+
+TEST(Patcher, ForeignTrapsGoToTheProgramsHandler) {
+  struct sigaction act {}, old{};
+  act.sa_sigaction = program_handler;
+  act.sa_flags = SA_SIGINFO;
+  sigemptyset(&act.sa_mask);
+  ASSERT_EQ(sigaction(SIGTRAP, &act, &old), 0);
+  // Installing ours (apply() does it) must keep theirs as the next in line.
+  ASSERT_TRUE(patch::install_trap_handler().ok());
+  const auto s0 = patch::stats();
+  foreign_trap();  // an int3 that is not ours; the handler returns past it
+  EXPECT_EQ(g_program_handler_calls, 1);
+  EXPECT_EQ(patch::stats().traps_forwarded - s0.traps_forwarded, 1u);
+  // A SIGTRAP sent with kill() is never ours either.
+  raise(SIGTRAP);
+  EXPECT_EQ(g_program_handler_calls, 2);
+  sigaction(SIGTRAP, &old, nullptr);
+}
+
+}  // namespace
