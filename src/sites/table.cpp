@@ -13,6 +13,7 @@
 #include "arch/arch.hpp"
 #include "common/hex.hpp"
 #include "os/elf_file.hpp"
+#include "os/maps.hpp"
 #include "os/text_writer.hpp"
 #include "patch/patcher.hpp"
 #include "sites/object.hpp"
@@ -66,6 +67,7 @@ bool Site::usable(std::string* why) const {
     if (why) *why = std::move(r);
     return false;
   };
+  if (unloaded) return no(fmt::format("{}: its object {} was unloaded", label(), object));
   if (blacklisted) return no(fmt::format("{}: {}", label(), blacklist_reason));
   if (!info.attachable) return no(fmt::format("{}: {}", info.name, info.reason));
   if (!canonical)
@@ -93,11 +95,33 @@ Result<size_t> SiteTable::discover() {
   const std::string own = own_object();
   size_t added = 0;
   bool first = true;
+  std::vector<std::string> now;
   for (auto& o : objs) {
     // The first object is the main program, reported with an empty name.
     if (first && o.path.empty()) o.path = self_exe();
     first = false;
-    const std::string key = fmt::format("{}@{:#x}", o.path, o.bias);
+    now.push_back(fmt::format("{}@{:#x}", o.path, o.bias));
+  }
+  // Objects unloaded (dlclose) since the last call: their code is gone, so are their sites.
+  for (const std::string& key : seen_objects_) {
+    if (std::find(now.begin(), now.end(), key) != now.end()) continue;
+    const std::string path = key.substr(0, key.rfind('@'));
+    const uint64_t bias = std::stoull(key.substr(key.rfind('@') + 1), nullptr, 16);
+    // Site records stay (others may hold pointers to them) but can never be patched.
+    for (auto& s : sites_) {
+      if (s->object != path || s->bias != bias || s->unloaded) continue;
+      s->unloaded = true;
+      s->applied = s->desired = SiteState{};
+      by_addr_.erase(s->info.func);
+      by_addr_.erase(s->info.site);
+    }
+  }
+  std::erase_if(seen_objects_, [&](const std::string& k) {
+    return std::find(now.begin(), now.end(), k) == now.end();
+  });
+  for (size_t oi = 0; oi < objs.size(); ++oi) {
+    auto& o = objs[oi];
+    const std::string& key = now[oi];
     if (std::find(seen_objects_.begin(), seen_objects_.end(), key) != seen_objects_.end()) continue;
     seen_objects_.push_back(key);
     if (o.path.empty() || o.path.starts_with("linux-vdso") || o.path.starts_with("linux-gate"))
@@ -115,6 +139,7 @@ Result<size_t> SiteTable::discover() {
       if (by_addr_.count(info.func) || by_addr_.count(info.site)) continue;
       auto s = std::make_unique<Site>();
       s->object = o.path;
+      s->bias = o.bias;
       if (info.kind != SiteKind::none) {
         const uint8_t* p = reinterpret_cast<const uint8_t*>(info.site);
         s->original.assign(p, p + info.site_len);
@@ -146,7 +171,7 @@ Result<size_t> SiteTable::canonicalize(Quiescence q) {
   size_t left = 0;
   for (auto& sp : sites_) {
     Site& s = *sp;
-    if (s.canonical || s.blacklisted || !s.info.attachable) continue;
+    if (s.canonical || s.blacklisted || s.unloaded || !s.info.attachable) continue;
     patch::PatchOp op;
     op.addr = s.info.site;
     op.label = s.label();
@@ -202,8 +227,45 @@ Site* SiteTable::find(uint64_t addr) {
 Site* SiteTable::find_name(std::string_view name) {
   std::lock_guard lock(mu_);
   for (auto& s : sites_)
-    if (s->info.name == name) return s.get();
+    if (s->info.name == name && !s->unloaded) return s.get();
   return nullptr;
+}
+
+Result<Site*> SiteTable::resolve(uint64_t addr) {
+  std::lock_guard lock(mu_);
+  if (Site* s = find(addr)) return s;
+  auto maps = os::read_maps();
+  if (maps && !os::range_executable(*maps, addr, 1))
+    return make_error(Errc::not_executable,
+                      fmt::format("{:#x} is not in executable memory: not a function", addr));
+  // The function containing addr, if any: decode from its start to tell a boundary
+  // from the middle of an instruction.
+  const Site* owner = nullptr;
+  for (auto& sp : sites_)
+    if (!sp->unloaded && addr > sp->info.func && addr < sp->info.func + sp->info.size) owner = sp.get();
+  if (!owner)
+    return make_error(Errc::not_found,
+                      fmt::format("{:#x} is not the start of any known function", addr));
+  const uint64_t f = owner->info.func;
+  for (uint64_t a = f; a < f + owner->info.size;) {
+    auto insn = arch::decode(reinterpret_cast<const uint8_t*>(a), f + owner->info.size - a, a);
+    if (!insn) break;
+    if (a == addr)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("{:#x} is {}+{:#x}: an instruction boundary inside the "
+                                    "function, not its start",
+                                    addr, owner->info.name, addr - f));
+    if (addr < a + insn->length)
+      return make_error(Errc::not_instruction_boundary,
+                        fmt::format("{:#x} is {}+{:#x}: inside the instruction '{}' at +{:#x} "
+                                    "(bytes {})",
+                                    addr, owner->info.name, addr - f, insn->text(), a - f,
+                                    hex_bytes(insn->raw())));
+    a += insn->length;
+  }
+  return make_error(Errc::not_instruction_boundary,
+                    fmt::format("{:#x} is {}+{:#x}: not a function start", addr, owner->info.name,
+                                addr - f));
 }
 
 std::vector<Site*> SiteTable::match(std::string_view glob) {
@@ -211,14 +273,15 @@ std::vector<Site*> SiteTable::match(std::string_view glob) {
   std::string g(glob);
   std::vector<Site*> out;
   for (auto& s : sites_)
-    if (fnmatch(g.c_str(), s->info.name.c_str(), 0) == 0) out.push_back(s.get());
+    if (!s->unloaded && fnmatch(g.c_str(), s->info.name.c_str(), 0) == 0) out.push_back(s.get());
   return out;
 }
 
 std::vector<Site*> SiteTable::all() {
   std::lock_guard lock(mu_);
   std::vector<Site*> out;
-  for (auto& s : sites_) out.push_back(s.get());
+  for (auto& s : sites_)
+    if (!s->unloaded) out.push_back(s.get());
   return out;
 }
 
@@ -268,7 +331,7 @@ Result<void> SiteTable::commit() {
   std::vector<Site*> changed;
   for (auto& sp : sites_) {
     Site& s = *sp;
-    if (s.desired == s.applied) continue;
+    if (s.desired == s.applied || s.unloaded) continue;
     patch::PatchOp op;
     op.addr = s.info.site;
     op.label = s.label();

@@ -34,8 +34,10 @@ enum class Quiescence : uint8_t {
 struct Site {
   SiteInfo info;
   std::string object;               // path of the ELF object
+  uint64_t bias = 0;                // its load bias
   std::vector<uint8_t> original;    // bytes at discovery, [site, site + site_len)
   bool canonical = false;           // the entry holds its canonical NOP (or intact prologue)
+  bool unloaded = false;            // its object was dlclose'd: never patched again
   bool blacklisted = false;         // runtime code or on the patch path: never patched
   std::string blacklist_reason;
   uint64_t prologue_ool = 0;        // for prologue sites: relocated copy that resumes the body
@@ -59,6 +61,10 @@ class SiteTable {
   Result<size_t> canonicalize(Quiescence q);
 
   Site* find(uint64_t addr);  // by function start or site address
+  // Like find(), but an address that is not a function start gets an error saying what
+  // it is: an instruction boundary inside symbol+off, the middle of an instruction,
+  // unknown memory, or memory that is not executable.
+  Result<Site*> resolve(uint64_t addr);
   Site* find_name(std::string_view name);
   std::vector<Site*> match(std::string_view glob);
   std::vector<Site*> all();
@@ -77,7 +83,7 @@ class SiteTable {
   mutable std::recursive_mutex mu_;
   std::vector<std::unique_ptr<Site>> sites_;
   std::unordered_map<uint64_t, Site*> by_addr_;
-  std::vector<std::string> seen_objects_;
+  std::vector<std::string> seen_objects_;  // "path@bias" of objects loaded now
   std::vector<std::string> skipped_;
 };
 
