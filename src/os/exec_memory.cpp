@@ -148,6 +148,7 @@ void ExecArena::free(ExecBlock block) {
     c.used -= block.size;
     if (c.used == 0 && chunks_.size() > 1) {
       munmap(reinterpret_cast<void*>(c.base), c.size);
+      bump_unmap_generation();
       chunks_.erase(chunks_.begin() + static_cast<ptrdiff_t>(ci));
     }
     return;

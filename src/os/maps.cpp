@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <link.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstddef>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -40,6 +44,24 @@ Result<std::vector<Mapping>> read_maps(int pid) {
   free(line);
   fclose(f);
   return out;
+}
+
+namespace {
+std::atomic<uint64_t> g_own_unmaps{0};
+}  // namespace
+
+void bump_unmap_generation() { g_own_unmaps.fetch_add(1, std::memory_order_relaxed); }
+
+uint64_t unmap_generation() {
+  uint64_t subs = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t size, void* data) {
+        if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs))
+          *static_cast<uint64_t*>(data) = info->dlpi_subs;
+        return 1;  // the counters are the same in every entry: stop at the first
+      },
+      &subs);
+  return (subs << 32) ^ g_own_unmaps.load(std::memory_order_relaxed);
 }
 
 const Mapping* find_mapping(const std::vector<Mapping>& maps, uint64_t addr) {

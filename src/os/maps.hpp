@@ -24,4 +24,9 @@ const Mapping* find_mapping(const std::vector<Mapping>& maps, uint64_t addr);
 // Whether every byte of [addr, addr+len) is mapped executable.
 bool range_executable(const std::vector<Mapping>& maps, uint64_t addr, uint64_t len);
 
+// Changes whenever code may have been unmapped: the dynamic loader unloaded an object,
+// or the executable arena returned a chunk. Cached views of the mappings compare it.
+uint64_t unmap_generation();
+void bump_unmap_generation();
+
 }  // namespace utramp::os

@@ -95,7 +95,11 @@ SiteInfo classify(std::string_view name, uint64_t func, uint64_t size,
   s.site = func + off;
   s.listed = ctx.listed && (ctx.listed(func) || ctx.listed(s.site));
 
-  if (starts_with(code, off, {0x0f, 0x1f, 0x44, 0x00, 0x00})) {
+  // Any one 5-byte NOP: gcc's -mnop-mcount plants 0f 1f 44 00 00, clang's
+  // -fpatchable-function-entry=5 plants 0f 1f 44 00 08 (canonicalize() makes it the former).
+  auto first = off < code.size() ? arch::decode(code.data() + off, code.size() - off, s.site)
+                                 : Result<arch::Insn>(make_error(Errc::too_small, "no bytes"));
+  if (first && first->is_nop && first->length == arch::kSiteLen) {
     s.kind = SiteKind::nop5;
     s.site_len = 5;
   } else if (starts_with(code, off, {0x90, 0x90, 0x90, 0x90, 0x90})) {
@@ -137,7 +141,9 @@ SiteInfo classify(std::string_view name, uint64_t func, uint64_t size,
     s.reason = fmt::format("only {} of {} bytes readable", code.size(), size);
     return s;
   }
-  auto len = prologue_length(name, func, code, s.site);
+  // `code` may run past the symbol (the reader supplies at least 16 bytes); only the
+  // function's own bytes may be decoded, or the padding and the next function would be.
+  auto len = prologue_length(name, func, code.first(size), s.site);
   if (!len) {
     s.reason = len.error().message;
     return s;

@@ -144,7 +144,13 @@ Result<size_t> SiteTable::discover() {
         const uint8_t* p = reinterpret_cast<const uint8_t*>(info.site);
         s->original.assign(p, p + info.site_len);
       }
-      s->canonical = info.kind == SiteKind::nop5 || info.kind == SiteKind::prologue;
+      // A 5-byte NOP other than kNop5 (clang plants `nopl 8(%rax,%rax)`) is one
+      // instruction too, but commit() expects kNop5 in the nop state: canonicalize()
+      // swaps it, which is safe with threads running.
+      s->canonical = (info.kind == SiteKind::nop5 &&
+                      std::equal(s->original.begin(), s->original.end(), arch::kNop5.begin(),
+                                 arch::kNop5.end())) ||
+                     info.kind == SiteKind::prologue;
       if (on_patch_path(info.name)) {
         s->blacklisted = true;
         s->blacklist_reason = "used by the patcher itself";
@@ -184,6 +190,7 @@ Result<size_t> SiteTable::canonicalize(Quiescence q) {
         op.expected = s.original;
         op.replacement.assign(arch::kNop5.begin(), arch::kNop5.end());
         break;
+      case SiteKind::nop5:  // one NOP for another: safe with threads running
       case SiteKind::fentry_call:
         op.expected = s.original;
         op.replacement.assign(arch::kNop5.begin(), arch::kNop5.end());
@@ -322,6 +329,7 @@ Result<void> SiteTable::set_desired(Site* site, SiteState state) {
   auto b = bytes_for(*site, state);  // proves the state is encodable before accepting it
   if (!b) return std::move(b).error();
   site->desired = state;
+  if (std::find(dirty_.begin(), dirty_.end(), site) == dirty_.end()) dirty_.push_back(site);
   return {};
 }
 
@@ -329,26 +337,33 @@ Result<void> SiteTable::commit() {
   std::lock_guard lock(mu_);
   std::vector<patch::PatchOp> ops;
   std::vector<Site*> changed;
-  for (auto& sp : sites_) {
+  // Only sites whose desired state was set since the last commit can differ.
+  std::vector<Site*> dirty;
+  dirty.swap(dirty_);
+  for (Site* sp : dirty) {
     Site& s = *sp;
     if (s.desired == s.applied || s.unloaded) continue;
     patch::PatchOp op;
     op.addr = s.info.site;
     op.label = s.label();
     auto from = bytes_for(s, s.applied);
-    if (!from) return std::move(from).error();
     auto to = bytes_for(s, s.desired);
-    if (!to) return std::move(to).error();
+    if (!from || !to) {
+      for (Site* d : dirty) d->desired = d->applied;  // nothing changed, nothing pending
+      return !from ? std::move(from).error() : std::move(to).error();
+    }
     op.expected = std::move(*from);
     op.replacement = std::move(*to);
     switch (s.desired.op) {
       case SiteOp::nop:
         if (s.info.kind == SiteKind::prologue) {
-          if (!s.prologue_ool)
+          if (!s.prologue_ool) {
+            for (Site* d : dirty) d->desired = d->applied;
             return make_error(Errc::unsupported,
                               fmt::format("{}: restoring a relocated prologue needs its "
                                           "out-of-line copy",
                                           s.label()));
+          }
           op.emulate = patch::Emulation::jump_to(s.prologue_ool);
         } else {
           op.emulate = patch::Emulation::jump_to(s.info.site + arch::kSiteLen);
@@ -366,7 +381,7 @@ Result<void> SiteTable::commit() {
   }
   if (ops.empty()) return {};
   if (auto r = patch::apply(ops); !r) {
-    for (Site* s : changed) s->desired = s->applied;  // nothing changed, nothing pending
+    for (Site* d : dirty) d->desired = d->applied;  // nothing changed, nothing pending
     return std::move(r).error();
   }
   for (Site* s : changed) s->applied = s->desired;

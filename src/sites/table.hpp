@@ -82,6 +82,7 @@ class SiteTable {
 
   mutable std::recursive_mutex mu_;
   std::vector<std::unique_ptr<Site>> sites_;
+  std::vector<Site*> dirty_;  // desired state set since the last commit
   std::unordered_map<uint64_t, Site*> by_addr_;
   std::vector<std::string> seen_objects_;  // "path@bias" of objects loaded now
   std::vector<std::string> skipped_;

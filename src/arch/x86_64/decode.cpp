@@ -46,15 +46,18 @@ Flow classify_flow(const ZydisDecodedInstruction& in, const ZydisDecodedOperand*
     case ZYDIS_CATEGORY_UNCOND_BR:
       return relative ? Flow::jump : Flow::indirect_jump;
     case ZYDIS_CATEGORY_COND_BR:
-      return Flow::cond_jump;
+      // Zydis files xend here too; with no target it falls through (or faults).
+      return relative ? Flow::cond_jump : Flow::none;
     case ZYDIS_CATEGORY_CALL:
       return relative ? Flow::call : Flow::indirect_call;
     case ZYDIS_CATEGORY_RET:
       return Flow::ret;
+    case ZYDIS_CATEGORY_SYSCALL:  // syscall, sysenter
+      return Flow::syscall;
+    case ZYDIS_CATEGORY_SYSRET:   // sysret, sysexit: #GP outside ring 0
+      return Flow::trap;
     case ZYDIS_CATEGORY_INTERRUPT:
     case ZYDIS_CATEGORY_SYSTEM:
-      if (in.mnemonic == ZYDIS_MNEMONIC_SYSCALL || in.mnemonic == ZYDIS_MNEMONIC_SYSENTER)
-        return Flow::syscall;
       if (in.mnemonic == ZYDIS_MNEMONIC_INT3 || in.mnemonic == ZYDIS_MNEMONIC_INT ||
           in.mnemonic == ZYDIS_MNEMONIC_INT1 || in.mnemonic == ZYDIS_MNEMONIC_INTO ||
           in.mnemonic == ZYDIS_MNEMONIC_HLT)
