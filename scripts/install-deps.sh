@@ -13,4 +13,4 @@ $SUDO apt-get install -y --no-install-recommends \
   libelf-dev libdw-dev libbpf-dev \
   libcli11-dev libfmt-dev nlohmann-json3-dev \
   libgtest-dev libgmock-dev libbenchmark-dev \
-  binutils file
+  binutils file gdb libclang-rt-14-dev

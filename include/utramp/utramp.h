@@ -46,6 +46,54 @@ int utramp_sites_discover(void);
 int utramp_sites_foreach(const char *glob,
                          int (*fn)(const struct utramp_site_info *info, void *arg), void *arg);
 
+/* ---- BPF trampolines: fentry, fexit, fmod_ret, freplace ------------------------ */
+
+struct utramp_link;
+enum utramp_attach_type { UTRAMP_FENTRY, UTRAMP_FEXIT, UTRAMP_FMOD_RET, UTRAMP_FREPLACE };
+
+/* The shape of a BPF tracing program. ctx[] is the kernel's layout:
+ *   ctx[0..n-1] the arguments widened to u64 (zero-extended), an argument of 9..16 bytes
+ *               passed in registers taking two slots, one passed in memory (a struct over
+ *               16 bytes, long double) one slot holding its address;
+ *   ctx[n]      the return value, for fexit (and ctx[n+1] for 16-byte returns);
+ *   ctx[-1]     n, ctx[-2] the function's address; the link's cookie via
+ *               utramp_get_attach_cookie(ctx).
+ * Programs must treat ctx as read-only and must not throw. */
+typedef uint64_t (*utramp_prog_t)(uint64_t *ctx);
+
+struct utramp_attach_opts {
+  size_t sz;             /* sizeof(struct utramp_attach_opts), for growth */
+  uint64_t cookie;
+  /* The target's signature when it has no DWARF, e.g. "i32,ptr,f64 -> i64":
+   * i8..i64 u8..u64 ptr f32 f64 f80 i128, s<size>:<classes> for a struct of at most 16
+   * bytes passed in registers (one letter per eightbyte: i integer, s SSE), m<size> for
+   * one passed in memory, "..." last for variadic, "void", and "noreturn" after the
+   * return type. Without DWARF and without this: six integer argument registers, all
+   * argument registers preserved, a 64-byte window of stack arguments. */
+  const char *signature;
+};
+
+struct utramp_link *utramp_attach(void *func, enum utramp_attach_type type, void *prog,
+                                  const struct utramp_attach_opts *opts);
+struct utramp_link *utramp_attach_name(const char *symbol, enum utramp_attach_type type,
+                                       void *prog, const struct utramp_attach_opts *opts);
+int utramp_link_detach(struct utramp_link *link); /* 0, or -errno */
+
+uint64_t utramp_get_func_ip(const uint64_t *ctx);
+uint64_t utramp_get_func_arg_cnt(const uint64_t *ctx);
+int utramp_get_func_arg(const uint64_t *ctx, uint32_t n, uint64_t *value); /* 0 or -EINVAL */
+int utramp_get_func_ret(const uint64_t *ctx, uint64_t *value);
+uint64_t utramp_get_attach_cookie(const uint64_t *ctx);
+
+/* Run count and run time per program (off by default, like kernel.bpf_stats_enabled). */
+void utramp_set_stats(int on);
+
+/* Marks `func` as error-injectable: the only functions fmod_ret may attach to. Write it
+ * at file scope after the function, like the kernel's ALLOW_ERROR_INJECTION. */
+#define UTRAMP_ALLOW_ERROR_INJECTION(func)                                              \
+  static const void *const utramp_error_inject_##func                                  \
+      __attribute__((section("utramp_error_inject"), used, aligned(8))) = (const void *)&func
+
 #ifdef __cplusplus
 }
 #endif

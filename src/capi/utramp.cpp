@@ -2,10 +2,13 @@
 #include <utramp/utramp.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <string>
 
 #include "common/result.hpp"
 #include "sites/table.hpp"
+#include "tramp/signature.hpp"
+#include "tramp/trampoline.hpp"
 
 namespace {
 
@@ -16,6 +19,8 @@ int fail(const utramp::Error& e, int err) {
   errno = err;
   return -err;
 }
+
+std::string fmt_type_error(int type) { return "unknown attach type " + std::to_string(type); }
 
 int errno_of(utramp::Errc c) {
   using utramp::Errc;
@@ -68,5 +73,98 @@ int utramp_sites_foreach(const char* glob, int (*fn)(const utramp_site_info*, vo
   }
   return n;
 }
+
+}  // extern "C"
+
+struct utramp_link {
+  utramp::tramp::Link* link;
+};
+
+namespace {
+
+utramp::tramp::AttachType to_type(utramp_attach_type t) {
+  switch (t) {
+    case UTRAMP_FEXIT: return utramp::tramp::AttachType::fexit;
+    case UTRAMP_FMOD_RET: return utramp::tramp::AttachType::fmod_ret;
+    case UTRAMP_FREPLACE: return utramp::tramp::AttachType::freplace;
+    default: return utramp::tramp::AttachType::fentry;
+  }
+}
+
+template <class F>
+utramp_link* attach_common(int type, const utramp_attach_opts* opts, F&& attach) {
+  using namespace utramp;
+  if (type < UTRAMP_FENTRY || type > UTRAMP_FREPLACE) {
+    fail(make_error(Errc::invalid_argument, fmt_type_error(type)), EINVAL);
+    return nullptr;
+  }
+  tramp::AttachOptions o;
+  if (opts) {
+    if (opts->sz < offsetof(utramp_attach_opts, signature) + sizeof(opts->signature)) {
+      fail(make_error(Errc::invalid_argument, "utramp_attach_opts.sz is too small"), EINVAL);
+      return nullptr;
+    }
+    o.cookie = opts->cookie;
+    if (opts->signature) {
+      auto sig = tramp::parse_signature(opts->signature);
+      if (!sig) {
+        fail(sig.error(), EINVAL);
+        return nullptr;
+      }
+      o.signature = *sig;
+    }
+  }
+  auto r = attach(to_type(static_cast<utramp_attach_type>(type)), o);
+  if (!r) {
+    fail(r.error(), errno_of(r.error().code));
+    return nullptr;
+  }
+  return new utramp_link{*r};
+}
+
+}  // namespace
+
+extern "C" {
+
+struct utramp_link* utramp_attach(void* func, enum utramp_attach_type type, void* prog,
+                                  const struct utramp_attach_opts* opts) {
+  return attach_common(type, opts, [&](utramp::tramp::AttachType t, const utramp::tramp::AttachOptions& o) {
+    return utramp::tramp::Manager::instance().attach(reinterpret_cast<uint64_t>(func), t,
+                                                     reinterpret_cast<uint64_t>(prog), o);
+  });
+}
+
+struct utramp_link* utramp_attach_name(const char* symbol, enum utramp_attach_type type, void* prog,
+                                       const struct utramp_attach_opts* opts) {
+  if (!symbol) {
+    fail(utramp::make_error(utramp::Errc::invalid_argument, "symbol is NULL"), EINVAL);
+    return nullptr;
+  }
+  return attach_common(type, opts, [&](utramp::tramp::AttachType t, const utramp::tramp::AttachOptions& o) {
+    return utramp::tramp::Manager::instance().attach_name(symbol, t, reinterpret_cast<uint64_t>(prog), o);
+  });
+}
+
+int utramp_link_detach(struct utramp_link* link) {
+  if (!link) return fail(utramp::make_error(utramp::Errc::invalid_argument, "link is NULL"), EINVAL);
+  auto r = utramp::tramp::Manager::instance().detach(link->link);
+  if (!r) return fail(r.error(), errno_of(r.error().code));
+  delete link;
+  return 0;
+}
+
+uint64_t utramp_get_func_ip(const uint64_t* ctx) { return ctx[-2]; }
+uint64_t utramp_get_func_arg_cnt(const uint64_t* ctx) { return ctx[-1]; }
+int utramp_get_func_arg(const uint64_t* ctx, uint32_t n, uint64_t* value) {
+  if (n >= ctx[-1]) return -EINVAL;
+  *value = ctx[n];
+  return 0;
+}
+int utramp_get_func_ret(const uint64_t* ctx, uint64_t* value) {
+  *value = ctx[ctx[-1]];
+  return 0;
+}
+uint64_t utramp_get_attach_cookie(const uint64_t* ctx) { return ctx[-3]; }
+void utramp_set_stats(int on) { utramp::tramp::Manager::instance().set_stats(on != 0); }
 
 }  // extern "C"

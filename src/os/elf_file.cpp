@@ -61,11 +61,29 @@ Result<void> ElfFile::load() {
                       fmt::format("{}: ELF type {} is neither an executable nor a shared object",
                                   path_, eh.e_type));
   is_dyn_ = eh.e_type == ET_DYN;
-  size_t phnum = 0;
-  elf_getphdrnum(E(elf_), &phnum);
+  // libelf quietly shows no sections when their table lies past the end of the image;
+  // a truncated file must be refused, not listed as empty.
+  size_t shnum = 0, phnum = 0;
+  if (elf_getshdrnum(E(elf_), &shnum) != 0 || elf_getphdrnum(E(elf_), &phnum) != 0)
+    return make_error(Errc::bad_format, fmt::format("{}: bad ELF header: {}", path_, elf_errmsg(-1)));
+  auto outside = [&](uint64_t off, uint64_t n, uint64_t entsize) {
+    return off > image_.size() || (entsize && n > (image_.size() - off) / entsize);
+  };
+  if (outside(eh.e_shoff, shnum, eh.e_shentsize) || outside(eh.e_phoff, phnum, eh.e_phentsize))
+    return make_error(Errc::bad_format,
+                      fmt::format("{}: the section or program header table lies outside the "
+                                  "file ({} bytes; truncated?)",
+                                  path_, image_.size()));
   for (size_t i = 0; i < phnum; ++i) {
     GElf_Phdr ph;
-    if (gelf_getphdr(E(elf_), static_cast<int>(i), &ph) && ph.p_type == PT_INTERP) has_interp_ = true;
+    if (!gelf_getphdr(E(elf_), static_cast<int>(i), &ph)) continue;
+    if (ph.p_type == PT_DYNAMIC) has_dynamic_ = true;
+    if (ph.p_type != PT_INTERP) continue;
+    has_interp_ = true;
+    if (ph.p_offset < image_.size() && ph.p_filesz <= image_.size() - ph.p_offset) {
+      const char* p = reinterpret_cast<const char*>(image_.data() + ph.p_offset);
+      interp_.assign(p, strnlen(p, ph.p_filesz));
+    }
   }
   size_t shstrndx = 0;
   if (elf_getshdrstrndx(E(elf_), &shstrndx) != 0)
@@ -130,8 +148,18 @@ Result<void> ElfFile::load() {
       symbols_.push_back(std::move(s));
     }
   }
-  std::sort(symbols_.begin(), symbols_.end(),
-            [](const ElfSymbol& a, const ElfSymbol& b) { return a.value < b.value; });
+  // Aliases share an address and the first name listed there stands for the function
+  // (sites are keyed by address). Prefer the name a user would type: global over local
+  // (gcc -fPIC adds a local "fx.localalias" for a function's self-calls), no compiler
+  // suffix, fewest leading underscores ("malloc" over "__libc_malloc"); stable otherwise.
+  auto rank = [](const ElfSymbol& s) {
+    const size_t underscores = std::min<size_t>(s.name.find_first_not_of('_'), 9);
+    return (s.bind == STB_LOCAL ? 100 : 0) + (s.name.find('.') != std::string::npos ? 10 : 0) +
+           static_cast<int>(underscores);
+  };
+  std::stable_sort(symbols_.begin(), symbols_.end(), [&](const ElfSymbol& a, const ElfSymbol& b) {
+    return a.value != b.value ? a.value < b.value : rank(a) < rank(b);
+  });
 
   for (Elf_Scn* scn : relas) {
     GElf_Shdr sh;

@@ -43,6 +43,9 @@ class ElfFile {
   bool is_dyn() const { return is_dyn_; }      // ET_DYN: PIE or shared library
   bool has_symtab() const { return has_symtab_; }
   bool has_interp() const { return has_interp_; }
+  bool has_dynamic() const { return has_dynamic_; }  // PT_DYNAMIC: dynamically linked
+  // The program interpreter (PT_INTERP, the dynamic loader), "" if none.
+  const std::string& interp() const { return interp_; }
   const std::vector<ElfSection>& sections() const { return sections_; }
   const ElfSection* section(std::string_view name) const;
   // Functions from .symtab where present, .dynsym otherwise (both merged, de-duplicated).
@@ -66,7 +69,8 @@ class ElfFile {
   int fd_ = -1;
   void* elf_ = nullptr;  // Elf*
   std::vector<uint8_t> image_;
-  bool is_dyn_ = false, has_symtab_ = false, has_interp_ = false;
+  bool is_dyn_ = false, has_symtab_ = false, has_interp_ = false, has_dynamic_ = false;
+  std::string interp_;
   std::vector<ElfSection> sections_;
   std::vector<ElfSymbol> symbols_;
   std::map<uint64_t, uint64_t> relative_;

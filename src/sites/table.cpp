@@ -132,10 +132,16 @@ Result<size_t> SiteTable::discover() {
       skipped_.push_back(fmt::format("{}: {}", o.path, elf.error().message));
       continue;
     }
-    ObjectSites os = analyse_object(**elf, o.bias, [](uint64_t a, uint64_t n) {
+    ObjectSites objsites = analyse_object(**elf, o.bias, [](uint64_t a, uint64_t n) {
       return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(a), n);
     });
-    for (SiteInfo& info : os.functions) {
+    // Functions the program marked error-injectable (UTRAMP_ALLOW_ERROR_INJECTION puts
+    // their addresses in this section; the loader has relocated them in memory).
+    std::vector<uint64_t> injectable;
+    if (const os::ElfSection* sec = (*elf)->section("utramp_error_inject"))
+      for (uint64_t off = 0; off + 8 <= sec->size; off += 8)
+        injectable.push_back(*reinterpret_cast<const uint64_t*>(sec->addr + o.bias + off));
+    for (SiteInfo& info : objsites.functions) {
       if (by_addr_.count(info.func) || by_addr_.count(info.site)) continue;
       auto s = std::make_unique<Site>();
       s->object = o.path;
@@ -155,6 +161,8 @@ Result<size_t> SiteTable::discover() {
         s->blacklisted = true;
         s->blacklist_reason = "used by the patcher itself";
       }
+      s->error_injectable =
+          std::find(injectable.begin(), injectable.end(), info.func) != injectable.end();
       s->info = std::move(info);
       by_addr_[s->info.func] = s.get();
       by_addr_[s->info.site] = s.get();

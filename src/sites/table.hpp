@@ -37,6 +37,7 @@ struct Site {
   uint64_t bias = 0;                // its load bias
   std::vector<uint8_t> original;    // bytes at discovery, [site, site + site_len)
   bool canonical = false;           // the entry holds its canonical NOP (or intact prologue)
+  bool error_injectable = false;    // marked with UTRAMP_ALLOW_ERROR_INJECTION
   bool unloaded = false;            // its object was dlclose'd: never patched again
   bool blacklisted = false;         // runtime code or on the patch path: never patched
   std::string blacklist_reason;

@@ -1,11 +1,13 @@
 // utramp list PROGRAM [GLOB]: the functions of a program and whether each can be
 // attached, like ftrace's available_filter_functions.
 #include <cxxabi.h>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fnmatch.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "os/elf_file.hpp"
 #include "sites/object.hpp"
 
 namespace utramp::cli {
@@ -27,28 +30,62 @@ std::string demangle(const std::string& name) {
   return status == 0 && d ? std::string(d.get()) : name;
 }
 
-// The shared libraries the dynamic loader would map for `program`, as ldd finds them
-// (the loader lists them without running the program).
-std::vector<std::string> needed_libraries(const std::string& program) {
+// The shared libraries the dynamic loader would map for `program`, as `ld.so --list`
+// resolves them. The loader is the one this process runs under, never one the file
+// names (a file's PT_INTERP could be any program), and in list mode it maps the objects
+// and exits without running any of their code. Executing the program itself with
+// LD_TRACE_LOADED_OBJECTS set, as ldd does, would run a statically linked program and
+// crash a shared library. `note` says why the list is empty when it is for a reason.
+std::vector<std::string> needed_libraries(const std::string& program, std::string* note) {
   std::vector<std::string> out;
+  auto elf = os::ElfFile::open(program);
+  if (!elf) return out;
+  if (!(*elf)->has_dynamic()) {
+    *note = "statically linked: no shared libraries";
+    return out;
+  }
+  auto self = os::ElfFile::open("/proc/self/exe");
+  if (!self || (*self)->interp().empty()) {
+    *note = "cannot find the dynamic loader this process runs under";
+    return out;
+  }
+  const std::string loader = (*self)->interp();
   int fds[2];
-  if (pipe(fds) != 0) return out;
+  if (pipe2(fds, O_CLOEXEC) != 0) return out;
+  // Only LD_LIBRARY_PATH, which changes what the program would load, is passed on.
+  std::string libpath = getenv("LD_LIBRARY_PATH") ? getenv("LD_LIBRARY_PATH") : "";
+  std::string envvar = "LD_LIBRARY_PATH=" + libpath;
   pid_t pid = fork();
   if (pid == 0) {
     dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    setenv("LD_TRACE_LOADED_OBJECTS", "1", 1);
-    execl(program.c_str(), program.c_str(), static_cast<char*>(nullptr));
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+      dup2(null, STDIN_FILENO);
+      dup2(null, STDERR_FILENO);
+    }
+    char* argv[] = {const_cast<char*>(loader.c_str()), const_cast<char*>("--list"),
+                    const_cast<char*>(program.c_str()), nullptr};
+    char* envp[] = {libpath.empty() ? nullptr : envvar.data(), nullptr};
+    execve(loader.c_str(), argv, envp);
     _exit(127);
   }
   close(fds[1]);
+  if (pid < 0) {
+    close(fds[0]);
+    return out;
+  }
   std::string text;
   char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  for (;;) {
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
   close(fds[0]);
   int st = 0;
-  if (pid > 0) waitpid(pid, &st, 0);
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
   // Lines: "\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)"
   size_t pos = 0;
   while (pos < text.size()) {
@@ -61,6 +98,7 @@ std::vector<std::string> needed_libraries(const std::string& program) {
     size_t start = arrow + 3, end = line.find(" (", start);
     out.push_back(line.substr(start, end == std::string::npos ? std::string::npos : end - start));
   }
+  if (out.empty() && note->empty()) *note = "the dynamic loader lists no shared libraries";
   return out;
 }
 
@@ -79,11 +117,14 @@ int run(const Options& o) {
     return 2;
   }
   std::vector<std::string> paths{o.program};
-  if (o.libs)
-    for (auto& l : needed_libraries(o.program)) paths.push_back(l);
+  if (o.libs) {
+    std::string note;
+    for (auto& l : needed_libraries(o.program, &note)) paths.push_back(l);
+    if (!note.empty()) fmt::print(stderr, "utramp list: {}: {}\n", o.program, note);
+  }
 
   nlohmann::json js = nlohmann::json::array();
-  size_t shown = 0, total = 0;
+  size_t shown = 0, total = 0, matched = 0;
   bool header = false;
   for (size_t pi = 0; pi < paths.size(); ++pi) {
     auto obj = sites::analyse_file(paths[pi]);
@@ -106,6 +147,7 @@ int run(const Options& o) {
       if (!o.glob.empty() && fnmatch(o.glob.c_str(), f.name.c_str(), 0) != 0 &&
           fnmatch(o.glob.c_str(), shown_name.c_str(), 0) != 0)
         continue;
+      ++matched;
       if (o.attachable_only && !f.attachable) continue;
       ++shown;
       if (o.json) {
@@ -117,6 +159,7 @@ int run(const Options& o) {
                       {"size", f.size},
                       {"kind", std::string(sites::site_kind_name(f.kind))},
                       {"endbr64", f.endbr},
+                      {"listed", f.listed},
                       {"attachable", f.attachable},
                       {"reason", f.reason}});
         continue;
@@ -135,8 +178,12 @@ int run(const Options& o) {
   }
   if (o.json) fmt::print("{}\n", js.dump(2));
   if (shown == 0 && !o.glob.empty()) {
-    fmt::print(stderr, "utramp list: no function matches '{}' ({} functions looked at)\n", o.glob,
-               total);
+    if (matched)
+      fmt::print(stderr, "utramp list: {} function(s) match '{}', none of them attachable\n",
+                 matched, o.glob);
+    else
+      fmt::print(stderr, "utramp list: no function matches '{}' ({} functions looked at)\n",
+                 o.glob, total);
     return 1;
   }
   return 0;

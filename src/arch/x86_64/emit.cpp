@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "arch/arch.hpp"
+#include "arch/x86_64/asm_util.hpp"
 
 namespace utramp::arch {
 
@@ -13,37 +14,18 @@ const SiteBytes kNop5 = {0x0f, 0x1f, 0x44, 0x00, 0x00};
 
 namespace {
 
-using asmjit::CodeHolder; using asmjit::Environment; using asmjit::Imm; using asmjit::Label; namespace DebugUtils = asmjit::DebugUtils; using asmjit::CopySectionFlags; using asmjit::kErrorOk;
-namespace x86 = asmjit::x86;
+using asmjit::Imm;
+using asmjit::Label;
+namespace ax = asmjit::x86;
 
-// Assembles `body` for `base`: every absolute target becomes a rel32 from where the
-// code will actually run. Returns the finished bytes.
-template <class Body>
-Result<std::vector<uint8_t>> assemble(uint64_t base, Body&& body) {
-  CodeHolder code;
-  code.init(Environment::host(), base);
-  x86::Assembler a(&code);
-  body(a);
-  if (asmjit::Error e = code.flatten(); e != kErrorOk)
-    return make_error(Errc::unsupported, fmt::format("asmjit: {}", DebugUtils::errorAsString(e)));
-  if (asmjit::Error e = code.resolveUnresolvedLinks(); e != kErrorOk)
-    return make_error(Errc::unsupported, fmt::format("asmjit: {}", DebugUtils::errorAsString(e)));
-  if (asmjit::Error e = code.relocateToBase(base); e != kErrorOk)
-    return make_error(Errc::out_of_range,
-                      fmt::format("asmjit: {}", DebugUtils::errorAsString(e)));
-  std::vector<uint8_t> out(code.codeSize());
-  if (asmjit::Error e = code.copyFlattenedData(out.data(), out.size(), CopySectionFlags::kPadSectionBuffer);
-      e != kErrorOk)
-    return make_error(Errc::unsupported, fmt::format("asmjit: {}", DebugUtils::errorAsString(e)));
-  return out;
-}
+using x86::assemble;
 
 template <class Emit>
 Result<SiteBytes> encode_site(uint64_t at, uint64_t target, const char* what, Emit&& emit) {
   if (!rel32_reaches(at + kSiteLen, target))
     return make_error(Errc::out_of_range,
                       fmt::format("{} at {:#x} cannot reach {:#x} with rel32", what, at, target));
-  auto bytes = assemble(at, [&](x86::Assembler& a) { emit(a, Imm(target)); });
+  auto bytes = assemble(at, [&](ax::Assembler& a) { emit(a, Imm(target)); });
   if (!bytes) return std::move(bytes).error();
   if (bytes->size() != kSiteLen)
     return make_error(Errc::unsupported,
@@ -57,11 +39,11 @@ Result<SiteBytes> encode_site(uint64_t at, uint64_t target, const char* what, Em
 }  // namespace
 
 Result<SiteBytes> encode_call(uint64_t at, uint64_t target) {
-  return encode_site(at, target, "call", [](x86::Assembler& a, Imm t) { a.call(t); });
+  return encode_site(at, target, "call", [](ax::Assembler& a, Imm t) { a.call(t); });
 }
 
 Result<SiteBytes> encode_jmp(uint64_t at, uint64_t target) {
-  return encode_site(at, target, "jmp", [](x86::Assembler& a, Imm t) { a.long_().jmp(t); });
+  return encode_site(at, target, "jmp", [](ax::Assembler& a, Imm t) { a.long_().jmp(t); });
 }
 
 Result<std::vector<uint8_t>> encode_jump_anywhere(uint64_t at, uint64_t target) {
@@ -71,9 +53,9 @@ Result<std::vector<uint8_t>> encode_jump_anywhere(uint64_t at, uint64_t target) 
     return std::vector<uint8_t>(b->begin(), b->end());
   }
   // jmp [rip+0]; .quad target
-  return assemble(at, [&](x86::Assembler& a) {
+  return assemble(at, [&](ax::Assembler& a) {
     Label slot = a.newLabel();
-    a.jmp(x86::qword_ptr(slot));
+    a.jmp(ax::qword_ptr(slot));
     a.bind(slot);
     a.embedUInt64(target);
   });
@@ -85,14 +67,14 @@ Result<std::vector<uint8_t>> encode_jump_anywhere(uint64_t at, uint64_t target) 
 //   lock inc qword ptr [rip + counter]   ; or via rax when the counter is out of reach
 //   ret
 Result<std::vector<uint8_t>> emit_counting_stub(uint64_t base, uint64_t counter) {
-  return assemble(base, [&](x86::Assembler& a) {
+  return assemble(base, [&](ax::Assembler& a) {
     if (rel32_reaches(base + 16, counter) && rel32_reaches(base, counter)) {
-      a.lock().inc(x86::qword_ptr(counter));
+      a.lock().inc(ax::qword_ptr(counter));
     } else {
-      a.push(x86::rax);
-      a.mov(x86::rax, Imm(counter));
-      a.lock().inc(x86::qword_ptr(x86::rax));
-      a.pop(x86::rax);
+      a.push(ax::rax);
+      a.mov(ax::rax, Imm(counter));
+      a.lock().inc(ax::qword_ptr(ax::rax));
+      a.pop(ax::rax);
     }
     a.ret();
   });

@@ -1,0 +1,90 @@
+// Generated code for trampolines: the permanent per-site stub and the images.
+//
+// How a call reaches the programs (all entries by jmp, so the caller's call and the
+// original's ret stay paired for the return-stack predictor):
+//
+//   site:  jmp stub                      (5 bytes over the site's NOP)
+//   stub:  cmp dword fs:[registered], 0  ; first entry of this thread: register it
+//          je  slow
+//          inc dword fs:[counters + 4*S] ; S: this site's counter slot
+//   hop:   jmp image | pass              ; the one instruction retargeted per change
+//   pass:  dec dword fs:[counters + 4*S]
+//          jmp original                  ; site+5, or the relocated prologue below
+//   ool:   <prologue relocated>; jmp site+len   (relocated-prologue sites only)
+//   slow:  save argument registers, call utramp_register_thread, restore, jmp stub
+//   exit:  dec dword fs:[counters + 4*r11]; ret   (images holding their own counter)
+//
+// The stub and its counter make reclamation exact without stopping threads: a thread
+// that may still jump to an old image holds S from before it reads the hop until it
+// leaves the image (fentry-only images) or until the image has taken its own counter
+// (images that call the original, where a thread may sit for a long time).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/result.hpp"
+#include "tramp/signature.hpp"
+
+namespace utramp::arch {
+
+struct ThreadLayout {
+  int64_t registered;  // fs-relative offset of the thread's "registered" word
+  int64_t counters;    // fs-relative offset of counters[0] (uint32 each)
+  int64_t active;      // fs-relative offset of the program guards (uint8 each)
+};
+
+struct StubSpec {
+  uint64_t site;          // the site's address (the stub's hop returns nowhere: jmp)
+  uint64_t original;      // where the body continues: site + 5 for compiler sites
+  std::vector<uint8_t> prologue;  // relocated-prologue sites: the bytes to move
+  uint32_t counter_slot;
+  ThreadLayout tls;
+  uint64_t register_fn;   // utramp_register_thread
+};
+
+struct StubCode {
+  std::vector<uint8_t> code;
+  uint32_t hop = 0;       // offset of the 5-byte jmp the patcher retargets
+  uint32_t pass = 0;      // offset of the pass-through (hop's target with no image)
+  uint32_t original = 0;  // offset of the relocated prologue, or 0 when none
+  uint32_t exit = 0;      // offset of the shared exit: dec dword fs:[counters+4*r11]; ret
+};
+
+Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base);
+
+struct ImageProg {
+  uint64_t fn;            // uint64_t fn(uint64_t* ctx)
+  uint32_t guard;         // program guard slot
+  uint64_t cookie;
+  uint64_t misses;        // address of the program's miss counter (uint64_t)
+  uint64_t stats;         // address of its stats record, 0 when stats are off
+};
+
+struct ImageSpec {
+  const tramp::Signature* sig = nullptr;
+  uint64_t func = 0;          // ctx[-2]
+  uint64_t original = 0;      // what the image calls to run the body
+  uint64_t pass = 0;          // the stub's pass-through (fentry-only images end there)
+  bool calls_original = false;  // fexit or fmod_ret programs present
+  std::vector<ImageProg> fentry, fmod_ret, fexit;
+  ThreadLayout tls;
+  uint32_t site_slot = 0;     // S
+  uint32_t image_slot = 0;    // this image's own counter (calls_original only)
+  uint64_t exit_fn = 0;       // the stub's exit (calls_original images leave through it)
+  uint64_t stats_begin = 0;   // uint64_t (*)(void): a timestamp
+  uint64_t stats_end = 0;     // void (*)(uint64_t stats, uint64_t begin)
+};
+
+struct ImageCode {
+  std::vector<uint8_t> code;
+  std::vector<uint32_t> exits;  // offsets of each `leave` (for unwind information)
+  uint32_t exit_len = 0;        // bytes from each `leave` to the end of its exit
+};
+
+Result<ImageCode> emit_image(const ImageSpec& spec, uint64_t base);
+// An upper bound of the image's size, for allocating before emitting at the real base.
+size_t image_size_bound(const ImageSpec& spec);
+
+
+}  // namespace utramp::arch

@@ -1,0 +1,520 @@
+// Stubs and images: the x86-64 code of the BPF-trampoline machinery.
+#include "arch/image.hpp"
+
+#include <asmjit/x86.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "arch/arch.hpp"
+#include "arch/x86_64/asm_util.hpp"
+
+namespace utramp::arch {
+
+namespace {
+
+namespace ax = asmjit::x86;
+using asmjit::Imm;
+using asmjit::Label;
+using tramp::ArgType;
+using tramp::Part;
+using tramp::RetType;
+using tramp::Signature;
+using x86::assemble;
+using x86::fs_mem;
+
+const ax::Gp kIntArgs[6] = {ax::rdi, ax::rsi, ax::rdx, ax::rcx, ax::r8, ax::r9};
+constexpr int kSseArgs = 8;
+
+// Calls `target` from code at an unknown-yet-fixed base: rel32 when asmjit finds it in
+// reach, else through r11 (scratch at every point we call from).
+void call_abs(ax::Assembler& a, uint64_t target, uint64_t base) {
+  if (rel32_reaches(base, target) && rel32_reaches(base + (1u << 20), target)) {
+    a.call(Imm(target));
+  } else {
+    a.mov(ax::r11, Imm(target));
+    a.call(ax::r11);
+  }
+}
+
+void jmp_abs(ax::Assembler& a, uint64_t target, uint64_t base) {
+  if (rel32_reaches(base, target) && rel32_reaches(base + (1u << 20), target)) {
+    a.long_().jmp(Imm(target));
+  } else {
+    a.mov(ax::r11, Imm(target));
+    a.jmp(ax::r11);
+  }
+}
+
+// Where one argument eightbyte arrives.
+struct Loc {
+  enum class Kind : uint8_t { gpr, xmm, stack, stack_addr } kind;
+  int reg = 0;          // gpr index (kIntArgs) or xmm number
+  int32_t off = 0;      // stack: offset from the first stack argument
+  uint16_t size = 8;    // bytes of the value in this eightbyte (zero-extended to 8)
+};
+
+struct Layout {
+  std::vector<Loc> slots;   // one per ctx argument slot
+  int used_gpr = 0, used_xmm = 0;
+  int32_t stack_bytes = 0;  // named stack arguments
+  bool hidden_ret = false;  // rdi carries the return buffer
+};
+
+// System V argument assignment (psABI §3.2.3).
+Layout assign(const Signature& sig) {
+  Layout l;
+  l.hidden_ret = sig.ret.kind == RetType::Kind::memory;
+  int gpr = l.hidden_ret ? 1 : 0, xmm = 0;
+  int32_t stack = 0;
+  for (const ArgType& t : sig.args) {
+    if (t.kind == ArgType::Kind::memory) {
+      const int32_t align = std::max<int32_t>(8, t.align);
+      stack = (stack + align - 1) / align * align;
+      l.slots.push_back({Loc::Kind::stack_addr, 0, stack, 8});
+      stack += (t.size + 7) / 8 * 8;
+      continue;
+    }
+    int need_g = 0, need_x = 0;
+    for (int i = 0; i < t.eightbytes(); ++i) (t.parts[i] == Part::sse ? need_x : need_g)++;
+    if (gpr + need_g <= 6 && xmm + need_x <= kSseArgs) {
+      for (int i = 0; i < t.eightbytes(); ++i) {
+        const uint16_t sz = t.eightbytes() == 1 ? t.size : 8;
+        if (t.parts[i] == Part::sse)
+          l.slots.push_back({Loc::Kind::xmm, xmm++, 0, sz});
+        else
+          l.slots.push_back({Loc::Kind::gpr, gpr++, 0, sz});
+      }
+    } else {
+      // No register for some eightbyte: the whole argument goes on the stack.
+      const int32_t align = t.size > 8 && t.align >= 16 ? 16 : 8;
+      stack = (stack + align - 1) / align * align;
+      for (int i = 0; i < t.eightbytes(); ++i)
+        l.slots.push_back({Loc::Kind::stack, 0, stack + 8 * i, t.eightbytes() == 1 ? t.size : uint16_t(8)});
+      stack += 8 * t.eightbytes();
+    }
+  }
+  l.used_gpr = gpr;
+  l.used_xmm = xmm;
+  l.stack_bytes = stack;
+  return l;
+}
+
+// Stack-argument bytes copied when calling the original: the named ones, and for a
+// variadic or unknown signature a fixed window for what the signature cannot tell.
+constexpr int32_t kVariadicWindow = 128;
+constexpr int32_t kUnknownWindow = 64;
+
+int32_t copy_window(const Signature& sig, const Layout& l) {
+  if (!sig.known) return kUnknownWindow;
+  if (sig.variadic) return l.stack_bytes + kVariadicWindow;
+  return l.stack_bytes;
+}
+
+// Frame of an image, below rbp:
+//
+//   rbp+16 ...            stack arguments (we are entered by jmp: rbp+8 is the
+//                         caller's return address)
+//   rbp+8                 return address
+//   rbp                   saved rbp
+//   rbp-8                 saved rax (al: vector registers used by a variadic call)
+//   rbp-16                saved hidden return pointer (rdi)
+//   rbp-24                stats: start timestamp
+//   rbp-32                scratch (a program's return value across stats_end)
+//   rbp-32-16*8 ...       full xmm0-7 (variadic and unknown signatures only)
+//   ... gpr save          rdi..r9 (variadic and unknown signatures only)
+//   ctx-24, -16, -8       cookie, function address, slot count
+//   ctx+0 ...             argument slots, then two return slots
+struct Frame {
+  int32_t rax = -8, hidden = -16, t0 = -24, scratch = -32;
+  int32_t xmm = 0;        // rbp-relative start of xmm save area (0: none)
+  int32_t gpr = 0;        // rbp-relative start of gpr save area (0: none)
+  int32_t ctx = 0;        // rbp-relative address of ctx[0]
+  int32_t size = 0;       // bytes below rbp, keeps rsp 16-aligned
+  int nslots = 0;
+};
+
+Frame frame_for(const Signature& sig, const Layout& l) {
+  Frame f;
+  int32_t at = -32;
+  const bool save_all = sig.variadic || !sig.known;
+  if (save_all) {
+    at -= 16 * kSseArgs;
+    f.xmm = at;
+    at -= 8 * 6;
+    f.gpr = at;
+  }
+  f.nslots = static_cast<int>(l.slots.size());
+  const int32_t ctx_bytes = 8 * (3 + f.nslots + 2);
+  at -= ctx_bytes;
+  f.ctx = at + 24;
+  // Entered by jmp: rsp = 8 mod 16 at entry, 0 after push rbp; keep it 0.
+  f.size = (-at + 15) / 16 * 16;
+  return f;
+}
+
+ax::Mem ctx_slot(const Frame& f, int i) { return ax::qword_ptr(ax::rbp, f.ctx + 8 * i); }
+ax::Mem rbp_q(int32_t off) { return ax::qword_ptr(ax::rbp, off); }
+
+// Arguments into ctx[] (zero-extended), plus the full register file when the signature
+// cannot say which registers carry arguments.
+void save_args(ax::Assembler& a, const Signature& sig, const Layout& l, const Frame& f) {
+  for (size_t i = 0; i < l.slots.size(); ++i) {
+    const Loc& s = l.slots[i];
+    switch (s.kind) {
+      case Loc::Kind::gpr: {
+        const ax::Gp r = kIntArgs[s.reg];
+        if (s.size == 8) {
+          a.mov(ctx_slot(f, int(i)), r);
+        } else {
+          if (s.size == 4) a.mov(ax::r11d, r.r32());
+          else if (s.size == 2) a.movzx(ax::r11d, r.r16());
+          else a.movzx(ax::r11d, r.r8());
+          a.mov(ctx_slot(f, int(i)), ax::r11);
+        }
+        break;
+      }
+      case Loc::Kind::xmm:
+        if (s.size == 4) {
+          a.movd(ax::r11d, ax::xmm(s.reg));
+          a.mov(ctx_slot(f, int(i)), ax::r11);
+        } else {
+          a.movq(ctx_slot(f, int(i)), ax::xmm(s.reg));
+        }
+        break;
+      case Loc::Kind::stack: {
+        const ax::Mem src = rbp_q(16 + s.off);
+        if (s.size == 8) a.mov(ax::r11, src);
+        else if (s.size == 4) a.mov(ax::r11d, ax::dword_ptr(ax::rbp, 16 + s.off));
+        else if (s.size == 2) a.movzx(ax::r11d, ax::word_ptr(ax::rbp, 16 + s.off));
+        else a.movzx(ax::r11d, ax::byte_ptr(ax::rbp, 16 + s.off));
+        a.mov(ctx_slot(f, int(i)), ax::r11);
+        break;
+      }
+      case Loc::Kind::stack_addr:
+        a.lea(ax::r11, ax::ptr(ax::rbp, 16 + s.off));
+        a.mov(ctx_slot(f, int(i)), ax::r11);
+        break;
+    }
+  }
+  if (sig.variadic || !sig.known) {
+    for (int r = 0; r < 6; ++r) a.mov(rbp_q(f.gpr + 8 * r), kIntArgs[r]);
+    for (int x = 0; x < kSseArgs; ++x) a.movdqu(ax::ptr(ax::rbp, f.xmm + 16 * x), ax::xmm(x));
+  }
+  if (sig.variadic || !sig.known) a.mov(rbp_q(f.rax), ax::rax);
+  if (l.hidden_ret) a.mov(rbp_q(f.hidden), ax::rdi);
+}
+
+void restore_args(ax::Assembler& a, const Signature& sig, const Layout& l, const Frame& f) {
+  if (sig.variadic || !sig.known) {
+    for (int r = 0; r < 6; ++r) a.mov(kIntArgs[r], rbp_q(f.gpr + 8 * r));
+    for (int x = 0; x < kSseArgs; ++x) a.movdqu(ax::xmm(x), ax::ptr(ax::rbp, f.xmm + 16 * x));
+    a.mov(ax::rax, rbp_q(f.rax));
+  } else {
+    for (size_t i = 0; i < l.slots.size(); ++i) {
+      const Loc& s = l.slots[i];
+      if (s.kind == Loc::Kind::gpr) a.mov(kIntArgs[s.reg], ctx_slot(f, int(i)));
+      else if (s.kind == Loc::Kind::xmm) a.movq(ax::xmm(s.reg), ctx_slot(f, int(i)));
+    }
+  }
+  if (l.hidden_ret) a.mov(ax::rdi, rbp_q(f.hidden));
+}
+
+// The return value into ctx[n], ctx[n+1].
+void save_ret(ax::Assembler& a, const RetType& r, const Frame& f) {
+  const int n = f.nslots;
+  switch (r.kind) {
+    case RetType::Kind::none:
+      a.mov(ctx_slot(f, n), Imm(0));
+      a.mov(ctx_slot(f, n + 1), Imm(0));
+      return;
+    case RetType::Kind::memory:
+      a.mov(ctx_slot(f, n), ax::rax);
+      a.mov(ctx_slot(f, n + 1), Imm(0));
+      return;
+    case RetType::Kind::x87:
+      a.fstp(ax::tword_ptr(ax::rbp, f.ctx + 8 * n));
+      a.mov(ax::word_ptr(ax::rbp, f.ctx + 8 * n + 10), Imm(0));
+      a.mov(ax::dword_ptr(ax::rbp, f.ctx + 8 * n + 12), Imm(0));
+      return;
+    case RetType::Kind::reg:
+      break;
+  }
+  int gi = 0, xi = 0;
+  const ax::Gp gprs[2] = {ax::rax, ax::rdx};
+  const bool two = r.parts[1] != Part::none;
+  for (int i = 0; i < (two ? 2 : 1); ++i) {
+    const uint16_t sz = two ? 8 : r.size;
+    if (r.parts[i] == Part::sse) {
+      if (sz == 4) {
+        a.movd(ax::r11d, ax::xmm(xi++));
+        a.mov(ctx_slot(f, n + i), ax::r11);
+      } else {
+        a.movq(ctx_slot(f, n + i), ax::xmm(xi++));
+      }
+    } else {
+      const ax::Gp g = gprs[gi++];
+      if (sz == 8) a.mov(ctx_slot(f, n + i), g);
+      else {
+        if (sz == 4) a.mov(ax::r11d, g.r32());
+        else if (sz == 2) a.movzx(ax::r11d, g.r16());
+        else a.movzx(ax::r11d, g.r8());
+        a.mov(ctx_slot(f, n + i), ax::r11);
+      }
+    }
+  }
+  if (!two) a.mov(ctx_slot(f, n + 1), Imm(0));
+}
+
+void restore_ret(ax::Assembler& a, const RetType& r, const Frame& f) {
+  const int n = f.nslots;
+  switch (r.kind) {
+    case RetType::Kind::none:
+      return;
+    case RetType::Kind::memory:
+      a.mov(ax::rax, ctx_slot(f, n));
+      return;
+    case RetType::Kind::x87:
+      a.fld(ax::tword_ptr(ax::rbp, f.ctx + 8 * n));
+      return;
+    case RetType::Kind::reg:
+      break;
+  }
+  int gi = 0, xi = 0;
+  const ax::Gp gprs[2] = {ax::rax, ax::rdx};
+  const bool two = r.parts[1] != Part::none;
+  for (int i = 0; i < (two ? 2 : 1); ++i) {
+    if (r.parts[i] == Part::sse) a.movq(ax::xmm(xi++), ctx_slot(f, n + i));
+    else a.mov(gprs[gi++], ctx_slot(f, n + i));
+  }
+}
+
+// One program run, guarded against re-entry on this thread:
+//
+//   cmp  byte fs:[active + guard], 0 ; jne miss
+//   mov  byte fs:[active + guard], 1
+//   mov  qword [ctx-24], cookie
+//   lea  rdi, [ctx] ; call prog
+//   mov  byte fs:[active + guard], 0
+//
+// `after` is where execution continues; for fmod_ret the caller tests rax there (a
+// missed program counts as returning 0).
+void run_prog(ax::Assembler& a, const ImageSpec& sp, const Frame& f, const ImageProg& p,
+              uint64_t base, std::vector<std::pair<Label, Label>>& misses,
+              std::vector<const ImageProg*>& miss_progs, bool want_ret) {
+  Label miss = a.newLabel(), after = a.newLabel();
+  const ax::Mem guard = fs_mem(sp.tls.active + p.guard, 1);
+  a.cmp(guard, Imm(0));
+  a.jne(miss);
+  a.mov(guard, Imm(1));
+  if (static_cast<int64_t>(p.cookie) == static_cast<int32_t>(p.cookie)) {
+    a.mov(ctx_slot(f, -3), Imm(static_cast<int32_t>(p.cookie)));
+  } else {
+    a.mov(ax::r11, Imm(p.cookie));
+    a.mov(ctx_slot(f, -3), ax::r11);
+  }
+  if (p.stats) {
+    call_abs(a, sp.stats_begin, base);
+    a.mov(rbp_q(f.t0), ax::rax);
+  }
+  a.lea(ax::rdi, ax::ptr(ax::rbp, f.ctx));
+  call_abs(a, p.fn, base);
+  if (p.stats) {
+    a.mov(rbp_q(f.scratch), ax::rax);
+    a.mov(ax::rdi, Imm(p.stats));
+    a.mov(ax::rsi, rbp_q(f.t0));
+    call_abs(a, sp.stats_end, base);
+    a.mov(ax::rax, rbp_q(f.scratch));
+  }
+  a.mov(guard, Imm(0));
+  a.bind(after);
+  misses.push_back({miss, after});
+  miss_progs.push_back(&p);
+  (void)want_ret;
+}
+
+}  // namespace
+
+Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
+  // The relocated prologue's length does not depend on where it goes (branches are
+  // always widened to rel32): measure it, assemble with a placeholder of that length,
+  // then relocate for the placeholder's final address and splice it in.
+  size_t prologue_len = 0;
+  if (!spec.prologue.empty()) {
+    auto trial = relocate(spec.prologue, spec.site, base);
+    if (!trial) return std::move(trial).error();
+    prologue_len = trial->code.size();
+  }
+  StubCode out;
+  auto code = assemble(
+      base,
+      [&](ax::Assembler& a) {
+        Label stub = a.newLabel(), slow = a.newLabel(), hop = a.newLabel(), pass = a.newLabel(),
+              ool = a.newLabel(), exit = a.newLabel();
+        const ax::Mem counter = fs_mem(spec.tls.counters + 4 * int64_t(spec.counter_slot), 4);
+        a.bind(stub);
+        a.cmp(fs_mem(spec.tls.registered, 4), Imm(0));
+        a.long_().je(slow);
+        a.inc(counter);
+        a.bind(hop);
+        a.long_().jmp(pass);
+        a.bind(pass);
+        a.dec(counter);
+        if (spec.prologue.empty()) {
+          jmp_abs(a, spec.original, base);
+        } else {
+          a.bind(ool);
+          std::vector<uint8_t> placeholder(prologue_len, kTrapByte);
+          a.embed(placeholder.data(), placeholder.size());
+          jmp_abs(a, spec.site + spec.prologue.size(), base);
+        }
+        a.bind(slow);
+        // Entered by jmp from the function's entry: rsp = 8 mod 16. Eight pushes keep
+        // it; 8 + 128 bytes of xmm saves make it 0 for the call.
+        for (const ax::Gp& r : kIntArgs) a.push(r);
+        a.push(ax::rax);
+        a.push(ax::r10);
+        a.sub(ax::rsp, Imm(8 + 16 * kSseArgs));
+        for (int x = 0; x < kSseArgs; ++x) a.movdqu(ax::ptr(ax::rsp, 16 * x), ax::xmm(x));
+        call_abs(a, spec.register_fn, base);
+        for (int x = 0; x < kSseArgs; ++x) a.movdqu(ax::xmm(x), ax::ptr(ax::rsp, 16 * x));
+        a.add(ax::rsp, Imm(8 + 16 * kSseArgs));
+        a.pop(ax::r10);
+        a.pop(ax::rax);
+        for (int r = 5; r >= 0; --r) a.pop(kIntArgs[r]);
+        a.long_().jmp(stub);
+        // exit: images that hold their own counter leave through here, slot in r11.
+        a.bind(exit);
+        a.dec(fs_mem(spec.tls.counters, ax::r11, 2, 4));
+        a.ret();
+        out.exit = exit.id();
+        out.hop = hop.id();   // label ids for now; offsets below
+        out.pass = pass.id();
+        out.original = spec.prologue.empty() ? 0 : ool.id();
+      },
+      [&](asmjit::CodeHolder& c) {
+        out.hop = static_cast<uint32_t>(c.labelOffset(out.hop));
+        out.exit = static_cast<uint32_t>(c.labelOffset(out.exit));
+        out.pass = static_cast<uint32_t>(c.labelOffset(out.pass));
+        if (!spec.prologue.empty()) out.original = static_cast<uint32_t>(c.labelOffset(out.original));
+      });
+  if (!code) return std::move(code).error();
+  out.code = std::move(*code);
+  if (!spec.prologue.empty()) {
+    auto rel = relocate(spec.prologue, spec.site, base + out.original);
+    if (!rel) return std::move(rel).error();
+    if (rel->code.size() != prologue_len)
+      return make_error(Errc::unsupported, "relocated prologue changed length between passes");
+    std::copy(rel->code.begin(), rel->code.end(), out.code.begin() + out.original);
+  }
+  return out;
+}
+
+size_t image_size_bound(const ImageSpec& spec) {
+  const size_t progs = spec.fentry.size() + spec.fmod_ret.size() + spec.fexit.size();
+  const size_t args = spec.sig ? spec.sig->args.size() * 2 + 8 : 16;
+  return 512 + progs * 128 + args * 24 + 64 * 8 /* stack window copy */ + 512;
+}
+
+// Image layout (calls_original; fentry-only images omit the marked parts and end with
+// `leave; jmp pass`, where the stub's pass-through releases the site counter and runs
+// the body with the caller's return address still on the stack):
+//
+//   push rbp ; mov rbp, rsp
+//   inc dword fs:[counters + 4*I]       | this image's own counter, taken before
+//   dec dword fs:[counters + 4*S]       | the site counter is released
+//   sub rsp, frame
+//   <save argument registers into ctx[]>
+//   mov qword [ctx-8], n ; mov [ctx-16], func
+//   <fentry programs>
+//   <fmod_ret programs: a non-zero return skips to fexit with it as the result>
+//   <restore arguments; copy stack arguments; call original>   |
+//   <return registers into ctx[n..]>                           |
+//   <fexit programs>                                           |
+//   <restore return registers>                                 |
+//   leave ; mov r11d, I ; jmp exit      | exit: dec fs:[counters+4*r11]; ret
+Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
+  const Signature& sig = *sp.sig;
+  const Layout l = assign(sig);
+  const Frame f = frame_for(sig, l);
+  ImageCode out;
+  std::vector<Label> leave_labels;
+  auto code = assemble(base, [&](ax::Assembler& a) {
+    std::vector<std::pair<Label, Label>> misses;
+    std::vector<const ImageProg*> miss_progs;
+    Label fexit = a.newLabel();
+    a.push(ax::rbp);
+    a.mov(ax::rbp, ax::rsp);
+    if (sp.calls_original) {
+      a.inc(fs_mem(sp.tls.counters + 4 * int64_t(sp.image_slot), 4));
+      a.dec(fs_mem(sp.tls.counters + 4 * int64_t(sp.site_slot), 4));
+    }
+    a.sub(ax::rsp, Imm(f.size));
+    save_args(a, sig, l, f);
+    a.mov(ctx_slot(f, -1), Imm(f.nslots));
+    if (static_cast<int64_t>(sp.func) == static_cast<int32_t>(sp.func)) {
+      a.mov(ctx_slot(f, -2), Imm(static_cast<int32_t>(sp.func)));
+    } else {
+      a.mov(ax::r11, Imm(sp.func));
+      a.mov(ctx_slot(f, -2), ax::r11);
+    }
+    for (const ImageProg& p : sp.fentry) run_prog(a, sp, f, p, base, misses, miss_progs, false);
+    if (!sp.calls_original) {
+      restore_args(a, sig, l, f);
+      Label lv = a.newLabel();
+      a.bind(lv);
+      leave_labels.push_back(lv);
+      a.leave();
+      a.long_().jmp(Imm(sp.pass));  // rel32: images lie within reach of their stub
+    } else {
+      for (const ImageProg& p : sp.fmod_ret) {
+        const size_t before = misses.size();
+        run_prog(a, sp, f, p, base, misses, miss_progs, true);
+        (void)before;
+        // A missed fmod_ret program continues at `after` with rax = 0 (see below).
+        a.mov(ctx_slot(f, f.nslots), ax::rax);
+        a.mov(ctx_slot(f, f.nslots + 1), Imm(0));
+        a.test(ax::rax, ax::rax);
+        a.jnz(fexit);
+      }
+      restore_args(a, sig, l, f);
+      const int32_t window = copy_window(sig, l);
+      const int32_t wpad = (window + 15) / 16 * 16;
+      if (wpad) {
+        a.sub(ax::rsp, Imm(wpad));
+        for (int32_t k = 0; k < window; k += 8) {
+          a.mov(ax::r11, rbp_q(16 + k));
+          a.mov(ax::qword_ptr(ax::rsp, k), ax::r11);
+        }
+      }
+      call_abs(a, sp.original, base);
+      if (wpad) a.add(ax::rsp, Imm(wpad));
+      save_ret(a, sig.ret, f);
+      a.bind(fexit);
+      for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses, miss_progs, false);
+      restore_ret(a, sig.ret, f);
+      Label lv = a.newLabel();
+      a.bind(lv);
+      leave_labels.push_back(lv);
+      a.leave();
+      a.mov(ax::r11d, Imm(sp.image_slot));
+      a.long_().jmp(Imm(sp.exit_fn));
+    }
+    // Out of line: program misses. rax = 0 for fmod_ret's test.
+    for (size_t i = 0; i < misses.size(); ++i) {
+      a.bind(misses[i].first);
+      a.mov(ax::r11, Imm(miss_progs[i]->misses));
+      a.lock().inc(ax::qword_ptr(ax::r11));
+      a.xor_(ax::eax, ax::eax);
+      a.long_().jmp(misses[i].second);
+    }
+  }, [&](asmjit::CodeHolder& c) {
+    for (const Label& lv : leave_labels) out.exits.push_back(static_cast<uint32_t>(c.labelOffset(lv)));
+  });
+  if (!code) return std::move(code).error();
+  out.code = std::move(*code);
+  out.exit_len = sp.calls_original ? 12 : 6;  // leave; [mov r11d, imm32;] jmp rel32
+  return out;
+}
+
+}  // namespace utramp::arch

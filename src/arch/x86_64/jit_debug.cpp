@@ -1,0 +1,517 @@
+// Unwind info, perf map lines and GDB symbol files for generated images.
+//
+// The unwind program (one CIE + one FDE per image, pointers DW_EH_PE_absptr so the
+// buffer can live on the heap, far from the image), for an image with exits at e1 < e2:
+//
+//   CIE  "zR" (or "zPR": personality, absptr)   code_align 1, data_align -8, ra = r16
+//        DW_CFA_def_cfa rsp+8; DW_CFA_offset r16 at CFA-8;
+//        DW_CFA_same_value rbp                                     ; image+0
+//   FDE  pc_begin = start, pc_range = size
+//        DW_CFA_advance_loc 1; DW_CFA_def_cfa_offset 16;
+//        DW_CFA_offset rbp at CFA-16                               ; after push rbp
+//        DW_CFA_advance_loc 3; DW_CFA_def_cfa_register rbp         ; after mov rbp,rsp
+//        advance to e1+1; DW_CFA_remember_state;
+//        DW_CFA_def_cfa rsp+8; DW_CFA_restore rbp                  ; after leave (at ret)
+//        advance to e1+2; DW_CFA_restore_state                     ; body goes on
+//        advance to e2+1; DW_CFA_remember_state; def_cfa rsp+8; restore rbp
+//        (e2+2 == size: nothing follows, no restore_state)
+//   terminator (length 0)
+//
+// libgcc (__register_frame) takes a whole .eh_frame section: it walks CIE/FDE records
+// until a zero length. It keeps a pointer to the buffer, so the buffer lives as long as
+// the registration.
+#include "arch/jit_debug.hpp"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "common/hex.hpp"
+
+// ---------------------------------------------------------------------------------
+// GDB's JIT interface, as the GDB manual ("JIT Compilation Interface") specifies it.
+// gdb puts a breakpoint on __jit_debug_register_code and, when it hits, reads
+// __jit_debug_descriptor: action_flag says what happened to relevant_entry. The list is
+// only changed under g_gdb_mutex, and the function is called after every change.
+// Both symbols are exported (libutramp has default visibility); -Bsymbolic binds our
+// own references to them, so another JIT library keeps its own descriptor (gdb reads
+// every objfile's). One trap: for a data symbol of a shared library gdb reads the main
+// program's symbol of the same name when there is one (it assumes a copy relocation).
+// A main program that defines __jit_debug_descriptor itself, or references ours and so
+// copy-relocates it, hides our images from gdb; the tests look it up with dlsym.
+extern "C" {
+
+enum utramp_jit_actions : uint32_t { JIT_NOACTION = 0, JIT_REGISTER_FN, JIT_UNREGISTER_FN };
+
+struct jit_code_entry {
+  jit_code_entry* next_entry;
+  jit_code_entry* prev_entry;
+  const char* symfile_addr;
+  uint64_t symfile_size;
+};
+
+struct jit_descriptor {
+  uint32_t version;
+  uint32_t action_flag;  // utramp_jit_actions
+  jit_code_entry* relevant_entry;
+  jit_code_entry* first_entry;
+};
+
+__attribute__((visibility("default"), used)) jit_descriptor __jit_debug_descriptor = {
+    1, JIT_NOACTION, nullptr, nullptr};
+
+// gdb's breakpoint target: must exist as a real call, never inlined or folded away.
+__attribute__((visibility("default"), used, noinline)) void __jit_debug_register_code() {
+  asm volatile("" ::: "memory");
+}
+
+}  // extern "C"
+
+// libgcc_s (unwind-dw2-fde.c): register/deregister a whole .eh_frame section. Declared
+// by no installed header.
+extern "C" void __register_frame(void* begin);
+extern "C" void __deregister_frame(void* begin);
+
+namespace utramp::arch {
+
+struct DebugHandle {
+  ImageFrame frame;
+  std::vector<uint8_t> eh_frame;  // registered with libgcc; must outlive the registration
+  std::vector<uint8_t> symfile;   // the ELF gdb reads (it copies it on registration)
+  jit_code_entry entry{};
+};
+
+namespace {
+
+// DWARF call frame instructions (DWARF 4, §6.4.2) and pointer encodings (LSB, .eh_frame).
+enum : uint8_t {
+  DW_CFA_nop = 0x00,
+  DW_CFA_advance_loc1 = 0x02,
+  DW_CFA_advance_loc2 = 0x03,
+  DW_CFA_advance_loc4 = 0x04,
+  DW_CFA_same_value = 0x08,
+  DW_CFA_remember_state = 0x0a,
+  DW_CFA_restore_state = 0x0b,
+  DW_CFA_def_cfa = 0x0c,
+  DW_CFA_def_cfa_register = 0x0d,
+  DW_CFA_def_cfa_offset = 0x0e,
+  DW_CFA_advance_loc = 0x40,  // | delta (< 64)
+  DW_CFA_offset = 0x80,       // | register, then ULEB128 factored offset
+  DW_CFA_restore = 0xc0,      // | register
+};
+constexpr uint8_t DW_EH_PE_absptr = 0x00;
+
+// DWARF register numbers of the x86-64 psABI.
+constexpr uint8_t kDwRbp = 6;
+constexpr uint8_t kDwRsp = 7;
+constexpr uint8_t kDwRa = 16;
+constexpr int kDataAlign = -8;
+
+// The instructions the layout is made of.
+constexpr uint8_t kPushRbp = 0x55;
+constexpr std::array<uint8_t, 3> kMovRbpRsp = {0x48, 0x89, 0xe5};     // mov rbp, rsp (MR)
+constexpr std::array<uint8_t, 3> kMovRbpRspAlt = {0x48, 0x8b, 0xec};  // mov rbp, rsp (RM)
+constexpr uint8_t kLeave = 0xc9;
+constexpr uint8_t kRet = 0xc3;
+constexpr uint32_t kPrologueLen = 1 + kMovRbpRsp.size();
+constexpr uint32_t kExitLen = 2;  // leave; ret
+
+class Bytes {
+ public:
+  void u8(uint8_t v) { b_.push_back(v); }
+  void u32(uint32_t v) { raw(&v, sizeof v); }
+  void u64(uint64_t v) { raw(&v, sizeof v); }
+  void uleb(uint64_t v) {
+    do {
+      uint8_t byte = v & 0x7f;
+      v >>= 7;
+      if (v) byte |= 0x80;
+      b_.push_back(byte);
+    } while (v);
+  }
+  void sleb(int64_t v) {
+    for (;;) {
+      const uint8_t byte = v & 0x7f;
+      v >>= 7;  // arithmetic shift
+      const bool done = (v == 0 && !(byte & 0x40)) || (v == -1 && (byte & 0x40));
+      b_.push_back(done ? byte : (byte | 0x80));
+      if (done) return;
+    }
+  }
+  void str(std::string_view s) {
+    b_.insert(b_.end(), s.begin(), s.end());
+    b_.push_back(0);
+  }
+  void raw(const void* p, size_t n) {
+    const auto* c = static_cast<const uint8_t*>(p);
+    b_.insert(b_.end(), c, c + n);
+  }
+  void pad_to(size_t align, uint8_t fill) {
+    while (b_.size() % align) b_.push_back(fill);
+  }
+  void patch_u32(size_t at, uint32_t v) { std::memcpy(b_.data() + at, &v, sizeof v); }
+  size_t size() const { return b_.size(); }
+  std::vector<uint8_t> take() { return std::move(b_); }
+
+ private:
+  std::vector<uint8_t> b_;
+};
+
+void advance(Bytes& b, uint32_t delta) {
+  if (delta == 0) return;
+  if (delta < 64) {
+    b.u8(DW_CFA_advance_loc | static_cast<uint8_t>(delta));
+  } else if (delta <= 0xff) {
+    b.u8(DW_CFA_advance_loc1);
+    b.u8(static_cast<uint8_t>(delta));
+  } else if (delta <= 0xffff) {
+    b.u8(DW_CFA_advance_loc2);
+    const uint16_t d = static_cast<uint16_t>(delta);
+    b.raw(&d, sizeof d);
+  } else {
+    b.u8(DW_CFA_advance_loc4);
+    b.u32(delta);
+  }
+}
+
+// Sorted exits, checked against the layout (not the bytes).
+Result<std::vector<uint32_t>> checked_exits(const ImageFrame& f) {
+  if (f.start == 0 || f.size < kPrologueLen || f.size > UINT32_MAX)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("image {:#x} size {}: not a framed image", f.start, f.size));
+  std::vector<uint32_t> exits = f.exit_offsets;
+  std::sort(exits.begin(), exits.end());
+  uint64_t next_free = kPrologueLen;
+  for (uint32_t e : exits) {
+    if (f.exit_len < 2 || e < next_free || uint64_t{e} + f.exit_len > f.size)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("image {:#x} size {}: exit at +{} overlaps the prologue, "
+                                    "another exit or the end",
+                                    f.start, f.size, e));
+    next_free = uint64_t{e} + f.exit_len;
+  }
+  return exits;
+}
+
+// The layout is a promise the generator makes; a wrong FDE would corrupt unwinding
+// silently, so the bytes are checked before anything is published.
+Result<void> check_bytes(const ImageFrame& f, std::span<const uint32_t> exits) {
+  const auto* code = reinterpret_cast<const uint8_t*>(f.start);
+  const std::span<const uint8_t> prologue(code, kPrologueLen);
+  const std::span<const uint8_t> mov = prologue.subspan(1);
+  const bool mov_ok = std::equal(mov.begin(), mov.end(), kMovRbpRsp.begin()) ||
+                      std::equal(mov.begin(), mov.end(), kMovRbpRspAlt.begin());
+  if (prologue[0] != kPushRbp || !mov_ok)
+    return make_error(Errc::bytes_mismatch,
+                      fmt::format("image {:#x}: prologue is {}, expected {:02x} {} "
+                                  "(push rbp; mov rbp, rsp)",
+                                  f.start, hex_bytes(prologue), kPushRbp, hex_bytes(kMovRbpRsp)));
+  for (uint32_t e : exits) {
+    const std::span<const uint8_t> ex(code + e, kExitLen);
+    if (ex[0] != kLeave || (f.exit_len == kExitLen && ex[1] != kRet))
+      return make_error(Errc::bytes_mismatch,
+                        fmt::format("image {:#x}: exit at +{} is {}, expected {:02x} {:02x} "
+                                    "(leave; ret)",
+                                    f.start, e, hex_bytes(ex), kLeave, kRet));
+  }
+  return {};
+}
+
+Result<std::vector<uint8_t>> eh_frame_for(const ImageFrame& f, std::span<const uint32_t> exits,
+                                          void* personality) {
+  Bytes b;
+  // CIE. Records are padded with DW_CFA_nop to 8 bytes so that the FDE's absptr
+  // pc_begin/pc_range are naturally aligned (libgcc reads them as _Unwind_Ptr[2]).
+  const size_t cie = b.size();
+  b.u32(0);  // length, patched
+  b.u32(0);  // CIE id
+  b.u8(1);   // version
+  b.str(personality ? "zPR" : "zR");
+  b.uleb(1);           // code alignment factor
+  b.sleb(kDataAlign);  // data alignment factor
+  b.u8(kDwRa);         // return address register (version 1: one byte)
+  if (personality) {
+    b.uleb(1 + 8 + 1);
+    b.u8(DW_EH_PE_absptr);
+    b.u64(reinterpret_cast<uint64_t>(personality));
+  } else {
+    b.uleb(1);
+  }
+  b.u8(DW_EH_PE_absptr);  // 'R': FDE pointer encoding
+  // At image+0 the call has just pushed the return address and rbp is the caller's:
+  // the rule DW_CFA_restore brings rbp back to after each leave.
+  b.u8(DW_CFA_def_cfa);
+  b.uleb(kDwRsp);
+  b.uleb(8);
+  b.u8(DW_CFA_offset | kDwRa);
+  b.uleb(8 / -kDataAlign);
+  b.u8(DW_CFA_same_value);
+  b.uleb(kDwRbp);
+  b.pad_to(8, DW_CFA_nop);
+  b.patch_u32(cie, static_cast<uint32_t>(b.size() - cie - 4));
+
+  // FDE.
+  const size_t fde = b.size();
+  b.u32(0);                                          // length, patched
+  b.u32(static_cast<uint32_t>(b.size() - cie));      // CIE pointer: back to the CIE
+  b.u64(f.start);                                    // pc_begin
+  b.u64(f.size);                                     // pc_range
+  b.uleb(0);                                         // augmentation data length
+  uint32_t loc = 0;
+  auto advance_to = [&](uint32_t off) {
+    advance(b, off - loc);
+    loc = off;
+  };
+  advance_to(1);  // after push rbp
+  b.u8(DW_CFA_def_cfa_offset);
+  b.uleb(16);
+  b.u8(DW_CFA_offset | kDwRbp);
+  b.uleb(16 / -kDataAlign);
+  advance_to(kPrologueLen);  // after mov rbp, rsp
+  b.u8(DW_CFA_def_cfa_register);
+  b.uleb(kDwRbp);
+  for (uint32_t e : exits) {
+    advance_to(e + 1);  // after leave: at the ret
+    b.u8(DW_CFA_remember_state);
+    b.u8(DW_CFA_def_cfa);
+    b.uleb(kDwRsp);
+    b.uleb(8);
+    b.u8(DW_CFA_restore | kDwRbp);
+    if (uint64_t{e} + f.exit_len < f.size) {
+      advance_to(e + f.exit_len);  // the body goes on after this exit
+      b.u8(DW_CFA_restore_state);
+    }
+  }
+  b.pad_to(8, DW_CFA_nop);
+  b.patch_u32(fde, static_cast<uint32_t>(b.size() - fde - 4));
+  b.u32(0);  // terminator
+  return b.take();
+}
+
+// A minimal relocatable ELF gdb loads as a symbol file (the layout LLVM's JIT
+// registration uses: section addresses are absolute load addresses):
+//
+//   [0] null  [1] .text NOBITS ALLOC|EXECINSTR at `start`, `size` bytes
+//   [2] .symtab: null, `name` FUNC GLOBAL in .text, value 0 (section-relative), size
+//   [3] .strtab  [4] .shstrtab
+std::vector<uint8_t> symfile_for(const ImageFrame& f, std::string_view name) {
+  enum : uint16_t { kNull, kText, kSymtab, kStrtab, kShstrtab, kSections };
+  const std::string_view shstrtab_names[] = {"", ".text", ".symtab", ".strtab", ".shstrtab"};
+
+  Bytes shstrtab;
+  uint32_t sh_name[kSections];
+  for (int i = 0; i < kSections; ++i) {
+    sh_name[i] = static_cast<uint32_t>(shstrtab.size());
+    shstrtab.str(shstrtab_names[i]);
+  }
+  Bytes strtab;
+  strtab.u8(0);
+  const uint32_t sym_name = static_cast<uint32_t>(strtab.size());
+  // NUL inside `name` would cut it short; keep what precedes it.
+  strtab.str(name.substr(0, name.find('\0')));
+
+  Elf64_Sym syms[2] = {};
+  syms[1].st_name = sym_name;
+  syms[1].st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC);
+  syms[1].st_other = STV_DEFAULT;
+  syms[1].st_shndx = kText;
+  syms[1].st_value = 0;
+  syms[1].st_size = f.size;
+
+  Bytes out;
+  out.raw(std::array<uint8_t, sizeof(Elf64_Ehdr)>{}.data(), sizeof(Elf64_Ehdr));
+  out.pad_to(8, 0);
+  const uint64_t symtab_off = out.size();
+  out.raw(syms, sizeof syms);
+  const uint64_t strtab_off = out.size();
+  const std::vector<uint8_t> strtab_bytes = strtab.take();
+  out.raw(strtab_bytes.data(), strtab_bytes.size());
+  const uint64_t shstrtab_off = out.size();
+  const std::vector<uint8_t> shstrtab_bytes = shstrtab.take();
+  out.raw(shstrtab_bytes.data(), shstrtab_bytes.size());
+  out.pad_to(8, 0);
+  const uint64_t shoff = out.size();
+
+  Elf64_Shdr sh[kSections] = {};
+  sh[kText].sh_type = SHT_NOBITS;
+  sh[kText].sh_flags = SHF_ALLOC | SHF_EXECINSTR;
+  sh[kText].sh_addr = f.start;
+  sh[kText].sh_offset = shoff;
+  sh[kText].sh_size = f.size;
+  sh[kText].sh_addralign = 16;
+  sh[kSymtab].sh_type = SHT_SYMTAB;
+  sh[kSymtab].sh_offset = symtab_off;
+  sh[kSymtab].sh_size = sizeof syms;
+  sh[kSymtab].sh_link = kStrtab;
+  sh[kSymtab].sh_info = 1;  // index of the first non-local symbol
+  sh[kSymtab].sh_addralign = 8;
+  sh[kSymtab].sh_entsize = sizeof(Elf64_Sym);
+  sh[kStrtab].sh_type = SHT_STRTAB;
+  sh[kStrtab].sh_offset = strtab_off;
+  sh[kStrtab].sh_size = strtab_bytes.size();
+  sh[kStrtab].sh_addralign = 1;
+  sh[kShstrtab].sh_type = SHT_STRTAB;
+  sh[kShstrtab].sh_offset = shstrtab_off;
+  sh[kShstrtab].sh_size = shstrtab_bytes.size();
+  sh[kShstrtab].sh_addralign = 1;
+  for (int i = 0; i < kSections; ++i) sh[i].sh_name = sh_name[i];
+  out.raw(sh, sizeof sh);
+
+  Elf64_Ehdr eh = {};
+  std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
+  eh.e_ident[EI_CLASS] = ELFCLASS64;
+  eh.e_ident[EI_DATA] = ELFDATA2LSB;
+  eh.e_ident[EI_VERSION] = EV_CURRENT;
+  eh.e_ident[EI_OSABI] = ELFOSABI_NONE;
+  eh.e_type = ET_REL;
+  eh.e_machine = EM_X86_64;
+  eh.e_version = EV_CURRENT;
+  eh.e_shoff = shoff;
+  eh.e_ehsize = sizeof(Elf64_Ehdr);
+  eh.e_shentsize = sizeof(Elf64_Shdr);
+  eh.e_shnum = kSections;
+  eh.e_shstrndx = kShstrtab;
+  std::vector<uint8_t> elf = out.take();
+  std::memcpy(elf.data(), &eh, sizeof eh);
+  return elf;
+}
+
+// --- GDB registration ---------------------------------------------------------------
+
+std::mutex g_gdb_mutex;  // guards __jit_debug_descriptor and its list
+
+void gdb_register(jit_code_entry* e) {
+  std::lock_guard lock(g_gdb_mutex);
+  e->prev_entry = nullptr;
+  e->next_entry = __jit_debug_descriptor.first_entry;
+  if (e->next_entry) e->next_entry->prev_entry = e;
+  __jit_debug_descriptor.first_entry = e;
+  __jit_debug_descriptor.relevant_entry = e;
+  __jit_debug_descriptor.action_flag = JIT_REGISTER_FN;
+  __jit_debug_register_code();
+}
+
+void gdb_unregister(jit_code_entry* e) {
+  std::lock_guard lock(g_gdb_mutex);
+  if (e->prev_entry)
+    e->prev_entry->next_entry = e->next_entry;
+  else
+    __jit_debug_descriptor.first_entry = e->next_entry;
+  if (e->next_entry) e->next_entry->prev_entry = e->prev_entry;
+  __jit_debug_descriptor.relevant_entry = e;
+  __jit_debug_descriptor.action_flag = JIT_UNREGISTER_FN;
+  __jit_debug_register_code();
+}
+
+// --- Ranges with registered unwind info ---------------------------------------------
+//
+// libgcc >= 13 keys registered frames by their start address in a b-tree: a second
+// registration of the same start is dropped and the first deregistration then removes
+// the wrong object. Images never overlap, so an overlap is a caller bug, refused here.
+
+std::mutex g_ranges_mutex;
+std::map<uint64_t, uint64_t> g_ranges;  // start -> end
+
+Result<void> claim_range(const ImageFrame& f) {
+  std::lock_guard lock(g_ranges_mutex);
+  const uint64_t end = f.start + f.size;
+  auto next = g_ranges.lower_bound(f.start);
+  if (next != g_ranges.end() && next->first < end)
+    return make_error(Errc::busy, fmt::format("image {:#x}-{:#x} overlaps registered {:#x}-{:#x}",
+                                              f.start, end, next->first, next->second));
+  if (next != g_ranges.begin() && std::prev(next)->second > f.start)
+    return make_error(Errc::busy, fmt::format("image {:#x}-{:#x} overlaps registered {:#x}-{:#x}",
+                                              f.start, end, std::prev(next)->first,
+                                              std::prev(next)->second));
+  g_ranges.emplace_hint(next, f.start, end);
+  return {};
+}
+
+void release_range(const ImageFrame& f) {
+  std::lock_guard lock(g_ranges_mutex);
+  g_ranges.erase(f.start);
+}
+
+// --- perf map --------------------------------------------------------------------------
+
+constexpr int kPerfUnset = -1;
+std::atomic<int> g_perf_map{kPerfUnset};
+
+// One O_APPEND write per line: lines from concurrent registrations (and other writers
+// of the same file) never interleave. Opened per line, so a forked child writes its own
+// pid's file.
+void perf_map_append(const ImageFrame& f, std::string_view name) {
+  std::string line = fmt::format("{:x} {:x} ", f.start, f.size);
+  for (char c : name) line.push_back(c == '\n' || c == '\r' || c == '\0' ? '_' : c);
+  line.push_back('\n');
+  const std::string path = fmt::format("/tmp/perf-{}.map", getpid());
+  const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  [[maybe_unused]] const ssize_t n = write(fd, line.data(), line.size());
+  close(fd);
+}
+
+}  // namespace
+
+void set_perf_map(bool on) { g_perf_map.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+bool perf_map_enabled() {
+  int v = g_perf_map.load(std::memory_order_relaxed);
+  if (v == kPerfUnset) {
+    const char* env = std::getenv("UTRAMP_PERF_MAP");
+    const int from_env = env && std::string_view(env) == "1" ? 1 : 0;
+    // A concurrent set_perf_map() wins over the environment.
+    if (g_perf_map.compare_exchange_strong(v, from_env, std::memory_order_relaxed)) v = from_env;
+  }
+  return v == 1;
+}
+
+Result<std::vector<uint8_t>> build_eh_frame(const ImageFrame& frame, void* personality) {
+  auto exits = checked_exits(frame);
+  if (!exits) return std::move(exits).error();
+  return eh_frame_for(frame, *exits, personality);
+}
+
+Result<DebugHandle*> register_image(const ImageFrame& frame, std::string_view name,
+                                    void* personality) {
+  auto exits = checked_exits(frame);
+  if (!exits) return std::move(exits).error();
+  UTRAMP_TRY(check_bytes(frame, *exits));
+  auto eh = eh_frame_for(frame, *exits, personality);
+  if (!eh) return std::move(eh).error();
+  auto h = std::make_unique<DebugHandle>();
+  h->frame = frame;
+  h->eh_frame = std::move(*eh);
+  h->symfile = symfile_for(frame, name);
+  h->entry.symfile_addr = reinterpret_cast<const char*>(h->symfile.data());
+  h->entry.symfile_size = h->symfile.size();
+  UTRAMP_TRY(claim_range(frame));
+
+  // Nothing below fails: unwinder first, then the observers.
+  __register_frame(h->eh_frame.data());
+  if (perf_map_enabled()) perf_map_append(frame, name);
+  gdb_register(&h->entry);
+  return h.release();
+}
+
+void unregister_image(DebugHandle* h) {
+  if (!h) return;
+  gdb_unregister(&h->entry);
+  __deregister_frame(h->eh_frame.data());
+  release_range(h->frame);
+  delete h;
+}
+
+}  // namespace utramp::arch

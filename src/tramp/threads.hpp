@@ -1,0 +1,61 @@
+// Per-thread state read by generated code, and the registry that lets the reclaimer
+// read it for every thread.
+//
+// Generated code reaches this thread's block at a fixed offset from the thread pointer
+// (initial-exec TLS), so it costs a segment-relative memory operand and nothing else:
+//   counters[slot]  how many times this thread is inside what `slot` guards (a site's
+//                   stub window, or one image); non-atomic: only the owner writes it
+//   active[prog]    the recursion guard of each program on this thread
+//   registered      whether the registry knows this block (the stub checks it)
+//
+// Reclamation (DESIGN §5) reads other threads' counters through the registry with a
+// fault-safe copy (process_vm_readv), never stopping or signalling them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace utramp::tramp {
+
+inline constexpr uint32_t kCounterSlots = 2048;
+inline constexpr uint32_t kProgSlots = 1024;
+
+struct ThreadBlock {
+  uint32_t registered;
+  uint32_t counters[kCounterSlots];
+  uint8_t active[kProgSlots];
+};
+
+// Offsets of this thread's fields from the thread pointer (%fs base); the same for
+// every thread.
+struct TlsLayout {
+  int64_t registered, counters, active;
+};
+TlsLayout tls_layout();
+
+// Adds the calling thread's block to the registry (idempotent). Called by generated
+// code on a thread's first entry into any stub, and safe from signal handlers.
+extern "C" void utramp_register_thread();
+
+// A copy of every registered thread's counters (for the slots asked), taken without
+// stopping them. A thread whose block cannot be read any more (it exited) is dropped.
+struct CounterSnapshot {
+  std::vector<int> tids;                       // [thread]
+  std::vector<std::vector<uint32_t>> values;  // [thread][i] for slots[i]
+};
+CounterSnapshot snapshot_counters(const std::vector<uint32_t>& slots);
+
+// Slot allocation for counters and program guards. Released slots are reused only once
+// the caller has proven every thread's counter for them is zero.
+Result<uint32_t> alloc_counter_slot();
+void free_counter_slot(uint32_t slot);
+Result<uint32_t> alloc_prog_slot();
+void free_prog_slot(uint32_t slot);
+
+// This thread's own block (tests, and the unwind personality).
+ThreadBlock& this_thread_block();
+
+}  // namespace utramp::tramp

@@ -1,0 +1,584 @@
+#include "tramp/trampoline.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+#include <unwind.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <map>
+
+#include "arch/arch.hpp"
+#include "arch/image.hpp"
+#include "arch/jit_debug.hpp"
+#include "os/exec_memory.hpp"
+#include "os/text_writer.hpp"
+#include "patch/patcher.hpp"
+#include "sites/table.hpp"
+#include "tramp/threads.hpp"
+
+namespace utramp::tramp {
+
+std::string_view attach_type_name(AttachType t) noexcept {
+  switch (t) {
+    case AttachType::fentry: return "fentry";
+    case AttachType::fexit: return "fexit";
+    case AttachType::fmod_ret: return "fmod_ret";
+    case AttachType::freplace: return "freplace";
+  }
+  return "?";
+}
+
+// An immutable generated image. `slot` is its own counter (images that call the
+// original), `site_slot` the counter of the stub that leads to it.
+struct Manager::Image {
+  os::ExecBlock block;
+  bool calls_original = false;
+  uint32_t slot = UINT32_MAX;
+  uint32_t site_slot = 0;
+  arch::DebugHandle* debug = nullptr;
+};
+
+struct Manager::Retired {
+  std::unique_ptr<Image> image;
+};
+
+struct Trampoline {
+  sites::Site* site = nullptr;
+  uint64_t func = 0;
+  std::string name;
+  Signature sig;
+  os::ExecBlock stub_block;
+  arch::StubCode stub;
+  uint32_t site_slot = 0;
+  uint64_t original = 0;          // where the image calls the body
+  std::vector<Link*> links;       // in attach order
+  std::unique_ptr<Manager::Image> image;
+  uint64_t hop_target = 0;        // what the stub's hop jumps to now
+  bool site_to_stub = false;      // the site jumps to the stub (else NOP or freplace)
+  uint64_t hop() const { return stub_block.addr + stub.hop; }
+  uint64_t pass() const { return stub_block.addr + stub.pass; }
+};
+
+namespace {
+
+// Images by start address, for the unwind personality.
+std::mutex g_images_mu;
+std::map<uint64_t, std::pair<uint32_t, uint64_t>> g_images;  // start -> (slot to release, end)
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+extern "C" uint64_t utramp_stats_begin() { return now_ns(); }
+extern "C" void utramp_stats_end(uint64_t stats, uint64_t begin) {
+  auto* s = reinterpret_cast<ProgStats*>(stats);
+  s->run_cnt.fetch_add(1, std::memory_order_relaxed);
+  s->run_ns.fetch_add(now_ns() - begin, std::memory_order_relaxed);
+}
+
+// Unwinding through an image (a C++ exception from the original function or from a
+// program, or a forced unwind such as thread cancellation) skips the image's normal
+// exit, which would have released this thread's counter: release it here.
+extern "C" _Unwind_Reason_Code utramp_image_personality(int, _Unwind_Action actions,
+                                                        _Unwind_Exception_Class,
+                                                        _Unwind_Exception*, _Unwind_Context* ctx) {
+  if (actions & _UA_CLEANUP_PHASE) {
+    const uint64_t start = _Unwind_GetRegionStart(ctx);
+    std::lock_guard lock(g_images_mu);
+    auto it = g_images.find(start);
+    if (it != g_images.end()) {
+      uint32_t& c = this_thread_block().counters[it->second.first];
+      if (c) --c;
+    }
+  }
+  return _URC_CONTINUE_UNWIND;
+}
+
+struct Patch {
+  std::vector<patch::PatchOp> ops;
+  void jmp(uint64_t at, uint64_t from_target, uint64_t to_target, std::string label) {
+    auto a = arch::encode_jmp(at, from_target);
+    auto b = arch::encode_jmp(at, to_target);
+    ops.push_back({at, {a->begin(), a->end()}, {b->begin(), b->end()},
+                   patch::Emulation::jump_to(to_target), std::move(label)});
+  }
+};
+
+}  // namespace
+
+bool error_injectable(uint64_t func) {
+  auto* s = sites::SiteTable::instance().find(func);
+  return s && s->error_injectable;
+}
+
+Manager& Manager::instance() {
+  static Manager* m = new Manager();  // never destroyed: images may outlive statics
+  return *m;
+}
+
+Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& opts) {
+  for (auto& t : tramps_)
+    if (t->func == func || (t->site && t->site->addr() == func)) return t.get();
+  auto& table = sites::SiteTable::instance();
+  if (!table.find(func)) {
+    // First use, or an object loaded since: look again.
+    UTRAMP_TRY(table.discover());
+    auto c = table.canonicalize(sites::Quiescence::live);
+    if (!c) return std::move(c).error();
+  }
+  auto site = table.resolve(func);
+  if (!site) return std::move(site).error();
+  sites::Site* s = *site;
+  std::string why;
+  if (!s->usable(&why)) return make_error(Errc::unsupported, why);
+  if (s->info.func != func)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("{:#x} is {}+{:#x}, not a function start", func, s->info.name,
+                                  func - s->info.func));
+  auto t = std::make_unique<Trampoline>();
+  t->site = s;
+  t->func = s->info.func;
+  t->name = s->info.name;
+  t->sig = opts.signature ? *opts.signature : Signature::fallback();
+  auto slot = alloc_counter_slot();
+  if (!slot) return std::move(slot).error();
+  t->site_slot = *slot;
+
+  // The stub: near the site (the site jumps to it with rel32).
+  arch::StubSpec spec;
+  spec.site = s->addr();
+  spec.counter_slot = t->site_slot;
+  const auto tl = tls_layout();
+  spec.tls = {tl.registered, tl.counters, tl.active};
+  spec.register_fn = reinterpret_cast<uint64_t>(&utramp_register_thread);
+  if (s->info.kind == sites::SiteKind::prologue) {
+    const auto* p = reinterpret_cast<const uint8_t*>(s->addr());
+    spec.prologue.assign(p, p + s->info.site_len);
+  } else {
+    spec.original = s->addr() + arch::kSiteLen;
+  }
+  const auto w = arch::rel32_window(s->addr());
+  // Size: emit once at the window's start to measure, then for real.
+  auto probe = arch::emit_stub(spec, w.lo);
+  if (!probe) {
+    free_counter_slot(t->site_slot);
+    return make_error(probe.error().code, fmt::format("{}: {}", s->info.name, probe.error().message));
+  }
+  auto block = os::ExecArena::instance().allocate(probe->code.size() + 16, w.lo, w.hi);
+  if (!block) {
+    free_counter_slot(t->site_slot);
+    return std::move(block).error();
+  }
+  auto stub = arch::emit_stub(spec, block->addr);
+  if (!stub || stub->code.size() > block->size) {
+    os::ExecArena::instance().free(*block);
+    free_counter_slot(t->site_slot);
+    return stub ? make_error(Errc::too_big, "stub grew") : std::move(stub).error();
+  }
+  if (auto r = os::ExecArena::instance().write(*block, 0, stub->code); !r) {
+    os::ExecArena::instance().free(*block);
+    free_counter_slot(t->site_slot);
+    return std::move(r).error();
+  }
+  t->stub_block = *block;
+  t->stub = std::move(*stub);
+  t->original = t->stub.original ? block->addr + t->stub.original : s->addr() + arch::kSiteLen;
+  t->hop_target = t->pass();
+  if (s->info.kind == sites::SiteKind::prologue) s->prologue_ool = t->original;
+  tramps_.push_back(std::move(t));
+  return tramps_.back().get();
+}
+
+// Builds the image for `links`, publishes it with one batch, retires the old one.
+Result<void> Manager::rebuild(Trampoline& t, std::vector<Link*> links) {
+  auto& table = sites::SiteTable::instance();
+  std::vector<Link*> fentry, fexit, fmod;
+  Link* freplace = nullptr;
+  for (Link* l : links) {
+    switch (l->type) {
+      case AttachType::fentry: fentry.push_back(l); break;
+      case AttachType::fexit: fexit.push_back(l); break;
+      case AttachType::fmod_ret: fmod.push_back(l); break;
+      case AttachType::freplace: freplace = l; break;
+    }
+  }
+  std::unique_ptr<Image> img;
+  Patch patch;
+  sites::SiteState site_state;
+  const std::string label = fmt::format("{} stub", t.name);
+
+  if (freplace) {
+    // No image: the site jumps straight to the replacement (through a thunk when it
+    // is out of reach), which returns to the caller itself.
+    uint64_t target = freplace->replacement;
+    if (!arch::rel32_reaches(t.site->addr() + arch::kSiteLen, target)) {
+      const auto w = arch::rel32_window(t.site->addr());
+      auto code = arch::encode_jump_anywhere(w.lo, target);  // size probe
+      auto block = os::ExecArena::instance().allocate(code ? code->size() : 16, w.lo, w.hi);
+      if (!block) return std::move(block).error();
+      auto thunk = arch::encode_jump_anywhere(block->addr, target);
+      if (!thunk) return std::move(thunk).error();
+      UTRAMP_TRY(os::ExecArena::instance().write(*block, 0, *thunk));
+      target = block->addr;  // a few bytes per freplace attach, kept (see notes)
+    }
+    site_state = {sites::SiteOp::jmp, target};
+    if (t.hop_target != t.pass()) patch.jmp(t.hop(), t.hop_target, t.pass(), label);
+  } else if (!links.empty()) {
+    const bool calls_original = !fexit.empty() || !fmod.empty();
+    img = std::make_unique<Image>();
+    img->calls_original = calls_original;
+    img->site_slot = t.site_slot;
+    if (calls_original) {
+      auto slot = alloc_counter_slot();
+      if (!slot) return std::move(slot).error();
+      img->slot = *slot;
+    }
+    arch::ImageSpec spec;
+    spec.sig = &t.sig;
+    spec.func = t.func;
+    spec.original = t.original;
+    spec.pass = t.pass();
+    spec.exit_fn = t.stub_block.addr + t.stub.exit;
+    spec.calls_original = calls_original;
+    const auto tl = tls_layout();
+    spec.tls = {tl.registered, tl.counters, tl.active};
+    spec.site_slot = t.site_slot;
+    spec.image_slot = img->slot;
+    spec.stats_begin = reinterpret_cast<uint64_t>(&utramp_stats_begin);
+    spec.stats_end = reinterpret_cast<uint64_t>(&utramp_stats_end);
+    const bool stats = stats_.load();
+    auto add = [&](std::vector<arch::ImageProg>& v, Link* l) {
+      v.push_back({l->prog->fn, l->prog->guard, l->cookie,
+                   reinterpret_cast<uint64_t>(&l->prog->misses),
+                   stats ? reinterpret_cast<uint64_t>(&l->prog->stats) : 0});
+    };
+    for (Link* l : fentry) add(spec.fentry, l);
+    for (Link* l : fmod) add(spec.fmod_ret, l);
+    for (Link* l : fexit) add(spec.fexit, l);
+    // Within rel32 of the stub: the hop jumps to the image, the image to pass/exit.
+    const auto w = arch::rel32_window(t.stub_block.addr);
+    auto block = os::ExecArena::instance().allocate(arch::image_size_bound(spec), w.lo, w.hi);
+    auto fail = [&](Error e) -> Error {
+      if (block) os::ExecArena::instance().free(*block);
+      if (img->slot != UINT32_MAX) free_counter_slot(img->slot);
+      return make_error(e.code, fmt::format("{}: {}", t.name, e.message));
+    };
+    if (!block) return fail(block.error());
+    auto code = arch::emit_image(spec, block->addr);
+    if (!code) return fail(code.error());
+    if (code->code.size() > block->size)
+      return fail(make_error(Errc::too_big, fmt::format("image of {} bytes over its bound {}",
+                                                        code->code.size(), block->size)));
+    if (auto r = os::ExecArena::instance().write(*block, 0, code->code); !r) return fail(r.error());
+    img->block = *block;
+    // Unwind info, perf map and gdb: published before anything can reach the image.
+    arch::ImageFrame frame{block->addr, code->code.size(), code->exits, code->exit_len};
+    auto dbg = arch::register_image(frame, fmt::format("utramp_image:{}", t.name),
+                                    reinterpret_cast<void*>(&utramp_image_personality));
+    if (!dbg) return fail(dbg.error());
+    img->debug = *dbg;
+    {
+      std::lock_guard lock(g_images_mu);
+      g_images[block->addr] = {calls_original ? img->slot : t.site_slot,
+                               block->addr + code->code.size()};
+    }
+    site_state = {sites::SiteOp::jmp, t.stub_block.addr};
+    patch.jmp(t.hop(), t.hop_target, block->addr, label);
+  } else {
+    // No links: the site returns to its NOP and the hop to the pass-through.
+    site_state = {};
+    if (t.hop_target != t.pass()) patch.jmp(t.hop(), t.hop_target, t.pass(), label);
+  }
+
+  // One batch: the stub's hop and the site change together.
+  std::vector<patch::PatchOp> ops = std::move(patch.ops);
+  auto unpublish = [&] {
+    if (!img || !img->block) return;
+    {
+      std::lock_guard lock(g_images_mu);
+      g_images.erase(img->block.addr);
+    }
+    arch::unregister_image(img->debug);
+    os::ExecArena::instance().free(img->block);
+    if (img->slot != UINT32_MAX) free_counter_slot(img->slot);
+  };
+  if (!(t.site->applied == site_state)) {
+    // The site goes through the table so its desired/applied state stays true.
+    auto r = table.set_desired(t.site, site_state);
+    if (!r) {
+      unpublish();
+      return std::move(r).error();
+    }
+    // Apply the stub change first when the site leaves the stub, after otherwise:
+    // a thread must never find the site pointing at a stub whose hop is stale.
+    if (site_state.op == sites::SiteOp::jmp && site_state.target == t.stub_block.addr) {
+      if (!ops.empty()) {
+        if (auto r2 = patch::apply(ops); !r2) {
+          (void)table.set_desired(t.site, t.site->applied);
+          unpublish();
+          return std::move(r2).error();
+        }
+      }
+      if (auto r2 = table.commit(); !r2) {
+        // Put the hop back; the site never pointed at it.
+        unpublish();
+        return std::move(r2).error();
+      }
+    } else {
+      if (auto r2 = table.commit(); !r2) {
+        unpublish();
+        return std::move(r2).error();
+      }
+      if (!ops.empty()) (void)patch::apply(ops);
+    }
+  } else if (!ops.empty()) {
+    if (auto r = patch::apply(ops); !r) {
+      unpublish();
+      return std::move(r).error();
+    }
+  }
+  t.site_to_stub = site_state.op == sites::SiteOp::jmp && site_state.target == t.stub_block.addr;
+  t.hop_target = img ? img->block.addr : t.pass();
+  t.links = std::move(links);
+  std::unique_ptr<Image> old = std::move(t.image);
+  t.image = std::move(img);
+  if (old) retire(t, old.release());
+  return {};
+}
+
+void Manager::retire(Trampoline&, Image* img) {
+  retired_.push_back(std::make_unique<Retired>(Retired{std::unique_ptr<Image>(img)}));
+  ensure_reclaimer();
+  cv_.notify_all();
+}
+
+Result<Link*> Manager::attach(uint64_t func, AttachType type, uint64_t prog,
+                              const AttachOptions& opts) {
+  std::lock_guard lock(mu_);
+  if (!prog)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("{} on {:#x}: the program is NULL", attach_type_name(type), func));
+  auto tr = trampoline_for(func, opts);
+  if (!tr) return std::move(tr).error();
+  Trampoline& t = **tr;
+  if (opts.signature && !t.sig.known) t.sig = *opts.signature;  // a better signature
+  const std::string what = fmt::format("{} on {}", attach_type_name(type), t.name);
+  const bool has_freplace = std::any_of(t.links.begin(), t.links.end(),
+                                        [](Link* l) { return l->type == AttachType::freplace; });
+  if (type == AttachType::freplace && !t.links.empty())
+    return make_error(Errc::busy, fmt::format("{}: the function already has {} link(s); freplace "
+                                              "replaces the whole function and cannot be "
+                                              "combined with fentry/fexit/fmod_ret",
+                                              what, t.links.size()));
+  if (type != AttachType::freplace && has_freplace)
+    return make_error(Errc::busy, fmt::format("{}: the function is replaced (freplace); detach "
+                                              "that first", what));
+  if ((type == AttachType::fexit || type == AttachType::fmod_ret) && t.sig.noreturn)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("{}: the function never returns (noreturn)", what));
+  if (type == AttachType::fmod_ret) {
+    if (!t.site->error_injectable)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("{}: not marked with UTRAMP_ALLOW_ERROR_INJECTION({})", what,
+                                    t.name));
+    const auto& r = t.sig.ret;
+    const bool int_ret = r.kind == RetType::Kind::none ||
+                         (r.kind == RetType::Kind::reg && r.parts[0] == Part::integer &&
+                          r.parts[1] == Part::none);
+    if (t.sig.known && !int_ret)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("{}: fmod_ret needs an integer, pointer or void return, the "
+                                    "function returns {}",
+                                    what, t.sig.describe()));
+  }
+  if (t.links.size() >= kMaxLinks)
+    return make_error(Errc::out_of_range,
+                      fmt::format("{}: already {} links, the most one function takes", what,
+                                  kMaxLinks));
+
+  auto link = std::make_unique<Link>();
+  link->tramp = &t;
+  link->type = type;
+  link->cookie = opts.cookie;
+  link->id = next_link_id_++;
+  Prog* p = nullptr;
+  if (type == AttachType::freplace) {
+    link->replacement = prog;
+  } else {
+    for (auto& q : progs_)
+      if (q->fn == prog) p = q.get();
+    if (!p) {
+      auto g = alloc_prog_slot();
+      if (!g) return std::move(g).error();
+      auto np = std::make_unique<Prog>();
+      np->fn = prog;
+      np->guard = *g;
+      progs_.push_back(std::move(np));
+      p = progs_.back().get();
+    }
+    link->prog = p;
+  }
+  std::vector<Link*> links = t.links;
+  links.push_back(link.get());
+  if (auto r = rebuild(t, links); !r) {
+    if (p && p->links == 0) {
+      free_prog_slot(p->guard);
+      std::erase_if(progs_, [&](const std::unique_ptr<Prog>& q) { return q.get() == p; });
+    }
+    return std::move(r).error();
+  }
+  if (p) ++p->links;
+  link->attached = true;
+  links_.push_back(std::move(link));
+  return links_.back().get();
+}
+
+Result<Link*> Manager::attach_name(const std::string& symbol, AttachType type, uint64_t prog,
+                                   const AttachOptions& opts) {
+  auto& table = sites::SiteTable::instance();
+  sites::Site* s = table.find_name(symbol);
+  if (!s) {
+    UTRAMP_TRY(table.discover());
+    auto c = table.canonicalize(sites::Quiescence::live);
+    if (!c) return std::move(c).error();
+    s = table.find_name(symbol);
+  }
+  if (!s) return make_error(Errc::not_found, fmt::format("no function named '{}'", symbol));
+  return attach(s->info.func, type, prog, opts);
+}
+
+Result<void> Manager::detach(Link* link) {
+  std::lock_guard lock(mu_);
+  auto it = std::find_if(links_.begin(), links_.end(),
+                         [&](const std::unique_ptr<Link>& l) { return l.get() == link; });
+  if (!link || it == links_.end())
+    return make_error(Errc::not_found, "detach: not a live link (already detached?)");
+  Trampoline& t = *link->tramp;
+  std::vector<Link*> links;
+  for (Link* l : t.links)
+    if (l != link) links.push_back(l);
+  UTRAMP_TRY(rebuild(t, links));
+  if (Prog* p = link->prog; p && --p->links == 0) {
+    // The guard slot is reused only by a new program; an old image that still runs
+    // this one keeps its own copy of the guard index, so the slot stays reserved
+    // until no image can reference it: we simply never free guard slots of programs
+    // that ran (1024 distinct programs per process).
+    (void)p;
+  }
+  links_.erase(it);
+  return {};
+}
+
+void Manager::set_stats(bool on) {
+  std::lock_guard lock(mu_);
+  if (stats_.exchange(on) == on) return;
+  for (auto& t : tramps_)
+    if (!t->links.empty()) (void)rebuild(*t, t->links);
+}
+
+std::vector<TrampolineInfo> Manager::list() {
+  std::lock_guard lock(mu_);
+  std::vector<TrampolineInfo> out;
+  for (auto& t : tramps_) {
+    TrampolineInfo ti;
+    ti.function = t->name;
+    ti.func = t->func;
+    ti.signature = t->sig.describe();
+    ti.signature_source = t->sig.source;
+    ti.has_image = t->image != nullptr;
+    ti.image_bytes = t->image ? t->image->block.size : 0;
+    for (Link* l : t->links)
+      ti.links.push_back({l->id, l->type, l->prog ? l->prog->fn : l->replacement, l->cookie,
+                          l->prog ? l->prog->stats.run_cnt.load() : 0,
+                          l->prog ? l->prog->stats.run_ns.load() : 0,
+                          l->prog ? l->prog->misses.load() : 0});
+    out.push_back(std::move(ti));
+  }
+  return out;
+}
+
+size_t Manager::retired() const {
+  std::lock_guard lock(mu_);
+  return retired_.size();
+}
+
+// An image can be freed once no thread can execute it (arch/image.hpp):
+//   fentry-only: each thread has been seen with its site counter at zero since the
+//                image was unpublished;
+//   calls the original: each thread seen with the site counter at zero, and after that
+//                with the image's own counter at zero.
+// The batch that unpublished the image ended with membarrier(SYNC_CORE), which orders
+// every thread's counter increment before its jump through the stub's hop.
+size_t Manager::reclaim_now() {
+  std::vector<Retired*> cand;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& r : retired_) cand.push_back(r.get());
+  }
+  if (cand.empty()) return 0;
+  std::vector<uint32_t> slots;
+  for (Retired* r : cand) {
+    slots.push_back(r->image->site_slot);
+    slots.push_back(r->image->calls_original ? r->image->slot : r->image->site_slot);
+  }
+  const CounterSnapshot a = snapshot_counters(slots);
+  const CounterSnapshot b = snapshot_counters(slots);
+  std::vector<Retired*> done;
+  for (size_t i = 0; i < cand.size(); ++i) {
+    bool free_ok = true;
+    for (size_t ta = 0; ta < a.tids.size() && free_ok; ++ta) {
+      if (a.values[ta][2 * i] != 0) {
+        free_ok = false;
+        break;
+      }
+      if (!cand[i]->image->calls_original) continue;
+      // The same thread's image counter, read after its site counter was zero.
+      for (size_t tb = 0; tb < b.tids.size(); ++tb)
+        if (b.tids[tb] == a.tids[ta] && b.values[tb][2 * i + 1] != 0) free_ok = false;
+    }
+    if (free_ok) done.push_back(cand[i]);
+  }
+  if (done.empty()) return 0;
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (Retired* r : done) {
+    Image* img = r->image.get();
+    {
+      std::lock_guard il(g_images_mu);
+      g_images.erase(img->block.addr);
+    }
+    arch::unregister_image(img->debug);
+    os::ExecArena::instance().free(img->block);
+    if (img->slot != UINT32_MAX) free_counter_slot(img->slot);
+    std::erase_if(retired_, [&](const std::unique_ptr<Retired>& x) { return x.get() == r; });
+    ++n;
+  }
+  return n;
+}
+
+void Manager::ensure_reclaimer() {
+  // Called with mu_ held. After fork the child has no reclaimer thread: start one.
+  if (reclaimer_running_ && reclaimer_pid_ == getpid()) return;
+  reclaimer_running_ = true;
+  reclaimer_pid_ = getpid();
+  std::thread([this] { reclaimer_loop(); }).detach();
+}
+
+void Manager::reclaimer_loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return !retired_.empty(); });
+      if (retired_.empty()) continue;
+    }
+    reclaim_now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace utramp::tramp

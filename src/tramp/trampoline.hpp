@@ -1,0 +1,133 @@
+// The BPF trampoline for user-space functions (DESIGN §5): one Trampoline per attach
+// point, its links, and immutable generated Images swapped in with one patch each.
+//
+// Lifetimes. A Link is the user's handle; detaching it takes effect at once (a new image
+// without it is published) and never waits for threads. An Image that is replaced is
+// retired and freed by the reclaimer once no thread can execute it (see threads.hpp
+// and arch/image.hpp for the counters that prove it). Trampolines and their stubs are
+// permanent: one per function ever attached.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/result.hpp"
+#include "tramp/signature.hpp"
+
+namespace utramp::sites {
+struct Site;
+}
+
+namespace utramp::tramp {
+
+enum class AttachType : uint8_t { fentry, fexit, fmod_ret, freplace };
+std::string_view attach_type_name(AttachType t) noexcept;
+
+inline constexpr size_t kMaxLinks = 38;  // the kernel's BPF_MAX_TRAMP_LINKS
+
+struct ProgStats {
+  std::atomic<uint64_t> run_cnt{0};
+  std::atomic<uint64_t> run_ns{0};
+};
+
+// A program: a native function uint64_t(uint64_t* ctx). Links of the same function
+// share one Prog, and so one recursion guard and one set of counters, as kernel links
+// of one bpf_prog do.
+struct Prog {
+  uint64_t fn = 0;
+  uint32_t guard = 0;
+  std::atomic<uint64_t> misses{0};
+  ProgStats stats;
+  int links = 0;
+};
+
+struct Trampoline;
+
+struct Link {
+  Trampoline* tramp = nullptr;
+  AttachType type = AttachType::fentry;
+  Prog* prog = nullptr;        // null for freplace
+  uint64_t replacement = 0;    // freplace
+  uint64_t cookie = 0;
+  uint64_t id = 0;
+  bool attached = false;
+};
+
+struct AttachOptions {
+  uint64_t cookie = 0;
+  std::optional<Signature> signature;  // from the caller (C++ type, or options string)
+};
+
+struct LinkInfo {
+  uint64_t id;
+  AttachType type;
+  uint64_t prog;
+  uint64_t cookie;
+  uint64_t run_cnt, run_ns, misses;
+};
+
+struct TrampolineInfo {
+  std::string function;
+  uint64_t func;
+  std::string signature;
+  std::string signature_source;
+  bool has_image;
+  size_t image_bytes;
+  std::vector<LinkInfo> links;
+};
+
+class Manager {
+ public:
+  static Manager& instance();
+
+  // Attaches `prog` (or, for freplace, the replacement function) to the function at
+  // `func`. Errors name the function and the reason; nothing changes on error.
+  Result<Link*> attach(uint64_t func, AttachType type, uint64_t prog, const AttachOptions& opts);
+  Result<Link*> attach_name(const std::string& symbol, AttachType type, uint64_t prog,
+                            const AttachOptions& opts);
+  // Detaches at once; the link is freed here, the image it ran in later.
+  Result<void> detach(Link* link);
+
+  void set_stats(bool on);
+  bool stats() const { return stats_.load(); }
+
+  std::vector<TrampolineInfo> list();
+  // Retired images not yet freed, and a synchronous reclamation attempt (tests).
+  size_t retired() const;
+  size_t reclaim_now();
+
+ private:
+  Manager() = default;
+  struct Image;
+  struct Retired;
+  Result<Trampoline*> trampoline_for(uint64_t func, const AttachOptions& opts);
+  Result<void> rebuild(Trampoline& t, std::vector<Link*> links);
+  void retire(Trampoline& t, Image* img);
+  void reclaimer_loop();
+  void ensure_reclaimer();
+
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Trampoline>> tramps_;
+  std::vector<std::unique_ptr<Prog>> progs_;
+  std::vector<std::unique_ptr<Link>> links_;
+  std::vector<std::unique_ptr<Retired>> retired_;
+  uint64_t next_link_id_ = 1;
+  std::atomic<bool> stats_{false};
+
+  std::condition_variable cv_;
+  bool reclaimer_running_ = false;
+  int reclaimer_pid_ = 0;
+  friend struct Trampoline;
+};
+
+// Whether `func` was marked with UTRAMP_ALLOW_ERROR_INJECTION.
+bool error_injectable(uint64_t func);
+
+}  // namespace utramp::tramp
