@@ -84,6 +84,7 @@ std::string die_name(Dwarf_Die* die) {
 // A readable C-ish spelling of a type for diagnostics.
 std::string type_name(Dwarf_Die die, int depth = 0) {
   if (depth > 8) return "...";
+  if (auto sig = ref_attr(&die, DW_AT_signature)) die = *sig;  // type unit
   const char* n = dwarf_diename(&die);
   auto inner = [&]() -> std::string {
     auto t = ref_attr(&die, DW_AT_type);
@@ -322,6 +323,9 @@ struct Value {
   uint64_t align = 1;
   Cls cls[2] = {Cls::none, Cls::none};
   bool complex_x87 = false;  // _Complex long double
+  // A C struct/union of nonzero size whose members the debug info leaves out (gcc does
+  // so for glibc's transparent unions such as __CONST_SOCKADDR_ARG): no class known.
+  bool undescribed = false;
 };
 
 class Classifier {
@@ -351,11 +355,13 @@ class Classifier {
         }
         default: break;
       }
+      // A type in a type unit (-fdebug-types-section): gcc's stand-in has only the
+      // signature, clang's is a declaration with it.
+      if (auto sig = ref_attr(&die, DW_AT_signature)) {
+        die = *sig;
+        continue;
+      }
       if ((is_record(tag) || tag == DW_TAG_enumeration_type) && flag_attr(&die, DW_AT_declaration)) {
-        if (auto sig = ref_attr(&die, DW_AT_signature)) {  // type unit (-fdebug-types-section)
-          die = *sig;
-          continue;
-        }
         if (auto def = find_definition(die)) return *def;
       }
       return die;
@@ -395,7 +401,7 @@ class Classifier {
     }
     if (tag == DW_TAG_array_type || tag == DW_TAG_subroutine_type)
       return make_error(Errc::unsupported, fmt::format("'{}' is not a value type", type_name(die)));
-    // Rule 1: over two eightbytes (no SSEUP here) is MEMORY. C's empty structs (size 0).
+    // Rule 1: over two eightbytes (no SSEUP here) is MEMORY.
     if (v.size > 16) {
       // Still refuse what has no ctx form at any size (vectors).
       auto r = place(die, 0, nullptr, 0);
@@ -403,8 +409,12 @@ class Classifier {
       v.how = Value::How::memory;
       return v;
     }
-    if (v.size == 0) {
+    if (v.size == 0) {  // GNU C's empty struct
       v.how = Value::How::empty;
+      return v;
+    }
+    if (!cxx_ && is_record(tag) && !has_data_members(die)) {
+      v.undescribed = true;
       return v;
     }
     auto r = place(die, 0, v.cls, 0);
@@ -660,6 +670,12 @@ class Classifier {
       auto r = incomplete(die);
       return std::move(r).error();
     }
+    if (!cxx_ && !has_data_members(die)) {
+      auto sz = size_of(die);
+      if (sz && *sz > 0)
+        return make_error(Errc::unsupported,
+                          fmt::format("'{}' ({} bytes) has no members in the debug info", type_name(die), *sz));
+    }
     Dwarf_Die c;
     if (dwarf_child(&die, &c) != 0) return {};
     do {
@@ -823,10 +839,23 @@ class Classifier {
         if (!y) return false;
         x = *y;
       }
+      if (auto sig = ref_attr(&x, DW_AT_signature)) x = *sig;
       self_ref = dwarf_dieoffset(&x) == dwarf_dieoffset(&cls) ||
                  (is_record(dwarf_tag(&x)) && die_name(&x) == die_name(&cls));
     } while (dwarf_siblingof(&p, &p) == 0);
     return n == 1 && self_ref;
+  }
+
+  static bool has_data_members(Dwarf_Die rec) {
+    Dwarf_Die c;
+    if (dwarf_child(&rec, &c) != 0) return false;
+    do {
+      const int t = dwarf_tag(&c);
+      if (t == DW_TAG_inheritance) return true;
+      if (t == DW_TAG_member && !flag_attr(&c, DW_AT_declaration) && !flag_attr(&c, DW_AT_external))
+        return true;
+    } while (dwarf_siblingof(&c, &c) == 0);
+    return false;
   }
 
   // An array of unknown bound (C99 `T x[]`): its subrange has no count or upper bound.
@@ -924,7 +953,8 @@ ParamReg register_at(Dwarf_Die* param, Dwarf_Addr pc) {
                     form == DW_FORM_data8;
   Dwarf_Op* expr = nullptr;
   size_t len = 0;
-  if (dwarf_getlocation_addr(&a, pc, &expr, &len, 1) != 1 || len != 1) return {};
+  if (dwarf_getlocation_addr(&a, pc, &expr, &len, 1) != 1) return {};
+  if (len != 1 && !(len == 2 && expr[1].atom == DW_OP_piece && expr[1].number >= 8)) return {};
   if (expr[0].atom >= DW_OP_reg0 && expr[0].atom <= DW_OP_reg31) return {expr[0].atom - DW_OP_reg0, list};
   if (expr[0].atom == DW_OP_regx) return {static_cast<int>(expr[0].number), list};
   return {};
@@ -996,12 +1026,10 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
   // "() -> void" would be a lie.
   const char* producer = str_attr(&cu, DW_AT_producer, false);
   const std::string prod = producer ? producer : "";
-  if (!has_ret && params.empty() && !variadic) {
-    const bool minimal = prod.find(" -g1") != std::string::npos ||
-                         prod.find("-gmlt") != std::string::npos ||
+  if (!has_ret && params.empty() && !variadic && !flag_attr(&fn, DW_AT_artificial, true)) {
+    const bool minimal = prod.find(" -g1") != std::string::npos || prod.find("-gmlt") != std::string::npos ||
                          prod.find("-gline-tables-only") != std::string::npos ||
-                         !dwarf_hasattr_integrate(&fn, DW_AT_decl_file) ||
-                         (is_c_language(lang) && !prototyped && !dwarf_hasattr_integrate(&fn, DW_AT_decl_line));
+                         !dwarf_hasattr_integrate(&fn, DW_AT_decl_file);
     if (minimal)
       return make_error(Errc::not_found,
                         fmt::format("no debug info for {} in {}: only line tables / minimal debug info "
@@ -1033,6 +1061,9 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
       return make_error(Errc::too_big, fmt::format("{} in {}: return type '{}' is {} bytes", what, d.path,
                                                    type_name(rt_die), v->size));
     const auto size = static_cast<uint16_t>(v->size);
+    if (v->undescribed)
+      return refuse(fmt::format("return type '{}' ({} bytes) has no members in the debug info",
+                                type_name(rt_die), v->size));
     switch (v->how) {
       case Value::How::empty: sig.ret = RetType::void_(); break;
       case Value::How::memory:
@@ -1086,6 +1117,23 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
                                 "local function: the optimiser may have removed it from the calling "
                                 "convention",
                                 pdesc));
+
+    // Without members the class can only come from where the argument arrives: the
+    // argument register DWARF names at the entry (only gcc omits members, and its
+    // locations there are the incoming ones).
+    if (v->undescribed) {
+      const ParamReg got = params_concrete ? register_at(&p, f.entry) : ParamReg{};
+      if (v->size <= 8 && is_int_arg_reg(got.reg)) {
+        v->cls[0] = Cls::integer;
+      } else if (v->size <= 8 && is_sse_arg_reg(got.reg)) {
+        v->cls[0] = Cls::sse;
+      } else {
+        return refuse(fmt::format("{} of type '{}': {} bytes with no members in the debug info (gcc "
+                                  "omits a transparent union's), and no register location at the entry "
+                                  "to tell its class",
+                                  pdesc, type_name(t), v->size));
+      }
+    }
 
     ArgType a;
     int need_int = 0, need_sse = 0;

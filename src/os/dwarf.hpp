@@ -39,13 +39,23 @@
 //   every copy/move constructor deleted)
 //   K&R (unprototyped) C definitions           default argument promotions: float as
 //                                              double, narrow integers as int
-//   vectors, __float128, _Decimal128 (SSEUP)   refused: no ctx form
+//   a C struct/union DWARF gives no members    the class of the argument register DWARF
+//   (gcc does so for transparent unions,       names at the entry, else refused
+//   e.g. glibc's __CONST_SOCKADDR_ARG)
+//   vectors, __float128, _Float128,            refused: no ctx form
+//   _Decimal128 (SSEUP)
+// An ArgType of kind reg is the type's classification: an argument that finds too few
+// registers left (psABI: then the whole argument goes on the stack) is for the caller of
+// this API to place, as for any seventh integer.
 //
-// Functions whose calling convention the optimiser changed are refused, with the evidence:
-// gcc clones (a symbol such as f.isra.0, f.constprop.0, f.part.0 at the entry),
-// DW_CC_nocall, and clang's local functions whose arguments it removed (a parameter
-// that DWARF places, at the entry, in a register other than the one the ABI assigns, or
-// a parameter folded to DW_AT_const_value).
+// Refused with the evidence, because DWARF then describes a convention the code does not
+// follow: gcc clones (f.isra.0, f.constprop.0, f.part.0 at the entry), DW_CC_nocall, and
+// clang's local functions whose arguments it removed in place (a parameter that DWARF
+// places, at the entry, in another argument register than the ABI assigns, or one folded
+// to DW_AT_const_value).
+//
+// Not found: no DWARF (the message gives the build-id and .gnu_debuglink looked for),
+// assembly (gas's DWARF has no types), gcc -g1 / clang -gmlt (no types), IFUNCs.
 #pragma once
 
 #include <cstdint>
@@ -64,9 +74,10 @@ namespace utramp::os {
 // Errc::io/bad_format when the file cannot be read as ELF.
 Result<tramp::Signature> signature_from_dwarf(const std::string& path, uint64_t func_vaddr);
 
-// Same, by symbol name: DW_AT_linkage_name (a C++ mangled name) or DW_AT_name. A name
-// that several functions share (overloads, static functions of different files) is
-// Errc::invalid_argument, listing them with their addresses.
+// Same, by symbol name: DW_AT_linkage_name (a C++ mangled name) or DW_AT_name, else the
+// ELF function symbol of that name (aliases such as glibc's malloc for __libc_malloc,
+// gcc clones). A name that several functions share (overloads, static functions of
+// different files) is Errc::invalid_argument, listing them with their addresses.
 Result<tramp::Signature> signature_from_dwarf(const std::string& path, std::string_view name);
 
 }  // namespace utramp::os
