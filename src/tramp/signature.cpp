@@ -73,8 +73,9 @@ Result<std::pair<ArgType, RetType>> parse_type(const std::string& t, const std::
     if (t == s.name)
       return std::pair{s.sse ? ArgType::sse(s.size) : ArgType::integer(s.size),
                        s.sse ? RetType::sse(s.size) : RetType::integer(s.size)};
-  if (t == "i128" || t == "u128")
-    return std::pair{ArgType::pair(Part::integer, Part::integer), RetType::pair(Part::integer, Part::integer)};
+  if (t == "i128" || t == "u128")  // psABI: 16-byte aligned, on the stack too
+    return std::pair{ArgType::pair(Part::integer, Part::integer, 16, 16),
+                     RetType::pair(Part::integer, Part::integer)};
   if (t == "f80") return std::pair{ArgType::memory(16, 16), RetType::x87()};
   if (t.size() > 1 && (t[0] == 'm' || t[0] == 's') && isdigit(static_cast<unsigned char>(t[1]))) {
     size_t colon = t.find(':');
@@ -100,7 +101,7 @@ Result<std::pair<ArgType, RetType>> parse_type(const std::string& t, const std::
       p1 = *p;
     }
     ArgType a{ArgType::Kind::reg, static_cast<uint16_t>(size), 8, {*p0, p1}};
-    RetType r{RetType::Kind::reg, static_cast<uint16_t>(size), {*p0, p1}};
+    RetType r{RetType::Kind::reg, static_cast<uint16_t>(size), {*p0, p1}, /*aggregate=*/true};
     return std::pair{a, r};
   }
   return bad("unknown type");
@@ -125,6 +126,8 @@ Result<Signature> parse_signature(const std::string& text) {
     return make_error(Errc::invalid_argument,
                       fmt::format("signature '{}': no '->' before the return type", text));
   std::string args = trim(text.substr(0, arrow));
+  // describe()'s form "(a, b) -> r" is accepted too.
+  if (args.size() >= 2 && args.front() == '(' && args.back() == ')') args = trim(args.substr(1, args.size() - 2));
   std::string ret = trim(text.substr(arrow + 2));
   if (ret.ends_with("noreturn")) {
     sig.noreturn = true;

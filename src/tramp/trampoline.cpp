@@ -13,6 +13,7 @@
 #include "arch/arch.hpp"
 #include "arch/image.hpp"
 #include "arch/jit_debug.hpp"
+#include "os/dwarf.hpp"
 #include "os/exec_memory.hpp"
 #include "os/text_writer.hpp"
 #include "patch/patcher.hpp"
@@ -43,6 +44,13 @@ struct Manager::Image {
 
 struct Manager::Retired {
   std::unique_ptr<Image> image;
+  // The threads that may still be inside the image (every registered thread at the
+  // first reclamation attempt), each with how far it has been seen leaving: with its
+  // site counter at zero (second), then with the image's own counter at zero (dropped).
+  // Progress carries over between attempts, so busy threads need not all be outside at
+  // the same instant.
+  bool tracked = false;
+  std::vector<std::pair<int, bool>> pending;  // tid, site counter seen at zero
 };
 
 struct Trampoline {
@@ -144,7 +152,16 @@ Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& 
   t->site = s;
   t->func = s->info.func;
   t->name = s->info.name;
-  t->sig = opts.signature ? *opts.signature : Signature::fallback();
+  if (opts.signature) {
+    t->sig = *opts.signature;
+  } else if (auto d = os::signature_from_dwarf(s->object, s->info.func - s->bias); d) {
+    t->sig = std::move(*d);
+  } else {
+    // No debug info (or none that describes the real convention): the documented
+    // fallback, with the reason kept for `utramp show`.
+    t->sig = Signature::fallback();
+    t->sig.source = fmt::format("default ({})", d.error().message);
+  }
   auto slot = alloc_counter_slot();
   if (!slot) return std::move(slot).error();
   t->site_slot = *slot;
@@ -352,7 +369,10 @@ Result<void> Manager::rebuild(Trampoline& t, std::vector<Link*> links) {
 }
 
 void Manager::retire(Trampoline&, Image* img) {
-  retired_.push_back(std::make_unique<Retired>(Retired{std::unique_ptr<Image>(img)}));
+  {
+    std::lock_guard rl(retired_mu_);
+    retired_.push_back(std::make_unique<Retired>(Retired{std::unique_ptr<Image>(img)}));
+  }
   ensure_reclaimer();
   cv_.notify_all();
 }
@@ -389,7 +409,7 @@ Result<Link*> Manager::attach(uint64_t func, AttachType type, uint64_t prog,
     const auto& r = t.sig.ret;
     const bool int_ret = r.kind == RetType::Kind::none ||
                          (r.kind == RetType::Kind::reg && r.parts[0] == Part::integer &&
-                          r.parts[1] == Part::none);
+                          r.parts[1] == Part::none && !r.aggregate);
     if (t.sig.known && !int_ret)
       return make_error(Errc::invalid_argument,
                         fmt::format("{}: fmod_ret needs an integer, pointer or void return, the "
@@ -503,7 +523,7 @@ std::vector<TrampolineInfo> Manager::list() {
 }
 
 size_t Manager::retired() const {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(retired_mu_);
   return retired_.size();
 }
 
@@ -515,9 +535,13 @@ size_t Manager::retired() const {
 // The batch that unpublished the image ended with membarrier(SYNC_CORE), which orders
 // every thread's counter increment before its jump through the stub's hop.
 size_t Manager::reclaim_now() {
+  // One attempt at a time: the reclaimer thread and callers of reclaim_now() would
+  // otherwise both free the same image, and they update the progress in Retired.
+  static std::mutex serial_mu;
+  std::lock_guard serial(serial_mu);
   std::vector<Retired*> cand;
   {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(retired_mu_);
     for (auto& r : retired_) cand.push_back(r.get());
   }
   if (cand.empty()) return 0;
@@ -528,24 +552,37 @@ size_t Manager::reclaim_now() {
   }
   const CounterSnapshot a = snapshot_counters(slots);
   const CounterSnapshot b = snapshot_counters(slots);
+  std::map<int, size_t> in_a, in_b;  // tid -> row
+  for (size_t t = 0; t < a.tids.size(); ++t) in_a[a.tids[t]] = t;
+  for (size_t t = 0; t < b.tids.size(); ++t) in_b[b.tids[t]] = t;
   std::vector<Retired*> done;
   for (size_t i = 0; i < cand.size(); ++i) {
-    bool free_ok = true;
-    for (size_t ta = 0; ta < a.tids.size() && free_ok; ++ta) {
-      if (a.values[ta][2 * i] != 0) {
-        free_ok = false;
-        break;
-      }
-      if (!cand[i]->image->calls_original) continue;
-      // The same thread's image counter, read after its site counter was zero.
-      for (size_t tb = 0; tb < b.tids.size(); ++tb)
-        if (b.tids[tb] == a.tids[ta] && b.values[tb][2 * i + 1] != 0) free_ok = false;
+    Retired& r = *cand[i];
+    if (!r.tracked) {
+      // A thread registered after this can only have read the new hop.
+      for (int tid : a.tids) r.pending.push_back({tid, false});
+      r.tracked = true;
     }
-    if (free_ok) done.push_back(cand[i]);
+    const bool calls_original = r.image->calls_original;
+    std::erase_if(r.pending, [&](std::pair<int, bool>& p) {
+      auto ia = in_a.find(p.first);
+      if (ia == in_a.end()) return true;  // the thread is gone
+      if (!p.second) {
+        if (a.values[ia->second][2 * i] != 0) return false;
+        p.second = true;  // from now on it cannot enter the image
+        if (!calls_original) return true;
+      } else if (a.values[ia->second][2 * i + 1] == 0) {
+        return true;
+      }
+      // Its image counter, read after its site counter was seen at zero.
+      auto ib = in_b.find(p.first);
+      return ib == in_b.end() || b.values[ib->second][2 * i + 1] == 0;
+    });
+    if (r.pending.empty()) done.push_back(cand[i]);
   }
   if (done.empty()) return 0;
-  std::lock_guard lock(mu_);
-  size_t n = 0;
+  // Nothing refers to these images any more: they are freed without mu_, so a thread
+  // attaching and detaching without pause cannot starve reclamation.
   for (Retired* r : done) {
     Image* img = r->image.get();
     {
@@ -555,10 +592,13 @@ size_t Manager::reclaim_now() {
     arch::unregister_image(img->debug);
     os::ExecArena::instance().free(img->block);
     if (img->slot != UINT32_MAX) free_counter_slot(img->slot);
-    std::erase_if(retired_, [&](const std::unique_ptr<Retired>& x) { return x.get() == r; });
-    ++n;
   }
-  return n;
+  std::sort(done.begin(), done.end());
+  std::lock_guard lock(retired_mu_);
+  std::erase_if(retired_, [&](const std::unique_ptr<Retired>& x) {
+    return std::binary_search(done.begin(), done.end(), x.get());
+  });
+  return done.size();
 }
 
 void Manager::ensure_reclaimer() {
@@ -572,7 +612,7 @@ void Manager::ensure_reclaimer() {
 void Manager::reclaimer_loop() {
   for (;;) {
     {
-      std::unique_lock lock(mu_);
+      std::unique_lock lock(retired_mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return !retired_.empty(); });
       if (retired_.empty()) continue;
     }

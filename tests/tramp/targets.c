@@ -14,3 +14,6 @@ UTRAMP_ALLOW_ERROR_INJECTION(tt_check);
 __attribute__((noinline, used)) int tt_unmarked(int x) { return x; }
 __attribute__((noinline, used)) int tt_replace_me(int x) { return x + 1; }
 __attribute__((noinline, used)) int tt_replacement(int x) { return x * 100; }
+__attribute__((noinline, used)) double tt_mix2(int a, double b, float c, long d) {
+  return a * b + c - (double)d;
+}

@@ -18,6 +18,7 @@ int tt_check(int);
 int tt_unmarked(int);
 int tt_replace_me(int);
 int tt_replacement(int);
+double tt_mix2(int, double, float, long);
 }
 
 namespace {
@@ -160,3 +161,27 @@ TEST(Tramp, BadInputIsRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Tramp, SignatureComesFromDwarfWithoutOptions) {
+  auto* l = utramp_attach_name("tt_mix2", UTRAMP_FEXIT, reinterpret_cast<void*>(&record_exit), nullptr);
+  ASSERT_NE(l, nullptr) << utramp_last_error();
+  bool found = false;
+  for (const auto& t : utramp::tramp::Manager::instance().list()) {
+    if (t.function != "tt_mix2") continue;
+    found = true;
+    EXPECT_EQ(t.signature_source, "DWARF");
+    EXPECT_EQ(t.signature, "(i32, f64, f32, i64) -> f64");
+  }
+  EXPECT_TRUE(found);
+  double (*volatile f)(int, double, float, long) = &tt_mix2;
+  const double r = f(2, 0.5, 0.25f, 3);
+  double seen;
+  std::memcpy(&seen, &g_ret, sizeof seen);
+  EXPECT_EQ(seen, r) << "the DWARF signature must make fexit read xmm0";
+  ASSERT_EQ(utramp_link_detach(l), 0);
+}
+
+}  // namespace
+
