@@ -1087,6 +1087,9 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
         }
         break;
     }
+    // A struct or union in registers is a value fmod_ret cannot produce.
+    if (auto st = cl.strip(rt_die); st && sig.ret.kind == RetType::Kind::reg)
+      sig.ret.aggregate = is_record(dwarf_tag(&*st));
   }
   const bool ret_hidden = sig.ret.kind == RetType::Kind::memory;
 
@@ -1161,7 +1164,8 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
           if (promote && v->cls[0] == Cls::integer && size < 4) a.size = a.align = 4;
           if (promote && v->cls[0] == Cls::sse && size == 4) a.size = a.align = 8;
         } else {
-          a = ArgType::pair(part_of(v->cls[0]), part_of(v->cls[1]), size);
+          a = ArgType::pair(part_of(v->cls[0]), part_of(v->cls[1]), size,
+                            static_cast<uint16_t>(std::max<uint64_t>(v->align, 8)));
         }
         break;
     }

@@ -112,6 +112,8 @@ Result<size_t> SiteTable::discover() {
       if (s->object != path || s->bias != bias || s->unloaded) continue;
       s->unloaded = true;
       s->applied = s->desired = SiteState{};
+      s->applied_bytes.clear();
+      s->desired_bytes.clear();
       by_addr_.erase(s->info.func);
       by_addr_.erase(s->info.site);
     }
@@ -337,6 +339,7 @@ Result<void> SiteTable::set_desired(Site* site, SiteState state) {
   auto b = bytes_for(*site, state);  // proves the state is encodable before accepting it
   if (!b) return std::move(b).error();
   site->desired = state;
+  site->desired_bytes = std::move(*b);
   if (std::find(dirty_.begin(), dirty_.end(), site) == dirty_.end()) dirty_.push_back(site);
   return {};
 }
@@ -354,10 +357,16 @@ Result<void> SiteTable::commit() {
     patch::PatchOp op;
     op.addr = s.info.site;
     op.label = s.label();
-    auto from = bytes_for(s, s.applied);
-    auto to = bytes_for(s, s.desired);
+    if (s.applied_bytes.empty()) {
+      auto a = bytes_for(s, s.applied);
+      if (a) s.applied_bytes = std::move(*a);
+    }
+    Result<std::vector<uint8_t>> from = s.applied_bytes.empty() ? bytes_for(s, s.applied)
+                                                               : Result<std::vector<uint8_t>>(s.applied_bytes);
+    Result<std::vector<uint8_t>> to = s.desired_bytes.empty() ? bytes_for(s, s.desired)
+                                                             : Result<std::vector<uint8_t>>(s.desired_bytes);
     if (!from || !to) {
-      for (Site* d : dirty) d->desired = d->applied;  // nothing changed, nothing pending
+      for (Site* d : dirty) { d->desired = d->applied; d->desired_bytes = d->applied_bytes; }  // nothing changed, nothing pending
       return !from ? std::move(from).error() : std::move(to).error();
     }
     op.expected = std::move(*from);
@@ -366,7 +375,7 @@ Result<void> SiteTable::commit() {
       case SiteOp::nop:
         if (s.info.kind == SiteKind::prologue) {
           if (!s.prologue_ool) {
-            for (Site* d : dirty) d->desired = d->applied;
+            for (Site* d : dirty) { d->desired = d->applied; d->desired_bytes = d->applied_bytes; }
             return make_error(Errc::unsupported,
                               fmt::format("{}: restoring a relocated prologue needs its "
                                           "out-of-line copy",
@@ -389,10 +398,13 @@ Result<void> SiteTable::commit() {
   }
   if (ops.empty()) return {};
   if (auto r = patch::apply(ops); !r) {
-    for (Site* d : dirty) d->desired = d->applied;  // nothing changed, nothing pending
+    for (Site* d : dirty) { d->desired = d->applied; d->desired_bytes = d->applied_bytes; }  // nothing changed, nothing pending
     return std::move(r).error();
   }
-  for (Site* s : changed) s->applied = s->desired;
+  for (Site* s : changed) {
+    s->applied = s->desired;
+    s->applied_bytes = s->desired_bytes;
+  }
   return {};
 }
 

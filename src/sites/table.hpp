@@ -43,6 +43,8 @@ struct Site {
   std::string blacklist_reason;
   uint64_t prologue_ool = 0;        // for prologue sites: relocated copy that resumes the body
   SiteState desired, applied;
+  // The bytes of each state, encoded once when it is set (empty: not computed yet).
+  std::vector<uint8_t> desired_bytes, applied_bytes;
 
   uint64_t addr() const { return info.site; }
   std::string label() const;        // "symbol+0x4"

@@ -37,7 +37,8 @@ struct ArgType {
 
   static ArgType integer(uint16_t size = 8) { return {Kind::reg, size, size, {Part::integer, Part::none}}; }
   static ArgType sse(uint16_t size = 8) { return {Kind::reg, size, size, {Part::sse, Part::none}}; }
-  static ArgType pair(Part a, Part b, uint16_t size = 16) { return {Kind::reg, size, 8, {a, b}}; }
+  // align: 16 for __int128 (and structs holding one), which take 16-aligned stack slots.
+  static ArgType pair(Part a, Part b, uint16_t size = 16, uint16_t align = 8) { return {Kind::reg, size, align, {a, b}}; }
   static ArgType memory(uint16_t size, uint16_t align = 8) { return {Kind::memory, size, align, {Part::none, Part::none}}; }
   int eightbytes() const { return kind == Kind::memory ? 0 : (parts[1] == Part::none ? 1 : 2); }
 };
@@ -51,6 +52,7 @@ struct RetType {
   } kind = Kind::reg;
   uint16_t size = 8;
   Part parts[2] = {Part::integer, Part::none};
+  bool aggregate = false;       // a struct or union (in registers): not for fmod_ret
 
   static RetType void_() { return {Kind::none, 0, {Part::none, Part::none}}; }
   static RetType integer(uint16_t size = 8) { return {Kind::reg, size, {Part::integer, Part::none}}; }

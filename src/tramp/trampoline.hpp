@@ -117,7 +117,8 @@ class Manager {
   std::vector<std::unique_ptr<Trampoline>> tramps_;
   std::vector<std::unique_ptr<Prog>> progs_;
   std::vector<std::unique_ptr<Link>> links_;
-  std::vector<std::unique_ptr<Retired>> retired_;
+  std::vector<std::unique_ptr<Retired>> retired_;  // guarded by retired_mu_, not mu_:
+  mutable std::mutex retired_mu_;  // a busy attacher must not starve the reclaimer
   uint64_t next_link_id_ = 1;
   std::atomic<bool> stats_{false};
 

@@ -79,7 +79,8 @@ Layout assign(const Signature& sig) {
     for (int i = 0; i < t.eightbytes(); ++i) (t.parts[i] == Part::sse ? need_x : need_g)++;
     if (gpr + need_g <= 6 && xmm + need_x <= kSseArgs) {
       for (int i = 0; i < t.eightbytes(); ++i) {
-        const uint16_t sz = t.eightbytes() == 1 ? t.size : 8;
+        // The last eightbyte of a 9..15-byte struct holds size-8 bytes of it.
+        const uint16_t sz = static_cast<uint16_t>(std::min(8, t.size - 8 * i));
         if (t.parts[i] == Part::sse)
           l.slots.push_back({Loc::Kind::xmm, xmm++, 0, sz});
         else
@@ -90,7 +91,7 @@ Layout assign(const Signature& sig) {
       const int32_t align = t.size > 8 && t.align >= 16 ? 16 : 8;
       stack = (stack + align - 1) / align * align;
       for (int i = 0; i < t.eightbytes(); ++i)
-        l.slots.push_back({Loc::Kind::stack, 0, stack + 8 * i, t.eightbytes() == 1 ? t.size : uint16_t(8)});
+        l.slots.push_back({Loc::Kind::stack, 0, stack + 8 * i, static_cast<uint16_t>(std::min(8, t.size - 8 * i))});
       stack += 8 * t.eightbytes();
     }
   }
@@ -122,7 +123,8 @@ int32_t copy_window(const Signature& sig, const Layout& l) {
 //   rbp-24                stats: start timestamp
 //   rbp-32                scratch (a program's return value across stats_end)
 //   rbp-32-16*8 ...       full xmm0-7 (variadic and unknown signatures only)
-//   ... gpr save          rdi..r9 (variadic and unknown signatures only)
+//   ... gpr save          rdi..r9 (variadic and unknown signatures, and any with an
+//                         argument register carrying fewer than 8 bytes)
 //   ctx-24, -16, -8       cookie, function address, slot count
 //   ctx+0 ...             argument slots, then two return slots
 struct Frame {
@@ -138,9 +140,15 @@ Frame frame_for(const Signature& sig, const Layout& l) {
   Frame f;
   int32_t at = -32;
   const bool save_all = sig.variadic || !sig.known;
+  // Registers of arguments narrower than 8 bytes are also kept as they came (below).
+  const bool narrow = std::any_of(l.slots.begin(), l.slots.end(), [](const Loc& s) {
+    return s.kind == Loc::Kind::gpr && s.size != 8;
+  });
   if (save_all) {
     at -= 16 * kSseArgs;
     f.xmm = at;
+  }
+  if (save_all || narrow) {
     at -= 8 * 6;
     f.gpr = at;
   }
@@ -156,8 +164,20 @@ Frame frame_for(const Signature& sig, const Layout& l) {
 ax::Mem ctx_slot(const Frame& f, int i) { return ax::qword_ptr(ax::rbp, f.ctx + 8 * i); }
 ax::Mem rbp_q(int32_t off) { return ax::qword_ptr(ax::rbp, off); }
 
+// r11 = the low `size` bytes of r11, zero-extended, for the sizes without a mov form
+// (3, 5, 6, 7: the eightbyte of a small struct).
+void zext_r11_odd(ax::Assembler& a, int size) {
+  a.shl(ax::r11, Imm(64 - 8 * size));
+  a.shr(ax::r11, Imm(64 - 8 * size));
+}
+
 // Arguments into ctx[] (zero-extended), plus the full register file when the signature
 // cannot say which registers carry arguments.
+//
+// A register carrying fewer than 8 bytes is also saved whole (gpr area) and restored
+// from there, not from its zero-extended ctx slot: compilers widen a char or short
+// argument to 32 bits in the caller, and clang's callees rely on it (a signed char -5
+// must arrive as 0xfffffffb in edi, not 0xfb).
 void save_args(ax::Assembler& a, const Signature& sig, const Layout& l, const Frame& f) {
   for (size_t i = 0; i < l.slots.size(); ++i) {
     const Loc& s = l.slots[i];
@@ -167,9 +187,14 @@ void save_args(ax::Assembler& a, const Signature& sig, const Layout& l, const Fr
         if (s.size == 8) {
           a.mov(ctx_slot(f, int(i)), r);
         } else {
+          a.mov(rbp_q(f.gpr + 8 * s.reg), r);
           if (s.size == 4) a.mov(ax::r11d, r.r32());
           else if (s.size == 2) a.movzx(ax::r11d, r.r16());
-          else a.movzx(ax::r11d, r.r8());
+          else if (s.size == 1) a.movzx(ax::r11d, r.r8());
+          else {
+            a.mov(ax::r11, r);
+            zext_r11_odd(a, s.size);
+          }
           a.mov(ctx_slot(f, int(i)), ax::r11);
         }
         break;
@@ -187,7 +212,11 @@ void save_args(ax::Assembler& a, const Signature& sig, const Layout& l, const Fr
         if (s.size == 8) a.mov(ax::r11, src);
         else if (s.size == 4) a.mov(ax::r11d, ax::dword_ptr(ax::rbp, 16 + s.off));
         else if (s.size == 2) a.movzx(ax::r11d, ax::word_ptr(ax::rbp, 16 + s.off));
-        else a.movzx(ax::r11d, ax::byte_ptr(ax::rbp, 16 + s.off));
+        else if (s.size == 1) a.movzx(ax::r11d, ax::byte_ptr(ax::rbp, 16 + s.off));
+        else {
+          a.mov(ax::r11, src);  // stack slots are 8 bytes: reading all of it is safe
+          zext_r11_odd(a, s.size);
+        }
         a.mov(ctx_slot(f, int(i)), ax::r11);
         break;
       }
@@ -213,7 +242,8 @@ void restore_args(ax::Assembler& a, const Signature& sig, const Layout& l, const
   } else {
     for (size_t i = 0; i < l.slots.size(); ++i) {
       const Loc& s = l.slots[i];
-      if (s.kind == Loc::Kind::gpr) a.mov(kIntArgs[s.reg], ctx_slot(f, int(i)));
+      if (s.kind == Loc::Kind::gpr)
+        a.mov(kIntArgs[s.reg], s.size == 8 ? ctx_slot(f, int(i)) : rbp_q(f.gpr + 8 * s.reg));
       else if (s.kind == Loc::Kind::xmm) a.movq(ax::xmm(s.reg), ctx_slot(f, int(i)));
     }
   }
@@ -244,7 +274,7 @@ void save_ret(ax::Assembler& a, const RetType& r, const Frame& f) {
   const ax::Gp gprs[2] = {ax::rax, ax::rdx};
   const bool two = r.parts[1] != Part::none;
   for (int i = 0; i < (two ? 2 : 1); ++i) {
-    const uint16_t sz = two ? 8 : r.size;
+    const uint16_t sz = static_cast<uint16_t>(std::min(8, r.size - 8 * i));
     if (r.parts[i] == Part::sse) {
       if (sz == 4) {
         a.movd(ax::r11d, ax::xmm(xi++));
@@ -258,7 +288,11 @@ void save_ret(ax::Assembler& a, const RetType& r, const Frame& f) {
       else {
         if (sz == 4) a.mov(ax::r11d, g.r32());
         else if (sz == 2) a.movzx(ax::r11d, g.r16());
-        else a.movzx(ax::r11d, g.r8());
+        else if (sz == 1) a.movzx(ax::r11d, g.r8());
+        else {
+          a.mov(ax::r11, g);
+          zext_r11_odd(a, sz);
+        }
         a.mov(ctx_slot(f, n + i), ax::r11);
       }
     }
