@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -1276,9 +1278,42 @@ std::optional<Symbol> symbol_named(Dwfl_Module* mod, std::string_view name) {
 
 }  // namespace
 
+// Opened files are kept: attaching to every function of a program looks each of them up
+// by address in the same few files, and opening one costs milliseconds. A file without
+// debug info is remembered too (its error is returned again, naming the new function).
+struct CachedDebug {
+  std::shared_ptr<Debug> debug;
+  std::optional<Error> error;
+};
+
+Result<std::shared_ptr<Debug>> open_cached(const std::string& path, const std::string& what) {
+  static std::mutex mu;
+  static std::map<std::string, CachedDebug> cache;
+  std::lock_guard lock(mu);
+  auto it = cache.find(path);
+  if (it == cache.end()) {
+    if (cache.size() >= 32) cache.clear();
+    auto dr = Debug::open(path, what);
+    CachedDebug c;
+    if (dr) c.debug = std::shared_ptr<Debug>(std::move(*dr));
+    else c.error = dr.error();
+    it = cache.emplace(path, std::move(c)).first;
+  }
+  if (it->second.debug) return it->second.debug;
+  Error e = *it->second.error;
+  if (e.code == Errc::not_found) {
+    // "no debug info for <first name> in PATH: ..." -> this function's name.
+    const std::string prefix = "no debug info for ";
+    const size_t in = e.message.find(" in ");
+    if (e.message.starts_with(prefix) && in != std::string::npos)
+      e.message = prefix + what + e.message.substr(in);
+  }
+  return e;
+}
+
 Result<tramp::Signature> signature_from_dwarf(const std::string& path, uint64_t func_vaddr) {
   const std::string what = fmt::format("{:#x}", func_vaddr);
-  auto dr = Debug::open(path, what);
+  auto dr = open_cached(path, what);
   if (!dr) return std::move(dr).error();
   return by_address(**dr, (*dr)->to_dwarf(func_vaddr), what, true);
 }

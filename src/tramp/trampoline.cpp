@@ -211,9 +211,23 @@ Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& 
   return tramps_.back().get();
 }
 
-// Builds the image for `links`, publishes it with one batch, retires the old one.
-Result<void> Manager::rebuild(Trampoline& t, std::vector<Link*> links) {
-  auto& table = sites::SiteTable::instance();
+// A change of one trampoline, prepared (image built, sealed and registered) but not yet
+// reachable: publish() makes a set of plans live with one patch batch per step.
+struct Manager::Plan {
+  Trampoline* t = nullptr;
+  std::vector<Link*> links;
+  std::unique_ptr<Image> img;
+  std::vector<patch::PatchOp> hop_ops;  // retarget the stub's hop
+  sites::SiteState site_state;          // what the site must become
+};
+
+namespace {
+
+void drop_image(std::unique_ptr<Manager::Image>& img);
+
+}  // namespace
+
+Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) {
   std::vector<Link*> fentry, fexit, fmod;
   Link* freplace = nullptr;
   for (Link* l : links) {
@@ -224,9 +238,11 @@ Result<void> Manager::rebuild(Trampoline& t, std::vector<Link*> links) {
       case AttachType::freplace: freplace = l; break;
     }
   }
-  std::unique_ptr<Image> img;
+  Plan plan;
+  plan.t = &t;
+  std::unique_ptr<Image>& img = plan.img;
   Patch patch;
-  sites::SiteState site_state;
+  sites::SiteState& site_state = plan.site_state;
   const std::string label = fmt::format("{} stub", t.name);
 
   if (freplace) {
@@ -312,60 +328,106 @@ Result<void> Manager::rebuild(Trampoline& t, std::vector<Link*> links) {
     if (t.hop_target != t.pass()) patch.jmp(t.hop(), t.hop_target, t.pass(), label);
   }
 
-  // One batch: the stub's hop and the site change together.
-  std::vector<patch::PatchOp> ops = std::move(patch.ops);
-  auto unpublish = [&] {
-    if (!img || !img->block) return;
-    {
-      std::lock_guard lock(g_images_mu);
-      g_images.erase(img->block.addr);
-    }
-    arch::unregister_image(img->debug);
-    os::ExecArena::instance().free(img->block);
-    if (img->slot != UINT32_MAX) free_counter_slot(img->slot);
+  plan.hop_ops = std::move(patch.ops);
+  plan.links = std::move(links);
+  return plan;
+}
+
+namespace {
+
+// Unpublishes an image that never became reachable.
+void drop_image(std::unique_ptr<Manager::Image>& img) {
+  if (!img || !img->block) return;
+  {
+    std::lock_guard lock(g_images_mu);
+    g_images.erase(img->block.addr);
+  }
+  arch::unregister_image(img->debug);
+  os::ExecArena::instance().free(img->block);
+  if (img->slot != UINT32_MAX) free_counter_slot(img->slot);
+  img.reset();
+}
+
+}  // namespace
+
+// Makes `plans` live. Order, so that no thread ever finds a site pointing at a stub
+// whose hop is stale:
+//   1. one batch: the hops of every stub its site will point to (already, or now);
+//   2. one commit: every site that changes (into its stub, back to its NOP, freplace);
+//   3. one batch: the hops of stubs whose site no longer points to them.
+// Then each trampoline's old image is retired.
+Result<void> Manager::publish(std::vector<Plan>& plans) {
+  auto& table = sites::SiteTable::instance();
+  auto to_stub = [](const Plan& p) {
+    return p.site_state.op == sites::SiteOp::jmp && p.site_state.target == p.t->stub_block.addr;
   };
-  if (!(t.site->applied == site_state)) {
-    // The site goes through the table so its desired/applied state stays true.
-    auto r = table.set_desired(t.site, site_state);
-    if (!r) {
-      unpublish();
-      return std::move(r).error();
-    }
-    // Apply the stub change first when the site leaves the stub, after otherwise:
-    // a thread must never find the site pointing at a stub whose hop is stale.
-    if (site_state.op == sites::SiteOp::jmp && site_state.target == t.stub_block.addr) {
-      if (!ops.empty()) {
-        if (auto r2 = patch::apply(ops); !r2) {
-          (void)table.set_desired(t.site, t.site->applied);
-          unpublish();
-          return std::move(r2).error();
-        }
-      }
-      if (auto r2 = table.commit(); !r2) {
-        // Put the hop back; the site never pointed at it.
-        unpublish();
-        return std::move(r2).error();
-      }
-    } else {
-      if (auto r2 = table.commit(); !r2) {
-        unpublish();
-        return std::move(r2).error();
-      }
-      if (!ops.empty()) (void)patch::apply(ops);
-    }
-  } else if (!ops.empty()) {
-    if (auto r = patch::apply(ops); !r) {
-      unpublish();
+  std::vector<patch::PatchOp> before, after;
+  std::vector<Plan*> site_changes;
+  for (Plan& p : plans) {
+    auto& dst = to_stub(p) ? before : after;
+    for (auto& op : p.hop_ops) dst.push_back(op);
+    if (!(p.t->site->applied == p.site_state)) site_changes.push_back(&p);
+  }
+  auto discard_all = [&] {
+    for (Plan& p : plans) drop_image(p.img);
+  };
+  if (!before.empty()) {
+    if (auto r = patch::apply(before); !r) {
+      discard_all();
       return std::move(r).error();
     }
   }
-  t.site_to_stub = site_state.op == sites::SiteOp::jmp && site_state.target == t.stub_block.addr;
-  t.hop_target = img ? img->block.addr : t.pass();
-  t.links = std::move(links);
-  std::unique_ptr<Image> old = std::move(t.image);
-  t.image = std::move(img);
-  if (old) retire(t, old.release());
+  if (!site_changes.empty()) {
+    Error failure{Errc::invalid_argument, ""};
+    bool failed = false;
+    for (Plan* p : site_changes)
+      if (auto r = table.set_desired(p->t->site, p->site_state); !r) {
+        failure = std::move(r).error();
+        failed = true;
+        break;
+      }
+    if (!failed)
+      if (auto r = table.commit(); !r) {
+        failure = std::move(r).error();
+        failed = true;
+      }
+    if (failed) {
+      for (Plan* p : site_changes) (void)table.set_desired(p->t->site, p->t->site->applied);
+      // Undo step 1: put every hop back where it was (nothing routes to the new images
+      // of plans whose site did not change either, as those sites still go through
+      // the old hops only after this batch completes).
+      std::vector<patch::PatchOp> undo;
+      for (const auto& op : before) undo.push_back({op.addr, op.replacement, op.expected,
+                                                    patch::Emulation::jump_to(0), op.label});
+      for (auto& op : undo) {
+        auto d = arch::decode(op.replacement.data(), op.replacement.size(), op.addr);
+        op.emulate = patch::Emulation::jump_to(d ? d->target : 0);
+      }
+      if (!undo.empty()) (void)patch::apply(undo);
+      discard_all();
+      return failure;
+    }
+  }
+  if (!after.empty()) (void)patch::apply(after);  // cannot fail but for a bug: the
+                                                  // hops are unreachable already
+  for (Plan& p : plans) {
+    Trampoline& t = *p.t;
+    t.site_to_stub = to_stub(p);
+    t.hop_target = p.img ? p.img->block.addr : t.pass();
+    t.links = std::move(p.links);
+    std::unique_ptr<Image> old = std::move(t.image);
+    t.image = std::move(p.img);
+    if (old) retire(t, old.release());
+  }
   return {};
+}
+
+Result<void> Manager::rebuild(Trampoline& t, std::vector<Link*> links) {
+  auto plan = prepare(t, std::move(links));
+  if (!plan) return std::move(plan).error();
+  std::vector<Plan> plans;
+  plans.push_back(std::move(*plan));
+  return publish(plans);
 }
 
 void Manager::retire(Trampoline&, Image* img) {
@@ -377,24 +439,20 @@ void Manager::retire(Trampoline&, Image* img) {
   cv_.notify_all();
 }
 
-Result<Link*> Manager::attach(uint64_t func, AttachType type, uint64_t prog,
-                              const AttachOptions& opts) {
-  std::lock_guard lock(mu_);
-  if (!prog)
-    return make_error(Errc::invalid_argument,
-                      fmt::format("{} on {:#x}: the program is NULL", attach_type_name(type), func));
-  auto tr = trampoline_for(func, opts);
-  if (!tr) return std::move(tr).error();
-  Trampoline& t = **tr;
+// Checks one new link against the trampoline's links (and those about to join it) and
+// makes it, with its program. Nothing is published.
+Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type, uint64_t prog,
+                                                 const AttachOptions& opts,
+                                                 const std::vector<Link*>& links) {
   if (opts.signature && !t.sig.known) t.sig = *opts.signature;  // a better signature
   const std::string what = fmt::format("{} on {}", attach_type_name(type), t.name);
-  const bool has_freplace = std::any_of(t.links.begin(), t.links.end(),
+  const bool has_freplace = std::any_of(links.begin(), links.end(),
                                         [](Link* l) { return l->type == AttachType::freplace; });
-  if (type == AttachType::freplace && !t.links.empty())
+  if (type == AttachType::freplace && !links.empty())
     return make_error(Errc::busy, fmt::format("{}: the function already has {} link(s); freplace "
                                               "replaces the whole function and cannot be "
                                               "combined with fentry/fexit/fmod_ret",
-                                              what, t.links.size()));
+                                              what, links.size()));
   if (type != AttachType::freplace && has_freplace)
     return make_error(Errc::busy, fmt::format("{}: the function is replaced (freplace); detach "
                                               "that first", what));
@@ -416,46 +474,104 @@ Result<Link*> Manager::attach(uint64_t func, AttachType type, uint64_t prog,
                                     "function returns {}",
                                     what, t.sig.describe()));
   }
-  if (t.links.size() >= kMaxLinks)
+  if (links.size() >= kMaxLinks)
     return make_error(Errc::out_of_range,
                       fmt::format("{}: already {} links, the most one function takes", what,
                                   kMaxLinks));
-
   auto link = std::make_unique<Link>();
   link->tramp = &t;
   link->type = type;
   link->cookie = opts.cookie;
   link->id = next_link_id_++;
-  Prog* p = nullptr;
   if (type == AttachType::freplace) {
     link->replacement = prog;
-  } else {
-    for (auto& q : progs_)
-      if (q->fn == prog) p = q.get();
-    if (!p) {
-      auto g = alloc_prog_slot();
-      if (!g) return std::move(g).error();
-      auto np = std::make_unique<Prog>();
-      np->fn = prog;
-      np->guard = *g;
-      progs_.push_back(std::move(np));
-      p = progs_.back().get();
-    }
-    link->prog = p;
+    return link;
   }
-  std::vector<Link*> links = t.links;
-  links.push_back(link.get());
-  if (auto r = rebuild(t, links); !r) {
-    if (p && p->links == 0) {
-      free_prog_slot(p->guard);
-      std::erase_if(progs_, [&](const std::unique_ptr<Prog>& q) { return q.get() == p; });
-    }
-    return std::move(r).error();
+  Prog* p = nullptr;
+  for (auto& q : progs_)
+    if (q->fn == prog) p = q.get();
+  if (!p) {
+    // Guard slots are never released: an old image may still guard with this one.
+    auto g = alloc_prog_slot();
+    if (!g) return std::move(g).error();
+    auto np = std::make_unique<Prog>();
+    np->fn = prog;
+    np->guard = *g;
+    progs_.push_back(std::move(np));
+    p = progs_.back().get();
   }
-  if (p) ++p->links;
-  link->attached = true;
-  links_.push_back(std::move(link));
-  return links_.back().get();
+  link->prog = p;
+  return link;
+}
+
+Result<Link*> Manager::attach(uint64_t func, AttachType type, uint64_t prog,
+                              const AttachOptions& opts) {
+  auto r = attach_many({AttachRequest{func, type, prog, opts}});
+  return std::move(r.front());
+}
+
+std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>& reqs) {
+  std::lock_guard lock(mu_);
+  std::vector<Result<Link*>> out(reqs.size(), Result<Link*>(make_error(Errc::busy, "not attached")));
+  // Links per trampoline, in request order, made but not yet published.
+  std::vector<std::pair<Trampoline*, std::vector<size_t>>> groups;
+  std::vector<std::unique_ptr<Link>> made(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const AttachRequest& q = reqs[i];
+    if (!q.prog) {
+      out[i] = make_error(Errc::invalid_argument, fmt::format("{} on {:#x}: the program is NULL",
+                                                              attach_type_name(q.type), q.func));
+      continue;
+    }
+    auto tr = trampoline_for(q.func, q.opts);
+    if (!tr) {
+      out[i] = std::move(tr).error();
+      continue;
+    }
+    auto g = std::find_if(groups.begin(), groups.end(), [&](auto& x) { return x.first == *tr; });
+    if (g == groups.end()) {
+      groups.push_back({*tr, {}});
+      g = groups.end() - 1;
+    }
+    std::vector<Link*> pending = (*tr)->links;
+    for (size_t j : g->second) pending.push_back(made[j].get());
+    auto l = make_link(**tr, q.type, q.prog, q.opts, pending);
+    if (!l) {
+      out[i] = std::move(l).error();
+      continue;
+    }
+    made[i] = std::move(*l);
+    g->second.push_back(i);
+  }
+  std::vector<Plan> plans;
+  std::vector<const std::vector<size_t>*> plan_reqs;
+  for (auto& [t, idx] : groups) {
+    if (idx.empty()) continue;
+    std::vector<Link*> links = t->links;
+    for (size_t j : idx) links.push_back(made[j].get());
+    auto plan = prepare(*t, std::move(links));
+    if (!plan) {
+      for (size_t j : idx) out[j] = plan.error();
+      continue;
+    }
+    plans.push_back(std::move(*plan));
+    plan_reqs.push_back(&idx);
+  }
+  if (plans.empty()) return out;
+  if (auto r = publish(plans); !r) {
+    for (auto* idx : plan_reqs)
+      for (size_t j : *idx) out[j] = r.error();
+    return out;
+  }
+  for (auto* idx : plan_reqs)
+    for (size_t j : *idx) {
+      Link* l = made[j].get();
+      if (l->prog) ++l->prog->links;
+      l->attached = true;
+      links_.push_back(std::move(made[j]));
+      out[j] = l;
+    }
+  return out;
 }
 
 Result<Link*> Manager::attach_name(const std::string& symbol, AttachType type, uint64_t prog,

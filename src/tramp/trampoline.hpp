@@ -90,6 +90,16 @@ class Manager {
   // Attaches `prog` (or, for freplace, the replacement function) to the function at
   // `func`. Errors name the function and the reason; nothing changes on error.
   Result<Link*> attach(uint64_t func, AttachType type, uint64_t prog, const AttachOptions& opts);
+  struct AttachRequest {
+    uint64_t func;
+    AttachType type;
+    uint64_t prog;
+    AttachOptions opts;
+  };
+  // Many links at once (a tracer attaching to every function): every image is built
+  // first, then all go live with one patch batch per step. Each request gets its own
+  // result; a failing one does not stop the others.
+  std::vector<Result<Link*>> attach_many(const std::vector<AttachRequest>& reqs);
   Result<Link*> attach_name(const std::string& symbol, AttachType type, uint64_t prog,
                             const AttachOptions& opts);
   // Detaches at once; the link is freed here, the image it ran in later.
@@ -103,11 +113,19 @@ class Manager {
   size_t retired() const;
   size_t reclaim_now();
 
+ public:
+  struct Image;
+
  private:
   Manager() = default;
-  struct Image;
   struct Retired;
+  Result<std::unique_ptr<Link>> make_link(Trampoline& t, AttachType type, uint64_t prog,
+                                          const AttachOptions& opts,
+                                          const std::vector<Link*>& links);
   Result<Trampoline*> trampoline_for(uint64_t func, const AttachOptions& opts);
+  struct Plan;
+  Result<Plan> prepare(Trampoline& t, std::vector<Link*> links);
+  Result<void> publish(std::vector<Plan>& plans);
   Result<void> rebuild(Trampoline& t, std::vector<Link*> links);
   void retire(Trampoline& t, Image* img);
   void reclaimer_loop();
