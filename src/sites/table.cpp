@@ -175,7 +175,7 @@ Result<size_t> SiteTable::discover() {
   return added;
 }
 
-Result<size_t> SiteTable::canonicalize(Quiescence q) {
+Result<size_t> SiteTable::canonicalize(Quiescence q, std::string_view object) {
   std::lock_guard lock(mu_);
   bool alone = q == Quiescence::stopped;
   if (!alone) {
@@ -188,6 +188,7 @@ Result<size_t> SiteTable::canonicalize(Quiescence q) {
   for (auto& sp : sites_) {
     Site& s = *sp;
     if (s.canonical || s.blacklisted || s.unloaded || !s.info.attachable) continue;
+    if (!object.empty() && s.object != object) continue;
     patch::PatchOp op;
     op.addr = s.info.site;
     op.label = s.label();

@@ -37,6 +37,7 @@ struct Site {
   uint64_t bias = 0;                // its load bias
   std::vector<uint8_t> original;    // bytes at discovery, [site, site + site_len)
   bool canonical = false;           // the entry holds its canonical NOP (or intact prologue)
+  bool traced_by_agent = false;     // the agent has considered it (attached or not)
   bool error_injectable = false;    // marked with UTRAMP_ALLOW_ERROR_INJECTION
   bool unloaded = false;            // its object was dlclose'd: never patched again
   bool blacklisted = false;         // runtime code or on the patch path: never patched
@@ -61,7 +62,8 @@ class SiteTable {
   // Rewrites compiler sites into one 5-byte NOP. Sites that need quiescence are left
   // alone (and stay unusable) under Quiescence::live when other threads exist; the
   // number left is returned.
-  Result<size_t> canonicalize(Quiescence q);
+  // With `object`, only the sites of that object (a freshly dlopen'ed one).
+  Result<size_t> canonicalize(Quiescence q, std::string_view object = {});
 
   Site* find(uint64_t addr);  // by function start or site address
   // Like find(), but an address that is not a function start gets an error saying what

@@ -74,7 +74,14 @@ namespace {
 
 // Images by start address, for the unwind personality.
 std::mutex g_images_mu;
-std::map<uint64_t, std::pair<uint32_t, uint64_t>> g_images;  // start -> (slot to release, end)
+struct ImageRecord {
+  uint32_t slot;    // the counter to release when unwinding through the image
+  uint64_t end;
+  uint64_t func;    // the traced function
+  bool calls_original;
+};
+std::map<uint64_t, ImageRecord> g_images;  // by start address
+std::atomic<void (*)(uint64_t)> g_unwind_hook{nullptr};
 
 uint64_t now_ns() {
   timespec ts;
@@ -100,8 +107,12 @@ extern "C" _Unwind_Reason_Code utramp_image_personality(int, _Unwind_Action acti
     std::lock_guard lock(g_images_mu);
     auto it = g_images.find(start);
     if (it != g_images.end()) {
-      uint32_t& c = this_thread_block().counters[it->second.first];
+      uint32_t& c = this_thread_block().counters[it->second.slot];
       if (c) --c;
+      // The traced function is being left by unwinding (an image that calls the
+      // original is unwound through only when the original or its callees throw).
+      if (it->second.calls_original)
+        if (auto hook = g_unwind_hook.load(std::memory_order_acquire)) hook(it->second.func);
     }
   }
   return _URC_CONTINUE_UNWIND;
@@ -118,6 +129,10 @@ struct Patch {
 };
 
 }  // namespace
+
+void set_unwind_hook(void (*hook)(uint64_t func)) {
+  g_unwind_hook.store(hook, std::memory_order_release);
+}
 
 bool error_injectable(uint64_t func) {
   auto* s = sites::SiteTable::instance().find(func);
@@ -318,7 +333,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     {
       std::lock_guard lock(g_images_mu);
       g_images[block->addr] = {calls_original ? img->slot : t.site_slot,
-                               block->addr + code->code.size()};
+                               block->addr + code->code.size(), t.func, calls_original};
     }
     site_state = {sites::SiteOp::jmp, t.stub_block.addr};
     patch.jmp(t.hop(), t.hop_target, block->addr, label);

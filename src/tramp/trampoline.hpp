@@ -146,6 +146,10 @@ class Manager {
   friend struct Trampoline;
 };
 
+// Called on the unwinding thread when a C++ exception (or a forced unwind) leaves a
+// traced function through an image that called it: the tracers close its frame.
+void set_unwind_hook(void (*hook)(uint64_t func));
+
 // Whether `func` was marked with UTRAMP_ALLOW_ERROR_INJECTION.
 bool error_injectable(uint64_t func);
 

@@ -6,5 +6,6 @@
 namespace utramp::cli {
 
 void add_list(CLI::App& app);
+void add_record(CLI::App& app);
 
 }  // namespace utramp::cli

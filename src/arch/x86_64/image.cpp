@@ -125,6 +125,7 @@ int32_t copy_window(const Signature& sig, const Layout& l) {
 //   rbp-32-16*8 ...       full xmm0-7 (variadic and unknown signatures only)
 //   ... gpr save          rdi..r9 (variadic and unknown signatures, and any with an
 //                         argument register carrying fewer than 8 bytes)
+//   ctx-32                the caller's return address (utramp's extension)
 //   ctx-24, -16, -8       cookie, function address, slot count
 //   ctx+0 ...             argument slots, then two return slots
 struct Frame {
@@ -153,9 +154,9 @@ Frame frame_for(const Signature& sig, const Layout& l) {
     f.gpr = at;
   }
   f.nslots = static_cast<int>(l.slots.size());
-  const int32_t ctx_bytes = 8 * (3 + f.nslots + 2);
+  const int32_t ctx_bytes = 8 * (4 + f.nslots + 2);
   at -= ctx_bytes;
-  f.ctx = at + 24;
+  f.ctx = at + 32;
   // Entered by jmp: rsp = 8 mod 16 at entry, 0 after push rbp; keep it 0.
   f.size = (-at + 15) / 16 * 16;
   return f;
@@ -492,6 +493,8 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       a.mov(ax::r11, Imm(sp.func));
       a.mov(ctx_slot(f, -2), ax::r11);
     }
+    a.mov(ax::r11, rbp_q(8));  // entered by jmp: [rbp+8] is the caller's return address
+    a.mov(ctx_slot(f, -4), ax::r11);
     for (const ImageProg& p : sp.fentry) run_prog(a, sp, f, p, base, misses, miss_progs, false);
     if (!sp.calls_original) {
       restore_args(a, sig, l, f);

@@ -1,0 +1,278 @@
+// The agent: preloaded into the traced program by `utramp record` (LD_PRELOAD), it reads
+// its configuration, discovers and canonicalises the program's sites before main runs,
+// attaches the tracer to the selected functions, follows dlopen and fork, and never
+// writes to the program's stdout or stderr (its log is DIR/agent-PID.log).
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fnmatch.h>
+#include <link.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "agent/config.hpp"
+#include "ftrace/graph.hpp"
+#include "sites/table.hpp"
+#include "trace/shm_buffers.hpp"
+#include "tramp/trampoline.hpp"
+
+namespace utramp::agent {
+
+namespace {
+
+struct Attached {
+  uint64_t addr, size;
+  std::string name, object;
+};
+
+struct Agent {
+  Config cfg;
+  trace::ShmBuffers buffers;
+  std::vector<std::unique_ptr<ftrace::FuncRecord>> records;  // cookies: never freed
+  std::vector<Attached> attached;
+  std::recursive_mutex mu;
+  std::string exe;
+};
+
+Agent* g_agent = nullptr;
+
+void logf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void logf(const char* fmt, ...) {
+  if (!g_agent || g_agent->cfg.trace_dir.empty()) return;
+  const std::string path = fmt::format("{}/agent-{}.log", g_agent->cfg.trace_dir, getpid());
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
+  va_end(ap);
+  if (n > 0) {
+    if (n > static_cast<int>(sizeof buf) - 2) n = sizeof buf - 2;
+    buf[n++] = '\n';
+    (void)!write(fd, buf, static_cast<size_t>(n));
+  }
+  close(fd);
+}
+
+std::string demangle(const std::string& name) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+  std::string out = status == 0 && d ? d : name;
+  free(d);
+  return out;
+}
+
+bool glob_any(const std::vector<std::string>& globs, const std::string& a, const std::string& b) {
+  for (const auto& g : globs)
+    if (fnmatch(g.c_str(), a.c_str(), 0) == 0 || fnmatch(g.c_str(), b.c_str(), 0) == 0) return true;
+  return false;
+}
+
+// Start-up and runtime glue that is in every program and never interesting to trace.
+bool noise(const std::string& n) {
+  static const char* const kNames[] = {"_start", "_init", "_fini", "frame_dummy",
+                                       "register_tm_clones", "deregister_tm_clones",
+                                       "__do_global_dtors_aux", "__libc_csu_init",
+                                       "__libc_csu_fini", "_dl_relocate_static_pie"};
+  for (const char* k : kNames)
+    if (n == k) return true;
+  return false;
+}
+
+bool own_object(const std::string& path) {
+  const std::string base = path.substr(path.rfind('/') + 1);
+  return base.starts_with("libutramp");
+}
+
+ftrace::FuncRecord* record_for(const std::string& name, const std::string& shown, uint64_t addr) {
+  auto rec = std::make_unique<ftrace::FuncRecord>();
+  rec->addr = addr;
+  for (const auto& c : g_agent->cfg.captures) {
+    if (fnmatch(c.glob.c_str(), name.c_str(), 0) != 0 && fnmatch(c.glob.c_str(), shown.c_str(), 0) != 0)
+      continue;
+    for (const auto& a : c.args) {
+      // "argN[/fmt]": fmt d (default), x (pointer), s (string), f (double)
+      const size_t slash = a.find('/');
+      const std::string idx = a.substr(0, slash);
+      const char fmtc = slash == std::string::npos ? 'd' : a[slash + 1];
+      if (!idx.starts_with("arg") || rec->nargs >= 8) continue;
+      const int n = std::atoi(idx.c_str() + 3);
+      if (n < 1 || n > 16) continue;
+      trace::ValueFormat f = fmtc == 's' ? trace::ValueFormat::string
+                             : fmtc == 'x' ? trace::ValueFormat::pointer
+                             : fmtc == 'f' ? trace::ValueFormat::dbl
+                                           : trace::ValueFormat::integer;
+      rec->args[rec->nargs++] = {static_cast<uint8_t>(n - 1), f};
+    }
+    if (c.retval)
+      rec->ret = c.retfmt == "s" ? trace::ValueFormat::string
+                 : c.retfmt == "x" ? trace::ValueFormat::pointer
+                 : c.retfmt == "f" ? trace::ValueFormat::dbl
+                                   : trace::ValueFormat::integer;
+  }
+  g_agent->records.push_back(std::move(rec));
+  return g_agent->records.back().get();
+}
+
+void write_functions_file(const std::vector<Attached>& fns, bool append) {
+  if (g_agent->cfg.trace_dir.empty()) return;
+  const std::string path = fmt::format("{}/functions-{}.tsv", g_agent->cfg.trace_dir, getpid());
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  if (fd < 0) return;
+  std::string text;
+  for (const auto& f : fns) text += fmt::format("{:#x}\t{}\t{}\t{}\n", f.addr, f.size, f.name, f.object);
+  (void)!write(fd, text.data(), text.size());
+  close(fd);
+}
+
+// Attaches the tracer to every selected function not traced yet.
+void attach_new_sites() {
+  auto& table = sites::SiteTable::instance();
+  auto& mgr = tramp::Manager::instance();
+  const Config& cfg = g_agent->cfg;
+  std::vector<tramp::Manager::AttachRequest> reqs;
+  std::vector<Attached> cand;
+  size_t skipped = 0;
+  for (sites::Site* s : table.all()) {
+    if (s->traced_by_agent) continue;
+    s->traced_by_agent = true;
+    if (own_object(s->object)) continue;
+    if (!cfg.libraries && s->object != g_agent->exe) continue;
+    if (noise(s->info.name)) continue;
+    const std::string shown = demangle(s->info.name);
+    if (glob_any(cfg.notrace, s->info.name, shown)) continue;
+    if (!cfg.filters.empty() && !glob_any(cfg.filters, s->info.name, shown)) continue;
+    std::string why;
+    if (!s->usable(&why)) {
+      ++skipped;
+      logf("skipped %s: %s", shown.c_str(), why.c_str());
+      continue;
+    }
+    ftrace::FuncRecord* rec = record_for(s->info.name, shown, s->info.func);
+    tramp::AttachOptions o;
+    o.cookie = reinterpret_cast<uint64_t>(rec);
+    reqs.push_back({s->info.func, tramp::AttachType::fentry,
+                    reinterpret_cast<uint64_t>(&ftrace::graph_entry), o});
+    if (cfg.tracer == "function_graph")
+      reqs.push_back({s->info.func, tramp::AttachType::fexit,
+                      reinterpret_cast<uint64_t>(&ftrace::graph_exit), o});
+    cand.push_back({s->info.func, s->info.size, shown, s->object});
+  }
+  if (reqs.empty()) {
+    if (skipped) logf("%zu functions skipped (see above)", skipped);
+    return;
+  }
+  auto res = mgr.attach_many(reqs);
+  std::vector<Attached> done;
+  const size_t per = cfg.tracer == "function_graph" ? 2 : 1;
+  for (size_t i = 0; i < cand.size(); ++i) {
+    bool ok = true;
+    for (size_t k = 0; k < per; ++k)
+      if (!res[i * per + k]) {
+        ok = false;
+        logf("not traced %s: %s", cand[i].name.c_str(), res[i * per + k].error().message.c_str());
+      }
+    if (ok) done.push_back(cand[i]);
+  }
+  logf("traced %zu functions, %zu skipped", done.size(), skipped + cand.size() - done.size());
+  write_functions_file(done, !g_agent->attached.empty());
+  g_agent->attached.insert(g_agent->attached.end(), done.begin(), done.end());
+}
+
+// `fresh`: an object just loaded, whose sites no thread can be inside yet.
+void discover_and_attach(const std::string& fresh = {}) {
+  std::lock_guard lock(g_agent->mu);
+  auto& table = sites::SiteTable::instance();
+  if (auto r = table.discover(); !r) logf("discover: %s", r.error().message.c_str());
+  if (!fresh.empty()) (void)table.canonicalize(sites::Quiescence::stopped, fresh);
+  auto left = table.canonicalize(sites::Quiescence::live);
+  if (!left) logf("canonicalize: %s", left.error().message.c_str());
+  else if (*left) logf("%zu sites left as five 1-byte NOPs: other threads were running", *left);
+  attach_new_sites();
+}
+
+void atfork_child() {
+  if (!g_agent) return;
+  // The child inherits every image; its threads claim new buffers on their first event.
+  ftrace::after_fork_child();
+  write_functions_file(g_agent->attached, false);
+}
+
+__attribute__((constructor(200))) void agent_init() {
+  const char* path = getenv("UTRAMP_AGENT");
+  if (!path || !*path) return;
+  auto cfg = load_config(path);
+  if (!cfg) return;  // nowhere to report but the trace dir, which we do not know
+  g_agent = new Agent();
+  g_agent->cfg = std::move(*cfg);
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) g_agent->exe.assign(exe, static_cast<size_t>(n));
+  if (!g_agent->cfg.follow_exec) {
+    // Programs this one execs are not traced; nor does the program see our variables.
+    unsetenv("LD_PRELOAD");
+    unsetenv("UTRAMP_AGENT");
+  }
+  auto buffers = trace::ShmBuffers::attach(g_agent->cfg.shm_path);
+  if (!buffers) {
+    logf("cannot map the trace buffers: %s", buffers.error().message.c_str());
+    return;
+  }
+  g_agent->buffers = std::move(*buffers);
+  ftrace::Options o;
+  o.tracer = g_agent->cfg.tracer == "function" ? ftrace::Tracer::function : ftrace::Tracer::function_graph;
+  o.max_depth = g_agent->cfg.max_depth;
+  o.min_duration_ns = g_agent->cfg.min_duration_ns;
+  o.ticks_per_ns = g_agent->cfg.ticks_per_ns;
+  o.tids = g_agent->cfg.tids;
+  ftrace::configure(&g_agent->buffers, o);
+  tramp::set_unwind_hook(&ftrace::on_unwind);
+  pthread_atfork(nullptr, nullptr, atfork_child);
+  // Before main: normally no other thread exists yet.
+  discover_and_attach();
+}
+
+__attribute__((destructor)) void agent_fini() {
+  if (g_agent) ftrace::close_thread();
+}
+
+}  // namespace
+
+}  // namespace utramp::agent
+
+// Interposed: objects loaded later get traced too, and forks are recorded.
+extern "C" {
+
+void* dlopen(const char* file, int flags) {
+  using Fn = void* (*)(const char*, int);
+  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "dlopen"));
+  void* h = real(file, flags);
+  // The new object's code has not been called by anyone but its constructors yet:
+  // its sites are canonicalised as if stopped.
+  if (h && utramp::agent::g_agent) {
+    link_map* lm = nullptr;
+    std::string path;
+    if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name) path = lm->l_name;
+    utramp::agent::discover_and_attach(path);
+  }
+  return h;
+}
+
+pid_t fork(void) {
+  using Fn = pid_t (*)();
+  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "fork"));
+  const pid_t pid = real();
+  if (pid > 0 && utramp::agent::g_agent) utramp::ftrace::record_fork(static_cast<uint32_t>(pid));
+  return pid;
+}
+
+}  // extern "C"

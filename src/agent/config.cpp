@@ -1,0 +1,66 @@
+#include "agent/config.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace utramp::agent {
+
+using nlohmann::json;
+
+std::string dump_config(const Config& c) {
+  json j;
+  j["shm_path"] = c.shm_path;
+  j["trace_dir"] = c.trace_dir;
+  j["tracer"] = c.tracer;
+  j["filters"] = c.filters;
+  j["notrace"] = c.notrace;
+  j["libraries"] = c.libraries;
+  j["max_depth"] = c.max_depth;
+  j["min_duration_ns"] = c.min_duration_ns;
+  j["ticks_per_ns"] = c.ticks_per_ns;
+  j["tids"] = c.tids;
+  j["follow_exec"] = c.follow_exec;
+  json caps = json::array();
+  for (const auto& a : c.captures)
+    caps.push_back({{"glob", a.glob}, {"args", a.args}, {"retval", a.retval}, {"retfmt", a.retfmt}});
+  j["captures"] = caps;
+  return j.dump(2);
+}
+
+Result<Config> load_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return make_error(Errc::not_found, fmt::format("agent config {}: cannot open", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    const json j = json::parse(ss.str());
+    Config c;
+    c.shm_path = j.at("shm_path").get<std::string>();
+    c.trace_dir = j.value("trace_dir", "");
+    c.tracer = j.value("tracer", "function_graph");
+    c.filters = j.value("filters", std::vector<std::string>{});
+    c.notrace = j.value("notrace", std::vector<std::string>{});
+    c.libraries = j.value("libraries", false);
+    c.max_depth = j.value("max_depth", 0u);
+    c.min_duration_ns = j.value("min_duration_ns", uint64_t{0});
+    c.ticks_per_ns = j.value("ticks_per_ns", 1.0);
+    c.tids = j.value("tids", std::vector<uint32_t>{});
+    c.follow_exec = j.value("follow_exec", false);
+    for (const auto& a : j.value("captures", json::array())) {
+      ArgSpec s;
+      s.glob = a.value("glob", "");
+      s.args = a.value("args", std::vector<std::string>{});
+      s.retval = a.value("retval", false);
+      s.retfmt = a.value("retfmt", "");
+      c.captures.push_back(std::move(s));
+    }
+    return c;
+  } catch (const std::exception& e) {
+    return make_error(Errc::bad_format, fmt::format("agent config {}: {}", path, e.what()));
+  }
+}
+
+}  // namespace utramp::agent

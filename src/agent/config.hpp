@@ -1,0 +1,38 @@
+// The agent's configuration, written by `utramp record` as JSON and read by the agent
+// in the traced process (UTRAMP_AGENT=path).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace utramp::agent {
+
+struct ArgSpec {
+  std::string glob;           // functions it applies to
+  std::vector<std::string> args;  // "arg1", "arg2/s", "arg3/x", "fparg1" ...
+  bool retval = false;        // -R
+  std::string retfmt;         // "", "s", "x", "f"
+};
+
+struct Config {
+  std::string shm_path;       // the shared buffers file
+  std::string trace_dir;      // where functions-PID.tsv go
+  std::string tracer = "function_graph";
+  std::vector<std::string> filters;   // -F: only these (globs on mangled or demangled names)
+  std::vector<std::string> notrace;   // -N: never these
+  bool libraries = false;             // trace shared libraries' functions too
+  uint32_t max_depth = 0;
+  uint64_t min_duration_ns = 0;
+  double ticks_per_ns = 1.0;
+  std::vector<uint32_t> tids;
+  std::vector<ArgSpec> captures;      // -A / -R
+  bool follow_exec = false;
+};
+
+Result<Config> load_config(const std::string& path);
+std::string dump_config(const Config& c);  // JSON text
+
+}  // namespace utramp::agent

@@ -1,0 +1,741 @@
+// The eBPF JIT's x86-64 back end.
+//
+// Registers (the kernel's mapping, so that helpers are plain System V calls):
+//
+//   BPF  r0  r1  r2  r3  r4  r5  r6  r7  r8  r9  r10
+//   x86  rax rdi rsi rdx rcx r8  rbx r13 r14 r15 rbp
+//
+//   r12: the run state (ebpf::RunState, memory.hpp), also the body's rsp
+//   r9, r10, r11: scratch (r11 holds the effective address of a checked access)
+//
+// Frame of the entry function, from r12 (= rsp in the body, 16-byte aligned):
+//
+//   r12+4200 ...      return address, then the caller's frame
+//   r12+4152..4200    saved rbp, rbx, r12, r13, r14, r15 (six pushes)
+//   r12+4192          8 bytes of padding (keeps rsp 16-aligned)
+//   r12+96+4096       stack_hi: r10 of the main function
+//   r12+96 .. +4192   the BPF stack: kMaxFrames frames of 512 bytes, the main function's
+//                     on top; a local call moves r10 down 512
+//   r12+88 .. +96     padding
+//   r12+0  .. +88     RunState
+//
+// The BPF stack is apart from the native one: a local call pushes the caller's
+// r6-r9/r10 and a return address on the native stack, which programs cannot address,
+// so no program store can reach a return address. Local calls:
+//
+//   lea  r11, [rbp-512]          ; the callee's frame pointer
+//   cmp  r11, [r12+min_fp]       ; deeper than kMaxFrames?
+//   jb   fault(call_depth)
+//   push rbp/rbx/r13/r14/r15     ; 40 bytes + the call's 8: the callee runs 16-aligned
+//   mov  rbp, r11
+//   call L_target
+//   pop  r15/r14/r13/rbx/rbp
+//
+// and `exit` returns from the program only in the main frame:
+//
+//   cmp  rbp, [r12+stack_hi]
+//   je   exit_main
+//   ret
+//
+// Memory: an access [reg+off] with reg = r10 and the bytes inside the current frame
+// goes straight to memory. Any other computes r11 = reg+off and tests, inline, the BPF
+// stack and the context; outside both, a stub saves r0-r5 and calls the C slow path
+// (static regions, then the fault-safe copy for loads; allowed or fault for stores):
+//
+//   lea  r11, [rsi+8]            ; ldxdw r0, [r2+8]
+//   lea  r10, [r11-96]
+//   sub  r10, r12
+//   cmp  r10, 4096-8             ; in the BPF stack?
+//   jbe  direct
+//   mov  r10, r11
+//   sub  r10, [r12+ctx_lo]
+//   cmp  r10, ctx_size-8         ; in the context? (a per-run length: two compares)
+//   jbe  direct
+//   jmp  slow                    ; out of line: mov r10d, 8; call load_stub; mov rax, r11
+//   direct: mov rax, [r11]
+//
+// A fault stores its kind, instruction and address in the run state and jumps to one
+// exit that resets rsp to r12 (dropping local-call frames), reports it and returns 0.
+#include "arch/bpf_jit.hpp"
+
+#include <asmjit/x86.h>
+#include <fmt/format.h>
+
+#include <functional>
+
+#include "arch/arch.hpp"
+#include "arch/x86_64/asm_util.hpp"
+#include "ebpf/memory.hpp"
+
+namespace utramp::arch {
+
+namespace {
+
+namespace ax = asmjit::x86;
+using asmjit::Imm;
+using asmjit::Label;
+using ebpf::FaultKind;
+using ebpf::Insn;
+namespace op = ebpf::op;
+namespace rs = ebpf::rs;
+
+const ax::Gp kReg[ebpf::kNumRegs] = {ax::rax, ax::rdi, ax::rsi, ax::rdx, ax::rcx, ax::r8,
+                                     ax::rbx, ax::r13, ax::r14, ax::r15, ax::rbp};
+const ax::Gp kState = ax::r12;
+
+constexpr int32_t kStateBytes = 96;  // RunState (88) rounded to 16
+constexpr int32_t kBpfStack = static_cast<int32_t>(ebpf::kStackBytes);
+constexpr int32_t kFrameBytes = kStateBytes + kBpfStack + 8;
+static_assert(sizeof(ebpf::RunState) <= kStateBytes);
+static_assert(kFrameBytes % 16 == 8, "six pushes + return address + frame keep rsp 16-aligned");
+
+ax::Mem st(int32_t off, uint32_t size = 8) { return ax::ptr(kState, off, size); }
+
+class StickyError : public asmjit::ErrorHandler {
+ public:
+  void handleError(asmjit::Error err, const char* message, asmjit::BaseEmitter*) override {
+    if (first == asmjit::kErrorOk) {
+      first = err;
+      text = message ? message : asmjit::DebugUtils::errorAsString(err);
+    }
+  }
+  asmjit::Error first = asmjit::kErrorOk;
+  std::string text;
+};
+
+class Emitter {
+ public:
+  Emitter(ax::Assembler& a, const BpfJitSpec& s, uint64_t base, bool far)
+      : a_(a), s_(s), base_(base), far_(far), n_(s.insns.size()) {}
+
+  void emit(Label native_entry, Label full_entry);
+  Error error;  // set by checks that are not asmjit's
+  bool failed = false;
+
+ private:
+  ax::Gp R(uint8_t r) const { return kReg[r]; }
+  void call_abs(uint64_t target);
+  Label defer(std::function<void()> body) {
+    Label l = a_.newLabel();
+    deferred_.push_back([this, l, body = std::move(body)] {
+      a_.bind(l);
+      body();
+    });
+    return l;
+  }
+  // A fault at insn `i`: fault_addr from r11 when `with_addr`.
+  Label fault(FaultKind k, size_t i, bool with_addr) {
+    return defer([this, k, i, with_addr] {
+      a_.mov(st(rs::kFaultKind, 4), Imm(static_cast<uint32_t>(k)));
+      a_.mov(st(rs::kFaultInsn, 4), Imm(static_cast<uint32_t>(i)));
+      if (with_addr) a_.mov(st(rs::kFaultAddr), ax::r11);
+      else a_.mov(st(rs::kFaultAddr), Imm(0));
+      a_.jmp(fault_common_);
+    });
+  }
+  void epilogue_and_stubs();
+  void alu(size_t i, const Insn& n);
+  void divmod(size_t i, const Insn& n);
+  void shift(const Insn& n);
+  void jump(size_t i, const Insn& n);
+  void jump_to(size_t i, int64_t rel, std::function<void(Label)> jcc, std::function<void(Label)> jncc);
+  void call(size_t i, const Insn& n);
+  // r11 = base+off, then to `direct` if inside the stack (or context); else to the
+  // returned out-of-line label's code (the caller fills it).
+  void check_inline(uint8_t base, int16_t off, unsigned size, bool ctx_ok, Label direct, Label slow);
+  void load(size_t i, const Insn& n);
+  void store(size_t i, const Insn& n);
+  void mem_op(const Insn& n, const ax::Mem& m);
+  static bool in_frame(int16_t off, unsigned size) {
+    return off >= -static_cast<int32_t>(ebpf::kStackSize) && off + static_cast<int32_t>(size) <= 0;
+  }
+
+  ax::Assembler& a_;
+  const BpfJitSpec& s_;
+  uint64_t base_;
+  bool far_;
+  size_t n_;
+  std::vector<Label> L_;
+  Label exit_main_, fault_common_, load_stub_, store_stub_;
+  std::vector<std::function<void()>> deferred_;
+};
+
+void Emitter::call_abs(uint64_t target) {
+  // rel32 when the target is in reach from anywhere in the code (bounded by 1 GB here:
+  // programs are far smaller), else through r11.
+  if (!far_ && rel32_reaches(base_, target) && rel32_reaches(base_ + (1u << 30), target)) {
+    a_.call(Imm(target));
+  } else {
+    a_.mov(ax::r11, Imm(target));
+    a_.call(ax::r11);
+  }
+}
+
+// Entry. The native entry sets the arguments of the full one and falls into it:
+//
+//   native: mov  rdx, default_status
+//   full:   push rbp, rbx, r12, r13, r14, r15
+//           sub  rsp, 4200
+//           mov  r12, rsp
+//           mov  rsi, ctx_size                     (fixed-size contexts)
+//           mov  [r12+ctx_lo], rdi ... (the run state's fields)
+//           lea  rbp, [r12+96+4096]
+//           xor  r0, r3-r9
+void Emitter::emit(Label native_entry, Label full_entry) {
+  L_.resize(n_);
+  for (auto& l : L_) l = a_.newLabel();
+  exit_main_ = a_.newLabel();
+  fault_common_ = a_.newLabel();
+  load_stub_ = a_.newLabel();
+  store_stub_ = a_.newLabel();
+
+  a_.bind(native_entry);
+  a_.mov(ax::rdx, Imm(s_.default_status));
+  a_.bind(full_entry);
+  for (const ax::Gp& r : {ax::rbp, ax::rbx, ax::r12, ax::r13, ax::r14, ax::r15}) a_.push(r);
+  a_.sub(ax::rsp, Imm(kFrameBytes));
+  a_.mov(kState, ax::rsp);
+  if (s_.ctx_size) a_.mov(ax::rsi, Imm(s_.ctx_size));
+  a_.mov(st(rs::kCtxLo), ax::rdi);
+  a_.mov(st(rs::kCtxLen), ax::rsi);
+  a_.lea(ax::r11, ax::ptr(kState, kStateBytes));
+  a_.mov(st(rs::kStackLo), ax::r11);
+  a_.lea(ax::r11, ax::ptr(kState, kStateBytes + static_cast<int32_t>(ebpf::kStackSize)));
+  a_.mov(st(rs::kMinFp), ax::r11);
+  a_.lea(ax::rbp, ax::ptr(kState, kStateBytes + kBpfStack));
+  a_.mov(st(rs::kStackHi), ax::rbp);
+  a_.mov(ax::r11, Imm(s_.loop_budget));
+  a_.mov(st(rs::kBudget), ax::r11);
+  a_.mov(ax::r11, Imm(s_.env));
+  a_.mov(st(rs::kEnv), ax::r11);
+  a_.mov(st(rs::kStatus), ax::rdx);
+  if (s_.publish_run) {
+    const int64_t tls = ebpf::current_run_tls_offset();
+    a_.mov(ax::r11, x86::fs_mem(tls, 8));
+    a_.mov(st(rs::kPrev), ax::r11);
+    a_.mov(x86::fs_mem(tls, 8), kState);
+  }
+  for (const ax::Gp& r : {ax::eax, ax::edx, ax::ecx, ax::r8d, ax::ebx, ax::r13d, ax::r14d, ax::r15d})
+    a_.xor_(r, r);
+
+  for (size_t i = 0; i < n_; ++i) {
+    a_.bind(L_[i]);
+    const Insn& n = s_.insns[i];
+    switch (op::cls(n.code)) {
+      case op::kAlu:
+      case op::kAlu64: alu(i, n); break;
+      case op::kJmp:
+      case op::kJmp32: jump(i, n); break;
+      case op::kLd:
+        a_.mov(R(n.dst), Imm(ebpf::imm64(s_.insns, i)));
+        a_.bind(L_[++i]);  // never a target (checked); bound for completeness
+        break;
+      case op::kLdx: load(i, n); break;
+      default: store(i, n); break;
+    }
+  }
+  epilogue_and_stubs();
+  // Out-of-line blocks may add more (none do today); run until all are emitted.
+  for (size_t k = 0; k < deferred_.size(); ++k) deferred_[k]();
+}
+
+// exit_main:  (rsp == r12)
+//   mov  r11, [r12+prev]; mov fs:[current_run], r11    (publish_run only)
+//   add  rsp, 4200
+//   pop  r15, r14, r13, r12, rbx, rbp
+//   ret
+// fault_common:
+//   mov  rsp, r12; mov rdi, r12; call utramp_ebpf_report; xor eax, eax; jmp exit_main
+// load_stub:  in r11 = address, r10 = size; out r11 = value; keeps r0-r5
+//   push rax, rdi, rsi, rdx, rcx, r8; sub rsp, 8
+//   mov rdi, r12; mov rsi, r11; mov rdx, r10; call utramp_ebpf_load; mov r11, rax
+//   add rsp, 8; pop r8, rcx, rdx, rsi, rdi, rax; ret
+// store_stub: in r11 = address, r10 = size; out r10 = allowed; keeps r0-r5 and r11
+void Emitter::epilogue_and_stubs() {
+  a_.bind(exit_main_);
+  if (s_.publish_run) {
+    a_.mov(ax::r11, st(rs::kPrev));
+    a_.mov(x86::fs_mem(ebpf::current_run_tls_offset(), 8), ax::r11);
+  }
+  a_.add(ax::rsp, Imm(kFrameBytes));
+  for (const ax::Gp& r : {ax::r15, ax::r14, ax::r13, ax::r12, ax::rbx, ax::rbp}) a_.pop(r);
+  a_.ret();
+
+  a_.bind(fault_common_);
+  a_.mov(ax::rsp, kState);
+  a_.mov(ax::rdi, kState);
+  call_abs(reinterpret_cast<uint64_t>(&utramp_ebpf_report));
+  a_.xor_(ax::eax, ax::eax);
+  a_.jmp(exit_main_);
+
+  const ax::Gp saved[] = {ax::rax, ax::rdi, ax::rsi, ax::rdx, ax::rcx, ax::r8};
+  for (int which = 0; which < 2; ++which) {
+    a_.bind(which == 0 ? load_stub_ : store_stub_);
+    for (const ax::Gp& r : saved) a_.push(r);
+    // The seventh slot: padding for the load stub, the address for the store stub.
+    a_.push(ax::r11);
+    a_.mov(ax::rdi, kState);
+    a_.mov(ax::rsi, ax::r11);
+    a_.mov(ax::rdx, ax::r10);
+    call_abs(which == 0 ? reinterpret_cast<uint64_t>(&utramp_ebpf_load)
+                        : reinterpret_cast<uint64_t>(&utramp_ebpf_store_ok));
+    if (which == 0) {
+      a_.mov(ax::r11, ax::rax);
+      a_.add(ax::rsp, Imm(8));
+    } else {
+      a_.mov(ax::r10, ax::rax);
+      a_.pop(ax::r11);
+    }
+    for (int k = 5; k >= 0; --k) a_.pop(saved[k]);
+    a_.ret();
+  }
+}
+
+void Emitter::alu(size_t i, const Insn& n) {
+  const bool is64 = op::cls(n.code) == op::kAlu64;
+  const uint8_t o = op::alu_op(n.code);
+  const ax::Gp d64 = R(n.dst);
+  const ax::Gp d = is64 ? d64 : d64.r32();
+  const bool x = op::src_bit(n.code) == op::kX;
+  const ax::Gp s = x ? (is64 ? R(n.src) : R(n.src).r32()) : ax::Gp();
+  const Imm imm(static_cast<int64_t>(n.imm));
+  switch (o) {
+    case op::kAdd: x ? a_.add(d, s) : a_.add(d, imm); break;
+    case op::kSub: x ? a_.sub(d, s) : a_.sub(d, imm); break;
+    case op::kOr: x ? a_.or_(d, s) : a_.or_(d, imm); break;
+    case op::kAnd: x ? a_.and_(d, s) : a_.and_(d, imm); break;
+    case op::kXor: x ? a_.xor_(d, s) : a_.xor_(d, imm); break;
+    case op::kMul: x ? a_.imul(d, s) : a_.imul(d, d, imm); break;
+    case op::kNeg: a_.neg(d); break;
+    case op::kMov:
+      if (!x) {
+        a_.mov(d, imm);
+      } else if (n.off == 0) {
+        a_.mov(d, s);
+      } else if (n.off == 8) {
+        a_.movsx(d, R(n.src).r8());
+      } else if (n.off == 16) {
+        a_.movsx(d, R(n.src).r16());
+      } else {
+        a_.movsxd(d64, R(n.src).r32());
+      }
+      break;
+    case op::kLsh:
+    case op::kRsh:
+    case op::kArsh: shift(n); break;
+    case op::kDiv:
+    case op::kMod: divmod(i, n); break;
+    case op::kEnd: {
+      const bool swap = is64 || op::src_bit(n.code) == op::kToBe;
+      if (n.imm == 16) {
+        if (swap) a_.rol(d64.r16(), Imm(8));
+        a_.movzx(d64.r32(), d64.r16());
+      } else if (n.imm == 32) {
+        if (swap) a_.bswap(d64.r32());
+        else a_.mov(d64.r32(), d64.r32());
+      } else if (swap) {
+        a_.bswap(d64);
+      }
+      break;
+    }
+    default:
+      failed = true;
+      error = make_error(Errc::unsupported, fmt::format("insn {}: unknown ALU operation", i));
+  }
+}
+
+// lsh/rsh/arsh. x86 masks the count as BPF does (by 63, or 31 for 32-bit operands);
+// a register count must be in cl, which is BPF r4:
+//
+//   mov r10, rcx; mov rcx, SRC; shl DST, cl; mov rcx, r10      (DST not rcx)
+//   mov r10, rcx; mov rcx, SRC; shl r10, cl; mov rcx, r10      (DST is rcx)
+void Emitter::shift(const Insn& n) {
+  const bool is64 = op::cls(n.code) == op::kAlu64;
+  const uint8_t o = op::alu_op(n.code);
+  auto sh = [&](const ax::Gp& r, const auto& count) {
+    if (o == op::kLsh) a_.shl(r, count);
+    else if (o == op::kRsh) a_.shr(r, count);
+    else a_.sar(r, count);
+  };
+  const ax::Gp d64 = R(n.dst);
+  const ax::Gp d = is64 ? d64 : d64.r32();
+  if (op::src_bit(n.code) == op::kK) {
+    const uint32_t c = static_cast<uint32_t>(n.imm) & (is64 ? 63 : 31);
+    if (c != 0) sh(d, Imm(c));
+    else if (!is64) a_.mov(d, d);  // a 32-bit operation still zero-extends
+    return;
+  }
+  const ax::Gp src = R(n.src);
+  if (src == ax::rcx && d64 != ax::rcx) {
+    sh(d, ax::cl);
+    return;
+  }
+  a_.mov(ax::r10, ax::rcx);
+  if (src != ax::rcx) a_.mov(ax::rcx, src);
+  if (d64 == ax::rcx) {
+    sh(is64 ? ax::r10 : ax::r10d, ax::cl);
+    a_.mov(ax::rcx, ax::r10);
+  } else {
+    sh(d, ax::cl);
+    a_.mov(ax::rcx, ax::r10);
+  }
+}
+
+// div/mod/sdiv/smod. x86 divides rdx:rax, so r0 and r3 are kept in r9/r10 around it:
+//
+//   mov  r11, SRC           ; divisor
+//   test r11, r11 ; jz zero ; cmp r11, -1 ; je minus_one (signed)
+//   mov  r9, rax ; mov r10, rdx
+//   mov  rax, DST ; xor edx, edx (cqo for signed)
+//   div  r11
+//   mov  r11, rax (rdx for mod) ; mov rax, r9 ; mov rdx, r10 ; mov DST, r11
+//
+// zero: div -> 0, mod -> DST (truncated to 32 bits for ALU32); minus_one: sdiv -> -DST,
+// smod -> 0 (x86 would trap on INT_MIN / -1).
+void Emitter::divmod(size_t i, const Insn& n) {
+  (void)i;
+  const bool is64 = op::cls(n.code) == op::kAlu64;
+  const bool is_mod = op::alu_op(n.code) == op::kMod;
+  const bool is_signed = n.off == 1;
+  const ax::Gp d64 = R(n.dst);
+  const ax::Gp d = is64 ? d64 : d64.r32();
+  const ax::Gp r11 = is64 ? ax::r11 : ax::r11d;
+  auto by_zero = [this, is_mod, is64, d] {
+    if (!is_mod) a_.xor_(d.r32(), d.r32());
+    else if (!is64) a_.mov(d, d);
+  };
+  auto by_minus_one = [this, is_mod, d] {
+    if (!is_mod) a_.neg(d);
+    else a_.xor_(d.r32(), d.r32());
+  };
+  Label done = a_.newLabel();
+  if (op::src_bit(n.code) == op::kK) {
+    if (n.imm == 0) return by_zero();
+    if (is_signed && n.imm == -1) return by_minus_one();
+    a_.mov(r11, Imm(static_cast<int64_t>(n.imm)));
+  } else {
+    a_.mov(r11, is64 ? R(n.src) : R(n.src).r32());
+    a_.test(r11, r11);
+    a_.jz(defer([this, by_zero, done] {
+      by_zero();
+      a_.jmp(done);
+    }));
+    if (is_signed) {
+      a_.cmp(r11, Imm(-1));
+      a_.je(defer([this, by_minus_one, done] {
+        by_minus_one();
+        a_.jmp(done);
+      }));
+    }
+  }
+  a_.mov(ax::r9, ax::rax);
+  a_.mov(ax::r10, ax::rdx);
+  a_.mov(is64 ? ax::rax : ax::eax, d);
+  if (is_signed) is64 ? a_.cqo() : a_.cdq();
+  else a_.xor_(ax::edx, ax::edx);
+  if (is_signed) a_.idiv(r11);
+  else a_.div(r11);
+  if (is64) a_.mov(ax::r11, is_mod ? ax::rdx : ax::rax);
+  else a_.mov(ax::r11d, is_mod ? ax::edx : ax::eax);
+  a_.mov(ax::rax, ax::r9);
+  a_.mov(ax::rdx, ax::r10);
+  a_.mov(d, r11);
+  a_.bind(done);
+}
+
+// A jump to insn i+1+rel: with a loop budget, a backward one first spends one unit:
+//
+//   j!cc  skip
+//   sub   qword [r12+budget], 1
+//   jb    fault(loop_budget)
+//   jmp   L_target
+//   skip:
+void Emitter::jump_to(size_t i, int64_t rel, std::function<void(Label)> jcc,
+                      std::function<void(Label)> jncc) {
+  const Label target = L_[static_cast<size_t>(static_cast<int64_t>(i) + 1 + rel)];
+  if (rel >= 0 || s_.loop_budget == 0) {
+    jcc(target);
+    return;
+  }
+  Label skip = a_.newLabel();
+  if (jncc) jncc(skip);
+  a_.sub(st(rs::kBudget), Imm(1));
+  a_.jb(fault(FaultKind::loop_budget, i, false));
+  a_.jmp(target);
+  a_.bind(skip);
+}
+
+void Emitter::jump(size_t i, const Insn& n) {
+  const uint8_t o = op::jmp_op(n.code);
+  if (n.code == op::kExitOp) {
+    a_.cmp(ax::rbp, st(rs::kStackHi));
+    a_.je(exit_main_);
+    a_.ret();
+    return;
+  }
+  if (n.code == op::kCallOp || n.code == op::kCallxOp) return call(i, n);
+  if (o == op::kJa) {
+    const int64_t rel = n.code == op::kJa32Op ? n.imm : n.off;
+    jump_to(i, rel, [this](Label l) { a_.jmp(l); }, nullptr);
+    return;
+  }
+  const bool is32 = op::cls(n.code) == op::kJmp32;
+  const ax::Gp d = is32 ? R(n.dst).r32() : R(n.dst);
+  const bool x = op::src_bit(n.code) == op::kX;
+  const ax::Gp s = x ? (is32 ? R(n.src).r32() : R(n.src)) : ax::Gp();
+  const Imm imm(static_cast<int64_t>(n.imm));
+  if (o == op::kJset) x ? a_.test(d, s) : a_.test(d, imm);
+  else x ? a_.cmp(d, s) : a_.cmp(d, imm);
+  asmjit::x86::CondCode cc;
+  switch (o) {
+    case op::kJeq: cc = ax::CondCode::kEqual; break;
+    case op::kJne: cc = ax::CondCode::kNotEqual; break;
+    case op::kJset: cc = ax::CondCode::kNotZero; break;
+    case op::kJgt: cc = ax::CondCode::kUnsignedGT; break;
+    case op::kJge: cc = ax::CondCode::kUnsignedGE; break;
+    case op::kJlt: cc = ax::CondCode::kUnsignedLT; break;
+    case op::kJle: cc = ax::CondCode::kUnsignedLE; break;
+    case op::kJsgt: cc = ax::CondCode::kSignedGT; break;
+    case op::kJsge: cc = ax::CondCode::kSignedGE; break;
+    case op::kJslt: cc = ax::CondCode::kSignedLT; break;
+    default: cc = ax::CondCode::kSignedLE; break;
+  }
+  jump_to(
+      i, n.off, [this, cc](Label l) { a_.j(cc, l); },
+      [this, cc](Label l) { a_.j(ax::negateCond(cc), l); });
+}
+
+void Emitter::call(size_t i, const Insn& n) {
+  if (n.code == op::kCallxOp) {
+    // mov r11, DST; cmp r11, count; jae fault; mov r10, table; mov r10, [r10+r11*8];
+    // test r10, r10; jz fault; call r10
+    Label bad = fault(FaultKind::unknown_helper, i, true);
+    a_.mov(ax::r11, R(n.dst));
+    a_.mov(ax::r10, Imm(s_.helper_count));
+    a_.cmp(ax::r11, ax::r10);
+    a_.jae(bad);
+    a_.mov(ax::r10, Imm(reinterpret_cast<uint64_t>(s_.helpers)));
+    a_.mov(ax::r10, ax::ptr(ax::r10, ax::r11, 3));
+    a_.test(ax::r10, ax::r10);
+    a_.jz(bad);
+    a_.call(ax::r10);
+    return;
+  }
+  if (n.src == op::kCallLocal) {
+    a_.lea(ax::r11, ax::ptr(ax::rbp, -static_cast<int32_t>(ebpf::kStackSize)));
+    a_.cmp(ax::r11, st(rs::kMinFp));
+    a_.jb(fault(FaultKind::call_depth, i, false));
+    for (const ax::Gp& r : {ax::rbp, ax::rbx, ax::r13, ax::r14, ax::r15}) a_.push(r);
+    a_.mov(ax::rbp, ax::r11);
+    a_.call(L_[static_cast<size_t>(static_cast<int64_t>(i) + 1 + n.imm)]);
+    for (const ax::Gp& r : {ax::r15, ax::r14, ax::r13, ax::rbx, ax::rbp}) a_.pop(r);
+    return;
+  }
+  const uint32_t id = static_cast<uint32_t>(n.imm);
+  const uint64_t fn = id < s_.helper_count ? s_.helpers[id] : 0;
+  if (!fn) {
+    failed = true;
+    error = make_error(Errc::not_found, fmt::format("insn {}: no address for helper {}", i, id));
+    return;
+  }
+  call_abs(fn);
+}
+
+void Emitter::check_inline(uint8_t base, int16_t off, unsigned size, bool ctx_ok, Label direct,
+                           Label slow) {
+  a_.lea(ax::r11, ax::ptr(R(base), off));
+  a_.lea(ax::r10, ax::ptr(ax::r11, -kStateBytes));
+  a_.sub(ax::r10, kState);
+  a_.cmp(ax::r10, Imm(kBpfStack - static_cast<int32_t>(size)));
+  a_.jbe(direct);
+  if (ctx_ok) {
+    a_.mov(ax::r10, ax::r11);
+    a_.sub(ax::r10, st(rs::kCtxLo));
+    if (s_.ctx_size) {
+      if (s_.ctx_size >= size && s_.ctx_size - size <= INT32_MAX) {
+        a_.cmp(ax::r10, Imm(static_cast<int64_t>(s_.ctx_size - size)));
+        a_.jbe(direct);
+      }
+    } else {
+      // r9 = len - size (none fits when that borrows); inside when r11-ctx_lo <= r9.
+      a_.mov(ax::r9, st(rs::kCtxLen));
+      a_.sub(ax::r9, Imm(size));
+      a_.jb(slow);
+      a_.cmp(ax::r10, ax::r9);
+      a_.jbe(direct);
+    }
+  }
+  a_.jmp(slow);
+}
+
+void Emitter::load(size_t i, const Insn& n) {
+  (void)i;
+  const unsigned size = op::size_bytes(n.code);
+  const bool sx = op::mode(n.code) == op::kMemSx;
+  const ax::Gp d = R(n.dst);
+  auto from = [&](const ax::Mem& m) {
+    switch (size) {
+      case 1: sx ? a_.movsx(d, m) : a_.movzx(d.r32(), m); break;
+      case 2: sx ? a_.movsx(d, m) : a_.movzx(d.r32(), m); break;
+      case 4: sx ? a_.movsxd(d, m) : a_.mov(d.r32(), m); break;
+      default: a_.mov(d, m); break;
+    }
+  };
+  if (n.src == ebpf::kFp && in_frame(n.off, size)) {
+    from(ax::ptr(ax::rbp, n.off, size));
+    return;
+  }
+  Label direct = a_.newLabel(), done = a_.newLabel();
+  Label slow = defer([this, size, sx, d, done] {
+    a_.mov(ax::r10d, Imm(size));
+    a_.call(load_stub_);
+    // The slow path returns the bytes zero-extended.
+    if (sx && size == 1) a_.movsx(d, ax::r11b);
+    else if (sx && size == 2) a_.movsx(d, ax::r11w);
+    else if (sx && size == 4) a_.movsxd(d, ax::r11d);
+    else a_.mov(d, ax::r11);
+    a_.jmp(done);
+  });
+  check_inline(n.src, n.off, size, true, direct, slow);
+  a_.bind(direct);
+  from(ax::ptr(ax::r11, 0, size));
+  a_.bind(done);
+}
+
+// The operation of a store or atomic on memory operand `m` (address in r11 or rbp+off).
+//
+// Fetching or/and/xor has no x86 instruction: a cmpxchg loop on rax (BPF r0, kept in r9):
+//
+//   mov r9, rax ; mov rax, [m]
+//   again: mov r10, rax ; or r10, SRC ; lock cmpxchg [m], r10 ; jne again
+//   mov SRC, rax ; mov rax, r9        (rax already holds the result when SRC is r0)
+void Emitter::mem_op(const Insn& n, const ax::Mem& m) {
+  const unsigned size = op::size_bytes(n.code);
+  const bool w32 = size == 4;
+  auto sized = [&](const ax::Gp& r) -> ax::Gp {
+    switch (size) {
+      case 1: return r.r8();
+      case 2: return r.r16();
+      case 4: return r.r32();
+      default: return r.r64();
+    }
+  };
+  if (op::cls(n.code) == op::kSt) {
+    a_.mov(m, Imm(size == 8 ? static_cast<int64_t>(n.imm) : n.imm));
+    return;
+  }
+  const ax::Gp s = sized(R(n.src));
+  if (op::mode(n.code) == op::kMem) {
+    a_.mov(m, s);
+    return;
+  }
+  switch (n.imm) {
+    case op::kAtomicAdd: a_.lock().add(m, s); return;
+    case op::kAtomicOr: a_.lock().or_(m, s); return;
+    case op::kAtomicAnd: a_.lock().and_(m, s); return;
+    case op::kAtomicXor: a_.lock().xor_(m, s); return;
+    case op::kAtomicAdd | op::kFetch: a_.lock().xadd(m, s); return;
+    case op::kXchg: a_.xchg(m, s); return;
+    case op::kCmpxchg:
+      a_.lock().cmpxchg(m, s);
+      if (w32) a_.mov(ax::eax, ax::eax);  // r0 is the zero-extended old value either way
+      return;
+    default: break;
+  }
+  // fetch or/and/xor
+  const bool src_is_r0 = n.src == 0;
+  const ax::Gp operand = src_is_r0 ? sized(ax::r9) : s;
+  const ax::Gp acc = w32 ? ax::eax : ax::rax;
+  const ax::Gp tmp = w32 ? ax::r10d : ax::r10;
+  Label again = a_.newLabel();
+  a_.mov(ax::r9, ax::rax);
+  a_.mov(acc, m);
+  a_.bind(again);
+  a_.mov(tmp, acc);
+  switch (n.imm & ~op::kFetch) {
+    case op::kAtomicOr: a_.or_(tmp, operand); break;
+    case op::kAtomicAnd: a_.and_(tmp, operand); break;
+    default: a_.xor_(tmp, operand); break;
+  }
+  a_.lock().cmpxchg(m, tmp);
+  a_.jne(again);
+  if (!src_is_r0) {
+    a_.mov(s, acc);
+    a_.mov(ax::rax, ax::r9);
+  }
+}
+
+void Emitter::store(size_t i, const Insn& n) {
+  const unsigned size = op::size_bytes(n.code);
+  const bool atomic = op::mode(n.code) == op::kAtomic;
+  if (n.dst == ebpf::kFp && in_frame(n.off, size)) {
+    // Frames are 16-byte aligned: alignment is known now.
+    if (atomic && (n.off & static_cast<int16_t>(size - 1)) != 0) {
+      a_.lea(ax::r11, ax::ptr(ax::rbp, n.off));
+      a_.jmp(fault(FaultKind::misaligned_atomic, i, true));
+      return;
+    }
+    mem_op(n, ax::ptr(ax::rbp, n.off, size));
+    return;
+  }
+  Label direct = a_.newLabel();
+  Label bad = fault(FaultKind::bad_store, i, true);
+  Label slow = defer([this, size, direct, bad] {
+    a_.mov(ax::r10d, Imm(size));
+    a_.call(store_stub_);
+    a_.test(ax::r10, ax::r10);
+    a_.jz(bad);
+    a_.jmp(direct);
+  });
+  if (atomic) {
+    a_.lea(ax::r11, ax::ptr(R(n.dst), n.off));
+    a_.test(ax::r11b, Imm(size - 1));
+    a_.jnz(fault(FaultKind::misaligned_atomic, i, true));
+  }
+  check_inline(n.dst, n.off, size, s_.ctx_writable, direct, slow);
+  a_.bind(direct);
+  mem_op(n, ax::ptr(ax::r11, 0, size));
+}
+
+Result<BpfJitCode> emit_at(const BpfJitSpec& spec, uint64_t base, bool far) {
+  BpfJitCode out;
+  StickyError sticky;
+  Error emit_error{};
+  bool emit_failed = false;
+  Label native, full;
+  auto bytes = x86::assemble(
+      base,
+      [&](ax::Assembler& a) {
+        a.code()->setErrorHandler(&sticky);
+        native = a.newLabel();
+        full = a.newLabel();
+        Emitter e(a, spec, base, far);
+        e.emit(native, full);
+        emit_failed = e.failed;
+        if (e.failed) emit_error = e.error;
+      },
+      [&](asmjit::CodeHolder& code) {
+        out.native_entry = static_cast<uint32_t>(code.labelOffset(native));
+        out.full_entry = static_cast<uint32_t>(code.labelOffset(full));
+      });
+  if (emit_failed) return emit_error;
+  if (sticky.first != asmjit::kErrorOk)
+    return make_error(Errc::unsupported, fmt::format("asmjit: {}", sticky.text));
+  if (!bytes) return std::move(bytes).error();
+  out.code = std::move(*bytes);
+  return out;
+}
+
+}  // namespace
+
+Result<BpfJitCode> emit_bpf(const BpfJitSpec& spec, uint64_t base) { return emit_at(spec, base, false); }
+
+Result<size_t> bpf_size_bound(const BpfJitSpec& spec) {
+  // Every call in its long form (mov r11, imm64; call r11) and forward jumps rel32: any
+  // real base gives code no longer than this.
+  auto code = emit_at(spec, 0, true);
+  if (!code) return std::move(code).error();
+  return code->code.size();
+}
+
+}  // namespace utramp::arch

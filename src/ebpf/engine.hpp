@@ -1,0 +1,71 @@
+// Running a checked program: the interpreter (the reference) or the x86-64 JIT, behind
+// one interface, with the same semantics down to the fault each bad run reports.
+//
+// A run starts with r1 = ctx, r2 = the context's length (ctx_size when the program has
+// a fixed one), r10 = the top of a fresh 512-byte frame, every other register 0; it
+// ends at the main function's exit with r0. Memory rules: memory.hpp. Local calls save
+// r6-r9 and r10 and give the callee the next 512-byte frame, kMaxFrames in all.
+//
+// The native entry (JIT only) is what a trampoline calls: uint64_t fn(uint64_t* ctx),
+// context length ctx_size, faults counted in the program's own status.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/result.hpp"
+#include "ebpf/helpers.hpp"
+#include "ebpf/insn.hpp"
+#include "ebpf/memory.hpp"
+
+namespace utramp::ebpf {
+
+enum class EngineKind : uint8_t { interpreter, jit };
+const char* engine_name(EngineKind k);
+
+inline constexpr uint64_t kDefaultLoopBudget = uint64_t(1) << 24;
+
+struct ExecOptions {
+  const HelperTable* helpers = nullptr;
+  std::vector<Region> regions;     // static regions (maps, global data)
+  uint64_t ctx_size = 0;           // 0: the context length is given per run
+  bool ctx_writable = false;
+  // Backward jumps a run may take (0: unlimited). Untrusted programs need a bound: a
+  // loop that never ends would hang the traced thread. The verifier will lift it.
+  uint64_t loop_budget = kDefaultLoopBudget;
+};
+
+using NativeFn = uint64_t (*)(uint64_t* ctx);
+
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  virtual EngineKind kind() const = 0;
+  // One run. A fault returns 0 and is recorded in `status` (never null).
+  virtual uint64_t run(void* ctx, uint64_t len, RunStatus* status) const = 0;
+  // The C-callable entry for trampolines, or null (the interpreter has none).
+  virtual NativeFn native() const { return nullptr; }
+  // Faults of runs through native(): counted here.
+  RunStatus& default_status() const { return default_status_; }
+
+  // run() with a fault turned into an error naming the instruction.
+  Result<uint64_t> execute(void* ctx, uint64_t len) const;
+
+  const Program& program() const { return program_; }
+  const RunEnv& env() const { return env_; }
+
+ protected:
+  Executable(Program p, RunEnv env) : program_(std::move(p)), env_(std::move(env)) {}
+  Program program_;
+  RunEnv env_;
+  mutable RunStatus default_status_;
+};
+
+// Checks the program (check.hpp) and prepares it for `kind`.
+Result<std::unique_ptr<Executable>> load(Program program, const ExecOptions& options, EngineKind kind);
+
+// The environment both engines build from the options, for the (checked) program.
+RunEnv make_env(const ExecOptions& options, std::span<const Insn> insns);
+
+}  // namespace utramp::ebpf

@@ -1,0 +1,252 @@
+#include "ftrace/graph.hpp"
+
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include <atomic>
+#include <cstring>
+
+namespace utramp::ftrace {
+
+namespace {
+
+// Calls deeper than this are counted, not recorded (the -D limit is usually lower).
+constexpr uint32_t kMaxStack = 2048;
+
+struct Frame {
+  uint64_t sp;      // the ctx address of the call: deeper calls have lower addresses
+  uint64_t func;
+  uint64_t time;
+  uint8_t written;  // its entry event is in the buffer (with -t, written lazily)
+  uint8_t hidden;   // deeper than -D: never written
+};
+
+struct ThreadTrace {
+  uint32_t pid = 0, tid = 0;
+  trace::Producer producer;
+  uint32_t depth = 0;       // frames on the stack
+  uint64_t overflow = 0;    // calls beyond kMaxStack not on the stack
+  uint64_t overruns = 0;    // calls not recorded for the depth limit
+  Frame stack[kMaxStack];
+};
+
+trace::ShmBuffers* g_buffers = nullptr;
+Options g_opts;
+uint64_t g_min_ticks = 0;
+
+thread_local ThreadTrace* t_trace __attribute__((tls_model("initial-exec"))) = nullptr;
+
+bool tid_selected(uint32_t tid) {
+  if (g_opts.tids.empty()) return true;
+  for (uint32_t t : g_opts.tids)
+    if (t == tid) return true;
+  return false;
+}
+
+// This thread's state, made on its first event (mmap: async-signal-safe, no malloc).
+ThreadTrace* state() {
+  ThreadTrace* ts = t_trace;
+  const uint32_t pid = static_cast<uint32_t>(getpid());
+  if (ts && ts->pid == pid) return ts->producer.valid() ? ts : nullptr;
+  if (!g_buffers) return nullptr;
+  if (!ts) {
+    void* p = mmap(nullptr, sizeof(ThreadTrace), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    ts = new (p) ThreadTrace();
+    t_trace = ts;
+  }
+  // New thread, or the first event of this thread in a forked child.
+  ts->pid = pid;
+  ts->tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  ts->depth = 0;
+  ts->overflow = 0;
+  ts->producer = trace::Producer();
+  if (!tid_selected(ts->tid)) return nullptr;
+  ts->producer = g_buffers->claim(ts->pid, ts->tid);
+  return ts->producer.valid() ? ts : nullptr;
+}
+
+void emit(ThreadTrace* ts, trace::EventType type, uint64_t time, uint64_t addr, uint64_t data,
+          uint16_t depth, uint8_t flags = 0, uint32_t aux = 0) {
+  trace::Event e{time, addr, data, depth, static_cast<uint8_t>(type), flags, aux};
+  ts->producer.write(e);
+}
+
+// Strings are copied with a fault-safe read: a bad pointer gives "<bad pointer>".
+void emit_string(ThreadTrace* ts, uint64_t time, uint64_t addr, uint16_t depth, uint64_t ptr) {
+  char buf[64];
+  iovec local{buf, sizeof buf};
+  iovec remote{reinterpret_cast<void*>(ptr), sizeof buf};
+  ssize_t n = ptr ? process_vm_readv(static_cast<pid_t>(ts->pid), &local, 1, &remote, 1, 0) : -1;
+  if (n <= 0) {
+    // The string may end before a page boundary the 64 bytes cross: retry shorter.
+    const uint64_t to_page = 4096 - (ptr & 4095);
+    if (ptr && to_page < sizeof buf) {
+      local.iov_len = remote.iov_len = to_page;
+      n = process_vm_readv(static_cast<pid_t>(ts->pid), &local, 1, &remote, 1, 0);
+    }
+  }
+  size_t len = n > 0 ? strnlen(buf, static_cast<size_t>(n)) : 0;
+  const bool bad = n <= 0;
+  // One `string` event carries 24 bytes in time/addr/data... keep time for ordering:
+  // payload in addr+data (16 bytes) per event, length in aux.
+  const char* src = bad ? "<bad pointer>" : buf;
+  if (bad) len = strlen(src);
+  for (size_t off = 0; off < len || off == 0; off += 16) {
+    uint64_t w[2] = {0, 0};
+    memcpy(w, src + off, len - off < 16 ? len - off : 16);
+    emit(ts, trace::EventType::string, time, w[0], w[1], depth, 0,
+         static_cast<uint32_t>((len << 8) | (off / 16 & 0xff)));
+    if (len == 0) break;
+  }
+}
+
+void write_entry(ThreadTrace* ts, uint32_t i) {
+  Frame& f = ts->stack[i];
+  if (f.written || f.hidden) return;
+  emit(ts, trace::EventType::entry, f.time, f.func, 0, static_cast<uint16_t>(i));
+  f.written = 1;
+}
+
+// With -t, entries are written when their call turns out long enough, or when a call
+// inside them is written: ancestors first.
+void flush_pending(ThreadTrace* ts, uint32_t upto) {
+  for (uint32_t i = 0; i <= upto && i < ts->depth; ++i) write_entry(ts, i);
+}
+
+// Frames left open by a longjmp over them: everything deeper than `sp`.
+void close_stale(ThreadTrace* ts, uint64_t sp, uint64_t time) {
+  while (ts->depth && ts->stack[ts->depth - 1].sp < sp) {
+    Frame& f = ts->stack[ts->depth - 1];
+    if (f.written)
+      emit(ts, trace::EventType::exit_longjmp, time, f.func, 0, static_cast<uint16_t>(ts->depth - 1));
+    --ts->depth;
+  }
+}
+
+}  // namespace
+
+uint64_t now() noexcept { return __rdtsc(); }
+
+void configure(trace::ShmBuffers* buffers, const Options& opts) {
+  g_buffers = buffers;
+  g_opts = opts;
+  g_min_ticks = static_cast<uint64_t>(static_cast<double>(opts.min_duration_ns) * opts.ticks_per_ns);
+}
+
+uint64_t graph_entry(uint64_t* ctx) {
+  ThreadTrace* ts = state();
+  if (!ts) return 0;
+  const uint64_t time = now();
+  const uint64_t sp = reinterpret_cast<uint64_t>(ctx);
+  const uint64_t func = ctx[-2];
+  if (g_opts.tracer == Tracer::function) {
+    // One event per call: who called whom.
+    emit(ts, trace::EventType::entry, time, func, ctx[-4], 0);
+    return 0;
+  }
+  close_stale(ts, sp, time);
+  if (ts->depth >= kMaxStack) {
+    ++ts->overflow;
+    ++ts->overruns;
+    return 0;
+  }
+  const uint32_t d = ts->depth++;
+  Frame& f = ts->stack[d];
+  f.sp = sp;
+  f.func = func;
+  f.time = time;
+  f.written = 0;
+  f.hidden = g_opts.max_depth && d >= g_opts.max_depth;
+  if (f.hidden) {
+    ++ts->overruns;
+    return 0;
+  }
+  const auto* rec = reinterpret_cast<const FuncRecord*>(ctx[-3]);
+  if (!g_min_ticks || (rec && rec->nargs)) {
+    flush_pending(ts, d);
+    f.written = 1;
+    // The entry was written by flush_pending; add the caller to it is not possible
+    // after the fact, so callers are only recorded by the function tracer.
+  }
+  if (rec && rec->nargs) {
+    const uint64_t n = ctx[-1];
+    for (uint8_t k = 0; k < rec->nargs; ++k) {
+      const auto& a = rec->args[k];
+      const uint64_t v = a.index < n ? ctx[a.index] : 0;
+      emit(ts, trace::EventType::arg, time, func, v, static_cast<uint16_t>(d),
+           static_cast<uint8_t>(a.fmt), a.index);
+      if (a.fmt == trace::ValueFormat::string) emit_string(ts, time, func, static_cast<uint16_t>(d), v);
+    }
+  }
+  return 0;
+}
+
+uint64_t graph_exit(uint64_t* ctx) {
+  ThreadTrace* ts = state();
+  if (!ts) return 0;
+  const uint64_t time = now();
+  const uint64_t sp = reinterpret_cast<uint64_t>(ctx);
+  if (ts->overflow) {
+    --ts->overflow;
+    return 0;
+  }
+  close_stale(ts, sp, time);
+  if (!ts->depth) return 0;  // entered before tracing started on this thread
+  const uint32_t d = ts->depth - 1;
+  Frame& f = ts->stack[d];
+  if (f.sp != sp) return 0;  // not ours (should not happen)
+  --ts->depth;
+  if (f.hidden) return 0;
+  if (!f.written) {
+    if (time - f.time < g_min_ticks) return 0;  // shorter than -t: dropped whole
+    flush_pending(ts, d);
+    write_entry(ts, d);
+  }
+  const auto* rec = reinterpret_cast<const FuncRecord*>(ctx[-3]);
+  const trace::ValueFormat rf = rec ? rec->ret : trace::ValueFormat::none;
+  const uint64_t ret = rf != trace::ValueFormat::none ? ctx[ctx[-1]] : 0;
+  emit(ts, trace::EventType::exit, time, f.func, ret, static_cast<uint16_t>(d),
+       static_cast<uint8_t>(rf));
+  if (rf == trace::ValueFormat::string) emit_string(ts, time, f.func, static_cast<uint16_t>(d), ret);
+  return 0;
+}
+
+void on_unwind(uint64_t func) {
+  ThreadTrace* ts = t_trace;
+  if (!ts || !ts->producer.valid() || ts->pid != static_cast<uint32_t>(getpid())) return;
+  const uint64_t time = now();
+  // Frames deeper than the unwound one have their own images (and calls here) unless
+  // they were not traced; close down to the first frame of `func`.
+  while (ts->depth) {
+    Frame& f = ts->stack[ts->depth - 1];
+    --ts->depth;
+    if (f.written)
+      emit(ts, trace::EventType::exit_unwound, time, f.func, 0, static_cast<uint16_t>(ts->depth));
+    if (f.func == func) break;
+  }
+}
+
+void after_fork_child() {
+  // The state's pid no longer matches: the next event claims a new buffer.
+}
+
+void record_fork(uint32_t child_pid) {
+  ThreadTrace* ts = state();
+  if (!ts) return;
+  emit(ts, trace::EventType::fork, now(), 0, child_pid, static_cast<uint16_t>(ts->depth));
+}
+
+void close_thread() {
+  ThreadTrace* ts = t_trace;
+  if (!ts || ts->pid != static_cast<uint32_t>(getpid()) || !ts->producer.valid()) return;
+  if (ts->overruns)
+    emit(ts, trace::EventType::depth_overrun, now(), 0, ts->overruns, 0);
+  ts->producer.close();
+}
+
+}  // namespace utramp::ftrace

@@ -1,0 +1,65 @@
+// The function and function_graph tracers (DESIGN §6), as native trampoline programs:
+// `function` attaches an entry program to every selected function, `function_graph`
+// an entry and an exit program, so exits are seen by the image's call of the original
+// (no return address is rewritten), and an exception unwinding through a traced frame
+// still produces its exit, marked unwound.
+//
+// Per-thread state (a shadow stack of open calls) lives in memory mapped for the thread
+// on its first event; programs never allocate, lock or print.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+#include "trace/event.hpp"
+#include "trace/shm_buffers.hpp"
+
+namespace utramp::ftrace {
+
+enum class Tracer : uint8_t { function, function_graph };
+
+// What to record for one function (the link's cookie points to it).
+struct FuncRecord {
+  uint64_t addr = 0;
+  // -A: arguments to record, each (index, format); -R: record the return value.
+  struct Arg {
+    uint8_t index;
+    trace::ValueFormat fmt;
+  };
+  Arg args[8] = {};
+  uint8_t nargs = 0;
+  trace::ValueFormat ret = trace::ValueFormat::none;
+};
+
+struct Options {
+  Tracer tracer = Tracer::function_graph;
+  uint32_t max_depth = 0;          // -D (0: unlimited)
+  uint64_t min_duration_ns = 0;    // -t
+  double ticks_per_ns = 1.0;       // to convert -t into time-source ticks
+  std::vector<uint32_t> tids;      // thread filter (empty: all)
+};
+
+// Sets up the tracer: where events go and how they are filtered. Call before attaching.
+void configure(trace::ShmBuffers* buffers, const Options& opts);
+
+// The programs (utramp_prog_t shape) to attach with a FuncRecord* as cookie.
+uint64_t graph_entry(uint64_t* ctx);
+uint64_t graph_exit(uint64_t* ctx);
+
+// Called by the image personality when an exception unwinds through the frame of
+// `func` on this thread.
+void on_unwind(uint64_t func);
+
+// Call in a forked child before it runs on: its threads get new buffers, and the fork
+// is recorded in the parent's stream by the caller of fork (see agent).
+void after_fork_child();
+void record_fork(uint32_t child_pid);
+// Marks this thread's buffer closed (thread exit, process exit).
+void close_thread();
+
+// The time source of events (TSC ticks).
+uint64_t now() noexcept;
+
+}  // namespace utramp::ftrace

@@ -1,0 +1,39 @@
+// Trace events: what the tracers write into per-thread ring buffers and what a trace
+// directory stores (docs/trace-format.md).
+#pragma once
+
+#include <cstdint>
+
+namespace utramp::trace {
+
+inline constexpr uint32_t kFormatVersion = 1;
+
+enum class EventType : uint8_t {
+  none = 0,
+  entry = 1,         // a traced function was entered: addr = function, data = caller
+  exit = 2,          // it returned: addr = function, data = return value (when captured)
+  exit_unwound = 3,  // a C++ exception (or forced unwind) went through its frame
+  exit_longjmp = 4,  // a longjmp went over its frame (detected at the next event)
+  arg = 5,           // an argument captured for the preceding entry: aux = index|fmt
+  string = 6,        // continuation bytes of a C-string argument/return (24 bytes each)
+  lost = 7,          // the producer dropped `data` events here (discard mode)
+  fork = 8,          // this process forked: data = child pid
+  depth_overrun = 9, // calls deeper than the depth limit were not recorded: data = count
+};
+
+// Value formats for arg/exit data (aux low byte).
+enum class ValueFormat : uint8_t { none = 0, integer = 1, pointer = 2, dbl = 3, string = 4 };
+
+// 32 bytes, naturally aligned; written by the traced thread, read by the CLI.
+struct Event {
+  uint64_t time;   // TSC ticks or ns (the trace's info.json says which and the rate)
+  uint64_t addr;   // function address in the traced process
+  uint64_t data;   // see EventType
+  uint16_t depth;  // call depth on this thread (entry: of the callee)
+  uint8_t type;    // EventType
+  uint8_t flags;   // ValueFormat of `data` for exit/arg events
+  uint32_t aux;    // arg: index (bits 0..7) | string length (bits 8..31)
+};
+static_assert(sizeof(Event) == 32);
+
+}  // namespace utramp::trace

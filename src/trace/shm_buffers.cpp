@@ -1,0 +1,438 @@
+// Per-thread rings in one shared file. The protocol, per ring:
+//
+//   producer (one thread; signal handlers of that thread may call in):
+//     busy = 1                       a nested write (signal handler) sees it and drops
+//     discard:   room = N - (head - tail)            tail: acquire, pairs with the
+//                                                    consumer's release after its copy
+//                no room → lost++, pending++ (the drop is marked later)
+//                pending → first a `lost` event carrying pending.exchange(0)
+//                store the slot(s); head += n (release: pairs with the consumer's
+//                acquire of head, which then sees the slots)
+//     overwrite: per slot: release fence; store slot head % N; head += 1 (release)
+//                The fence orders the store of head == k (made by the previous write)
+//                before the stores into slot k, which clobber index k - N: a consumer
+//                that read any word of the new slot k sees head >= k after its own
+//                acquire fence, and so knows that index k - N is suspect.
+//     busy = 0
+//
+//   consumer (the CLI, one at a time):
+//     h1 = head (acquire)
+//     discard:   copy [tail, h1)                     the producer never writes there
+//     overwrite: copy [max(tail, h1 - N + 1), h1)    index h1 - N may be being written
+//                acquire fence (pairs with the producer's release fence); h2 = head
+//                keep only indices i > h2 - N: the rest may have been overwritten
+//                during the copy; everything skipped since tail is counted lost
+//     tail = h1 (release)
+//
+// Slots are written and read as four relaxed 64-bit atomics (std::atomic_ref), so the
+// overwrite race is a detected race on atomics, never undefined behaviour, and costs
+// plain moves on x86-64.
+//
+// Buffers: a bump allocator hands out fresh buffers; a ring closed by its thread is
+// drained to the end by the consumer, reset and marked `recycled`, and claim() takes
+// recycled rings when no fresh one is left.
+#include "trace/shm_buffers.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+namespace utramp::trace {
+
+namespace {
+
+constexpr char kMagic[8] = {'U', 'T', 'R', 'S', 'H', 'M', '0', '1'};
+constexpr size_t kPage = 4096;
+
+enum : uint32_t { kFresh = 0, kClaiming = 1, kActive = 2, kClosed = 3, kRecycled = 4 };
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t mode;
+  uint32_t max_buffers;
+  uint32_t events_per_buffer;
+  uint64_t header_size;
+  uint64_t buffer_stride;  // control page + ring, bytes
+  uint64_t file_size;
+  alignas(64) std::atomic<uint32_t> next;       // buffers [0, next) were handed out
+  alignas(64) std::atomic<uint64_t> unclaimed;  // claim() calls that found no buffer
+};
+static_assert(sizeof(Header) <= kPage);
+
+}  // namespace
+
+// One page in front of each ring. Lines: the producer's (written on every event), the
+// owner's identity, the consumer's.
+struct Control {
+  std::atomic<uint64_t> head;     // events [0, head) are published (indices, not slots)
+  std::atomic<uint64_t> lost;     // events the producer dropped, cumulative
+  std::atomic<uint64_t> pending;  // drops not yet marked by a `lost` event
+  std::atomic<uint32_t> busy;     // a write() is in progress on this ring
+  alignas(64) std::atomic<uint32_t> state;
+  std::atomic<uint32_t> pid;
+  std::atomic<uint32_t> tid;
+  alignas(64) std::atomic<uint64_t> tail;  // consumer: events [0, tail) were taken
+  uint64_t lost_reported;                  // consumer: `lost` already reported
+  uint64_t last_time;                      // consumer: time of the last event seen
+};
+static_assert(sizeof(Control) <= kPage);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+namespace {
+
+Header* header_of(void* base) { return static_cast<Header*>(base); }
+
+Control* control_of(void* base, uint32_t i) {
+  Header* h = header_of(base);
+  return reinterpret_cast<Control*>(static_cast<char*>(base) + h->header_size +
+                                    static_cast<size_t>(i) * h->buffer_stride);
+}
+
+Event* ring_of(Control* c) { return reinterpret_cast<Event*>(reinterpret_cast<char*>(c) + kPage); }
+
+inline void store_slot(Event* slot, const Event& e) noexcept {
+  uint64_t w[4];
+  std::memcpy(w, &e, sizeof w);
+  auto* p = reinterpret_cast<uint64_t*>(slot);
+  for (int i = 0; i < 4; ++i) std::atomic_ref<uint64_t>(p[i]).store(w[i], std::memory_order_relaxed);
+}
+
+inline void load_slot(const Event* slot, Event* out) noexcept {
+  uint64_t w[4];
+  auto* p = const_cast<uint64_t*>(reinterpret_cast<const uint64_t*>(slot));
+  for (int i = 0; i < 4; ++i) w[i] = std::atomic_ref<uint64_t>(p[i]).load(std::memory_order_relaxed);
+  std::memcpy(out, w, sizeof w);
+}
+
+inline Event lost_event(uint64_t n, uint64_t time, uint16_t depth) noexcept {
+  Event e{};
+  e.time = time;
+  e.data = n;
+  e.depth = depth;
+  e.type = static_cast<uint8_t>(EventType::lost);
+  return e;
+}
+
+bool overflows_size(const ShmConfig& cfg, uint64_t* size, uint64_t* stride) {
+  const uint64_t ring = static_cast<uint64_t>(cfg.events_per_buffer) * sizeof(Event);
+  *stride = kPage + ring;
+  if (cfg.max_buffers > (1ull << 40) / *stride) return true;
+  *size = kPage + *stride * cfg.max_buffers;
+  return false;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------
+// Producer
+
+void Producer::write(const Event& e) noexcept {
+  Control* c = ctl_;
+  if (c == nullptr) return;
+  if (c->busy.load(std::memory_order_relaxed) != 0) {
+    // A signal handler interrupted a write() on this ring: writing now would race with
+    // the interrupted one for the same slot, so the event is dropped and counted.
+    c->lost.fetch_add(1, std::memory_order_relaxed);
+    c->pending.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  c->busy.store(1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+
+  uint64_t h = c->head.load(std::memory_order_relaxed);
+  const bool mark = c->pending.load(std::memory_order_relaxed) != 0;
+  if (mode_ == static_cast<uint32_t>(BufferMode::discard)) {
+    const uint64_t t = c->tail.load(std::memory_order_acquire);  // pairs with drain()'s release
+    const uint64_t need = mark ? 2 : 1;
+    if (h - t + need > mask_ + 1) {
+      c->lost.fetch_add(1, std::memory_order_relaxed);
+      c->pending.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      if (mark) {
+        const uint64_t n = c->pending.exchange(0, std::memory_order_relaxed);
+        store_slot(&ring_[h & mask_], lost_event(n, e.time, e.depth));
+        ++h;
+      }
+      store_slot(&ring_[h & mask_], e);
+      c->head.store(h + 1, std::memory_order_release);  // pairs with drain()'s acquire
+    }
+  } else {
+    if (mark) {
+      const uint64_t n = c->pending.exchange(0, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_release);  // pairs with drain()'s acquire fence
+      store_slot(&ring_[h & mask_], lost_event(n, e.time, e.depth));
+      c->head.store(++h, std::memory_order_release);
+    }
+    std::atomic_thread_fence(std::memory_order_release);  // pairs with drain()'s acquire fence
+    store_slot(&ring_[h & mask_], e);
+    c->head.store(h + 1, std::memory_order_release);
+  }
+
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  c->busy.store(0, std::memory_order_relaxed);
+}
+
+uint64_t Producer::lost() const noexcept {
+  return ctl_ ? ctl_->lost.load(std::memory_order_relaxed) : 0;
+}
+
+void Producer::close() noexcept {
+  if (ctl_ == nullptr) return;
+  // Release: the consumer that sees `closed` sees every event published before.
+  ctl_->state.store(kClosed, std::memory_order_release);
+  ctl_ = nullptr;
+  ring_ = nullptr;
+}
+
+// ---------------------------------------------------------------------------------
+// ShmBuffers
+
+Result<ShmBuffers> ShmBuffers::create(const std::string& path, const ShmConfig& cfg) {
+  if (cfg.events_per_buffer < 4 || (cfg.events_per_buffer & (cfg.events_per_buffer - 1)) != 0)
+    return make_error(Errc::invalid_argument,
+                      "events per buffer must be a power of two >= 4, not " +
+                          std::to_string(cfg.events_per_buffer));
+  if (cfg.max_buffers == 0) return make_error(Errc::invalid_argument, "max_buffers must be > 0");
+  if (cfg.mode != BufferMode::discard && cfg.mode != BufferMode::overwrite)
+    return make_error(Errc::invalid_argument, "unknown buffer mode");
+  uint64_t size = 0, stride = 0;
+  if (overflows_size(cfg, &size, &stride))
+    return make_error(Errc::too_big, "ring buffers of " + std::to_string(cfg.max_buffers) + " x " +
+                                         std::to_string(cfg.events_per_buffer) +
+                                         " events exceed 1 TiB");
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return make_error(Errc::io, path + ": " + std::strerror(errno));
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return make_error(Errc::io, path + ": cannot size to " + std::to_string(size) +
+                                    " bytes: " + std::strerror(err));
+  }
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) return make_error(Errc::no_memory, path + ": mmap: " + std::strerror(err));
+
+  // The file is fresh (zero-filled); only the header needs values. The magic goes last
+  // so that an agent attaching concurrently never sees a half-initialised header.
+  auto* h = new (base) Header{};
+  h->version = kShmVersion;
+  h->mode = static_cast<uint32_t>(cfg.mode);
+  h->max_buffers = cfg.max_buffers;
+  h->events_per_buffer = cfg.events_per_buffer;
+  h->header_size = kPage;
+  h->buffer_stride = stride;
+  h->file_size = size;
+  std::atomic_thread_fence(std::memory_order_release);
+  std::memcpy(h->magic, kMagic, sizeof kMagic);
+
+  ShmBuffers b;
+  b.base_ = base;
+  b.size_ = size;
+  return b;
+}
+
+Result<ShmBuffers> ShmBuffers::attach(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return make_error(Errc::io, path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < kPage) {
+    ::close(fd);
+    return make_error(Errc::bad_format, path + ": too small for a ring buffer file");
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) return make_error(Errc::no_memory, path + ": mmap: " + std::strerror(err));
+  ShmBuffers b;
+  b.base_ = base;
+  b.size_ = size;
+  const Header* h = header_of(base);
+  std::string why;
+  if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0)
+    why = "not a utramp ring buffer file (bad magic)";
+  else if (h->version != kShmVersion)
+    why = "ring buffer version " + std::to_string(h->version) + ", expected " +
+          std::to_string(kShmVersion);
+  else {
+    ShmConfig cfg{h->max_buffers, h->events_per_buffer, static_cast<BufferMode>(h->mode)};
+    uint64_t want = 0, stride = 0;
+    if (cfg.events_per_buffer < 4 || (cfg.events_per_buffer & (cfg.events_per_buffer - 1)) ||
+        cfg.max_buffers == 0 || h->mode > 1 || overflows_size(cfg, &want, &stride) ||
+        h->header_size != kPage || h->buffer_stride != stride || h->file_size != want ||
+        want != size)
+      why = "inconsistent header (sizes do not match the file)";
+  }
+  if (!why.empty()) return make_error(Errc::bad_format, path + ": " + why);
+  return b;
+}
+
+ShmBuffers::ShmBuffers(ShmBuffers&& o) noexcept
+    : base_(o.base_), size_(o.size_), scratch_(std::move(o.scratch_)) {
+  o.base_ = nullptr;
+  o.size_ = 0;
+}
+
+ShmBuffers& ShmBuffers::operator=(ShmBuffers&& o) noexcept {
+  if (this != &o) {
+    if (base_) ::munmap(base_, size_);
+    base_ = o.base_;
+    size_ = o.size_;
+    scratch_ = std::move(o.scratch_);
+    o.base_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+ShmBuffers::~ShmBuffers() {
+  if (base_) ::munmap(base_, size_);
+}
+
+Producer ShmBuffers::claim(uint32_t pid, uint32_t tid) noexcept {
+  Producer p;
+  if (base_ == nullptr) return p;
+  Header* h = header_of(base_);
+  Control* c = nullptr;
+  uint32_t i = h->next.load(std::memory_order_relaxed);
+  while (i < h->max_buffers &&
+         !h->next.compare_exchange_weak(i, i + 1, std::memory_order_relaxed)) {
+  }
+  if (i < h->max_buffers) {
+    c = control_of(base_, i);
+    c->state.store(kClaiming, std::memory_order_relaxed);
+  } else {
+    // No fresh buffer left: take one the consumer recycled.
+    for (uint32_t j = 0; j < h->max_buffers && c == nullptr; ++j) {
+      Control* cand = control_of(base_, j);
+      uint32_t want = kRecycled;
+      if (cand->state.load(std::memory_order_relaxed) == kRecycled &&
+          cand->state.compare_exchange_strong(want, kClaiming, std::memory_order_acquire))
+        c = cand;  // acquire: pairs with the consumer's release after resetting it
+    }
+  }
+  if (c == nullptr) {
+    h->unclaimed.fetch_add(1, std::memory_order_relaxed);
+    return p;
+  }
+  c->pid.store(pid, std::memory_order_relaxed);
+  c->tid.store(tid, std::memory_order_relaxed);
+  // Release: the consumer that sees `active` sees the owner and the zeroed counters.
+  c->state.store(kActive, std::memory_order_release);
+  p.ctl_ = c;
+  p.ring_ = ring_of(c);
+  p.mask_ = h->events_per_buffer - 1;
+  p.mode_ = h->mode;
+  return p;
+}
+
+size_t ShmBuffers::drain(const std::function<void(uint32_t, uint32_t, std::span<const Event>,
+                                                  uint64_t)>& fn,
+                         bool final) {
+  if (base_ == nullptr) return 0;
+  Header* hdr = header_of(base_);
+  const uint64_t n = hdr->events_per_buffer;
+  const bool overwrite = hdr->mode == static_cast<uint32_t>(BufferMode::overwrite);
+  // Slot 0 is kept for a `lost` marker in front, the last one for one behind.
+  if (scratch_.size() < n + 2) scratch_.resize(n + 2);
+  const uint32_t used = std::min(hdr->next.load(std::memory_order_acquire), hdr->max_buffers);
+  size_t delivered = 0;
+
+  for (uint32_t i = 0; i < used; ++i) {
+    Control* c = control_of(base_, i);
+    const uint32_t st = c->state.load(std::memory_order_acquire);  // pairs with claim()/close()
+    if (st != kActive && st != kClosed) continue;
+    const uint32_t pid = c->pid.load(std::memory_order_relaxed);
+    const uint32_t tid = c->tid.load(std::memory_order_relaxed);
+    const Event* ring = ring_of(c);
+    uint64_t tail = c->tail.load(std::memory_order_relaxed);
+    uint64_t h1 = c->head.load(std::memory_order_acquire);  // pairs with write()'s release
+    uint64_t lost = 0;
+    Event* out = scratch_.data() + 1;
+    size_t count = 0;
+    if (h1 < tail) h1 = tail;  // a scribbled head: never go back
+    if (!overwrite) {
+      if (h1 - tail > n) {  // impossible unless the target scribbled on the control page
+        lost += h1 - tail - n;
+        tail = h1 - n;
+      }
+      for (uint64_t k = tail; k < h1; ++k) load_slot(&ring[k & (n - 1)], &out[count++]);
+    } else {
+      const uint64_t start = std::max(tail, h1 >= n ? h1 - n + 1 : 0);
+      for (uint64_t k = start; k < h1; ++k) load_slot(&ring[k & (n - 1)], &out[count++]);
+      std::atomic_thread_fence(std::memory_order_acquire);  // pairs with write()'s release fence
+      const uint64_t h2 = c->head.load(std::memory_order_relaxed);
+      const uint64_t valid = std::min(h1, std::max(start, h2 >= n ? h2 - n + 1 : 0));
+      out += valid - start;
+      count -= valid - start;
+      lost += valid - tail;
+      if (valid > tail) {
+        // The marker takes the time of the first delivered event that has one (arg and
+        // string events carry values, not times).
+        const Event* first = nullptr;
+        for (size_t k = 0; k < count && !first; ++k)
+          if (out[k].type != static_cast<uint8_t>(EventType::arg) &&
+              out[k].type != static_cast<uint8_t>(EventType::string))
+            first = &out[k];
+        const Event marker = lost_event(valid - tail, first ? first->time : c->last_time,
+                                        first ? first->depth : 0);
+        *--out = marker;
+        ++count;
+      }
+    }
+    const uint64_t produced_lost = c->lost.load(std::memory_order_relaxed);
+    lost += produced_lost - c->lost_reported;
+    c->lost_reported = produced_lost;
+    for (size_t k = count; k-- > 0;)
+      if (out[k].type != static_cast<uint8_t>(EventType::arg) &&
+          out[k].type != static_cast<uint8_t>(EventType::string)) {
+        c->last_time = out[k].time;
+        break;
+      }
+    if (final || st == kClosed) {
+      // The producer is gone: drops it never got to mark are marked at the end.
+      const uint64_t p = c->pending.exchange(0, std::memory_order_relaxed);
+      if (p) out[count++] = lost_event(p, c->last_time, 0);
+    }
+    c->tail.store(h1, std::memory_order_release);  // pairs with write()'s acquire of tail
+    if (count || lost) fn(pid, tid, std::span<const Event>(out, count), lost);
+    for (size_t k = 0; k < count; ++k)
+      if (out[k].type != static_cast<uint8_t>(EventType::lost)) ++delivered;
+
+    if (st == kClosed) {
+      c->head.store(0, std::memory_order_relaxed);
+      c->lost.store(0, std::memory_order_relaxed);
+      c->pending.store(0, std::memory_order_relaxed);
+      c->busy.store(0, std::memory_order_relaxed);
+      c->tail.store(0, std::memory_order_relaxed);
+      c->lost_reported = 0;
+      c->last_time = 0;
+      c->state.store(kRecycled, std::memory_order_release);  // pairs with claim()'s acquire
+    }
+  }
+  return delivered;
+}
+
+uint64_t ShmBuffers::unclaimed() const noexcept {
+  return base_ ? header_of(base_)->unclaimed.load(std::memory_order_relaxed) : 0;
+}
+
+BufferMode ShmBuffers::mode() const noexcept {
+  return base_ ? static_cast<BufferMode>(header_of(base_)->mode) : BufferMode::discard;
+}
+
+ShmConfig ShmBuffers::config() const noexcept {
+  if (base_ == nullptr) return {};
+  const Header* h = header_of(base_);
+  return ShmConfig{h->max_buffers, h->events_per_buffer, static_cast<BufferMode>(h->mode)};
+}
+
+}  // namespace utramp::trace

@@ -1,0 +1,108 @@
+// Per-thread ring buffers in shared memory between the traced process (producers) and
+// the CLI (the consumer), so that everything recorded survives the target's crash,
+// _exit or SIGKILL: the CLI owns the mapping and drains it while the target runs and
+// after it ends.
+//
+// Layout of the shared file (created by the CLI, mapped by the agent in every traced
+// process, forked children included):
+//   Header (one page): magic, version, sizes, mode, an atomic allocator of buffers.
+//   Buffer[0..max): each one page of control (producer head, consumer tail, lost
+//   count, pid, tid, state) followed by a power-of-two ring of Events.
+//
+// Producer (the traced thread, async-signal-safe, no locks, no allocation): writes the
+// event at head % N, then publishes head + 1 (release). Discard mode: when the ring is
+// full the event is dropped and `lost` incremented (a `lost` event is written when room
+// returns). Overwrite mode (flight recorder): always writes; the consumer detects what
+// was overwritten from head and counts it as lost.
+// Consumer: copies [tail, head), re-reads head, and discards what may have been
+// overwritten during the copy (overwrite mode), then publishes tail.
+//
+// Rules for the agent (the full protocol is in shm_buffers.cpp and docs/trace-format.md):
+//   - one Producer per thread; write() is re-entrant in the sense that a signal handler
+//     that writes to the same ring while a write() is in progress on it drops its event
+//     and counts it lost (it never corrupts the ring nor blocks);
+//   - after fork() the child must claim() its own buffer before writing: the Producer
+//     it inherited names the parent's ring;
+//   - close() when the thread ends lets the CLI recycle the buffer for a later thread.
+// Loss accounting is exact: for every ring, events delivered by drain() plus the sum of
+// the `lost` counts passed to drain()'s callback equal the events written.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+#include "trace/event.hpp"
+
+namespace utramp::trace {
+
+enum class BufferMode : uint32_t { discard = 0, overwrite = 1 };
+
+struct ShmConfig {
+  uint32_t max_buffers = 256;        // threads (all processes) the trace can hold
+  uint32_t events_per_buffer = 1u << 16;  // power of two
+  BufferMode mode = BufferMode::discard;
+};
+
+// One thread's ring, as the producer sees it.
+class Producer {
+ public:
+  // Appends one event. Never blocks; counts a loss when it cannot write.
+  void write(const Event& e) noexcept;
+  bool valid() const noexcept { return ctl_ != nullptr; }
+  uint64_t lost() const noexcept;
+  // Marks the ring as finished (thread exit).
+  void close() noexcept;
+
+ private:
+  friend class ShmBuffers;
+  struct Control* ctl_ = nullptr;
+  Event* ring_ = nullptr;
+  uint64_t mask_ = 0;
+  uint32_t mode_ = 0;
+};
+
+class ShmBuffers {
+ public:
+  // CLI side: creates the file at `path` (truncating), sized for `cfg`, and maps it.
+  static Result<ShmBuffers> create(const std::string& path, const ShmConfig& cfg);
+  // Agent side: maps an existing file created by create().
+  static Result<ShmBuffers> attach(const std::string& path);
+  ShmBuffers() = default;
+  ShmBuffers(ShmBuffers&&) noexcept;
+  ShmBuffers& operator=(ShmBuffers&&) noexcept;
+  ~ShmBuffers();
+
+  // Agent side: claims a free buffer for (pid, tid). Async-signal-safe (atomics only).
+  // An invalid Producer when all are taken (the loss is counted in the header).
+  Producer claim(uint32_t pid, uint32_t tid) noexcept;
+
+  // CLI side: visits every buffer with new events: fn(pid, tid, events, lost_since_last).
+  // Returns the number of events delivered, `lost` markers not counted. `events` carry `lost` markers where losses
+  // happened (written by the producer in discard mode, inserted here for what overwrite
+  // mode overwrote). `final`: the producers are gone (the target ended), so losses not
+  // yet marked in a ring are marked at its end; closed rings are always finished so and
+  // then recycled. One consumer at a time.
+  size_t drain(const std::function<void(uint32_t pid, uint32_t tid, std::span<const Event>,
+                                        uint64_t lost)>& fn,
+               bool final = false);
+  // Buffers that could not be claimed (threads untraced for lack of buffers).
+  uint64_t unclaimed() const noexcept;
+  BufferMode mode() const noexcept;
+  ShmConfig config() const noexcept;
+  size_t file_size() const noexcept { return size_; }
+
+  static constexpr uint32_t kShmVersion = 1;
+
+ private:
+  void* base_ = nullptr;
+  size_t size_ = 0;
+  std::vector<Event> scratch_;  // drain()'s copy of one ring (consumer side only)
+};
+
+}  // namespace utramp::trace

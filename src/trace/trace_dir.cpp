@@ -1,0 +1,752 @@
+// The trace directory: writer (record) and streaming reader (replay, report, dump).
+// The format is docs/trace-format.md; keep the two in step.
+#include "trace/trace_dir.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <list>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+
+namespace utramp::trace {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr size_t kMaxOpenFiles = 128;  // events files the writer keeps open at once
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+uint64_t thread_key(uint32_t pid, uint32_t tid) { return (uint64_t{pid} << 32) | tid; }
+
+std::string events_name(uint32_t pid, uint32_t tid) {
+  return "events-" + std::to_string(pid) + "-" + std::to_string(tid) + ".bin";
+}
+
+// Parses "PREFIX<n>[-<m>]SUFFIX"; m is required when `two`.
+bool parse_name(const std::string& name, const char* prefix, const char* suffix, bool two,
+                uint32_t* a, uint32_t* b) {
+  const size_t pl = std::strlen(prefix), sl = std::strlen(suffix);
+  if (name.size() <= pl + sl || name.compare(0, pl, prefix) != 0 ||
+      name.compare(name.size() - sl, sl, suffix) != 0)
+    return false;
+  const std::string mid = name.substr(pl, name.size() - pl - sl);
+  unsigned long x = 0, y = 0;
+  int used = 0;
+  if (two) {
+    if (std::sscanf(mid.c_str(), "%lu-%lu%n", &x, &y, &used) != 2) return false;
+  } else if (std::sscanf(mid.c_str(), "%lu%n", &x, &used) != 1) {
+    return false;
+  }
+  if (static_cast<size_t>(used) != mid.size() || x > UINT32_MAX || y > UINT32_MAX) return false;
+  *a = static_cast<uint32_t>(x);
+  if (b) *b = static_cast<uint32_t>(y);
+  return true;
+}
+
+bool write_all(int fd, const void* data, size_t len) {
+  const char* p = static_cast<const char*>(data);
+  while (len) {
+    const ssize_t n = ::write(fd, p, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Writes a small file whole: to NAME.tmp, then renamed, so a reader never sees half.
+Result<void> write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return make_error(Errc::io, tmp + ": " + errno_text(errno));
+  const bool ok = write_all(fd, text.data(), text.size());
+  const int err = errno;
+  ::close(fd);
+  if (!ok) return make_error(Errc::io, tmp + ": " + errno_text(err));
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    return make_error(Errc::io, path + ": " + errno_text(errno));
+  return {};
+}
+
+bool read_small_file(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+// Files a trace directory may hold; create() removes only these.
+bool is_trace_file(const std::string& name) {
+  uint32_t a, b;
+  std::string n = name;
+  if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) n.resize(n.size() - 4);
+  return n == "info.json" || parse_name(n, "events-", ".bin", true, &a, &b) ||
+         parse_name(n, "functions-", ".tsv", false, &a, nullptr) ||
+         parse_name(n, "process-", ".json", false, &a, nullptr);
+}
+
+json to_json(const TraceInfo& info) {
+  json threads = json::array();
+  for (const auto& t : info.threads)
+    threads.push_back({{"pid", t.pid}, {"tid", t.tid}, {"events", t.events}, {"lost", t.lost}});
+  return json{{"format", "utramp-trace"},
+              {"version", info.version},
+              {"command", info.command},
+              {"time_unit", info.time_unit},
+              {"ticks_per_ns", info.ticks_per_ns},
+              {"start_time", info.start_time},
+              {"buffer_mode", info.buffer_mode},
+              {"exit", info.exit},
+              {"exit_code", info.exit_code},
+              {"unclaimed_threads", info.unclaimed_threads},
+              {"threads", threads}};
+}
+
+// Reads what it can; `problem` says what was wrong with the rest.
+TraceInfo info_from_json(const json& j, std::string* problem) {
+  TraceInfo info;
+  auto get = [&](const char* key, auto& field) {
+    if (!j.contains(key)) return;
+    try {
+      j.at(key).get_to(field);
+    } catch (const json::exception&) {
+      if (problem->empty()) *problem = std::string("bad value for \"") + key + "\"";
+    }
+  };
+  get("version", info.version);
+  get("command", info.command);
+  get("time_unit", info.time_unit);
+  get("ticks_per_ns", info.ticks_per_ns);
+  get("start_time", info.start_time);
+  get("buffer_mode", info.buffer_mode);
+  get("exit", info.exit);
+  get("exit_code", info.exit_code);
+  get("unclaimed_threads", info.unclaimed_threads);
+  if (j.contains("threads") && j["threads"].is_array()) {
+    for (const auto& t : j["threads"]) {
+      ThreadInfo ti;
+      try {
+        ti.pid = t.at("pid").get<uint32_t>();
+        ti.tid = t.at("tid").get<uint32_t>();
+        ti.events = t.value("events", uint64_t{0});
+        ti.lost = t.value("lost", uint64_t{0});
+      } catch (const json::exception&) {
+        if (problem->empty()) *problem = "bad entry in \"threads\"";
+        continue;
+      }
+      info.threads.push_back(ti);
+    }
+  }
+  if (info.time_unit != "ns" && info.time_unit != "tsc") {
+    if (problem->empty()) *problem = "unknown time_unit \"" + info.time_unit + "\", using ns";
+    info.time_unit = "ns";
+  }
+  if (info.time_unit == "tsc" && !(info.ticks_per_ns > 0)) {
+    if (problem->empty()) *problem = "ticks_per_ns must be > 0, using 1";
+    info.ticks_per_ns = 1.0;
+  }
+  return info;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------
+// TraceWriter
+
+struct TraceWriter::Impl {
+  struct File {
+    int fd = -1;
+    bool started = false;  // the file exists with its header
+    ThreadInfo info;
+    std::list<uint64_t>::iterator lru;
+  };
+  std::string dir;
+  std::unordered_map<uint64_t, File> files;
+  std::vector<uint64_t> order;  // threads in order of first appearance
+  std::list<uint64_t> open_lru;   // most recently used first
+
+  ~Impl() { close_all(); }
+  void close_all() {
+    for (auto& [k, f] : files)
+      if (f.fd >= 0) {
+        ::close(f.fd);
+        f.fd = -1;
+      }
+    open_lru.clear();
+  }
+  File& file(uint32_t pid, uint32_t tid) {
+    const uint64_t k = thread_key(pid, tid);
+    auto [it, fresh] = files.try_emplace(k);
+    if (fresh) {
+      it->second.info.pid = pid;
+      it->second.info.tid = tid;
+      order.push_back(k);
+    }
+    return it->second;
+  }
+  Result<int> open_file(File& f) {
+    if (f.fd >= 0) {
+      open_lru.erase(f.lru);
+      open_lru.push_front(thread_key(f.info.pid, f.info.tid));
+      f.lru = open_lru.begin();
+      return f.fd;
+    }
+    while (open_lru.size() >= kMaxOpenFiles) {
+      File& victim = files[open_lru.back()];
+      ::close(victim.fd);
+      victim.fd = -1;
+      open_lru.pop_back();
+    }
+    const std::string path = dir + "/" + events_name(f.info.pid, f.info.tid);
+    const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (f.started ? 0 : O_TRUNC);
+    const int fd = ::open(path.c_str(), flags, 0644);
+    if (fd < 0) return make_error(Errc::io, path + ": " + errno_text(errno));
+    if (!f.started) {
+      EventFileHeader h{};
+      std::memcpy(h.magic, kEventFileMagic, sizeof h.magic);
+      h.version = kFormatVersion;
+      h.record_size = sizeof(Event);
+      h.pid = f.info.pid;
+      h.tid = f.info.tid;
+      if (!write_all(fd, &h, sizeof h)) {
+        const int err = errno;
+        ::close(fd);
+        return make_error(Errc::io, path + ": " + errno_text(err));
+      }
+      f.started = true;
+    }
+    f.fd = fd;
+    open_lru.push_front(thread_key(f.info.pid, f.info.tid));
+    f.lru = open_lru.begin();
+    return fd;
+  }
+};
+
+Result<TraceWriter> TraceWriter::create(const std::string& dir) {
+  if (dir.empty()) return make_error(Errc::invalid_argument, "empty trace directory name");
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) return make_error(Errc::invalid_argument, dir + ": not a directory");
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return make_error(Errc::io, dir + ": " + errno_text(errno));
+    std::vector<std::string> ours;
+    std::string foreign;
+    while (dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      if (is_trace_file(name))
+        ours.push_back(name);
+      else if (foreign.empty())
+        foreign = name;
+    }
+    ::closedir(d);
+    // Never empty a directory that holds anything but a trace: DIR may be a typo for $HOME.
+    if (!foreign.empty())
+      return make_error(Errc::invalid_argument,
+                        dir + ": exists and is not a utramp trace directory (it holds " +
+                            foreign + "); remove it or choose another with -o");
+    for (const auto& name : ours)
+      if (::unlink((dir + "/" + name).c_str()) != 0 && errno != ENOENT)
+        return make_error(Errc::io, dir + "/" + name + ": " + errno_text(errno));
+  } else if (errno != ENOENT) {
+    return make_error(Errc::io, dir + ": " + errno_text(errno));
+  } else if (::mkdir(dir.c_str(), 0755) != 0) {
+    return make_error(Errc::io, dir + ": cannot create: " + errno_text(errno));
+  }
+  TraceWriter w;
+  w.impl_ = std::make_unique<Impl>();
+  w.impl_->dir = dir;
+  return w;
+}
+
+TraceWriter::TraceWriter(TraceWriter&&) noexcept = default;
+TraceWriter& TraceWriter::operator=(TraceWriter&&) noexcept = default;
+TraceWriter::~TraceWriter() = default;
+
+Result<void> TraceWriter::append(uint32_t pid, uint32_t tid, std::span<const Event> events) {
+  if (!impl_) return make_error(Errc::invalid_argument, "trace writer not created");
+  auto& f = impl_->file(pid, tid);
+  auto fd = impl_->open_file(f);
+  if (!fd) return std::move(fd).error();
+  if (!write_all(*fd, events.data(), events.size_bytes()))
+    return make_error(Errc::io, impl_->dir + "/" + events_name(pid, tid) + ": " + errno_text(errno));
+  for (const Event& e : events)
+    if (e.type != static_cast<uint8_t>(EventType::lost)) ++f.info.events;
+  return {};
+}
+
+void TraceWriter::add_lost(uint32_t pid, uint32_t tid, uint64_t n) {
+  if (impl_) impl_->file(pid, tid).info.lost += n;
+}
+
+Result<void> TraceWriter::write_info(const TraceInfo& info) {
+  if (!impl_) return make_error(Errc::invalid_argument, "trace writer not created");
+  TraceInfo copy = info;
+  if (copy.threads.empty()) copy.threads = threads();
+  return write_file_atomic(impl_->dir + "/info.json", to_json(copy).dump(2) + "\n");
+}
+
+Result<void> TraceWriter::write_functions(uint32_t pid, const std::vector<Function>& functions) {
+  if (!impl_) return make_error(Errc::invalid_argument, "trace writer not created");
+  std::string text = "# address\tsize\tname\tobject\n";
+  for (const auto& f : functions) {
+    char num[64];
+    std::snprintf(num, sizeof num, "%" PRIx64 "\t%" PRIu64 "\t", f.addr, f.size);
+    text += num;
+    text += f.name;
+    text += '\t';
+    text += f.object;
+    text += '\n';
+  }
+  return write_file_atomic(impl_->dir + "/functions-" + std::to_string(pid) + ".tsv", text);
+}
+
+Result<void> TraceWriter::write_process(const ProcessInfo& p) {
+  if (!impl_) return make_error(Errc::invalid_argument, "trace writer not created");
+  json j{{"pid", p.pid},           {"parent", p.parent},         {"command", p.command},
+         {"start_time", p.start_time}, {"end_time", p.end_time}, {"exit", p.exit}};
+  return write_file_atomic(impl_->dir + "/process-" + std::to_string(p.pid) + ".json",
+                           j.dump(2) + "\n");
+}
+
+Result<void> TraceWriter::close() {
+  if (impl_) impl_->close_all();
+  return {};
+}
+
+const std::string& TraceWriter::dir() const {
+  static const std::string none;
+  return impl_ ? impl_->dir : none;
+}
+
+std::vector<ThreadInfo> TraceWriter::threads() const {
+  std::vector<ThreadInfo> out;
+  if (!impl_) return out;
+  for (uint64_t k : impl_->order) out.push_back(impl_->files.at(k).info);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------
+// SymbolTable
+
+void SymbolTable::add(Function f) {
+  const uint64_t a = f.addr;
+  by_addr_[a] = std::move(f);
+}
+
+const Function* SymbolTable::find(uint64_t addr) const {
+  auto it = by_addr_.upper_bound(addr);
+  if (it == by_addr_.begin()) return nullptr;
+  --it;
+  const Function& f = it->second;
+  // A size of 0 (unknown) matches its start address only.
+  if (addr == f.addr || addr - f.addr < f.size) return &f;
+  return nullptr;
+}
+
+std::string SymbolTable::name(uint64_t addr) const {
+  if (const Function* f = find(addr)) {
+    if (f->addr == addr) return f->name;
+    char off[32];
+    std::snprintf(off, sizeof off, "+%#" PRIx64, addr - f->addr);
+    return f->name + off;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%#" PRIx64, addr);
+  return buf;
+}
+
+// ---------------------------------------------------------------------------------
+// Streams
+
+namespace {
+
+// One events file, read a chunk at a time with pread. With many threads merged, the
+// file is opened per chunk so that a trace of thousands of threads needs no more
+// descriptors than one.
+class FileStream final : public EventStream {
+ public:
+  FileStream(std::string path, uint32_t pid, uint32_t tid, uint64_t records, size_t chunk,
+             bool keep_open)
+      : path_(std::move(path)), pid_(pid), tid_(tid), records_(records), chunk_(chunk),
+        keep_open_(keep_open) {}
+  ~FileStream() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  uint32_t pid() const override { return pid_; }
+  uint32_t tid() const override { return tid_; }
+  std::optional<Event> next() override {
+    if (pos_ == buf_.size()) {
+      if (!refill()) return std::nullopt;
+    }
+    return buf_[pos_++];
+  }
+
+ private:
+  bool refill() {
+    buf_.clear();
+    pos_ = 0;
+    if (done_ >= records_) return false;
+    const uint64_t want = std::min<uint64_t>(chunk_, records_ - done_);
+    if (fd_ < 0) fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) {
+      records_ = done_;  // vanished under us: the end
+      return false;
+    }
+    buf_.resize(want);
+    size_t got = 0;
+    const size_t bytes = want * sizeof(Event);
+    const off_t off = static_cast<off_t>(sizeof(EventFileHeader) + done_ * sizeof(Event));
+    while (got < bytes) {
+      const ssize_t n = ::pread(fd_, reinterpret_cast<char*>(buf_.data()) + got, bytes - got,
+                                off + static_cast<off_t>(got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    if (!keep_open_) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+    buf_.resize(got / sizeof(Event));
+    done_ += buf_.size();
+    if (buf_.size() < want) records_ = done_;  // shrank since open(): stop there
+    return !buf_.empty();
+  }
+
+  std::string path_;
+  uint32_t pid_, tid_;
+  uint64_t records_;
+  size_t chunk_;
+  bool keep_open_;
+  int fd_ = -1;
+  uint64_t done_ = 0;
+  std::vector<Event> buf_;
+  size_t pos_ = 0;
+};
+
+bool glued(const Event& e) {
+  return e.type == static_cast<uint8_t>(EventType::arg) ||
+         e.type == static_cast<uint8_t>(EventType::string);
+}
+
+// k-way merge by (time, thread order). Events that belong to the one before them
+// (arguments, string continuations) follow it whatever their time.
+class MergedStream final : public EventStream {
+ public:
+  explicit MergedStream(std::vector<std::unique_ptr<EventStream>> streams)
+      : streams_(std::move(streams)) {
+    for (size_t i = 0; i < streams_.size(); ++i) advance(i);
+  }
+  uint32_t pid() const override { return cur_ < streams_.size() ? streams_[cur_]->pid() : 0; }
+  uint32_t tid() const override { return cur_ < streams_.size() ? streams_[cur_]->tid() : 0; }
+  std::optional<Event> next() override {
+    if (sticky_) {
+      const Event e = *sticky_;
+      sticky_.reset();
+      cur_ = sticky_from_;
+      advance(cur_);
+      return e;
+    }
+    if (heap_.empty()) return std::nullopt;
+    const Head h = heap_.top();
+    heap_.pop();
+    cur_ = h.index;
+    advance(cur_);
+    return h.event;
+  }
+
+ private:
+  struct Head {
+    uint64_t time;
+    size_t index;
+    Event event;
+    bool operator>(const Head& o) const {
+      return time != o.time ? time > o.time : index > o.index;
+    }
+  };
+  void advance(size_t i) {
+    auto e = streams_[i]->next();
+    if (!e) return;
+    if (glued(*e) && i == cur_) {  // construction runs with cur_ == SIZE_MAX
+      sticky_ = *e;
+      sticky_from_ = i;
+      return;
+    }
+    heap_.push(Head{e->time, i, *e});
+  }
+
+  std::vector<std::unique_ptr<EventStream>> streams_;
+  std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heap_;
+  std::optional<Event> sticky_;
+  size_t sticky_from_ = 0;
+  size_t cur_ = SIZE_MAX;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------
+// TraceReader
+
+struct TraceReader::Impl {
+  struct Thread {
+    uint32_t pid, tid;
+    std::string path;
+    uint64_t records;
+  };
+  std::string dir;
+  TraceInfo info;
+  std::vector<std::string> warnings;
+  std::vector<Thread> threads;  // sorted by (pid, tid)
+  std::map<uint32_t, SymbolTable> symbols;
+  std::map<uint32_t, ProcessInfo> processes;
+  SymbolTable empty;
+};
+
+namespace {
+
+void load_functions(const std::string& path, SymbolTable* table, std::vector<std::string>* warn,
+                    const std::string& name) {
+  std::ifstream in(path);
+  std::string line;
+  size_t lineno = 0, bad = 0, first_bad = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty() || line[0] == '#') continue;
+    Function f;
+    const size_t t1 = line.find('\t');
+    const size_t t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
+    if (t2 == std::string::npos) {
+      if (!bad++) first_bad = lineno;
+      continue;
+    }
+    const size_t t3 = line.find('\t', t2 + 1);
+    char* end = nullptr;
+    const std::string a = line.substr(0, t1), s = line.substr(t1 + 1, t2 - t1 - 1);
+    f.addr = std::strtoull(a.c_str(), &end, 16);
+    if (a.empty() || *end) {
+      if (!bad++) first_bad = lineno;
+      continue;
+    }
+    f.size = std::strtoull(s.c_str(), &end, 10);
+    if (s.empty() || *end) {
+      if (!bad++) first_bad = lineno;
+      continue;
+    }
+    f.name = line.substr(t2 + 1, t3 == std::string::npos ? std::string::npos : t3 - t2 - 1);
+    if (t3 != std::string::npos) f.object = line.substr(t3 + 1);
+    table->add(std::move(f));
+  }
+  if (bad)
+    warn->push_back(name + ": " + std::to_string(bad) + " malformed line(s), the first at line " +
+                    std::to_string(first_bad));
+}
+
+}  // namespace
+
+Result<TraceReader> TraceReader::open(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT)
+      return make_error(Errc::not_found,
+                        dir + ": no such trace directory (record one with `utramp record`)");
+    return make_error(Errc::io, dir + ": " + errno_text(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) return make_error(Errc::invalid_argument, dir + ": not a directory");
+
+  auto impl = std::make_unique<Impl>();
+  impl->dir = dir;
+  auto& warn = impl->warnings;
+
+  bool have_info = false;
+  std::string text;
+  if (read_small_file(dir + "/info.json", &text)) {
+    json j = json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      warn.push_back("info.json: not valid JSON (the recording may have been cut short); "
+                     "reading the events without it, times in ns");
+    } else {
+      std::string problem;
+      impl->info = info_from_json(j, &problem);
+      if (impl->info.version > kFormatVersion)
+        return make_error(Errc::unsupported,
+                          dir + ": format version " + std::to_string(impl->info.version) +
+                              " was written by a newer utramp; this one reads up to " +
+                              std::to_string(kFormatVersion));
+      if (!problem.empty()) warn.push_back("info.json: " + problem);
+      have_info = true;
+    }
+  } else {
+    warn.push_back("info.json: missing (the recording did not finish); reading the events "
+                   "without it, times in ns");
+  }
+
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return make_error(Errc::io, dir + ": " + errno_text(errno));
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) names.push_back(e->d_name);
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+
+  for (const auto& name : names) {
+    uint32_t a = 0, b = 0;
+    const std::string path = dir + "/" + name;
+    if (parse_name(name, "events-", ".bin", true, &a, &b)) {
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        warn.push_back(name + ": " + errno_text(errno));
+        continue;
+      }
+      struct stat fst {};
+      EventFileHeader h{};
+      const bool ok_stat = ::fstat(fd, &fst) == 0;
+      const ssize_t got = ::pread(fd, &h, sizeof h, 0);
+      ::close(fd);
+      if (!ok_stat) continue;
+      const uint64_t size = static_cast<uint64_t>(fst.st_size);
+      if (got != static_cast<ssize_t>(sizeof h)) {
+        warn.push_back(name + ": truncated before the end of its header (" + std::to_string(size) +
+                       " bytes); no events");
+        continue;
+      }
+      if (std::memcmp(h.magic, kEventFileMagic, sizeof h.magic) != 0) {
+        warn.push_back(name + ": not a utramp events file (bad magic); skipped");
+        continue;
+      }
+      if (h.version > kFormatVersion || h.record_size != sizeof(Event)) {
+        warn.push_back(name + ": format version " + std::to_string(h.version) + ", record size " +
+                       std::to_string(h.record_size) + " not readable by this utramp; skipped");
+        continue;
+      }
+      if (h.pid != a || h.tid != b)
+        warn.push_back(name + ": header names thread " + std::to_string(h.pid) + "/" +
+                       std::to_string(h.tid) + "; using the file name");
+      const uint64_t body = size - sizeof h;
+      const uint64_t records = body / sizeof(Event);
+      if (body % sizeof(Event))
+        warn.push_back(name + ": truncated after " + std::to_string(records) +
+                       " events (last record " + std::to_string(body % sizeof(Event)) + " bytes)");
+      impl->threads.push_back({a, b, path, records});
+    } else if (parse_name(name, "functions-", ".tsv", false, &a, nullptr)) {
+      load_functions(path, &impl->symbols[a], &warn, name);
+    } else if (parse_name(name, "process-", ".json", false, &a, nullptr)) {
+      std::string ptext;
+      json j = read_small_file(path, &ptext) ? json::parse(ptext, nullptr, false) : json();
+      if (j.is_discarded() || !j.is_object()) {
+        warn.push_back(name + ": not valid JSON; ignored");
+        continue;
+      }
+      ProcessInfo p;
+      p.pid = a;
+      try {
+        p.parent = j.value("parent", 0u);
+        if (j.contains("command")) j.at("command").get_to(p.command);
+        p.start_time = j.value("start_time", uint64_t{0});
+        p.end_time = j.value("end_time", uint64_t{0});
+        p.exit = j.value("exit", std::string());
+      } catch (const json::exception&) {
+        warn.push_back(name + ": bad values; partly ignored");
+      }
+      impl->processes[a] = std::move(p);
+    }
+  }
+  std::sort(impl->threads.begin(), impl->threads.end(), [](const auto& x, const auto& y) {
+    return x.pid != y.pid ? x.pid < y.pid : x.tid < y.tid;
+  });
+
+  if (impl->threads.empty() && !have_info)
+    return make_error(Errc::bad_format,
+                      dir + ": not a utramp trace directory (no info.json, no events-*.bin)");
+  // Threads info.json does not know of (it was written before they appeared).
+  for (const auto& t : impl->threads) {
+    auto& ti = impl->info.threads;
+    if (std::none_of(ti.begin(), ti.end(),
+                     [&](const ThreadInfo& x) { return x.pid == t.pid && x.tid == t.tid; }))
+      ti.push_back(ThreadInfo{t.pid, t.tid, t.records, 0});
+  }
+  for (const auto& t : impl->info.threads)
+    if (t.events && std::none_of(impl->threads.begin(), impl->threads.end(), [&](const auto& x) {
+          return x.pid == t.pid && x.tid == t.tid;
+        }))
+      warn.push_back(events_name(t.pid, t.tid) + ": missing (info.json lists " +
+                     std::to_string(t.events) + " events for it)");
+
+  TraceReader r;
+  r.impl_ = std::move(impl);
+  return r;
+}
+
+TraceReader::TraceReader(TraceReader&&) noexcept = default;
+TraceReader& TraceReader::operator=(TraceReader&&) noexcept = default;
+TraceReader::~TraceReader() = default;
+
+const TraceInfo& TraceReader::info() const { return impl_->info; }
+const std::vector<std::string>& TraceReader::warnings() const { return impl_->warnings; }
+const std::string& TraceReader::dir() const { return impl_->dir; }
+const std::map<uint32_t, ProcessInfo>& TraceReader::processes() const { return impl_->processes; }
+
+std::vector<std::pair<uint32_t, uint32_t>> TraceReader::threads() const {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  for (const auto& t : impl_->threads) out.emplace_back(t.pid, t.tid);
+  return out;
+}
+
+uint64_t TraceReader::event_count(uint32_t pid, uint32_t tid) const {
+  for (const auto& t : impl_->threads)
+    if (t.pid == pid && t.tid == tid) return t.records;
+  return 0;
+}
+
+std::unique_ptr<EventStream> TraceReader::stream(uint32_t pid, uint32_t tid) const {
+  for (const auto& t : impl_->threads)
+    if (t.pid == pid && t.tid == tid)
+      return std::make_unique<FileStream>(t.path, t.pid, t.tid, t.records, 4096, true);
+  return nullptr;
+}
+
+std::unique_ptr<EventStream> TraceReader::merged() const {
+  const size_t n = impl_->threads.size();
+  // About 8 MiB of buffers in all, between 64 and 4096 events per thread.
+  const size_t chunk = std::clamp<size_t>((8u << 20) / sizeof(Event) / std::max<size_t>(n, 1), 64, 4096);
+  const bool keep_open = n <= 64;
+  std::vector<std::unique_ptr<EventStream>> streams;
+  for (const auto& t : impl_->threads)
+    streams.push_back(std::make_unique<FileStream>(t.path, t.pid, t.tid, t.records, chunk, keep_open));
+  return std::make_unique<MergedStream>(std::move(streams));
+}
+
+const SymbolTable& TraceReader::symbols(uint32_t pid) const {
+  // A forked child without a table of its own uses its parent's (same code, same addresses).
+  for (uint32_t p = pid, hops = 0; hops < 64; ++hops) {
+    auto it = impl_->symbols.find(p);
+    if (it != impl_->symbols.end()) return it->second;
+    auto pi = impl_->processes.find(p);
+    if (pi == impl_->processes.end() || pi->second.parent == 0) break;
+    p = pi->second.parent;
+  }
+  if (impl_->symbols.size() == 1) return impl_->symbols.begin()->second;
+  return impl_->empty;
+}
+
+double TraceReader::to_ns(uint64_t ticks) const {
+  if (impl_->info.time_unit == "tsc") return static_cast<double>(ticks) / impl_->info.ticks_per_ns;
+  return static_cast<double>(ticks);
+}
+
+}  // namespace utramp::trace

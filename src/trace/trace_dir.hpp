@@ -1,0 +1,149 @@
+// The trace directory (docs/trace-format.md): written by `utramp record` while the
+// target runs, read back — streaming, never whole — by replay, report, dump and hist.
+//
+//   DIR/info.json                 format version, command, time base, how the target
+//                                 ended, per-thread event and loss counts
+//   DIR/events-PID-TID.bin        a 32-byte file header (EventFileHeader), then that
+//                                 thread's Events in order (32 bytes each)
+//   DIR/functions-PID.tsv         "address<TAB>size<TAB>name<TAB>object" of every
+//                                 function the agent traced in process PID
+//   DIR/process-PID.json          parent pid (fork), exec'd command, start/end
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+#include "trace/event.hpp"
+
+namespace utramp::trace {
+
+struct ThreadInfo {
+  uint32_t pid = 0, tid = 0;
+  uint64_t events = 0, lost = 0;
+};
+
+struct TraceInfo {
+  uint32_t version = kFormatVersion;
+  std::vector<std::string> command;
+  std::string time_unit = "ns";   // "ns" or "tsc"
+  double ticks_per_ns = 1.0;      // for "tsc"
+  uint64_t start_time = 0;        // in time_unit
+  std::string buffer_mode = "discard";
+  std::string exit;               // "exited 0", "killed by SIGSEGV", ...
+  int exit_code = 0;
+  uint64_t unclaimed_threads = 0; // threads that got no buffer
+  std::vector<ThreadInfo> threads;
+};
+
+// The first 32 bytes of every events-PID-TID.bin.
+struct EventFileHeader {
+  char magic[8];           // "UTRTHR01"
+  uint32_t version;        // kFormatVersion
+  uint32_t record_size;    // sizeof(Event)
+  uint32_t pid, tid;
+  uint64_t reserved;
+};
+static_assert(sizeof(EventFileHeader) == 32);
+inline constexpr char kEventFileMagic[8] = {'U', 'T', 'R', 'T', 'H', 'R', '0', '1'};
+
+struct Function {
+  uint64_t addr = 0, size = 0;
+  std::string name, object;
+};
+
+// process-PID.json: one traced process.
+struct ProcessInfo {
+  uint32_t pid = 0;
+  uint32_t parent = 0;               // the traced process it forked from, 0 for the first
+  std::vector<std::string> command;  // argv (after exec, the new one)
+  uint64_t start_time = 0, end_time = 0;  // in the trace's time_unit, 0 when unknown
+  std::string exit;                  // "exited 0", "killed by SIGKILL", "" when unknown
+};
+
+class TraceWriter {
+ public:
+  static Result<TraceWriter> create(const std::string& dir);  // creates or empties DIR
+  TraceWriter() = default;
+  TraceWriter(TraceWriter&&) noexcept;
+  TraceWriter& operator=(TraceWriter&&) noexcept;
+  ~TraceWriter();
+  // Appends events of one thread (files opened on first use, kept open).
+  Result<void> append(uint32_t pid, uint32_t tid, std::span<const Event> events);
+  void add_lost(uint32_t pid, uint32_t tid, uint64_t n);
+  // Writes info.json (also callable early, to leave a readable trace if we die). An
+  // empty info.threads is filled from what append()/add_lost() saw.
+  Result<void> write_info(const TraceInfo& info);
+  // functions-PID.tsv (names must not contain TAB or newline).
+  Result<void> write_functions(uint32_t pid, const std::vector<Function>& functions);
+  // process-PID.json.
+  Result<void> write_process(const ProcessInfo& process);
+  // Flushes and closes every events file (the destructor does too).
+  Result<void> close();
+  const std::string& dir() const;
+  std::vector<ThreadInfo> threads() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Symbols of one process: address -> function (from functions-PID.tsv; a forked child
+// without its own file uses its parent's).
+class SymbolTable {
+ public:
+  void add(Function f);
+  const Function* find(uint64_t addr) const;  // the function containing addr
+  std::string name(uint64_t addr) const;      // "name" or "0xADDR"
+  size_t size() const { return by_addr_.size(); }
+ private:
+  std::map<uint64_t, Function> by_addr_;
+};
+
+// One thread's events, read in chunks.
+class EventStream {
+ public:
+  virtual ~EventStream() = default;
+  virtual uint32_t pid() const = 0;
+  virtual uint32_t tid() const = 0;
+  // The next event, or nullopt at the end (a truncated last record is reported through
+  // warnings(), not returned).
+  virtual std::optional<Event> next() = 0;
+};
+
+class TraceReader {
+ public:
+  // Opens DIR; a missing or corrupt info.json is a warning when events can still be
+  // read (replay shows what it can), an error when nothing can.
+  static Result<TraceReader> open(const std::string& dir);
+  TraceReader() = default;
+  TraceReader(TraceReader&&) noexcept;
+  TraceReader& operator=(TraceReader&&) noexcept;
+  ~TraceReader();
+
+  const TraceInfo& info() const;
+  const std::vector<std::string>& warnings() const;
+  std::vector<std::pair<uint32_t, uint32_t>> threads() const;  // (pid, tid)
+  std::unique_ptr<EventStream> stream(uint32_t pid, uint32_t tid) const;
+  // Every thread's events merged by time (ties: thread order), streaming. `arg` and
+  // `string` events stay right behind the event they belong to.
+  std::unique_ptr<EventStream> merged() const;  // pid()/tid() of the last event
+  const SymbolTable& symbols(uint32_t pid) const;
+  double to_ns(uint64_t ticks) const;           // durations in ns
+  const std::string& dir() const;
+  // process-PID.json of every process that has one, by pid.
+  const std::map<uint32_t, ProcessInfo>& processes() const;
+  // Events stored for a thread (whole records in its file).
+  uint64_t event_count(uint32_t pid, uint32_t tid) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace utramp::trace

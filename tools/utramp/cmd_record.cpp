@@ -1,0 +1,99 @@
+// utramp record [options] -- PROGRAM [ARGS]: runs PROGRAM under the agent and saves a
+// trace directory (default utramp.data) for replay, report, dump.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "commands.hpp"
+#include "record_run.hpp"
+
+namespace utramp::cli {
+
+namespace {
+
+struct Flags {
+  RecordOptions rec;
+  std::vector<std::string> args, rets, tids;
+  std::string time_filter, mode = "discard";
+};
+
+// -A 'func@arg1,arg2/s' and -R 'func[/fmt]' into captures.
+bool parse_captures(Flags& f) {
+  for (const auto& a : f.args) {
+    const size_t at = a.find('@');
+    if (at == std::string::npos || at == 0 || at + 1 == a.size()) {
+      fmt::print(stderr, "utramp record: -A '{}': expected FUNC@arg1[,arg2/s...]\n", a);
+      return false;
+    }
+    agent::ArgSpec s;
+    s.glob = a.substr(0, at);
+    std::string list = a.substr(at + 1);
+    size_t pos = 0;
+    while (pos <= list.size()) {
+      size_t c = list.find(',', pos);
+      std::string one = list.substr(pos, c == std::string::npos ? std::string::npos : c - pos);
+      if (!one.starts_with("arg") || one.size() < 4 || !isdigit(static_cast<unsigned char>(one[3]))) {
+        fmt::print(stderr, "utramp record: -A '{}': '{}' is not argN[/d|x|s|f]\n", a, one);
+        return false;
+      }
+      s.args.push_back(one);
+      if (c == std::string::npos) break;
+      pos = c + 1;
+    }
+    f.rec.agent.captures.push_back(std::move(s));
+  }
+  for (const auto& r : f.rets) {
+    agent::ArgSpec s;
+    const size_t slash = r.rfind('/');
+    s.glob = slash == std::string::npos ? r : r.substr(0, slash);
+    s.retfmt = slash == std::string::npos ? "" : r.substr(slash + 1);
+    s.retval = true;
+    f.rec.agent.captures.push_back(std::move(s));
+  }
+  return true;
+}
+
+}  // namespace
+
+void add_record(CLI::App& app) {
+  auto f = std::make_shared<Flags>();
+  CLI::App* sub = app.add_subcommand("record", "Run a program and record its function calls");
+  sub->add_option("-o,--output", f->rec.output, "trace directory (default utramp.data)");
+  sub->add_option("-F,--filter", f->rec.agent.filters, "trace only functions matching GLOB (repeatable)");
+  sub->add_option("-N,--notrace", f->rec.agent.notrace, "never trace functions matching GLOB (wins over -F)");
+  sub->add_option("-D,--depth", f->rec.agent.max_depth, "record calls only down to this depth");
+  sub->add_option("-t,--time-filter", f->time_filter, "keep only calls at least this long (e.g. 10us)");
+  sub->add_option("--tid", f->tids, "trace only these thread ids (repeatable)");
+  sub->add_option("-A,--argument", f->args, "record arguments: FUNC@arg1,arg2/s (d x s f formats)");
+  sub->add_option("-R,--retval", f->rets, "record the return value: FUNC[/d|x|s|f]");
+  sub->add_option("--tracer", f->rec.agent.tracer, "function_graph (default) or function")
+      ->check(CLI::IsMember({"function", "function_graph"}));
+  sub->add_flag("--libs", f->rec.agent.libraries, "trace the shared libraries' functions too");
+  sub->add_option("--buffer-size", f->rec.events_per_buffer, "events per thread buffer (power of two)");
+  sub->add_option("--max-threads", f->rec.max_buffers, "thread buffers in all (default 256)");
+  sub->add_option("--mode", f->mode, "discard (default: keep the oldest) or overwrite (flight recorder)")
+      ->check(CLI::IsMember({"discard", "overwrite"}));
+  sub->add_flag("--follow-exec", f->rec.agent.follow_exec, "keep tracing across exec");
+  sub->add_flag("-q,--quiet", f->rec.quiet, "no summary line at the end");
+  sub->add_option("command", f->rec.command, "-- PROGRAM [ARGS]")->required();
+  sub->callback([f] {
+    if (!f->time_filter.empty() && !parse_duration(f->time_filter, &f->rec.agent.min_duration_ns)) {
+      fmt::print(stderr, "utramp record: -t '{}': expected a duration like 10us, 1.5ms, 2s\n",
+                 f->time_filter);
+      std::exit(2);
+    }
+    for (const auto& t : f->tids) f->rec.agent.tids.push_back(static_cast<uint32_t>(std::stoul(t)));
+    if (!parse_captures(*f)) std::exit(2);
+    uint32_t n = f->rec.events_per_buffer;
+    if (n < 64 || (n & (n - 1))) {
+      fmt::print(stderr, "utramp record: --buffer-size {}: must be a power of two >= 64\n", n);
+      std::exit(2);
+    }
+    f->rec.overwrite = f->mode == "overwrite";
+    RecordResult r;
+    std::exit(run_record(f->rec, &r));
+  });
+}
+
+}  // namespace utramp::cli

@@ -1,0 +1,255 @@
+#include "record_run.hpp"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <fnmatch.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <utramp/utramp.h>
+#include <x86intrin.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "sites/object.hpp"
+#include "trace/shm_buffers.hpp"
+#include "trace/trace_dir.hpp"
+
+namespace utramp::cli {
+
+namespace {
+
+uint64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// The agent library sits beside libutramp.so (build tree and install alike).
+std::string agent_path() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void*>(&utramp_version), &info) || !info.dli_fname) return {};
+  std::string dir = info.dli_fname;
+  dir = dir.substr(0, dir.rfind('/'));
+  return dir + "/libutramp-agent.so";
+}
+
+std::string signal_name(int sig) {
+  const char* n = sigabbrev_np(sig);
+  return n ? fmt::format("SIG{}", n) : fmt::format("signal {}", sig);
+}
+
+}  // namespace
+
+bool parse_duration(const std::string& s, uint64_t* ns) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || v < 0) return false;
+  const std::string unit = end;
+  double mul = 1;
+  if (unit.empty() || unit == "ns") mul = 1;
+  else if (unit == "us") mul = 1e3;
+  else if (unit == "ms") mul = 1e6;
+  else if (unit == "s") mul = 1e9;
+  else return false;
+  *ns = static_cast<uint64_t>(v * mul);
+  return true;
+}
+
+std::string find_program(const std::string& prog, std::string* why) {
+  auto check = [&](const std::string& p) -> bool {
+    struct stat st;
+    if (stat(p.c_str(), &st) != 0) return false;
+    if (!S_ISREG(st.st_mode)) {
+      *why = fmt::format("{}: not a regular file", p);
+      return false;
+    }
+    if (access(p.c_str(), X_OK) != 0) {
+      *why = fmt::format("{}: not executable", p);
+      return false;
+    }
+    return true;
+  };
+  *why = fmt::format("{}: no such file", prog);
+  if (prog.find('/') != std::string::npos) return check(prog) ? prog : std::string();
+  const char* path = getenv("PATH");
+  std::string p = path ? path : "/usr/bin:/bin";
+  size_t pos = 0;
+  while (pos <= p.size()) {
+    size_t c = p.find(':', pos);
+    std::string dir = p.substr(pos, c == std::string::npos ? std::string::npos : c - pos);
+    if (dir.empty()) dir = ".";
+    if (check(dir + "/" + prog)) return dir + "/" + prog;
+    if (c == std::string::npos) break;
+    pos = c + 1;
+  }
+  if (why->find("not ") == std::string::npos) *why = fmt::format("{}: not found in PATH", prog);
+  return {};
+}
+
+int run_record(const RecordOptions& o, RecordResult* out) {
+  if (o.command.empty()) {
+    fmt::print(stderr, "utramp record: no program given (utramp record [options] -- PROGRAM [ARGS])\n");
+    return 2;
+  }
+  std::string why;
+  const std::string prog = find_program(o.command[0], &why);
+  if (prog.empty()) {
+    fmt::print(stderr, "utramp record: {}\n", why);
+    return 2;
+  }
+  const std::string agent = agent_path();
+  if (agent.empty() || access(agent.c_str(), R_OK) != 0) {
+    fmt::print(stderr, "utramp record: the agent library {} is missing\n", agent);
+    return 2;
+  }
+  // Say which filters match nothing in the program itself (still run: libraries and
+  // dlopen'ed objects are only known at run time).
+  if (auto obj = sites::analyse_file(prog); obj) {
+    for (const auto& g : o.agent.filters) {
+      bool hit = false;
+      for (const auto& f : obj->functions) hit = hit || fnmatch(g.c_str(), f.name.c_str(), 0) == 0;
+      if (!hit)
+        fmt::print(stderr, "utramp record: -F '{}' matches no function of {} (running anyway)\n",
+                   g, prog);
+    }
+    size_t attachable = 0;
+    for (const auto& f : obj->functions) attachable += f.attachable;
+    if (!obj->has_patchable_entries && !obj->has_mcount_loc)
+      fmt::print(stderr, "utramp record: {} has no compiler patch sites: {} functions get "
+                         "relocated prologues, the rest are skipped (see {}/agent-*.log)\n",
+                 prog, attachable, o.output);
+  } else {
+    fmt::print(stderr, "utramp record: {}: {}\n", prog, obj.error().message);
+    return 2;
+  }
+
+  auto writer = trace::TraceWriter::create(o.output);
+  if (!writer) {
+    fmt::print(stderr, "utramp record: {}\n", writer.error().message);
+    return 2;
+  }
+  const std::string shm_path = o.output + "/buffers.shm";
+  trace::ShmConfig sc;
+  sc.events_per_buffer = o.events_per_buffer;
+  sc.max_buffers = o.max_buffers;
+  sc.mode = o.overwrite ? trace::BufferMode::overwrite : trace::BufferMode::discard;
+  auto shm = trace::ShmBuffers::create(shm_path, sc);
+  if (!shm) {
+    fmt::print(stderr, "utramp record: {}\n", shm.error().message);
+    return 2;
+  }
+
+  // The time base: TSC ticks, rated against the monotonic clock over the whole run
+  // (a first rate over 20 ms for the agent's -t filter).
+  const uint64_t ns0 = mono_ns(), tsc0 = __rdtsc();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double rate0 = static_cast<double>(__rdtsc() - tsc0) / static_cast<double>(mono_ns() - ns0);
+
+  agent::Config cfg = o.agent;
+  cfg.shm_path = shm_path;
+  cfg.trace_dir = o.output;
+  cfg.ticks_per_ns = rate0;
+  const std::string cfg_path = o.output + "/agent.json";
+  {
+    std::ofstream f(cfg_path);
+    f << agent::dump_config(cfg);
+  }
+
+  trace::TraceInfo info;
+  info.command = o.command;
+  info.time_unit = "tsc";
+  info.ticks_per_ns = rate0;
+  info.start_time = __rdtsc();
+  info.buffer_mode = o.overwrite ? "overwrite" : "discard";
+  (void)writer->write_info(info);
+
+  // The target keeps our stdin/stdout/stderr; Ctrl-C reaches it (same process group)
+  // while we ignore it, to save what it recorded.
+  struct sigaction ign {}, old_int{}, old_quit{};
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGINT, &ign, &old_int);
+  sigaction(SIGQUIT, &ign, &old_quit);
+  const pid_t child = fork();
+  if (child < 0) {
+    fmt::print(stderr, "utramp record: fork: {}\n", strerror(errno));
+    return 2;
+  }
+  if (child == 0) {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGQUIT, &old_quit, nullptr);
+    std::string preload = agent;
+    if (const char* p = getenv("LD_PRELOAD"); p && *p) preload += std::string(":") + p;
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+    setenv("UTRAMP_AGENT", cfg_path.c_str(), 1);
+    std::vector<char*> argv;
+    for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(prog.c_str(), argv.data());
+    fmt::print(stderr, "utramp record: cannot execute {}: {}\n", prog, strerror(errno));
+    _exit(127);
+  }
+
+  auto drain = [&] {
+    return shm->drain([&](uint32_t pid, uint32_t tid, std::span<const trace::Event> ev, uint64_t lost) {
+      if (!ev.empty()) (void)writer->append(pid, tid, ev);
+      if (lost) writer->add_lost(pid, tid, lost);
+      out->events += ev.size();
+      out->lost += lost;
+    });
+  };
+  int status = 0;
+  for (;;) {
+    const pid_t r = waitpid(child, &status, WNOHANG);
+    if (r == child) break;
+    if (drain() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // Children the target forked may still be writing: drain until quiet (bounded).
+  for (int quiet = 0, rounds = 0; quiet < 10 && rounds < 400; ++rounds) {
+    if (drain() == 0) {
+      ++quiet;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    } else {
+      quiet = 0;
+    }
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGQUIT, &old_quit, nullptr);
+
+  if (WIFEXITED(status)) {
+    out->exit_code = WEXITSTATUS(status);
+    out->ended = fmt::format("exited {}", out->exit_code);
+  } else if (WIFSIGNALED(status)) {
+    out->exit_code = 128 + WTERMSIG(status);
+    out->ended = fmt::format("killed by {}{}", signal_name(WTERMSIG(status)),
+                             WCOREDUMP(status) ? " (core dumped)" : "");
+  }
+  const uint64_t ns1 = mono_ns(), tsc1 = __rdtsc();
+  info.ticks_per_ns = static_cast<double>(tsc1 - tsc0) / static_cast<double>(ns1 - ns0);
+  info.exit = out->ended;
+  info.exit_code = out->exit_code;
+  info.unclaimed_threads = shm->unclaimed();
+  info.threads = writer->threads();
+  (void)writer->write_info(info);
+  unlink(shm_path.c_str());
+  if (!o.quiet) {
+    fmt::print(stderr, "utramp: {} events recorded in {}; target {}{}\n", out->events, o.output,
+               out->ended,
+               out->lost ? fmt::format("; {} events lost (buffers full: raise --buffer-size)",
+                                       out->lost)
+                         : std::string());
+    if (info.unclaimed_threads)
+      fmt::print(stderr, "utramp: {} threads were not traced: all {} buffers were in use "
+                         "(--max-threads)\n",
+                 info.unclaimed_threads, o.max_buffers);
+  }
+  return out->exit_code;
+}
+
+}  // namespace utramp::cli

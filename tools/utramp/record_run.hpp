@@ -1,0 +1,38 @@
+// Running a program under the agent and saving its trace: shared by `record` and `hist`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "agent/config.hpp"
+
+namespace utramp::cli {
+
+struct RecordOptions {
+  std::string output = "utramp.data";
+  agent::Config agent;               // filters, depth, captures... (paths filled in)
+  uint32_t events_per_buffer = 1u << 16;
+  uint32_t max_buffers = 256;
+  bool overwrite = false;            // flight-recorder mode
+  bool quiet = false;                // no summary line
+  std::vector<std::string> command;  // PROGRAM ARGS
+};
+
+struct RecordResult {
+  int exit_code = 0;                 // what `utramp record` exits with
+  std::string ended;                 // "exited 0", "killed by SIGSEGV"...
+  uint64_t events = 0, lost = 0;
+};
+
+// Returns the target's exit status as the CLI should exit with, or a CLI error (> 0
+// with the message printed) before anything ran.
+int run_record(const RecordOptions& o, RecordResult* out);
+
+// "10us", "1.5ms", "2s", "300" (ns) -> ns; false if malformed.
+bool parse_duration(const std::string& s, uint64_t* ns);
+
+// Resolves PROGRAM as execvp would; empty with `why` set when it cannot run.
+std::string find_program(const std::string& prog, std::string* why);
+
+}  // namespace utramp::cli

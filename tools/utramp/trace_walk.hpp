@@ -1,0 +1,136 @@
+// What replay, report, dump and hist share: opening a trace directory with its
+// diagnostics, rebuilding each thread's call stack from the event stream, and the text
+// conventions (names, durations, values).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "trace/event.hpp"
+#include "trace/trace_dir.hpp"
+
+namespace utramp::cli {
+
+// Opens DIR for subcommand `cmd`; prints the reader's warnings to stderr. On failure
+// prints the error and returns nullopt (the caller exits non-zero).
+std::optional<trace::TraceReader> open_trace(const std::string& cmd, const std::string& dir);
+
+// A captured argument or return value.
+struct Value {
+  trace::ValueFormat format = trace::ValueFormat::none;
+  uint64_t raw = 0;         // integer, pointer, double's bits; string: the pointer
+  std::string str;          // string: the bytes recorded
+  uint32_t str_len = 0;     // string: the length announced
+  bool has() const { return format != trace::ValueFormat::none; }
+};
+// `42`, `-1`, `0x7ffd1234`, `1.5`, `"text"`, `NULL`.
+std::string format_value(const Value& v);
+
+struct Frame {
+  uint64_t addr = 0;
+  uint16_t depth = 0;
+  uint64_t entry = 0;        // ticks
+  uint64_t caller = 0;
+  std::vector<std::pair<uint8_t, Value>> args;  // (index, value), in recorded order
+  uint64_t child_ticks = 0;  // time of completed direct children
+  bool synthetic = false;    // made up for an exit whose entry is not in the trace
+};
+
+enum class ExitKind : uint8_t {
+  normal,
+  unwound,       // an exception went through it
+  longjmp,       // a longjmp went over it
+  not_recorded,  // a later event showed it gone, its exit is not in the trace
+  trace_end,     // still open when the thread's events end
+};
+
+struct Exit {
+  ExitKind kind = ExitKind::normal;
+  uint64_t time = 0;   // ticks; for not_recorded/trace_end, when it was found gone
+  bool timed = false;  // `time` is the real end (duration known)
+  Value ret;
+};
+
+struct WalkThread {
+  uint32_t pid = 0, tid = 0;
+  std::vector<Frame> stack;  // outermost first; enter/exit see the frame on top
+  uint64_t events = 0;       // events seen (for diagnostics)
+  uint64_t last_time = 0;
+  uint64_t index = 0;        // order of first appearance
+};
+
+// Rebuilds call stacks from a stream of events of any number of threads (merged or one
+// after the other) and reports calls in order. An entry is reported once its arguments
+// are known, an exit once its string return value is. Inconsistent input (lost events,
+// a ring that overwrote its start) is repaired visibly: frames whose exit is missing are
+// closed as not_recorded, exits without an entry get a synthetic frame.
+class Walker {
+ public:
+  struct Handler {
+    virtual ~Handler() = default;
+    virtual void enter(WalkThread& t, const Frame& f) = 0;
+    virtual void exit(WalkThread& t, const Frame& f, const Exit& x) = 0;
+    // lost, fork, depth_overrun
+    virtual void marker(WalkThread& t, const trace::Event& e) = 0;
+    virtual void corrupt(WalkThread& t, const std::string& what) = 0;
+  };
+  explicit Walker(Handler& h) : h_(h) {}
+  void feed(uint32_t pid, uint32_t tid, const trace::Event& e);
+  // Closes what is still open (trace_end), thread by thread in order of appearance.
+  void finish();
+  // Feeds a whole reader: merged by time, or thread after thread.
+  void run(const trace::TraceReader& r, bool merge);
+
+ private:
+  void flush();
+  void close_to(WalkThread& t, size_t keep, uint64_t time);
+  WalkThread& thread(uint32_t pid, uint32_t tid);
+
+  Handler& h_;
+  std::map<uint64_t, WalkThread> threads_;
+  // An entry or exit waiting for the arg/string events that follow it.
+  enum class Pending { none, entry, exit } pending_ = Pending::none;
+  WalkThread* pending_thread_ = nullptr;
+  Frame pending_frame_;
+  Exit pending_exit_;
+  Value* filling_ = nullptr;  // the string value the next `string` events extend
+};
+
+// Function names: demangled and shortened (no parameter list, no return type) unless
+// raw; cached per process.
+class Names {
+ public:
+  Names(const trace::TraceReader& r, bool demangle) : r_(r), demangle_(demangle) {}
+  const std::string& get(uint32_t pid, uint64_t addr);
+  // Both spellings a glob may match: the mangled symbol and the shown name.
+  bool matches(uint32_t pid, uint64_t addr, const std::vector<std::string>& globs);
+
+ private:
+  struct Entry {
+    std::string raw, shown;
+  };
+  const Entry& entry(uint32_t pid, uint64_t addr);
+  const trace::TraceReader& r_;
+  bool demangle_;
+  std::map<std::pair<const trace::SymbolTable*, uint64_t>, Entry> cache_;
+};
+
+std::string demangle_short(const std::string& symbol);
+
+// Durations: "  1.234 us" (10 columns), unit chosen so the number is below 1000, or the
+// fixed one ("ns", "us", "ms", "s"). Empty unit means auto.
+std::string format_duration(double ns, const std::string& unit = "");
+bool valid_unit(const std::string& unit);
+
+// Durations in ns of every completed call of a function matching one of the globs (the
+// data of `utramp hist` and `report --hist`).
+std::vector<uint64_t> function_durations(const trace::TraceReader& r,
+                                         const std::vector<std::string>& globs);
+
+}  // namespace utramp::cli
