@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds, then runs every benchmark binary (build/bench/bench_*) one after another and
 # prints their results. Arguments are passed to each binary (Google Benchmark flags, e.g.
-# --benchmark_min_time=0.5); UTRAMP_BENCH_ROUNDS sets bench_call_cost's interleaved
-# rounds (default 5). Each binary runs in well under a minute. Timings are never
-# checked: a benchmark is not a test. Method and figures: docs/benchmarks.md.
+# --benchmark_min_time=0.5); UTRAMP_BENCH_ROUNDS sets the interleaved rounds of
+# bench_call_cost and bench_tramp_cost (default 5). Each binary runs in well under a
+# minute. Timings are never checked: a benchmark is not a test. Method and figures:
+# docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${UTRAMP_BUILD_DIR:-build}
@@ -12,7 +13,9 @@ cmake --build "$build" -j "$(nproc)"
 for bin in "$build"/bench/bench_*; do
   [ -f "$bin" ] && [ -x "$bin" ] || continue
   extra=()
-  [ "$(basename "$bin")" = bench_call_cost ] && extra=("--rounds=${UTRAMP_BENCH_ROUNDS:-5}")
+  case "$(basename "$bin")" in
+    bench_call_cost | bench_tramp_cost) extra=("--rounds=${UTRAMP_BENCH_ROUNDS:-5}") ;;
+  esac
   echo
   echo "################ $(basename "$bin")"
   "$bin" "${extra[@]}" "$@" 2>&1
