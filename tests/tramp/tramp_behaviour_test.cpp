@@ -100,21 +100,23 @@ TEST(TrampBehaviour, ProgramCallingItsOwnFunctionIsAMissNotRecursion) {
   ASSERT_NE(p, nullptr) << utramp_last_error();
   auto* q = attach(&tb_self, UTRAMP_FENTRY, &observer, "i32 -> i32");
   ASSERT_NE(q, nullptr) << utramp_last_error();
-  const int body0 = tb_self_body.load();
+  // A program's counters outlive its links: count from here.
+  const int body0 = tb_self_body, runs0 = g_self_runs, obs0 = g_observer_runs;
+  const uint64_t miss0 = misses_of(&calls_itself), obs_miss0 = misses_of(&observer);
 
   EXPECT_EQ(opaque(&tb_self)(1), 2);
-  EXPECT_EQ(tb_self_body.load() - body0, 2) << "outer call and the program's call";
-  EXPECT_EQ(g_self_runs.load(), 1) << "the program must not recurse into itself";
-  EXPECT_EQ(g_observer_runs.load(), 2) << "the other program runs in both calls";
-  EXPECT_EQ(misses_of(&calls_itself), 1u);
-  EXPECT_EQ(misses_of(&observer), 0u);
+  EXPECT_EQ(tb_self_body - body0, 2) << "outer call and the program's call";
+  EXPECT_EQ(g_self_runs - runs0, 1) << "the program must not recurse into itself";
+  EXPECT_EQ(g_observer_runs - obs0, 2) << "the other program runs in both calls";
+  EXPECT_EQ(misses_of(&calls_itself) - miss0, 1u);
+  EXPECT_EQ(misses_of(&observer) - obs_miss0, 0u);
 
   // A call that does not re-enter: no new miss.
   EXPECT_EQ(opaque(&tb_self)(5), 6);
-  EXPECT_EQ(tb_self_body.load() - body0, 3);
-  EXPECT_EQ(g_self_runs.load(), 2);
-  EXPECT_EQ(g_observer_runs.load(), 3);
-  EXPECT_EQ(misses_of(&calls_itself), 1u);
+  EXPECT_EQ(tb_self_body - body0, 3);
+  EXPECT_EQ(g_self_runs - runs0, 2);
+  EXPECT_EQ(g_observer_runs - obs0, 3);
+  EXPECT_EQ(misses_of(&calls_itself) - miss0, 1u);
 
   ASSERT_EQ(utramp_link_detach(p), 0);
   ASSERT_EQ(utramp_link_detach(q), 0);
@@ -144,20 +146,22 @@ TEST(TrampBehaviour, ProgramInterruptedBySignalHandlerCallingTheFunctionIsAMiss)
   ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
   auto* p = attach(&tb_sig, UTRAMP_FENTRY, &raises_signal, "i32 -> i32");
   ASSERT_NE(p, nullptr) << utramp_last_error();
-  const int body0 = tb_sig_body.load();
+  const int body0 = tb_sig_body, handled0 = g_handler_runs, runs0 = g_sig_runs;
+  const uint64_t miss0 = misses_of(&raises_signal);
+  g_handler_result = 0;
 
   EXPECT_EQ(opaque(&tb_sig)(1), 2);
-  EXPECT_EQ(g_handler_runs.load(), 1);
+  EXPECT_EQ(g_handler_runs - handled0, 1);
   EXPECT_EQ(g_handler_result.load(), 4) << "the handler's call ran the body";
-  EXPECT_EQ(tb_sig_body.load() - body0, 2);
-  EXPECT_EQ(g_sig_runs.load(), 1);
-  EXPECT_EQ(misses_of(&raises_signal), 1u);
+  EXPECT_EQ(tb_sig_body - body0, 2);
+  EXPECT_EQ(g_sig_runs - runs0, 1);
+  EXPECT_EQ(misses_of(&raises_signal) - miss0, 1u);
 
   // The same handler outside the program: the program is not active, so it runs.
   raise(SIGUSR1);
-  EXPECT_EQ(g_handler_runs.load(), 2);
-  EXPECT_EQ(g_sig_runs.load(), 2);
-  EXPECT_EQ(misses_of(&raises_signal), 1u);
+  EXPECT_EQ(g_handler_runs - handled0, 2);
+  EXPECT_EQ(g_sig_runs - runs0, 2);
+  EXPECT_EQ(misses_of(&raises_signal) - miss0, 1u);
 
   ASSERT_EQ(utramp_link_detach(p), 0);
   ASSERT_EQ(sigaction(SIGUSR1, &old, nullptr), 0);
@@ -216,8 +220,9 @@ TEST(TrampBehaviour, DetachDoesNotWaitForThreadSleepingInsideFexit) {
   std::atomic<int> inside{0}, release{0}, returned{0}, may_exit{0}, none{0};
   auto* l = attach(&tb_sleepy, UTRAMP_FEXIT, &sleepy_exit, "i32,ptr,ptr -> i32");
   ASSERT_NE(l, nullptr) << utramp_last_error();
+  const int exits0 = g_sleepy_exits;
   EXPECT_EQ(opaque(&tb_sleepy)(0, &none, &none), 40);
-  EXPECT_EQ(g_sleepy_exits.load(), 1);
+  EXPECT_EQ(g_sleepy_exits - exits0, 1);
 
   int result = 0;
   std::thread sleeper([&] {
@@ -234,7 +239,7 @@ TEST(TrampBehaviour, DetachDoesNotWaitForThreadSleepingInsideFexit) {
 
     // Calls made after detach do not run the program.
     EXPECT_EQ(opaque(&tb_sleepy)(0, &none, &none), 40);
-    EXPECT_EQ(g_sleepy_exits.load(), 1);
+    EXPECT_EQ(g_sleepy_exits - exits0, 1);
 
     // The image the sleeper will return into is kept.
     EXPECT_GE(m.retired(), 1u);
@@ -245,7 +250,7 @@ TEST(TrampBehaviour, DetachDoesNotWaitForThreadSleepingInsideFexit) {
     auto* l2 = attach(&tb_sleepy, UTRAMP_FEXIT, &sleepy_exit, "i32,ptr,ptr -> i32");
     ASSERT_NE(l2, nullptr) << utramp_last_error();
     EXPECT_EQ(opaque(&tb_sleepy)(0, &none, &none), 40);
-    EXPECT_EQ(g_sleepy_exits.load(), 2);
+    EXPECT_EQ(g_sleepy_exits - exits0, 2);
     EXPECT_EQ(g_sleepy_ret.load(), 40u);
     ASSERT_EQ(utramp_link_detach(l2), 0);
     for (int i = 0; i < 5; ++i) m.reclaim_now();
@@ -256,7 +261,7 @@ TEST(TrampBehaviour, DetachDoesNotWaitForThreadSleepingInsideFexit) {
   }
   while (!returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(result, 41);
-  EXPECT_EQ(g_sleepy_exits.load(), 3) << "the sleeping call was entered with fexit attached";
+  EXPECT_EQ(g_sleepy_exits - exits0, 3) << "the sleeping call was entered with fexit attached";
   EXPECT_EQ(g_sleepy_ret.load(), 41u);
   // The sleeper is alive but outside: its counters no longer hold the image.
   EXPECT_TRUE(drain_retired()) << m.retired() << " images still retired";
@@ -373,16 +378,19 @@ TEST(TrampBehaviour, RecursiveFunctionCountsEveryLevel) {
   auto* b = attach(&tb_rec, UTRAMP_FEXIT, &rec_exit, "i32 -> i32");
   ASSERT_NE(b, nullptr) << utramp_last_error();
 
+  const int entries0 = g_rec_entries, exits0 = g_rec_exits;
+  const uint64_t args0 = g_rec_arg_sum, rets0 = g_rec_ret_sum;
+  const uint64_t miss0 = misses_of(&rec_entry) + misses_of(&rec_exit);
+
   constexpr uint64_t kDepth = 1000;
   EXPECT_EQ(opaque(&tb_rec)(int(kDepth)), int(kDepth * (kDepth + 1) / 2));
-  EXPECT_EQ(g_rec_entries.load(), int(kDepth + 1));
-  EXPECT_EQ(g_rec_exits.load(), int(kDepth + 1));
-  EXPECT_EQ(g_rec_arg_sum.load(), kDepth * (kDepth + 1) / 2);
+  EXPECT_EQ(g_rec_entries - entries0, int(kDepth + 1));
+  EXPECT_EQ(g_rec_exits - exits0, int(kDepth + 1));
+  EXPECT_EQ(g_rec_arg_sum - args0, kDepth * (kDepth + 1) / 2);
   uint64_t want = 0;  // sum over levels k of k(k+1)/2
   for (uint64_t k = 0; k <= kDepth; ++k) want += k * (k + 1) / 2;
-  EXPECT_EQ(g_rec_ret_sum.load(), want);
-  EXPECT_EQ(misses_of(&rec_entry), 0u);
-  EXPECT_EQ(misses_of(&rec_exit), 0u);
+  EXPECT_EQ(g_rec_ret_sum - rets0, want);
+  EXPECT_EQ(misses_of(&rec_entry) + misses_of(&rec_exit), miss0);
   EXPECT_EQ(my_counters(), 0u);
 
   // Deeper: ten times the frames, each level inside its own image frame.
@@ -421,6 +429,8 @@ TEST(TrampBehaviour, ForkedChildRunsProgramsParentUnaffected) {
   ASSERT_NE(a, nullptr) << utramp_last_error();
   auto* b = attach(&tb_forked, UTRAMP_FEXIT, &fork_exit, "i32 -> i32");
   ASSERT_NE(b, nullptr) << utramp_last_error();
+  g_fork_entries = 0;
+  g_fork_exits = 0;
   EXPECT_EQ(opaque(&tb_forked)(2), 6);
   ASSERT_EQ(g_fork_entries.load(), 1);
   ASSERT_EQ(g_fork_exits.load(), 1);
@@ -479,27 +489,31 @@ TEST(TrampBehaviour, StatisticsCountOnlyWhileOn) {
   utramp_set_stats(0);
   auto* a = attach(&tb_stats, UTRAMP_FENTRY, &stats_prog, "i32 -> i32");
   ASSERT_NE(a, nullptr) << utramp_last_error();
+  // A program's statistics outlive its links: count from here.
+  const auto start = *info_of(&stats_prog);
+  const int runs0 = g_stats_runs;
   for (int i = 0; i < 3; ++i) EXPECT_EQ(opaque(&tb_stats)(i), i ^ 0x55);
-  EXPECT_EQ(g_stats_runs.load(), 3);
-  EXPECT_EQ(info_of(&stats_prog)->run_cnt, 0u);
-  EXPECT_EQ(info_of(&stats_prog)->run_ns, 0u);
+  EXPECT_EQ(g_stats_runs - runs0, 3);
+  EXPECT_EQ(info_of(&stats_prog)->run_cnt, start.run_cnt);
+  EXPECT_EQ(info_of(&stats_prog)->run_ns, start.run_ns);
 
   utramp_set_stats(1);
-  uint64_t ns = 0;
+  uint64_t ns = start.run_ns;
   for (uint64_t i = 1; i <= 5; ++i) {
     EXPECT_EQ(opaque(&tb_stats)(1), 1 ^ 0x55);
     const auto info = info_of(&stats_prog);
     ASSERT_TRUE(info);
-    EXPECT_EQ(info->run_cnt, i);
+    EXPECT_EQ(info->run_cnt - start.run_cnt, i);
     EXPECT_GT(info->run_ns, ns) << "each run takes time";
     ns = info->run_ns;
   }
   // A link attached while statistics are on counts too.
   auto* b = attach(&tb_stats, UTRAMP_FEXIT, &stats_exit, "i32 -> i32");
   ASSERT_NE(b, nullptr) << utramp_last_error();
+  const uint64_t exit_cnt0 = info_of(&stats_exit)->run_cnt;
   EXPECT_EQ(opaque(&tb_stats)(2), 2 ^ 0x55);
-  EXPECT_EQ(info_of(&stats_exit)->run_cnt, 1u);
-  EXPECT_EQ(info_of(&stats_prog)->run_cnt, 6u);
+  EXPECT_EQ(info_of(&stats_exit)->run_cnt - exit_cnt0, 1u);
+  EXPECT_EQ(info_of(&stats_prog)->run_cnt - start.run_cnt, 6u);
 
   utramp_set_stats(0);
   const auto before = *info_of(&stats_prog);
@@ -508,7 +522,7 @@ TEST(TrampBehaviour, StatisticsCountOnlyWhileOn) {
   EXPECT_EQ(g_stats_runs - runs, 3) << "the program still runs";
   EXPECT_EQ(info_of(&stats_prog)->run_cnt, before.run_cnt);
   EXPECT_EQ(info_of(&stats_prog)->run_ns, before.run_ns);
-  EXPECT_EQ(info_of(&stats_exit)->run_cnt, 1u);
+  EXPECT_EQ(info_of(&stats_exit)->run_cnt - exit_cnt0, 1u);
   ASSERT_EQ(utramp_link_detach(a), 0);
   ASSERT_EQ(utramp_link_detach(b), 0);
 }
