@@ -38,6 +38,9 @@ class ExecArena {
   Result<void> write(ExecBlock block, size_t offset, std::span<const uint8_t> bytes);
 
   size_t chunk_count() const;
+  // Held across fork() (see tramp/trampoline.cpp).
+  void fork_lock() { mu_.lock(); }
+  void fork_unlock() { mu_.unlock(); }
   size_t bytes_in_use() const;
 
  private:

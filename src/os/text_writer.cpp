@@ -35,6 +35,9 @@ Result<int> mem_fd_locked() {
 
 }  // namespace
 
+void text_fork_lock() { g_mem_mu.lock(); }
+void text_fork_unlock() { g_mem_mu.unlock(); }
+
 Result<void> write_text(uint64_t addr, std::span<const uint8_t> bytes) {
   std::lock_guard lock(g_mem_mu);
   auto fd = mem_fd_locked();

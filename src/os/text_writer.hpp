@@ -19,6 +19,10 @@ Result<void> write_text(uint64_t addr, std::span<const uint8_t> bytes);
 // (membarrier PRIVATE_EXPEDITED_SYNC_CORE, registered on first use).
 Result<void> sync_cores();
 
+// Held across fork() (see tramp/trampoline.cpp).
+void text_fork_lock();
+void text_fork_unlock();
+
 // Number of threads of this process (from /proc/self/task).
 Result<size_t> thread_count();
 

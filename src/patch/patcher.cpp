@@ -23,6 +23,7 @@ namespace {
 std::mutex g_mu;  // serialises batches and handler installation
 struct sigaction g_prev;  // the handler the program had; read by the handler
 std::atomic<bool> g_prev_valid{false};
+std::atomic<TrapHook> g_hook{nullptr};
 
 struct Counters {
   std::atomic<uint64_t> batches{0}, ops{0}, writes{0}, syncs{0}, emulated{0}, restarted{0},
@@ -36,7 +37,11 @@ void forward(int sig, siginfo_t* si, void* uc) {
       (!(p.sa_flags & SA_SIGINFO) && p.sa_handler == SIG_DFL)) {
     // Not ours and nobody else's: the default action (core dump), as without us.
     signal(sig, SIG_DFL);
-    raise(sig);  // pending until we return: SIGTRAP is blocked while we run
+    sigset_t block;  // pending until we return (SA_NODEFER leaves it unblocked here)
+    sigemptyset(&block);
+    sigaddset(&block, sig);
+    pthread_sigmask(SIG_BLOCK, &block, nullptr);
+    raise(sig);
     return;
   }
   if (p.sa_flags & SA_SIGINFO) {
@@ -82,6 +87,7 @@ void on_sigtrap(int sig, siginfo_t* si, void* ucv) {
       }
     }
   }
+  if (TrapHook h = g_hook.load(std::memory_order_acquire); h && h(si, uc)) return;
   forward(sig, si, ucv);
 }
 
@@ -93,7 +99,7 @@ Result<void> install_locked() {
   struct sigaction act;
   memset(&act, 0, sizeof act);
   act.sa_sigaction = on_sigtrap;
-  act.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+  act.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
   sigemptyset(&act.sa_mask);
   g_prev_valid.store(false, std::memory_order_release);
   g_prev = cur;
@@ -117,6 +123,11 @@ Result<void> install_trap_handler() {
   std::lock_guard lock(g_mu);
   return install_locked();
 }
+
+void set_trap_hook(TrapHook hook) { g_hook.store(hook, std::memory_order_release); }
+
+void fork_lock() { g_mu.lock(); }
+void fork_unlock() { g_mu.unlock(); }
 
 PatchStats stats() {
   PatchStats s;

@@ -15,6 +15,9 @@
 // sites, whatever its size.
 #pragma once
 
+#include <signal.h>
+#include <ucontext.h>
+
 #include <cstdint>
 #include <span>
 #include <string>
@@ -54,6 +57,18 @@ Result<void> apply(std::span<const PatchOp> ops);
 // program had; re-installs itself if the program replaced it since.
 Result<void> install_trap_handler();
 
+// Consulted by the SIGTRAP handler for a trap that is not explained by a batch in
+// flight, before passing it to the program's previous handler; returns true when it
+// handled the trap. Async-signal-safe. The handler runs with SA_NODEFER, so a hook may
+// run code that traps again (probe handlers that hit probes). probe/ installs one.
+using TrapHook = bool (*)(siginfo_t* si, ucontext_t* uc);
+void set_trap_hook(TrapHook hook);
+
 PatchStats stats();
+
+// Held across fork() (pthread_atfork, see tramp/trampoline.cpp) so that the child never
+// inherits it locked by a thread it does not have.
+void fork_lock();
+void fork_unlock();
 
 }  // namespace utramp::patch

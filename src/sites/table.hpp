@@ -80,6 +80,9 @@ class SiteTable {
   Result<void> commit();
 
   std::vector<std::string> skipped_objects() const;
+  // Held across fork() (see tramp/trampoline.cpp).
+  void fork_lock() { mu_.lock(); }
+  void fork_unlock() { mu_.unlock(); }
 
  private:
   SiteTable() = default;

@@ -1,6 +1,7 @@
 #include "tramp/trampoline.hpp"
 
 #include <fmt/format.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -74,6 +75,7 @@ namespace {
 
 // Images by start address, for the unwind personality.
 std::mutex g_images_mu;
+std::mutex g_reclaim_mu;  // one reclamation attempt at a time
 struct ImageRecord {
   uint32_t slot;    // the counter to release when unwinding through the image
   uint64_t end;
@@ -140,8 +142,39 @@ bool error_injectable(uint64_t func) {
 }
 
 Manager& Manager::instance() {
-  static Manager* m = new Manager();  // never destroyed: images may outlive statics
+  static Manager* m = [] {
+    auto* mgr = new Manager();  // never destroyed: images may outlive statics
+    // fork() in a multithreaded program: take every lock of the machinery first (in
+    // the order attach takes them), so the child inherits none held by a thread it
+    // does not have; both sides release them after.
+    pthread_atfork([] { Manager::instance().fork_prepare(); },
+                   [] { Manager::instance().fork_release(); },
+                   [] { Manager::instance().fork_release(); });
+    return mgr;
+  }();
   return *m;
+}
+
+void Manager::fork_prepare() {
+  mu_.lock();
+  g_reclaim_mu.lock();
+  retired_mu_.lock();
+  sites::SiteTable::instance().fork_lock();
+  patch::fork_lock();
+  os::ExecArena::instance().fork_lock();
+  os::text_fork_lock();
+  g_images_mu.lock();
+}
+
+void Manager::fork_release() {
+  g_images_mu.unlock();
+  os::text_fork_unlock();
+  os::ExecArena::instance().fork_unlock();
+  patch::fork_unlock();
+  sites::SiteTable::instance().fork_unlock();
+  retired_mu_.unlock();
+  g_reclaim_mu.unlock();
+  mu_.unlock();
 }
 
 Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& opts) {
@@ -668,7 +701,7 @@ size_t Manager::retired() const {
 size_t Manager::reclaim_now() {
   // One attempt at a time: the reclaimer thread and callers of reclaim_now() would
   // otherwise both free the same image, and they update the progress in Retired.
-  static std::mutex serial_mu;
+  std::mutex& serial_mu = g_reclaim_mu;
   std::lock_guard serial(serial_mu);
   std::vector<Retired*> cand;
   {

@@ -113,6 +113,9 @@ class Manager {
   size_t retired() const;
   size_t reclaim_now();
 
+  void fork_prepare();
+  void fork_release();
+
  public:
   struct Image;
 
