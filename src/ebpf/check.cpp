@@ -116,7 +116,8 @@ Result<void> Checker::jmp(size_t i) {
         return fail(Errc::unsupported, i, "kernel function calls (kfuncs) are not supported");
       if (n.src != kCallHelper)
         return fail(Errc::bad_format, i, fmt::format("unknown call kind src={}", unsigned(n.src)));
-      if (!helpers_ || !helpers_->find(static_cast<uint32_t>(n.imm))) {
+      if (const HelperInfo* h = helpers_ ? helpers_->find(static_cast<uint32_t>(n.imm)) : nullptr;
+          !h || !h->fn) {
         std::string_view kname = kernel_helper_name(static_cast<uint32_t>(n.imm));
         return fail(Errc::not_found, i,
                     kname.empty() ? fmt::format("unknown helper {}", n.imm)
@@ -129,10 +130,8 @@ Result<void> Checker::jmp(size_t i) {
       UTRAMP_TRY(zero(i, "src", n.src));
       UTRAMP_TRY(zero(i, "off", n.off));
       return zero(i, "imm", n.imm);
-    case 0xe0:
-    case 0xf0:
-      return fail(Errc::bad_format, i, "unknown opcode");
-    default:
+    case kJeq: case kJgt: case kJge: case kJset: case kJne: case kJsgt: case kJsge:
+    case kJlt: case kJle: case kJslt: case kJsle:
       UTRAMP_TRY(reg(i, "dst", n.dst, false));
       if (src_bit(n.code) == kK) UTRAMP_TRY(zero(i, "src", n.src));
       else {
@@ -140,6 +139,8 @@ Result<void> Checker::jmp(size_t i) {
         UTRAMP_TRY(zero(i, "imm", n.imm));
       }
       return target(i, n.off, "jump");
+    default:
+      return fail(Errc::bad_format, i, "unknown opcode");
   }
 }
 

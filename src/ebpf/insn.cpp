@@ -106,8 +106,10 @@ std::string disassemble_insn(std::span<const Insn> insns, size_t idx) {
       if (!name) return raw(i);
       std::string mn = name;
       if ((o == kDiv || o == kMod) && i.off == 1) mn = "s" + mn;
-      if (o == kMov && src_bit(c) == kX && i.off != 0)
+      if (o == kMov && src_bit(c) == kX && i.off != 0) {
+        if (i.off != 8 && i.off != 16 && i.off != 32) return raw(i);
         mn = fmt::format("movsx{}{}", i.off, is64 ? "64" : "32");
+      }
       else
         mn += w;
       if (src_bit(c) == kX) return fmt::format("{} %r{}, %r{}", mn, unsigned(i.dst), unsigned(i.src));

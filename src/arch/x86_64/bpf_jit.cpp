@@ -10,14 +10,14 @@
 //
 // Frame of the entry function, from r12 (= rsp in the body, 16-byte aligned):
 //
-//   r12+4200 ...      return address, then the caller's frame
-//   r12+4152..4200    saved rbp, rbx, r12, r13, r14, r15 (six pushes)
-//   r12+4192          8 bytes of padding (keeps rsp 16-aligned)
-//   r12+96+4096       stack_hi: r10 of the main function
-//   r12+96 .. +4192   the BPF stack: kMaxFrames frames of 512 bytes, the main function's
-//                     on top; a local call moves r10 down 512
-//   r12+88 .. +96     padding
-//   r12+0  .. +88     RunState
+//   r12+4248          return address into the caller
+//   r12+4200..4248    saved r15, r14, r13, r12, rbx, rbp (six pushes, r15 lowest)
+//   r12+4192..4200    padding (keeps rsp 16-aligned)
+//   r12+4192          stack_hi: r10 of the main function
+//   r12+96..4192      the BPF stack: kMaxFrames frames of 512 bytes, the main function's
+//                     on top; a local call moves r10 down 512 (min_fp = r12+608)
+//   r12+88..96        padding
+//   r12+0..88         RunState (memory.hpp)
 //
 // The BPF stack is apart from the native one: a local call pushes the caller's
 // r6-r9/r10 and a return address on the native stack, which programs cannot address,
@@ -264,7 +264,7 @@ void Emitter::epilogue_and_stubs() {
   a_.bind(fault_common_);
   a_.mov(ax::rsp, kState);
   a_.mov(ax::rdi, kState);
-  call_abs(reinterpret_cast<uint64_t>(&utramp_ebpf_report));
+  call_abs(reinterpret_cast<uint64_t>(&ebpf::utramp_ebpf_report));
   a_.xor_(ax::eax, ax::eax);
   a_.jmp(exit_main_);
 
@@ -277,8 +277,8 @@ void Emitter::epilogue_and_stubs() {
     a_.mov(ax::rdi, kState);
     a_.mov(ax::rsi, ax::r11);
     a_.mov(ax::rdx, ax::r10);
-    call_abs(which == 0 ? reinterpret_cast<uint64_t>(&utramp_ebpf_load)
-                        : reinterpret_cast<uint64_t>(&utramp_ebpf_store_ok));
+    call_abs(which == 0 ? reinterpret_cast<uint64_t>(&ebpf::utramp_ebpf_load)
+                        : reinterpret_cast<uint64_t>(&ebpf::utramp_ebpf_store_ok));
     if (which == 0) {
       a_.mov(ax::r11, ax::rax);
       a_.add(ax::rsp, Imm(8));
@@ -373,7 +373,7 @@ void Emitter::shift(const Insn& n) {
   a_.mov(ax::r10, ax::rcx);
   if (src != ax::rcx) a_.mov(ax::rcx, src);
   if (d64 == ax::rcx) {
-    sh(is64 ? ax::r10 : ax::r10d, ax::cl);
+    sh(is64 ? ax::Gp(ax::r10) : ax::Gp(ax::r10d), ax::cl);
     a_.mov(ax::rcx, ax::r10);
   } else {
     sh(d, ax::cl);
@@ -399,7 +399,7 @@ void Emitter::divmod(size_t i, const Insn& n) {
   const bool is_signed = n.off == 1;
   const ax::Gp d64 = R(n.dst);
   const ax::Gp d = is64 ? d64 : d64.r32();
-  const ax::Gp r11 = is64 ? ax::r11 : ax::r11d;
+  const ax::Gp r11 = is64 ? ax::Gp(ax::r11) : ax::Gp(ax::r11d);
   auto by_zero = [this, is_mod, is64, d] {
     if (!is_mod) a_.xor_(d.r32(), d.r32());
     else if (!is64) a_.mov(d, d);
@@ -430,7 +430,7 @@ void Emitter::divmod(size_t i, const Insn& n) {
   }
   a_.mov(ax::r9, ax::rax);
   a_.mov(ax::r10, ax::rdx);
-  a_.mov(is64 ? ax::rax : ax::eax, d);
+  a_.mov(is64 ? ax::Gp(ax::rax) : ax::Gp(ax::eax), d);
   if (is_signed) is64 ? a_.cqo() : a_.cdq();
   else a_.xor_(ax::edx, ax::edx);
   if (is_signed) a_.idiv(r11);
@@ -645,8 +645,8 @@ void Emitter::mem_op(const Insn& n, const ax::Mem& m) {
   // fetch or/and/xor
   const bool src_is_r0 = n.src == 0;
   const ax::Gp operand = src_is_r0 ? sized(ax::r9) : s;
-  const ax::Gp acc = w32 ? ax::eax : ax::rax;
-  const ax::Gp tmp = w32 ? ax::r10d : ax::r10;
+  const ax::Gp acc = w32 ? ax::Gp(ax::eax) : ax::Gp(ax::rax);
+  const ax::Gp tmp = w32 ? ax::Gp(ax::r10d) : ax::Gp(ax::r10);
   Label again = a_.newLabel();
   a_.mov(ax::r9, ax::rax);
   a_.mov(acc, m);

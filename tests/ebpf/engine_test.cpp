@@ -1,0 +1,334 @@
+// The rules both engines share beyond the ISA (engine.hpp, memory.hpp), each test run
+// on the interpreter and on the JIT: what a run starts with, local-call frames, helper
+// calls, memory checks (a bad load gives 0, a bad store fails the run), atomics'
+// alignment, the loop budget, the native entry, current_run() for helpers.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <thread>
+
+#include "ebpf/asm.hpp"
+#include "ebpf/engine.hpp"
+#include "ebpf/jit.hpp"
+
+namespace {
+
+using namespace utramp;
+using namespace utramp::ebpf;
+
+class Engines : public ::testing::TestWithParam<EngineKind> {
+ protected:
+  std::unique_ptr<Executable> load_text(std::string_view text, ExecOptions opts = {}) {
+    auto p = assemble(text);
+    EXPECT_TRUE(p) << p.error().message;
+    if (!p) return nullptr;
+    auto e = load(Program{"test", "", std::move(*p)}, opts, GetParam());
+    EXPECT_TRUE(e) << e.error().message;
+    return e ? std::move(*e) : nullptr;
+  }
+  // Runs and expects no fault.
+  uint64_t run_ok(const Executable& e, void* ctx = nullptr, uint64_t len = 0) {
+    auto r = e.execute(ctx, len);
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : ~uint64_t(0);
+  }
+  // Runs and expects a fault of kind `k` at insn `insn`; returns its message.
+  std::string run_fault(const Executable& e, FaultKind k, uint32_t insn, void* ctx = nullptr,
+                        uint64_t len = 0) {
+    RunStatus st;
+    EXPECT_EQ(e.run(ctx, len, &st), 0u);
+    EXPECT_EQ(st.faults.load(), 1u);
+    EXPECT_EQ(st.kind(), k) << fault_name(st.kind());
+    EXPECT_EQ(st.insn(), insn);
+    auto r = e.execute(ctx, len);
+    EXPECT_FALSE(r);
+    return r ? "" : r.error().message;
+  }
+};
+
+std::string engine_param_name(const ::testing::TestParamInfo<EngineKind>& i) {
+  return engine_name(i.param);
+}
+
+TEST_P(Engines, EntryState) {
+  // r1 = ctx, r2 = len, every other register but r10 zero, r10 16-byte aligned.
+  auto e = load_text(
+      "mov %r0, %r3\nor %r0, %r4\nor %r0, %r5\nor %r0, %r6\nor %r0, %r7\nor %r0, %r8\n"
+      "or %r0, %r9\nmov %r1, %r10\nand %r1, 15\nor %r0, %r1\nexit\n");
+  uint64_t buf[2] = {};
+  EXPECT_EQ(run_ok(*e, buf, sizeof buf), 0u);
+  auto f = load_text("mov %r0, %r2\nexit\n");
+  EXPECT_EQ(run_ok(*f, buf, 12), 12u);
+  auto g = load_text("mov %r0, %r1\nexit\n");
+  EXPECT_EQ(run_ok(*g, buf, 12), reinterpret_cast<uint64_t>(buf));
+}
+
+TEST_P(Engines, LocalCallFrames) {
+  // The callee gets a fresh frame 512 bytes down, r6-r9 and r10 come back, the caller's
+  // frame is reachable through a pointer, and r0 is the callee's.
+  auto e = load_text(
+      "stdw [%r10-8], 11\n"
+      "mov %r6, 6\nmov %r9, 9\n"
+      "mov %r1, %r10\nsub %r1, 8\n"
+      "mov %r2, %r10\n"
+      "call local f\n"
+      "jne %r6, 6, bad\njne %r9, 9, bad\n"
+      "mov %r3, %r10\nsub %r3, %r2\njne %r3, 0, bad\n"
+      "ldxdw %r4, [%r10-8]\njne %r4, 12, bad\n"   // f incremented it through r1
+      "exit\n"
+      "bad: mov %r0, -1\nexit\n"
+      "f: stdw [%r10-8], 99\n"
+      "mov %r6, 0\nmov %r9, 0\n"
+      "ldxdw %r3, [%r1]\nadd %r3, 1\nstxdw [%r1], %r3\n"
+      "mov %r0, %r2\nsub %r0, %r10\n"   // 512: the caller's r10 minus ours
+      "exit\n");
+  EXPECT_EQ(run_ok(*e), 512u);
+}
+
+TEST_P(Engines, CallDepth) {
+  // Seven nested calls (eight frames) are fine; the eighth nested one faults.
+  std::string ok = "call local f1\nexit\n";
+  for (int i = 1; i < 7; ++i) ok += fmt::format("f{}: call local f{}\nadd %r0, 1\nexit\n", i, i + 1);
+  ok += "f7: mov %r0, 100\nexit\n";
+  auto e = load_text(ok);
+  EXPECT_EQ(run_ok(*e), 106u);
+  auto r = load_text("mov %r0, 0\nf: add %r0, 1\ncall local f\nexit\n");
+  const std::string msg = run_fault(*r, FaultKind::call_depth, 2);
+  EXPECT_NE(msg.find("insn 2 (call local -2): local call deeper than 8 frames"), std::string::npos) << msg;
+  // The frames a fault leaves behind are gone: the program runs again normally.
+  EXPECT_EQ(run_ok(*e), 106u);
+}
+
+uint64_t helper_sum(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e) {
+  return a + 2 * b + 3 * c + 4 * d + 5 * e;
+}
+
+TEST_P(Engines, Helpers) {
+  HelperTable h;
+  h.add(1, "sum", &helper_sum);
+  ExecOptions o;
+  o.helpers = &h;
+  auto e = load_text(
+      "mov %r6, 1000\n"
+      "mov %r1, 1\nmov %r2, 2\nmov %r3, 3\nmov %r4, 4\nmov %r5, 5\ncall 1\n"
+      "add %r0, %r6\n"  // r6 survives the call
+      "mov %r1, 1\nmov %r2, 0\nmov %r3, 0\nmov %r4, 0\nmov %r5, 0\n"
+      "mov %r7, 1\ncall %r7\n"   // callx
+      "add %r0, 0\nexit\n",
+      o);
+  EXPECT_EQ(run_ok(*e), 1u);
+  auto f = load_text("mov %r1, 1\nmov %r2, 1\nmov %r3, 1\nmov %r4, 1\nmov %r5, 1\ncall 1\nmov %r6, %r0\n"
+                     "mov %r1, 2\nmov %r2, 0\nmov %r3, 0\nmov %r4, 0\nmov %r5, 0\ncall 1\nadd %r0, %r6\nexit\n",
+                     o);
+  EXPECT_EQ(run_ok(*f), 17u);
+  auto g = load_text("mov %r7, 9\ncall %r7\nexit\n", o);
+  const std::string msg = run_fault(*g, FaultKind::unknown_helper, 1);
+  EXPECT_NE(msg.find("callx to helper 9 which is not in the helper table"), std::string::npos) << msg;
+}
+
+uint64_t g_readable = 0x1122334455667788;
+
+TEST_P(Engines, LoadsOutsideRegions) {
+  // Readable memory outside every region is read (fault-safe copy); unreadable gives 0.
+  auto e = load_text(fmt::format("lddw %r1, {:#x}\nldxdw %r0, [%r1]\nexit\n",
+                                 reinterpret_cast<uint64_t>(&g_readable)));
+  EXPECT_EQ(run_ok(*e), 0x1122334455667788u);
+  auto z = load_text("lddw %r1, 8\nldxdw %r0, [%r1]\nldxsb %r2, [%r1+3]\nor %r0, %r2\nexit\n");
+  EXPECT_EQ(run_ok(*z), 0u);
+  auto k = load_text("lddw %r1, 0xffffffffffff0000\nldxw %r0, [%r1]\nexit\n");
+  EXPECT_EQ(run_ok(*k), 0u);
+  // A load that crosses from readable into unmapped memory gives 0 as a whole.
+  void* m = mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  ASSERT_EQ(munmap(static_cast<char*>(m) + 4096, 4096), 0);
+  std::memset(m, 0xab, 4096);
+  auto c = load_text(fmt::format("lddw %r1, {:#x}\nldxdw %r0, [%r1]\nldxw %r2, [%r1]\nadd %r0, %r2\nexit\n",
+                                 reinterpret_cast<uint64_t>(m) + 4092));
+  EXPECT_EQ(run_ok(*c), 0xababababu);
+  munmap(m, 4096);
+}
+
+TEST_P(Engines, StoresOutsideRegionsFail) {
+  uint64_t target = 5;
+  auto e = load_text(fmt::format("mov %r0, 1\nlddw %r1, {:#x}\nstdw [%r1+0], 7\nexit\n",
+                                 reinterpret_cast<uint64_t>(&target)));
+  const std::string msg = run_fault(*e, FaultKind::bad_store, 3);
+  EXPECT_EQ(target, 5u) << "the store happened";
+  EXPECT_NE(msg.find(fmt::format("insn 3 (stdw [%r1], 7): store at {:#x} outside the program's writable memory",
+                                 reinterpret_cast<uint64_t>(&target))),
+            std::string::npos)
+      << msg;
+  // The same address as a writable static region: allowed.
+  ExecOptions o;
+  o.regions.push_back({reinterpret_cast<uint64_t>(&target), reinterpret_cast<uint64_t>(&target) + 8, true});
+  auto w = load_text(fmt::format("mov %r0, 1\nlddw %r1, {:#x}\nstdw [%r1+0], 7\nexit\n",
+                                 reinterpret_cast<uint64_t>(&target)),
+                     o);
+  EXPECT_EQ(run_ok(*w), 1u);
+  EXPECT_EQ(target, 7u);
+  // Read-only regions and one byte past a region refuse the store.
+  o.regions[0].writable = false;
+  auto ro = load_text(fmt::format("lddw %r1, {:#x}\nstxb [%r1], %r1\nexit\n", reinterpret_cast<uint64_t>(&target)), o);
+  run_fault(*ro, FaultKind::bad_store, 2);
+  o.regions[0].writable = true;
+  auto past = load_text(fmt::format("lddw %r1, {:#x}\nstxw [%r1+6], %r1\nexit\n", reinterpret_cast<uint64_t>(&target)), o);
+  run_fault(*past, FaultKind::bad_store, 2);
+  // Below the stack and above it (through a copy of r10, so checked at run time).
+  auto below = load_text("mov %r1, %r10\nstdw [%r1-4104], 1\nexit\n");
+  run_fault(*below, FaultKind::bad_store, 1);
+  auto above = load_text("mov %r1, %r10\nstb [%r1], 1\nexit\n");
+  run_fault(*above, FaultKind::bad_store, 1);
+  // The bottom of the deepest frame is still the program's stack.
+  auto deep = load_text("mov %r1, %r10\nstdw [%r1-4096], 1\nldxdw %r0, [%r1-4096]\nexit\n");
+  EXPECT_EQ(run_ok(*deep), 1u);
+}
+
+TEST_P(Engines, ContextWritability) {
+  uint64_t ctx[2] = {3, 4};
+  auto r = load_text("ldxdw %r0, [%r1+8]\nstdw [%r1+8], 9\nexit\n");
+  run_fault(*r, FaultKind::bad_store, 1, ctx, sizeof ctx);
+  EXPECT_EQ(ctx[1], 4u);
+  ExecOptions o;
+  o.ctx_writable = true;
+  auto w = load_text("ldxdw %r0, [%r1+8]\nstdw [%r1+8], 9\nexit\n", o);
+  EXPECT_EQ(run_ok(*w, ctx, sizeof ctx), 4u);
+  EXPECT_EQ(ctx[1], 9u);
+  // Past the length given: not the context any more.
+  auto past = load_text("stdw [%r1+8], 9\nexit\n", o);
+  run_fault(*past, FaultKind::bad_store, 0, ctx, 12);
+  // A fixed context size overrides the length argument.
+  o.ctx_size = 8;
+  auto fixed = load_text("mov %r0, %r2\nstdw [%r1+8], 9\nexit\n", o);
+  run_fault(*fixed, FaultKind::bad_store, 1, ctx, sizeof ctx);
+}
+
+TEST_P(Engines, AtomicsMustBeAligned) {
+  auto s = load_text("stdw [%r10-8], 0\nmov %r1, 1\nlock add [%r10-12], %r1\nexit\n");
+  const std::string msg = run_fault(*s, FaultKind::misaligned_atomic, 2);
+  EXPECT_NE(msg.find("atomic at 0x"), std::string::npos) << msg;
+  auto d = load_text("mov %r2, %r10\nsub %r2, 6\nmov %r1, 1\nlock add32 [%r2], %r1\nexit\n");
+  run_fault(*d, FaultKind::misaligned_atomic, 3);
+  // Alignment is checked first: a misaligned atomic outside any region is misaligned.
+  auto both = load_text("lddw %r2, 0x1001\nlock xchg32 [%r2], %r1\nexit\n");
+  run_fault(*both, FaultKind::misaligned_atomic, 2);
+  auto bad = load_text("lddw %r2, 0x1000\nlock xchg32 [%r2], %r1\nexit\n");
+  run_fault(*bad, FaultKind::bad_store, 2);
+}
+
+TEST_P(Engines, LoopBudget) {
+  ExecOptions o;
+  o.loop_budget = 100;
+  // 100 backward jumps are within the budget, 101 are not.
+  auto ok = load_text("mov %r0, 0\nl: add %r0, 1\njlt %r0, 101, l\nexit\n", o);
+  EXPECT_EQ(run_ok(*ok), 101u);
+  auto over = load_text("mov %r0, 0\nl: add %r0, 1\njlt %r0, 102, l\nexit\n", o);
+  const std::string msg = run_fault(*over, FaultKind::loop_budget, 2);
+  EXPECT_NE(msg.find("backward-jump budget exhausted"), std::string::npos) << msg;
+  auto forever = load_text("mov %r0, 0\nja -1\nexit\n");
+  run_fault(*forever, FaultKind::loop_budget, 1);
+  auto forever32 = load_text("l: ja32 l\nexit\n", o);
+  run_fault(*forever32, FaultKind::loop_budget, 0);
+  // Unlimited when 0.
+  o.loop_budget = 0;
+  auto many = load_text("mov %r0, 0\nl: add %r0, 1\njlt %r0, 1000000, l\nexit\n", o);
+  EXPECT_EQ(run_ok(*many), 1000000u);
+}
+
+TEST_P(Engines, NativeEntry) {
+  ExecOptions o;
+  o.ctx_size = 16;
+  auto e = load_text("ldxdw %r0, [%r1]\nldxdw %r2, [%r1+8]\nadd %r0, %r2\nexit\n", o);
+  NativeFn fn = e->native();
+  if (GetParam() == EngineKind::interpreter) {
+    EXPECT_EQ(fn, nullptr);
+    return;
+  }
+  ASSERT_NE(fn, nullptr);
+  uint64_t ctx[2] = {40, 2};
+  EXPECT_EQ(fn(ctx), 42u);
+  // Faults through the native entry are counted in the program's own status.
+  auto f = load_text("stdw [%r1], 1\nmov %r0, 5\nexit\n", o);
+  EXPECT_EQ(f->native()(ctx), 0u);
+  EXPECT_EQ(f->native()(ctx), 0u);
+  EXPECT_EQ(f->default_status().faults.load(), 2u);
+  EXPECT_EQ(f->default_status().kind(), FaultKind::bad_store);
+}
+
+RunState* g_seen = nullptr;
+uint64_t g_allowed = 0;
+uint64_t helper_peek(uint64_t ptr, uint64_t, uint64_t, uint64_t, uint64_t) {
+  g_seen = current_run();
+  g_allowed = g_seen && run_allows(g_seen, ptr, 8, true) ? 1 : 0;
+  return g_allowed;
+}
+
+TEST_P(Engines, CurrentRunForHelpers) {
+  HelperTable h;
+  h.add(2, "peek", &helper_peek, true);
+  ExecOptions o;
+  o.helpers = &h;
+  auto e = load_text("mov %r1, %r10\nsub %r1, 8\ncall 2\nmov %r6, %r0\nlddw %r1, 16\ncall 2\n"
+                     "lsh %r6, 1\nor %r0, %r6\nexit\n",
+                     o);
+  g_seen = nullptr;
+  EXPECT_EQ(run_ok(*e), 2u);  // the stack pointer is allowed, address 16 is not
+  EXPECT_NE(g_seen, nullptr);
+  EXPECT_EQ(current_run(), nullptr) << "the run stays published after it ended";
+}
+
+TEST_P(Engines, FaultsDoNotLeakRunState) {
+  HelperTable h;
+  h.add(2, "peek", &helper_peek, true);
+  ExecOptions o;
+  o.helpers = &h;
+  auto e = load_text("mov %r1, 0\ncall 2\nlddw %r1, 16\nstb [%r1], 0\nexit\n", o);
+  run_fault(*e, FaultKind::bad_store, 4);
+  EXPECT_EQ(current_run(), nullptr);
+}
+
+TEST_P(Engines, ConcurrentRuns) {
+  // One loaded program run by several threads at once: runs share nothing but the code.
+  auto e = load_text("mov %r0, 0\nmov %r3, %r2\nl: stxdw [%r10-8], %r0\nldxdw %r0, [%r10-8]\nadd %r0, 1\n"
+                     "jlt %r0, %r3, l\nexit\n");
+  std::vector<std::thread> ts;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i)
+        if (e->run(nullptr, 100 + t, &e->default_status()) != uint64_t(100 + t)) ++bad;
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(e->default_status().faults.load(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Both, Engines, ::testing::Values(EngineKind::interpreter, EngineKind::jit),
+                         engine_param_name);
+
+TEST(EbpfJit, CodeLivesInTheArena) {
+  auto p = assemble("mov %r0, 7\nexit\n");
+  ASSERT_TRUE(p);
+  auto j = JitProgram::compile(Program{"seven", "", *p}, {});
+  ASSERT_TRUE(j) << j.error().message;
+  EXPECT_GT((*j)->code().size(), 0u);
+  EXPECT_EQ((*j)->run(nullptr, 0, &(*j)->default_status()), 7u);
+  // Read+exec, never writable.
+  FILE* f = fopen("/proc/self/maps", "r");
+  ASSERT_NE(f, nullptr);
+  char line[512];
+  bool found = false;
+  const uint64_t a = (*j)->address();
+  while (fgets(line, sizeof line, f)) {
+    uint64_t lo, hi;
+    char perms[5];
+    if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && a >= lo && a < hi) {
+      found = true;
+      EXPECT_STREQ(perms, "r-xp");
+    }
+  }
+  fclose(f);
+  EXPECT_TRUE(found);
+}
+
+}  // namespace

@@ -1,0 +1,127 @@
+// The JIT's code for a few small programs as golden listings (tests/ebpf/golden/*.txt):
+// offset, bytes and disassembly of every instruction. What depends on where the code and
+// the library landed (absolute addresses, rel32 calls out of the block) is masked: the
+// operand becomes ADDR and the line's bytes "..". UTRAMP_UPDATE_GOLDENS=1 rewrites the
+// goldens; a mismatch fails with a unified diff.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "arch/arch.hpp"
+#include "ebpf/asm.hpp"
+#include "ebpf/jit.hpp"
+
+namespace {
+
+using namespace utramp;
+using namespace utramp::ebpf;
+
+std::string masked_listing(std::span<const uint8_t> code) {
+  // Disassembled at base 0: branch targets inside the block read as offsets; any other
+  // number too large to be one is an address.
+  static const std::regex line_re(R"(^0x([0-9a-fA-F]+): (.{30}) (.*)$)");
+  static const std::regex hex(R"(0x([0-9a-fA-F]+))");
+  std::istringstream in(arch::disassemble(code, 0));
+  std::string out, line;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, line_re)) {
+      out += line + "\n";
+      continue;
+    }
+    std::string bytes = m[2].str(), text = m[3].str(), masked;
+    bool has_addr = false;
+    size_t pos = 0;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), hex); it != std::sregex_iterator(); ++it) {
+      const uint64_t v = std::stoull((*it)[1].str(), nullptr, 16);
+      masked.append(text, pos, static_cast<size_t>(it->position(0)) - pos);
+      if (v >= 0x10000 && v > code.size()) {
+        masked += "ADDR";
+        has_addr = true;
+      } else {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "0x%lx", static_cast<unsigned long>(v));
+        masked += buf;
+      }
+      pos = static_cast<size_t>(it->position(0) + it->length(0));
+    }
+    masked.append(text, pos, std::string::npos);
+    if (has_addr) bytes = "..";
+    char head[64];
+    std::snprintf(head, sizeof head, "%4lx: %-30s ", std::stoul(m[1].str(), nullptr, 16), bytes.c_str());
+    out += head + masked + "\n";
+  }
+  return out;
+}
+
+void expect_golden(const std::string& name, const std::string& actual) {
+  const std::string path = std::string(UTRAMP_EBPF_TEST_DIR) + "/golden/" + name + ".txt";
+  const char* upd = std::getenv("UTRAMP_UPDATE_GOLDENS");
+  if (upd && *upd && std::string(upd) != "0") {
+    std::ofstream f(path, std::ios::trunc);
+    f << actual;
+    ASSERT_TRUE(f.good()) << "cannot write " << path;
+    return;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "no golden " << path << " (UTRAMP_UPDATE_GOLDENS=1 creates it):\n" << actual;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (ss.str() == actual) return;
+  char tmpl[] = "/tmp/utramp-ebpf-golden-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::ofstream(tmpl) << actual;
+  std::string diff;
+  if (FILE* p = popen(("diff -u '" + path + "' '" + tmpl + "'").c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) diff.append(buf, n);
+    pclose(p);
+  }
+  unlink(tmpl);
+  ADD_FAILURE() << "JIT code differs from " << path << " (UTRAMP_UPDATE_GOLDENS=1 rewrites it):\n" << diff;
+}
+
+std::string jit_listing(std::string_view text, ExecOptions o) {
+  auto p = assemble(text);
+  EXPECT_TRUE(p) << p.error().message;
+  auto j = JitProgram::compile(Program{"golden", "", *p}, o);
+  EXPECT_TRUE(j) << j.error().message;
+  if (!j) return {};
+  return std::string("# ") + std::string(text.substr(0, text.size() - 1)) + "\n" + masked_listing((*j)->code());
+}
+
+TEST(EbpfJitGolden, ContextLoad) {
+  // Prologue, the inline stack and fixed-size context checks, the out-of-line slow
+  // path, the epilogue, the fault exit and the two stubs.
+  ExecOptions o;
+  o.ctx_size = 16;
+  o.loop_budget = 0;
+  expect_golden("jit_ctx_load", jit_listing("ldxdw %r0, [%r1+8]\nadd %r0, 1\nexit\n", o));
+}
+
+TEST(EbpfJitGolden, StackAtomicsAndLocalCall) {
+  // A frame access needs no check; fetch-or is a cmpxchg loop; a local call saves
+  // r6-r9/r10 around a native call; exit returns from a callee by ret.
+  ExecOptions o;
+  o.loop_budget = 0;
+  expect_golden("jit_atomic_call",
+                jit_listing("stdw [%r10-8], 0\nlock fetch or [%r10-8], %r1\ncall local f\nexit\nf: mov %r0, 1\nexit\n", o));
+}
+
+TEST(EbpfJitGolden, DivisionShiftsAndBudget) {
+  // Division with its zero and -1 cases, a shift by a register other than rcx, and a
+  // backward jump spending the loop budget.
+  ExecOptions o;
+  o.loop_budget = 1000;
+  expect_golden("jit_div_shift_loop",
+                jit_listing("l: sdiv %r3, %r1\nlsh32 %r2, %r5\njne %r2, 0, l\nexit\n", o));
+}
+
+}  // namespace
