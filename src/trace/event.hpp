@@ -14,9 +14,13 @@ enum class EventType : uint8_t {
   exit = 2,          // it returned: addr = function, data = return value (when captured)
   exit_unwound = 3,  // a C++ exception (or forced unwind) went through its frame
   exit_longjmp = 4,  // a longjmp went over its frame (detected at the next event)
-  arg = 5,           // an argument captured for the preceding entry: aux = index|fmt
-  string = 6,        // continuation bytes of a C-string argument/return (24 bytes each)
-  lost = 7,          // the producer dropped `data` events here (discard mode)
+  arg = 5,           // an argument captured for the preceding entry: aux = index,
+                     // flags = ValueFormat
+  string = 6,        // bytes of the C string of the arg/exit event before it: 16 per
+                     // event in addr and data (time: the call's); aux = total length
+                     // << 8 | chunk index; flags bit 0: the pointer was unreadable
+  lost = 7,          // `data` events were lost here (dropped by a full ring in discard
+                     // mode, overwritten in overwrite mode: the consumer inserts those)
   fork = 8,          // this process forked: data = child pid
   depth_overrun = 9, // calls deeper than the depth limit were not recorded: data = count
 };
@@ -32,7 +36,7 @@ struct Event {
   uint16_t depth;  // call depth on this thread (entry: of the callee)
   uint8_t type;    // EventType
   uint8_t flags;   // ValueFormat of `data` for exit/arg events
-  uint32_t aux;    // arg: index (bits 0..7) | string length (bits 8..31)
+  uint32_t aux;    // arg: index (bits 0..7); string: length << 8 | chunk index
 };
 static_assert(sizeof(Event) == 32);
 

@@ -101,13 +101,15 @@ inline void store_slot(Event* slot, const Event& e) noexcept {
   uint64_t w[4];
   std::memcpy(w, &e, sizeof w);
   auto* p = reinterpret_cast<uint64_t*>(slot);
-  for (int i = 0; i < 4; ++i) std::atomic_ref<uint64_t>(p[i]).store(w[i], std::memory_order_relaxed);
+  for (int i = 0; i < 4; ++i)
+    std::atomic_ref<uint64_t>(p[i]).store(w[i], std::memory_order_relaxed);
 }
 
 inline void load_slot(const Event* slot, Event* out) noexcept {
   uint64_t w[4];
   auto* p = const_cast<uint64_t*>(reinterpret_cast<const uint64_t*>(slot));
-  for (int i = 0; i < 4; ++i) w[i] = std::atomic_ref<uint64_t>(p[i]).load(std::memory_order_relaxed);
+  for (int i = 0; i < 4; ++i)
+    w[i] = std::atomic_ref<uint64_t>(p[i]).load(std::memory_order_relaxed);
   std::memcpy(out, w, sizeof w);
 }
 
@@ -218,7 +220,8 @@ Result<ShmBuffers> ShmBuffers::create(const std::string& path, const ShmConfig& 
   void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int err = errno;
   ::close(fd);
-  if (base == MAP_FAILED) return make_error(Errc::no_memory, path + ": mmap: " + std::strerror(err));
+  if (base == MAP_FAILED)
+    return make_error(Errc::no_memory, path + ": mmap: " + std::strerror(err));
 
   // The file is fresh (zero-filled); only the header needs values. The magic goes last
   // so that an agent attaching concurrently never sees a half-initialised header.
@@ -251,7 +254,8 @@ Result<ShmBuffers> ShmBuffers::attach(const std::string& path) {
   void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int err = errno;
   ::close(fd);
-  if (base == MAP_FAILED) return make_error(Errc::no_memory, path + ": mmap: " + std::strerror(err));
+  if (base == MAP_FAILED)
+    return make_error(Errc::no_memory, path + ": mmap: " + std::strerror(err));
   ShmBuffers b;
   b.base_ = base;
   b.size_ = size;
@@ -334,9 +338,9 @@ Producer ShmBuffers::claim(uint32_t pid, uint32_t tid) noexcept {
   return p;
 }
 
-size_t ShmBuffers::drain(const std::function<void(uint32_t, uint32_t, std::span<const Event>,
-                                                  uint64_t)>& fn,
-                         bool final) {
+size_t ShmBuffers::drain(
+    const std::function<void(uint32_t, uint32_t, std::span<const Event>, uint64_t)>& fn,
+    bool final) {
   if (base_ == nullptr) return 0;
   Header* hdr = header_of(base_);
   const uint64_t n = hdr->events_per_buffer;
@@ -382,8 +386,8 @@ size_t ShmBuffers::drain(const std::function<void(uint32_t, uint32_t, std::span<
           if (out[k].type != static_cast<uint8_t>(EventType::arg) &&
               out[k].type != static_cast<uint8_t>(EventType::string))
             first = &out[k];
-        const Event marker = lost_event(valid - tail, first ? first->time : c->last_time,
-                                        first ? first->depth : 0);
+        const Event marker =
+            lost_event(valid - tail, first ? first->time : c->last_time, first ? first->depth : 0);
         *--out = marker;
         ++count;
       }

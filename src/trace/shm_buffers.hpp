@@ -83,11 +83,11 @@ class ShmBuffers {
   Producer claim(uint32_t pid, uint32_t tid) noexcept;
 
   // CLI side: visits every buffer with new events: fn(pid, tid, events, lost_since_last).
-  // Returns the number of events delivered, `lost` markers not counted. `events` carry `lost` markers where losses
-  // happened (written by the producer in discard mode, inserted here for what overwrite
-  // mode overwrote). `final`: the producers are gone (the target ended), so losses not
-  // yet marked in a ring are marked at its end; closed rings are always finished so and
-  // then recycled. One consumer at a time.
+  // Returns the number of events delivered, `lost` markers not counted. `events` carry
+  // `lost` markers where losses happened (written by the producer in discard mode,
+  // inserted here for what overwrite mode overwrote). `final`: the producers are gone
+  // (the target ended), so losses not yet marked in a ring are marked at its end; closed
+  // rings are always finished so and then recycled. One consumer at a time.
   size_t drain(const std::function<void(uint32_t pid, uint32_t tid, std::span<const Event>,
                                         uint64_t lost)>& fn,
                bool final = false);

@@ -96,9 +96,11 @@ bool is_trace_file(const std::string& name) {
   uint32_t a, b;
   std::string n = name;
   if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) n.resize(n.size() - 4);
-  return n == "info.json" || parse_name(n, "events-", ".bin", true, &a, &b) ||
+  return n == "info.json" || n == "agent.json" || n == "buffers.shm" ||
+         parse_name(n, "events-", ".bin", true, &a, &b) ||
          parse_name(n, "functions-", ".tsv", false, &a, nullptr) ||
-         parse_name(n, "process-", ".json", false, &a, nullptr);
+         parse_name(n, "process-", ".json", false, &a, nullptr) ||
+         parse_name(n, "agent-", ".log", false, &a, nullptr);
 }
 
 json to_json(const TraceInfo& info) {
@@ -108,6 +110,7 @@ json to_json(const TraceInfo& info) {
   return json{{"format", "utramp-trace"},
               {"version", info.version},
               {"command", info.command},
+              {"tracer", info.tracer},
               {"time_unit", info.time_unit},
               {"ticks_per_ns", info.ticks_per_ns},
               {"start_time", info.start_time},
@@ -131,6 +134,7 @@ TraceInfo info_from_json(const json& j, std::string* problem) {
   };
   get("version", info.version);
   get("command", info.command);
+  get("tracer", info.tracer);
   get("time_unit", info.time_unit);
   get("ticks_per_ns", info.ticks_per_ns);
   get("start_time", info.start_time);
@@ -152,6 +156,10 @@ TraceInfo info_from_json(const json& j, std::string* problem) {
       }
       info.threads.push_back(ti);
     }
+  }
+  if (info.tracer != "function_graph" && info.tracer != "function") {
+    if (problem->empty()) *problem = "unknown tracer \"" + info.tracer + "\", using function_graph";
+    info.tracer = "function_graph";
   }
   if (info.time_unit != "ns" && info.time_unit != "tsc") {
     if (problem->empty()) *problem = "unknown time_unit \"" + info.time_unit + "\", using ns";
@@ -178,8 +186,8 @@ struct TraceWriter::Impl {
   };
   std::string dir;
   std::unordered_map<uint64_t, File> files;
-  std::vector<uint64_t> order;  // threads in order of first appearance
-  std::list<uint64_t> open_lru;   // most recently used first
+  std::vector<uint64_t> order;   // threads in order of first appearance
+  std::list<uint64_t> open_lru;  // most recently used first
 
   ~Impl() { close_all(); }
   void close_all() {
@@ -259,8 +267,8 @@ Result<TraceWriter> TraceWriter::create(const std::string& dir) {
     // Never empty a directory that holds anything but a trace: DIR may be a typo for $HOME.
     if (!foreign.empty())
       return make_error(Errc::invalid_argument,
-                        dir + ": exists and is not a utramp trace directory (it holds " +
-                            foreign + "); remove it or choose another with -o");
+                        dir + ": exists and is not a utramp trace directory (it holds " + foreign +
+                            "); remove it or choose another with -o");
     for (const auto& name : ours)
       if (::unlink((dir + "/" + name).c_str()) != 0 && errno != ENOENT)
         return make_error(Errc::io, dir + "/" + name + ": " + errno_text(errno));
@@ -285,7 +293,8 @@ Result<void> TraceWriter::append(uint32_t pid, uint32_t tid, std::span<const Eve
   auto fd = impl_->open_file(f);
   if (!fd) return std::move(fd).error();
   if (!write_all(*fd, events.data(), events.size_bytes()))
-    return make_error(Errc::io, impl_->dir + "/" + events_name(pid, tid) + ": " + errno_text(errno));
+    return make_error(Errc::io,
+                      impl_->dir + "/" + events_name(pid, tid) + ": " + errno_text(errno));
   for (const Event& e : events)
     if (e.type != static_cast<uint8_t>(EventType::lost)) ++f.info.events;
   return {};
@@ -319,8 +328,9 @@ Result<void> TraceWriter::write_functions(uint32_t pid, const std::vector<Functi
 
 Result<void> TraceWriter::write_process(const ProcessInfo& p) {
   if (!impl_) return make_error(Errc::invalid_argument, "trace writer not created");
-  json j{{"pid", p.pid},           {"parent", p.parent},         {"command", p.command},
-         {"start_time", p.start_time}, {"end_time", p.end_time}, {"exit", p.exit}};
+  json j{{"pid", p.pid},           {"parent", p.parent},
+         {"command", p.command},   {"start_time", p.start_time},
+         {"end_time", p.end_time}, {"exit", p.exit}};
   return write_file_atomic(impl_->dir + "/process-" + std::to_string(p.pid) + ".json",
                            j.dump(2) + "\n");
 }
@@ -384,7 +394,11 @@ class FileStream final : public EventStream {
  public:
   FileStream(std::string path, uint32_t pid, uint32_t tid, uint64_t records, size_t chunk,
              bool keep_open)
-      : path_(std::move(path)), pid_(pid), tid_(tid), records_(records), chunk_(chunk),
+      : path_(std::move(path)),
+        pid_(pid),
+        tid_(tid),
+        records_(records),
+        chunk_(chunk),
         keep_open_(keep_open) {}
   ~FileStream() override {
     if (fd_ >= 0) ::close(fd_);
@@ -477,9 +491,7 @@ class MergedStream final : public EventStream {
     uint64_t time;
     size_t index;
     Event event;
-    bool operator>(const Head& o) const {
-      return time != o.time ? time > o.time : index > o.index;
-    }
+    bool operator>(const Head& o) const { return time != o.time ? time > o.time : index > o.index; }
   };
   void advance(size_t i) {
     auto e = streams_[i]->next();
@@ -579,8 +591,9 @@ Result<TraceReader> TraceReader::open(const std::string& dir) {
   if (read_small_file(dir + "/info.json", &text)) {
     json j = json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) {
-      warn.push_back("info.json: not valid JSON (the recording may have been cut short); "
-                     "reading the events without it, times in ns");
+      warn.push_back(
+          "info.json: not valid JSON (the recording may have been cut short); "
+          "reading the events without it, times in ns");
     } else {
       std::string problem;
       impl->info = info_from_json(j, &problem);
@@ -593,8 +606,9 @@ Result<TraceReader> TraceReader::open(const std::string& dir) {
       have_info = true;
     }
   } else {
-    warn.push_back("info.json: missing (the recording did not finish); reading the events "
-                   "without it, times in ns");
+    warn.push_back(
+        "info.json: missing (the recording did not finish); reading the events "
+        "without it, times in ns");
   }
 
   DIR* d = ::opendir(dir.c_str());
@@ -681,9 +695,8 @@ Result<TraceReader> TraceReader::open(const std::string& dir) {
       ti.push_back(ThreadInfo{t.pid, t.tid, t.records, 0});
   }
   for (const auto& t : impl->info.threads)
-    if (t.events && std::none_of(impl->threads.begin(), impl->threads.end(), [&](const auto& x) {
-          return x.pid == t.pid && x.tid == t.tid;
-        }))
+    if (t.events && std::none_of(impl->threads.begin(), impl->threads.end(),
+                                 [&](const auto& x) { return x.pid == t.pid && x.tid == t.tid; }))
       warn.push_back(events_name(t.pid, t.tid) + ": missing (info.json lists " +
                      std::to_string(t.events) + " events for it)");
 
@@ -723,11 +736,13 @@ std::unique_ptr<EventStream> TraceReader::stream(uint32_t pid, uint32_t tid) con
 std::unique_ptr<EventStream> TraceReader::merged() const {
   const size_t n = impl_->threads.size();
   // About 8 MiB of buffers in all, between 64 and 4096 events per thread.
-  const size_t chunk = std::clamp<size_t>((8u << 20) / sizeof(Event) / std::max<size_t>(n, 1), 64, 4096);
+  const size_t chunk =
+      std::clamp<size_t>((8u << 20) / sizeof(Event) / std::max<size_t>(n, 1), 64, 4096);
   const bool keep_open = n <= 64;
   std::vector<std::unique_ptr<EventStream>> streams;
   for (const auto& t : impl_->threads)
-    streams.push_back(std::make_unique<FileStream>(t.path, t.pid, t.tid, t.records, chunk, keep_open));
+    streams.push_back(
+        std::make_unique<FileStream>(t.path, t.pid, t.tid, t.records, chunk, keep_open));
   return std::make_unique<MergedStream>(std::move(streams));
 }
 

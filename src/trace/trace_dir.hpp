@@ -8,6 +8,8 @@
 //   DIR/functions-PID.tsv         "address<TAB>size<TAB>name<TAB>object" of every
 //                                 function the agent traced in process PID
 //   DIR/process-PID.json          parent pid (fork), exec'd command, start/end
+// and, from `utramp record`, agent.json, buffers.shm and agent-PID.log (TraceWriter::
+// create() removes these too, and refuses to empty a directory holding anything else).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,7 @@ struct ThreadInfo {
 struct TraceInfo {
   uint32_t version = kFormatVersion;
   std::vector<std::string> command;
+  std::string tracer = "function_graph";  // or "function": entries only, data = caller
   std::string time_unit = "ns";   // "ns" or "tsc"
   double ticks_per_ns = 1.0;      // for "tsc"
   uint64_t start_time = 0;        // in time_unit

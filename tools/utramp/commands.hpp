@@ -6,6 +6,9 @@
 namespace utramp::cli {
 
 void add_list(CLI::App& app);
+void add_replay(CLI::App& app);
+void add_report(CLI::App& app);
+void add_dump(CLI::App& app);
 void add_record(CLI::App& app);
 
 }  // namespace utramp::cli

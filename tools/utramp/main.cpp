@@ -8,6 +8,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "utramp 0.1.0");
   utramp::cli::add_list(app);
+  utramp::cli::add_replay(app);
+  utramp::cli::add_report(app);
+  utramp::cli::add_dump(app);
   utramp::cli::add_record(app);
   try {
     app.parse(argc, argv);

@@ -27,6 +27,7 @@ struct Value {
   uint64_t raw = 0;         // integer, pointer, double's bits; string: the pointer
   std::string str;          // string: the bytes recorded
   uint32_t str_len = 0;     // string: the length announced
+  bool unreadable = false;  // string: the pointer could not be read
   bool has() const { return format != trace::ValueFormat::none; }
 };
 // `42`, `-1`, `0x7ffd1234`, `1.5`, `"text"`, `NULL`.
@@ -35,11 +36,11 @@ std::string format_value(const Value& v);
 struct Frame {
   uint64_t addr = 0;
   uint16_t depth = 0;
-  uint64_t entry = 0;        // ticks
+  uint64_t entry = 0;  // ticks
   uint64_t caller = 0;
   std::vector<std::pair<uint8_t, Value>> args;  // (index, value), in recorded order
-  uint64_t child_ticks = 0;  // time of completed direct children
-  bool synthetic = false;    // made up for an exit whose entry is not in the trace
+  uint64_t child_ticks = 0;                     // time of completed direct children
+  bool synthetic = false;  // made up for an exit whose entry is not in the trace
 };
 
 enum class ExitKind : uint8_t {
@@ -62,7 +63,8 @@ struct WalkThread {
   std::vector<Frame> stack;  // outermost first; enter/exit see the frame on top
   uint64_t events = 0;       // events seen (for diagnostics)
   uint64_t last_time = 0;
-  uint64_t index = 0;        // order of first appearance
+  uint64_t index = 0;       // order of first appearance
+  bool after_loss = false;  // the last event was a loss: orphan args are expected
 };
 
 // Rebuilds call stacks from a stream of events of any number of threads (merged or one
@@ -79,11 +81,16 @@ class Walker {
     // lost, fork, depth_overrun
     virtual void marker(WalkThread& t, const trace::Event& e) = 0;
     virtual void corrupt(WalkThread& t, const std::string& what) = 0;
+    // The `function` tracer's calls (entries only; f.caller is the return address).
+    virtual void call(WalkThread& t, const Frame& f) { (void)t, (void)f; }
   };
-  explicit Walker(Handler& h) : h_(h) {}
+  // flat: the trace is the `function` tracer's (info.tracer): entries are calls that
+  // never get an exit, passed to Handler::call.
+  explicit Walker(Handler& h, bool flat = false) : h_(h), flat_(flat) {}
   void feed(uint32_t pid, uint32_t tid, const trace::Event& e);
   // Closes what is still open (trace_end), thread by thread in order of appearance.
   void finish();
+  void finish_thread(WalkThread& t);
   // Feeds a whole reader: merged by time, or thread after thread.
   void run(const trace::TraceReader& r, bool merge);
 
@@ -93,9 +100,10 @@ class Walker {
   WalkThread& thread(uint32_t pid, uint32_t tid);
 
   Handler& h_;
+  bool flat_;
   std::map<uint64_t, WalkThread> threads_;
   // An entry or exit waiting for the arg/string events that follow it.
-  enum class Pending { none, entry, exit } pending_ = Pending::none;
+  enum class Pending { none, entry, exit, call } pending_ = Pending::none;
   WalkThread* pending_thread_ = nullptr;
   Frame pending_frame_;
   Exit pending_exit_;
@@ -108,6 +116,8 @@ class Names {
  public:
   Names(const trace::TraceReader& r, bool demangle) : r_(r), demangle_(demangle) {}
   const std::string& get(uint32_t pid, uint64_t addr);
+  // The function containing a code address (a caller's return address), no offset.
+  std::string containing(uint32_t pid, uint64_t addr);
   // Both spellings a glob may match: the mangled symbol and the shown name.
   bool matches(uint32_t pid, uint64_t addr, const std::vector<std::string>& globs);
 
@@ -127,6 +137,11 @@ std::string demangle_short(const std::string& symbol);
 // fixed one ("ns", "us", "ms", "s"). Empty unit means auto.
 std::string format_duration(double ns, const std::string& unit = "");
 bool valid_unit(const std::string& unit);
+
+// Why a call still open at the end of process `pid`'s events has no exit: "not
+// returned: the target was killed by SIGSEGV", "... exited 3", or "not returned by the
+// end of the trace" when how the process ended is unknown.
+std::string end_note(const trace::TraceReader& r, uint32_t pid);
 
 // Durations in ns of every completed call of a function matching one of the globs (the
 // data of `utramp hist` and `report --hist`).

@@ -1,0 +1,244 @@
+// Ring buffers under races: producers racing the consumer in both modes (no torn event
+// is ever delivered, delivered + lost == written exactly), many threads claiming and
+// recycling buffers, and signal handlers writing into the ring they interrupted.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ring_util.hpp"
+
+using namespace utramp;
+using namespace utramp::trace;
+using test::seq_event;
+using test::StreamCheck;
+using test::TempDir;
+
+namespace {
+
+struct RaceResult {
+  StreamCheck check;
+  uint64_t written = 0;
+};
+
+// One producer thread writing `n` events as fast as it can while the consumer drains.
+RaceResult race(BufferMode mode, uint32_t ring, uint64_t n, bool consumer_sleeps) {
+  TempDir dir;
+  auto b = ShmBuffers::create(dir / "buffers.shm", ShmConfig{2, ring, mode});
+  EXPECT_TRUE(b.ok());
+  RaceResult r;
+  std::atomic<bool> done{false};
+  std::thread producer([&] {
+    Producer p = b->claim(1, 1);
+    for (uint64_t s = 0; s < n; ++s) p.write(seq_event(s));
+    done.store(true, std::memory_order_release);
+  });
+  auto take = [&](uint32_t, uint32_t, std::span<const Event> ev, uint64_t lost) {
+    r.check.take(ev, lost);
+  };
+  uint64_t rounds = 0;
+  while (!done.load(std::memory_order_acquire)) {
+    b->drain(take);
+    if (consumer_sleeps && ++rounds % 4 == 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  producer.join();
+  b->drain(take, /*final=*/true);
+  r.written = n;
+  return r;
+}
+
+void expect_exact(const RaceResult& r) {
+  const auto& c = r.check;
+  EXPECT_EQ(c.torn, 0u) << "torn events delivered";
+  EXPECT_EQ(c.reordered, 0u);
+  EXPECT_EQ(c.unmarked_gap, 0u) << "a gap in the sequence not covered by lost markers";
+  EXPECT_EQ(c.delivered + c.reported, r.written)
+      << "delivered " << c.delivered << " lost " << c.reported;
+  EXPECT_EQ(c.marked, c.reported) << "markers and counts disagree";
+  EXPECT_EQ(c.next + c.gap_open, r.written);
+}
+
+TEST(RingRace, OverwriteProducerRacingConsumerNeverDeliversTornEvents) {
+  // A small ring so that the producer laps the consumer during its copies.
+  const auto r = race(BufferMode::overwrite, 64, 4'000'000, true);
+  expect_exact(r);
+  EXPECT_GT(r.check.reported, 0u) << "the test did not overflow the ring";
+  EXPECT_GT(r.check.delivered, 0u);
+}
+
+TEST(RingRace, OverwriteTinyRingLappedDuringEveryCopy) {
+  // 4 slots: the producer laps the consumer all the time, so copies race with writes
+  // into the very slots being copied (the case the re-read of head is for).
+  const auto r = race(BufferMode::overwrite, 4, 4'000'000, false);
+  expect_exact(r);
+  EXPECT_GT(r.check.delivered, 0u);
+}
+
+TEST(RingRace, OverwriteLargeRing) {
+  expect_exact(race(BufferMode::overwrite, 4096, 4'000'000, false));
+}
+
+TEST(RingRace, DiscardProducerRacingConsumerLosesExactly) {
+  const auto r = race(BufferMode::discard, 64, 4'000'000, true);
+  expect_exact(r);
+  EXPECT_GT(r.check.reported, 0u) << "the test did not overflow the ring";
+}
+
+TEST(RingRace, DiscardLargeRing) {
+  expect_exact(race(BufferMode::discard, 1u << 14, 4'000'000, false));
+}
+
+TEST(RingRace, ManyThreadsClaimWriteCloseAndRecycle) {
+  TempDir dir;
+  constexpr uint32_t kBuffers = 8, kThreads = 64, kEvents = 2000;
+  auto b = ShmBuffers::create(dir / "buffers.shm", ShmConfig{kBuffers, 1024, BufferMode::discard});
+  ASSERT_TRUE(b.ok());
+  std::atomic<uint32_t> finished{0}, refused{0};
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      const uint32_t tid = 100 + t;
+      Producer p;
+      // More threads than buffers: wait for the consumer to recycle one.
+      while (!(p = b->claim(7, tid)).valid()) {
+        refused.fetch_add(1);
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      for (uint64_t s = 0; s < kEvents; ++s) {
+        p.write(seq_event(s, tid & 0xff));
+        if (s % 256 == 0) std::this_thread::yield();
+      }
+      p.close();
+      finished.fetch_add(1);
+    });
+  std::map<uint32_t, StreamCheck> per;
+  auto take = [&](uint32_t pid, uint32_t tid, std::span<const Event> ev, uint64_t lost) {
+    EXPECT_EQ(pid, 7u);
+    auto& c = per[tid];
+    c.owner = tid & 0xff;
+    c.take(ev, lost);
+  };
+  while (finished.load() < kThreads) b->drain(take);
+  for (auto& th : threads) th.join();
+  b->drain(take, true);
+  EXPECT_EQ(per.size(), kThreads);
+  for (auto& [tid, c] : per) {
+    EXPECT_EQ(c.torn, 0u) << tid;  // events of another thread would fail the owner check
+    EXPECT_EQ(c.reordered, 0u) << tid;
+    EXPECT_EQ(c.unmarked_gap, 0u) << tid;
+    EXPECT_EQ(c.delivered + c.reported, kEvents) << tid;
+    EXPECT_EQ(c.marked, c.reported) << tid;
+  }
+  EXPECT_EQ(b->unclaimed(), refused.load());
+}
+
+// A signal handler that writes into the ring of the thread it interrupted: the nested
+// write is dropped and counted, never torn or lost silently.
+Producer* g_sig_producer = nullptr;
+std::atomic<uint64_t> g_sig_seq{0};
+
+void on_alarm(int) {
+  // Sequence numbers from 1<<40 on, owner 9, so the checks tell them apart.
+  const uint64_t s = g_sig_seq.fetch_add(1, std::memory_order_relaxed);
+  g_sig_producer->write(seq_event((1ull << 40) + s, 9));
+}
+
+TEST(RingRace, SignalHandlerWritingIntoTheInterruptedRing) {
+  TempDir dir;
+  auto b = ShmBuffers::create(dir / "buffers.shm", ShmConfig{2, 1u << 16, BufferMode::overwrite});
+  ASSERT_TRUE(b.ok());
+  Producer p = b->claim(1, 1);
+  g_sig_producer = &p;
+  struct sigaction sa {
+  }, old{};
+  sa.sa_handler = on_alarm;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ASSERT_EQ(sigaction(SIGPROF, &sa, &old), 0);
+  itimerval tv{{0, 20}, {0, 20}};
+  ASSERT_EQ(setitimer(ITIMER_PROF, &tv, nullptr), 0);
+
+  uint64_t main_written = 0, delivered_main = 0, delivered_sig = 0, torn = 0, lost = 0;
+  auto take = [&](uint32_t, uint32_t, std::span<const Event> ev, uint64_t l) {
+    lost += l;
+    for (const auto& e : ev) {
+      if (test::is_lost(e)) continue;
+      if (e.time >= (1ull << 40)) {
+        test::intact(e, 9) ? ++delivered_sig : ++torn;
+      } else {
+        test::intact(e, 0) ? ++delivered_main : ++torn;
+      }
+    }
+  };
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < until) {
+    for (int i = 0; i < 1000; ++i) p.write(seq_event(main_written++));
+    b->drain(take);
+  }
+  itimerval off{};
+  setitimer(ITIMER_PROF, &off, nullptr);
+  sigaction(SIGPROF, &old, nullptr);
+  b->drain(take, true);
+  g_sig_producer = nullptr;
+  EXPECT_EQ(torn, 0u);
+  EXPECT_EQ(delivered_main + delivered_sig + lost, main_written + g_sig_seq.load());
+  EXPECT_GT(g_sig_seq.load(), 0u) << "no signal arrived";
+  std::printf("main %llu, handler %llu written; handler writes dropped as nested: %llu\n",
+              static_cast<unsigned long long>(main_written),
+              static_cast<unsigned long long>(g_sig_seq.load()),
+              static_cast<unsigned long long>(lost));
+}
+
+TEST(RingRace, ForkedChildrenRacingTheConsumer) {
+  TempDir dir;
+  auto b = ShmBuffers::create(dir / "buffers.shm", ShmConfig{16, 256, BufferMode::discard});
+  ASSERT_TRUE(b.ok());
+  constexpr int kChildren = 4;
+  constexpr uint64_t kEvents = 200'000;
+  std::vector<pid_t> kids;
+  for (int k = 0; k < kChildren; ++k) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      Producer p = b->claim(static_cast<uint32_t>(getpid()), 50 + k);
+      if (!p.valid()) _exit(2);
+      for (uint64_t s = 0; s < kEvents; ++s) p.write(seq_event(s, 50 + k));
+      p.close();
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  std::map<uint32_t, StreamCheck> per;
+  auto take = [&](uint32_t, uint32_t tid, std::span<const Event> ev, uint64_t lost) {
+    auto& c = per[tid];
+    c.owner = tid;
+    c.take(ev, lost);
+  };
+  size_t running = kids.size();
+  while (running) {
+    b->drain(take);
+    int st = 0;
+    const pid_t r = waitpid(-1, &st, WNOHANG);
+    if (r > 0) {
+      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+      --running;
+    }
+  }
+  b->drain(take, true);
+  ASSERT_EQ(per.size(), static_cast<size_t>(kChildren));
+  for (auto& [tid, c] : per) {
+    EXPECT_EQ(c.torn + c.reordered + c.unmarked_gap, 0u) << tid;
+    EXPECT_EQ(c.delivered + c.reported, kEvents) << tid;
+    EXPECT_EQ(c.marked, c.reported) << tid;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,271 @@
+// Ring buffers in shared memory: exact delivery, exact loss accounting in both modes,
+// buffer claiming and recycling, a forked child writing into the same file, bad files.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <vector>
+
+#include "ring_util.hpp"
+
+using namespace utramp;
+using namespace utramp::trace;
+using test::seq_event;
+using test::StreamCheck;
+using test::TempDir;
+
+namespace {
+
+ShmBuffers make(const TempDir& dir, uint32_t events, BufferMode mode, uint32_t buffers = 4) {
+  auto b = ShmBuffers::create(dir / "buffers.shm", ShmConfig{buffers, events, mode});
+  EXPECT_TRUE(b.ok()) << (b.ok() ? "" : b.error().message);
+  return std::move(b).value();
+}
+
+// Drains everything, checking one producer's stream.
+size_t drain_into(ShmBuffers& b, StreamCheck& c, bool final = false) {
+  return b.drain(
+      [&](uint32_t, uint32_t, std::span<const Event> ev, uint64_t lost) { c.take(ev, lost); },
+      final);
+}
+
+TEST(Rings, SingleProducerDeliversEverythingInOrder) {
+  TempDir dir;
+  auto b = make(dir, 1024, BufferMode::discard);
+  Producer p = b.claim(10, 11);
+  ASSERT_TRUE(p.valid());
+  StreamCheck c;
+  uint64_t seq = 0;
+  for (int round = 0; round < 50; ++round) {
+    const int n = 1 + (round * 37) % 1000;  // wraps the ring many times
+    for (int i = 0; i < n; ++i) p.write(seq_event(seq++));
+    EXPECT_EQ(drain_into(b, c), static_cast<size_t>(n));
+  }
+  EXPECT_EQ(c.delivered, seq);
+  EXPECT_EQ(c.reported, 0u);
+  EXPECT_EQ(c.marked, 0u);
+  EXPECT_EQ(c.torn + c.reordered + c.unmarked_gap, 0u);
+  EXPECT_EQ(p.lost(), 0u);
+}
+
+TEST(Rings, DrainReportsOwner) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard);
+  Producer p = b.claim(1234, 5678);
+  p.write(seq_event(0));
+  int calls = 0;
+  b.drain([&](uint32_t pid, uint32_t tid, std::span<const Event> ev, uint64_t lost) {
+    ++calls;
+    EXPECT_EQ(pid, 1234u);
+    EXPECT_EQ(tid, 5678u);
+    EXPECT_EQ(ev.size(), 1u);
+    EXPECT_EQ(lost, 0u);
+  });
+  EXPECT_EQ(calls, 1);
+  // Nothing new: no call.
+  b.drain([&](uint32_t, uint32_t, std::span<const Event>, uint64_t) { ++calls; });
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(Rings, DiscardModeCountsEveryDropAndMarksWhere) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard);
+  Producer p = b.claim(1, 1);
+  StreamCheck c;
+  // 1000 writes into 64 slots with no consumer: 64 kept, 936 dropped.
+  for (uint64_t s = 0; s < 1000; ++s) p.write(seq_event(s));
+  EXPECT_EQ(p.lost(), 936u);
+  EXPECT_EQ(drain_into(b, c), 64u);
+  EXPECT_EQ(c.delivered, 64u);
+  EXPECT_EQ(c.reported, 936u);  // counted at once...
+  EXPECT_EQ(c.marked, 0u);      // ...and marked where they happened once room returns
+  for (uint64_t s = 1000; s < 1010; ++s) p.write(seq_event(s));
+  EXPECT_EQ(drain_into(b, c), 10u);
+  EXPECT_EQ(c.marked, 936u);
+  EXPECT_EQ(c.reported, 936u);
+  EXPECT_EQ(c.delivered + c.reported, 1010u);
+  EXPECT_EQ(c.torn + c.reordered + c.unmarked_gap, 0u);
+}
+
+TEST(Rings, DiscardModeMarksPendingLossesAtTheEnd) {
+  TempDir dir;
+  auto b = make(dir, 16, BufferMode::discard);
+  Producer p = b.claim(1, 1);
+  StreamCheck c;
+  for (uint64_t s = 0; s < 100; ++s) p.write(seq_event(s));
+  drain_into(b, c);
+  EXPECT_EQ(c.marked, 0u);
+  // The target is gone: the final drain marks the 84 drops no later write did.
+  drain_into(b, c, /*final=*/true);
+  EXPECT_EQ(c.marked, 84u);
+  EXPECT_EQ(c.reported, 84u);
+  EXPECT_EQ(c.next + c.gap_open, 100u);
+  // Nothing is marked twice.
+  drain_into(b, c, true);
+  EXPECT_EQ(c.marked, 84u);
+}
+
+TEST(Rings, DiscardModeMarkerNeedsRoomForItself) {
+  TempDir dir;
+  auto b = make(dir, 8, BufferMode::discard);
+  Producer p = b.claim(1, 1);
+  StreamCheck c;
+  uint64_t s = 0;
+  for (; s < 9; ++s) p.write(seq_event(s));  // 8 kept, 1 dropped
+  drain_into(b, c);
+  // Rounds that fill the ring to exactly full, one short of it, and past it: a pending
+  // marker is written only with its event, never alone in the last free slot.
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < 7 + round % 5; ++i) p.write(seq_event(s++));
+    drain_into(b, c);
+  }
+  drain_into(b, c, true);
+  EXPECT_EQ(c.delivered + c.reported, s);
+  EXPECT_EQ(c.marked, c.reported);
+  EXPECT_EQ(c.torn + c.reordered + c.unmarked_gap, 0u);
+}
+
+TEST(Rings, OverwriteModeKeepsTheNewestAndCountsTheRest) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::overwrite);
+  Producer p = b.claim(1, 1);
+  StreamCheck c;
+  for (uint64_t s = 0; s < 1000; ++s) p.write(seq_event(s));
+  EXPECT_EQ(drain_into(b, c), 63u);  // N - 1: the slot being written next is suspect
+  EXPECT_EQ(c.delivered, 63u);
+  EXPECT_EQ(c.reported, 937u);
+  EXPECT_EQ(c.marked, 937u);  // marked in front of what was kept
+  EXPECT_EQ(c.next, 1000u);
+  EXPECT_EQ(c.torn + c.reordered + c.unmarked_gap, 0u);
+  // Within capacity nothing is lost.
+  for (uint64_t s = 1000; s < 1050; ++s) p.write(seq_event(s));
+  EXPECT_EQ(drain_into(b, c), 50u);
+  EXPECT_EQ(c.reported, 937u);
+  EXPECT_EQ(c.delivered + c.reported, 1050u);
+}
+
+TEST(Rings, ClaimsAreExclusiveCountedAndRecycled) {
+  TempDir dir;
+  auto b = make(dir, 16, BufferMode::discard, /*buffers=*/2);
+  Producer a = b.claim(1, 1), c = b.claim(1, 2);
+  ASSERT_TRUE(a.valid());
+  ASSERT_TRUE(c.valid());
+  Producer none = b.claim(1, 3);
+  EXPECT_FALSE(none.valid());
+  EXPECT_EQ(b.unclaimed(), 1u);
+  none.write(seq_event(0));  // harmless
+  a.write(seq_event(0, 1));
+  c.write(seq_event(0, 2));
+  a.close();
+  EXPECT_FALSE(a.valid());
+  // Draining delivers the closed ring to the end, then recycles it.
+  std::map<uint32_t, size_t> got;
+  b.drain(
+      [&](uint32_t, uint32_t tid, std::span<const Event> ev, uint64_t) { got[tid] += ev.size(); });
+  EXPECT_EQ(got[1], 1u);
+  EXPECT_EQ(got[2], 1u);
+  Producer d = b.claim(1, 4);
+  ASSERT_TRUE(d.valid());
+  d.write(seq_event(7, 4));
+  got.clear();
+  b.drain([&](uint32_t, uint32_t tid, std::span<const Event> ev, uint64_t lost) {
+    got[tid] += ev.size();
+    EXPECT_EQ(lost, 0u);
+    if (tid == 4) {
+      EXPECT_EQ(ev[0].time, 7u);  // a fresh ring: nothing of thread 1 left in it
+      EXPECT_TRUE(test::intact(ev[0], 4));
+    }
+  });
+  EXPECT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[4], 1u);
+}
+
+TEST(Rings, AttachSeesTheSameBuffers) {
+  TempDir dir;
+  auto b = make(dir, 256, BufferMode::overwrite, 8);
+  auto a = ShmBuffers::attach(dir / "buffers.shm");
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_EQ(a->mode(), BufferMode::overwrite);
+  EXPECT_EQ(a->config().events_per_buffer, 256u);
+  EXPECT_EQ(a->config().max_buffers, 8u);
+  Producer p = a->claim(3, 4);
+  for (uint64_t s = 0; s < 10; ++s) p.write(seq_event(s));
+  StreamCheck c;
+  EXPECT_EQ(drain_into(b, c), 10u);
+  EXPECT_EQ(c.torn + c.reordered + c.unmarked_gap, 0u);
+}
+
+TEST(Rings, ForkedChildWritesIntoTheSameFile) {
+  TempDir dir;
+  auto b = make(dir, 1024, BufferMode::discard);
+  Producer parent = b.claim(static_cast<uint32_t>(getpid()), 1);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The inherited Producer names the parent's ring: a child claims its own.
+    Producer mine = b.claim(static_cast<uint32_t>(getpid()), 2);
+    if (!mine.valid()) _exit(2);
+    for (uint64_t s = 0; s < 500; ++s) mine.write(seq_event(s, 2));
+    mine.close();
+    _exit(0);
+  }
+  for (uint64_t s = 0; s < 300; ++s) parent.write(seq_event(s, 1));
+  int st = 0;
+  ASSERT_EQ(waitpid(child, &st, 0), child);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  std::map<uint32_t, StreamCheck> per;
+  per[1].owner = 1;
+  per[2].owner = 2;
+  std::map<uint32_t, uint32_t> pid_of;
+  b.drain([&](uint32_t pid, uint32_t tid, std::span<const Event> ev, uint64_t lost) {
+    per[tid].take(ev, lost);
+    pid_of[tid] = pid;
+  });
+  EXPECT_EQ(per[1].delivered, 300u);
+  EXPECT_EQ(per[2].delivered, 500u);
+  EXPECT_EQ(pid_of[1], static_cast<uint32_t>(getpid()));
+  EXPECT_EQ(pid_of[2], static_cast<uint32_t>(child));
+  for (auto& [tid, c] : per) EXPECT_EQ(c.torn + c.reordered + c.unmarked_gap, 0u) << tid;
+}
+
+TEST(Rings, BadConfigurationsAndFilesAreRefused) {
+  TempDir dir;
+  EXPECT_FALSE(ShmBuffers::create(dir / "x", ShmConfig{4, 100, BufferMode::discard}).ok());
+  EXPECT_FALSE(ShmBuffers::create(dir / "x", ShmConfig{4, 2, BufferMode::discard}).ok());
+  EXPECT_FALSE(ShmBuffers::create(dir / "x", ShmConfig{0, 64, BufferMode::discard}).ok());
+  EXPECT_FALSE(
+      ShmBuffers::create(dir / "x", ShmConfig{1u << 30, 1u << 30, BufferMode::discard}).ok());
+  EXPECT_FALSE(ShmBuffers::create(dir / "no/such/dir/x", ShmConfig{}).ok());
+
+  auto missing = ShmBuffers::attach(dir / "missing");
+  ASSERT_FALSE(missing.ok());
+  {
+    std::ofstream f(dir / "junk");
+    f << std::string(8192, 'j');
+  }
+  auto junk = ShmBuffers::attach(dir / "junk");
+  ASSERT_FALSE(junk.ok());
+  EXPECT_NE(junk.error().message.find("bad magic"), std::string::npos) << junk.error().message;
+
+  // A real file cut short.
+  { auto b = make(dir, 64, BufferMode::discard, 2); }
+  ASSERT_EQ(truncate((dir / "buffers.shm").c_str(), 4096 + 100), 0);
+  auto cut = ShmBuffers::attach(dir / "buffers.shm");
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.error().message.find("inconsistent"), std::string::npos) << cut.error().message;
+}
+
+TEST(Rings, MovedBuffersKeepWorking) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard);
+  Producer p = b.claim(1, 1);
+  ShmBuffers moved = std::move(b);
+  p.write(seq_event(0));
+  StreamCheck c;
+  EXPECT_EQ(drain_into(moved, c), 1u);
+  EXPECT_EQ(b.drain([](uint32_t, uint32_t, std::span<const Event>, uint64_t) {}), 0u);
+  EXPECT_FALSE(b.claim(1, 2).valid());
+}
+
+}  // namespace

@@ -1,0 +1,359 @@
+// The trace directory: writer/reader round trip, the k-way merge, streaming over many
+// threads and chunk boundaries, and damaged directories (truncated, corrupt, missing).
+#include "trace/trace_dir.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "ring_util.hpp"
+
+using namespace utramp;
+using namespace utramp::trace;
+using test::seq_event;
+using test::TempDir;
+
+namespace {
+
+Event ev(EventType type, uint64_t time, uint64_t addr = 0, uint16_t depth = 0, uint64_t data = 0) {
+  Event e{};
+  e.time = time;
+  e.addr = addr;
+  e.data = data;
+  e.depth = depth;
+  e.type = static_cast<uint8_t>(type);
+  return e;
+}
+
+std::vector<Event> read_all(EventStream& s) {
+  std::vector<Event> out;
+  while (auto e = s.next()) out.push_back(*e);
+  return out;
+}
+
+bool same(const Event& a, const Event& b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+bool has_warning(const TraceReader& r, const std::string& text) {
+  for (const auto& w : r.warnings())
+    if (w.find(text) != std::string::npos) return true;
+  return false;
+}
+
+std::string all_warnings(const TraceReader& r) {
+  std::string s;
+  for (const auto& w : r.warnings()) s += w + "\n";
+  return s;
+}
+
+TEST(TraceDir, RoundTrip) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  {
+    auto w = TraceWriter::create(dir);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    std::vector<Event> a, b;
+    for (uint64_t s = 0; s < 10000; ++s) a.push_back(seq_event(s, 1));
+    for (uint64_t s = 0; s < 7; ++s) b.push_back(seq_event(s, 2));
+    // In several appends, interleaved between threads.
+    ASSERT_TRUE(w->append(10, 10, std::span(a).subspan(0, 4000)).ok());
+    ASSERT_TRUE(w->append(10, 11, b).ok());
+    ASSERT_TRUE(w->append(10, 10, std::span(a).subspan(4000)).ok());
+    w->add_lost(10, 11, 5);
+    ASSERT_TRUE(w->write_functions(10, {{0x1000, 0x40, "main", "/bin/app"},
+                                        {0x1040, 0x10, "_Z3fooi", "/bin/app"},
+                                        {0x2000, 0, "sized_zero", "/lib/x.so"}})
+                    .ok());
+    ASSERT_TRUE(w->write_process({20, 10, {"/bin/app", "--child"}, 5, 6, "exited 3"}).ok());
+    TraceInfo info;
+    info.command = {"/bin/app", "arg with space"};
+    info.time_unit = "tsc";
+    info.ticks_per_ns = 2.5;
+    info.start_time = 123;
+    info.buffer_mode = "overwrite";
+    info.exit = "killed by SIGSEGV";
+    info.exit_code = 139;
+    info.unclaimed_threads = 2;
+    ASSERT_TRUE(w->write_info(info).ok());  // threads filled from the writer
+    auto th = w->threads();
+    ASSERT_EQ(th.size(), 2u);
+    EXPECT_EQ(th[0].events, 10000u);
+    EXPECT_EQ(th[1].lost, 5u);
+  }
+  auto r = TraceReader::open(dir);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->warnings().empty()) << all_warnings(*r);
+  const auto& info = r->info();
+  EXPECT_EQ(info.version, kFormatVersion);
+  EXPECT_EQ(info.command, (std::vector<std::string>{"/bin/app", "arg with space"}));
+  EXPECT_EQ(info.time_unit, "tsc");
+  EXPECT_EQ(info.buffer_mode, "overwrite");
+  EXPECT_EQ(info.exit, "killed by SIGSEGV");
+  EXPECT_EQ(info.exit_code, 139);
+  EXPECT_EQ(info.unclaimed_threads, 2u);
+  EXPECT_EQ(info.start_time, 123u);
+  ASSERT_EQ(info.threads.size(), 2u);
+  EXPECT_DOUBLE_EQ(r->to_ns(250), 100.0);
+
+  EXPECT_EQ(r->threads(), (std::vector<std::pair<uint32_t, uint32_t>>{{10, 10}, {10, 11}}));
+  EXPECT_EQ(r->event_count(10, 10), 10000u);
+  auto s = r->stream(10, 10);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->pid(), 10u);
+  EXPECT_EQ(s->tid(), 10u);
+  auto got = read_all(*s);
+  ASSERT_EQ(got.size(), 10000u);
+  for (uint64_t i = 0; i < got.size(); ++i) ASSERT_TRUE(same(got[i], seq_event(i, 1))) << i;
+  EXPECT_EQ(read_all(*r->stream(10, 11)).size(), 7u);
+  EXPECT_EQ(r->stream(1, 1), nullptr);
+
+  const SymbolTable& syms = r->symbols(10);
+  EXPECT_EQ(syms.size(), 3u);
+  EXPECT_EQ(syms.name(0x1000), "main");
+  EXPECT_EQ(syms.name(0x1010), "main+0x10");
+  EXPECT_EQ(syms.name(0x1040), "_Z3fooi");
+  EXPECT_EQ(syms.name(0x2000), "sized_zero");
+  EXPECT_EQ(syms.name(0x2001), "0x2001");
+  EXPECT_EQ(syms.name(0x50), "0x50");
+  ASSERT_NE(syms.find(0x104f), nullptr);
+  EXPECT_EQ(syms.find(0x104f)->object, "/bin/app");
+  EXPECT_EQ(syms.find(0x1050), nullptr);
+  // Process 20 forked from 10 and has no table: it uses its parent's.
+  EXPECT_EQ(&r->symbols(20), &syms);
+  ASSERT_EQ(r->processes().count(20), 1u);
+  EXPECT_EQ(r->processes().at(20).parent, 10u);
+  EXPECT_EQ(r->processes().at(20).exit, "exited 3");
+}
+
+TEST(TraceDir, MergeOrdersByTimeThenThreadAndKeepsArgumentsWithTheirEntry) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  {
+    auto w = TraceWriter::create(dir);
+    ASSERT_TRUE(w.ok());
+    // Thread 2 sorts after thread 1 on equal times.
+    std::vector<Event> t1{ev(EventType::entry, 10, 0xa), ev(EventType::exit, 30, 0xa),
+                          ev(EventType::entry, 50, 0xb), ev(EventType::exit, 50, 0xb)};
+    std::vector<Event> t2{ev(EventType::entry, 5, 0xc),  ev(EventType::arg, 5, 0xc),
+                          ev(EventType::string, 5, 0xc), ev(EventType::exit, 30, 0xc),
+                          ev(EventType::entry, 40, 0xd), ev(EventType::arg, 99, 0xd),
+                          ev(EventType::exit, 60, 0xd)};
+    // Thread 3's entry at time 5 ties with thread 2's arguments, which stay together.
+    std::vector<Event> t3{ev(EventType::entry, 5, 0xe), ev(EventType::exit, 70, 0xe)};
+    ASSERT_TRUE(w->append(1, 1, t1).ok());
+    ASSERT_TRUE(w->append(1, 2, t2).ok());
+    ASSERT_TRUE(w->append(1, 3, t3).ok());
+    ASSERT_TRUE(w->write_info(TraceInfo{}).ok());
+  }
+  auto r = TraceReader::open(dir);
+  ASSERT_TRUE(r.ok());
+  auto m = r->merged();
+  std::vector<std::tuple<uint32_t, uint8_t, uint64_t>> got;
+  while (auto e = m->next()) got.emplace_back(m->tid(), e->type, e->time);
+  const uint8_t E = 1, X = 2, A = 5, S = 6;
+  const std::vector<std::tuple<uint32_t, uint8_t, uint64_t>> want{
+      {2, E, 5},  {2, A, 5},  {2, S, 5},  {3, E, 5},  {1, E, 10}, {1, X, 30}, {2, X, 30},
+      {2, E, 40}, {2, A, 99}, {1, E, 50}, {1, X, 50}, {2, X, 60}, {3, X, 70}};
+  EXPECT_EQ(got, want);
+}
+
+TEST(TraceDir, MergeStreamsManyThreadsAcrossChunks) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  constexpr uint32_t kThreads = 150;  // beyond the writer's open-file cap and keep_open
+  constexpr uint64_t kEach = 3000;    // beyond the merged chunk size
+  {
+    auto w = TraceWriter::create(dir);
+    ASSERT_TRUE(w.ok());
+    for (uint64_t s = 0; s < kEach; s += 500)
+      for (uint32_t t = 0; t < kThreads; ++t) {
+        std::vector<Event> chunk;
+        for (uint64_t k = s; k < s + 500; ++k)
+          chunk.push_back(ev(EventType::entry, k * kThreads + (t * 7) % kThreads, t, 0, k));
+        ASSERT_TRUE(w->append(1, 1000 + t, chunk).ok());
+      }
+    ASSERT_TRUE(w->write_info(TraceInfo{}).ok());
+  }
+  auto r = TraceReader::open(dir);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->threads().size(), kThreads);
+  auto m = r->merged();
+  uint64_t n = 0, last = 0;
+  std::vector<uint64_t> next(kThreads, 0);
+  while (auto e = m->next()) {
+    ASSERT_GE(e->time, last);
+    last = e->time;
+    const uint32_t t = m->tid() - 1000;
+    ASSERT_EQ(e->addr, t);
+    ASSERT_EQ(e->data, next[t]++);
+    ++n;
+  }
+  EXPECT_EQ(n, kThreads * kEach);
+}
+
+TEST(TraceDir, TruncatedEventsFileIsReadUpToTheLastWholeRecord) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  {
+    auto w = TraceWriter::create(dir);
+    ASSERT_TRUE(w.ok());
+    std::vector<Event> a;
+    for (uint64_t s = 0; s < 1234; ++s) a.push_back(seq_event(s));
+    ASSERT_TRUE(w->append(12, 12, a).ok());
+    ASSERT_TRUE(w->write_info(TraceInfo{}).ok());
+  }
+  const std::string f = dir + "/events-12-12.bin";
+  ASSERT_EQ(truncate(f.c_str(), 32 + 1233 * 32 + 17), 0);
+  auto r = TraceReader::open(dir);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(
+      has_warning(*r, "events-12-12.bin: truncated after 1233 events (last record 17 bytes)"))
+      << all_warnings(*r);
+  EXPECT_EQ(read_all(*r->stream(12, 12)).size(), 1233u);
+  EXPECT_EQ(read_all(*r->merged()).size(), 1233u);
+}
+
+TEST(TraceDir, DamagedFilesAreReportedAndTheRestIsRead) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  {
+    auto w = TraceWriter::create(dir);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->append(1, 1, std::vector<Event>{seq_event(0)}).ok());
+    ASSERT_TRUE(w->append(1, 2, std::vector<Event>{seq_event(0)}).ok());
+    ASSERT_TRUE(w->append(1, 3, std::vector<Event>{seq_event(0)}).ok());
+    ASSERT_TRUE(w->write_functions(1, {{0x10, 4, "f", "o"}}).ok());
+  }
+  // Bad magic, a header cut short, a malformed symbol line, a broken info.json.
+  {
+    std::fstream f(dir + "/events-1-2.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.write("XXXXXXXX", 8);
+  }
+  ASSERT_EQ(truncate((dir + "/events-1-3.bin").c_str(), 20), 0);
+  {
+    std::ofstream f(dir + "/functions-1.tsv", std::ios::app);
+    f << "zz\tnot a line\n";
+  }
+  {
+    std::ofstream f(dir + "/info.json");
+    f << "{\"version\": 1, \"comm";
+  }
+  auto r = TraceReader::open(dir);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(has_warning(*r, "events-1-2.bin: not a utramp events file (bad magic)"))
+      << all_warnings(*r);
+  EXPECT_TRUE(has_warning(*r, "events-1-3.bin: truncated before the end of its header"))
+      << all_warnings(*r);
+  EXPECT_TRUE(has_warning(*r, "functions-1.tsv: 1 malformed line(s), the first at line 3"))
+      << all_warnings(*r);
+  EXPECT_TRUE(has_warning(*r, "info.json: not valid JSON")) << all_warnings(*r);
+  EXPECT_EQ(r->threads(), (std::vector<std::pair<uint32_t, uint32_t>>{{1, 1}}));
+  EXPECT_EQ(r->symbols(1).name(0x10), "f");
+}
+
+TEST(TraceDir, MissingInfoIsAWarningNotAnError) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  {
+    auto w = TraceWriter::create(dir);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->append(1, 1, std::vector<Event>{seq_event(0)}).ok());
+  }
+  auto r = TraceReader::open(dir);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(has_warning(*r, "info.json: missing"));
+  EXPECT_EQ(r->info().threads.size(), 1u);
+  EXPECT_EQ(r->info().threads[0].events, 1u);
+}
+
+TEST(TraceDir, UnreadableDirectoriesAreErrors) {
+  TempDir tmp;
+  auto missing = TraceReader::open(tmp / "nope");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, Errc::not_found);
+  EXPECT_NE(missing.error().message.find("no such trace directory"), std::string::npos);
+
+  std::filesystem::create_directory(tmp / "empty");
+  auto empty = TraceReader::open(tmp / "empty");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.error().message.find("not a utramp trace directory"), std::string::npos);
+
+  { std::ofstream f(tmp / "file"); }
+  EXPECT_FALSE(TraceReader::open(tmp / "file").ok());
+
+  std::filesystem::create_directory(tmp / "newer");
+  {
+    std::ofstream f(tmp / "newer/info.json");
+    f << R"({"version": 99})";
+  }
+  auto newer = TraceReader::open(tmp / "newer");
+  ASSERT_FALSE(newer.ok());
+  EXPECT_EQ(newer.error().code, Errc::unsupported);
+  EXPECT_NE(newer.error().message.find("newer utramp"), std::string::npos);
+}
+
+TEST(TraceDir, CreateEmptiesATraceButNeverAnythingElse) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  {
+    auto w = TraceWriter::create(dir);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->append(1, 1, std::vector<Event>{seq_event(0)}).ok());
+    ASSERT_TRUE(w->write_info(TraceInfo{}).ok());
+  }
+  { std::ofstream f(dir + "/agent-12.log"); }
+  { std::ofstream f(dir + "/buffers.shm"); }
+  {
+    auto w = TraceWriter::create(dir);  // a second recording into the same directory
+    ASSERT_TRUE(w.ok()) << w.error().message;
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+
+  { std::ofstream f(dir + "/thesis.tex"); }
+  auto refused = TraceWriter::create(dir);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("not a utramp trace directory (it holds thesis.tex)"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/thesis.tex"));
+
+  EXPECT_FALSE(TraceWriter::create(dir + "/thesis.tex").ok());
+  EXPECT_FALSE(TraceWriter::create(tmp / "no/such/parent").ok());
+}
+
+TEST(TraceDir, InfoJsonIsDocumentedJson) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  auto w = TraceWriter::create(dir);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(w->append(3, 4, std::vector<Event>{seq_event(0), seq_event(1)}).ok());
+  w->add_lost(3, 4, 9);
+  TraceInfo info;
+  info.command = {"a"};
+  info.tracer = "function";
+  ASSERT_TRUE(w->write_info(info).ok());
+  std::ifstream f(dir + "/info.json");
+  const auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["format"], "utramp-trace");
+  EXPECT_EQ(j["version"], kFormatVersion);
+  EXPECT_EQ(j["tracer"], "function");
+  EXPECT_EQ(j["threads"][0]["pid"], 3);
+  EXPECT_EQ(j["threads"][0]["tid"], 4);
+  EXPECT_EQ(j["threads"][0]["events"], 2);
+  EXPECT_EQ(j["threads"][0]["lost"], 9);
+  // The events file: a 32-byte header, then the records.
+  EXPECT_EQ(std::filesystem::file_size(dir + "/events-3-4.bin"), 32u + 2 * 32u);
+  std::ifstream ef(dir + "/events-3-4.bin", std::ios::binary);
+  EventFileHeader h{};
+  ef.read(reinterpret_cast<char*>(&h), sizeof h);
+  EXPECT_EQ(std::string(h.magic, 8), "UTRTHR01");
+  EXPECT_EQ(h.version, kFormatVersion);
+  EXPECT_EQ(h.record_size, 32u);
+  EXPECT_EQ(h.pid, 3u);
+  EXPECT_EQ(h.tid, 4u);
+}
+
+}  // namespace

@@ -1,0 +1,282 @@
+// utramp replay [DIR]: the function graph as text, as uftrace replay and the kernel's
+// function_graph tracer show it:
+//
+//   # DURATION     TID     FUNCTION
+//               [  1234] | main() {
+//               [  1234] |   parse(0x7ffd1c08, "x.conf") {
+//     0.120 us [  1234] |     strlen();
+//     3.210 us [  1234] |   } = 0;
+//     9.876 us [  1234] | } /* main */
+//
+// An entry whose exit comes next in the output is one line; a closing brace carries
+// the duration, and a comment with the name when the body is long or the exit is
+// special (exception, longjmp, missing).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "trace_walk.hpp"
+
+namespace utramp::cli {
+
+namespace {
+
+// Closing braces more than this many lines below their opening line name the function.
+constexpr uint64_t kLongBody = 4;
+
+struct Options {
+  std::string dir = "utramp.data";
+  std::vector<uint32_t> tids;
+  std::vector<std::string> filter, notrace;
+  int depth = -1;
+  bool no_merge = false;
+  bool no_demangle = false;
+  std::string unit;
+};
+
+const char* exit_note(ExitKind k) {
+  switch (k) {
+    case ExitKind::normal:
+      return nullptr;
+    case ExitKind::unwound:
+      return "unwound by exception";
+    case ExitKind::longjmp:
+      return "skipped by longjmp";
+    case ExitKind::not_recorded:
+      return "exit not recorded";
+    case ExitKind::trace_end:
+      return nullptr;  // end_note()
+  }
+  return nullptr;
+}
+
+class Replay final : public Walker::Handler {
+ public:
+  Replay(const trace::TraceReader& r, const Options& o) : r_(r), o_(o), names_(r, !o.no_demangle) {
+    tids_.insert(o.tids.begin(), o.tids.end());
+  }
+
+  void header() { std::fputs("# DURATION     TID     FUNCTION\n", stdout); }
+
+  void enter(WalkThread& t, const Frame& f) override {
+    ThreadView& tv = views_[&t];
+    View v;
+    const size_t idx = t.stack.size() - 1;
+    if (selected(t)) {
+      bool hidden = tv.hide_at >= 0;
+      if (!hidden && !o_.notrace.empty() && names_.matches(t.pid, f.addr, o_.notrace)) {
+        tv.hide_at = static_cast<int>(idx);
+        hidden = true;
+      }
+      if (!hidden && !o_.filter.empty() && tv.filter_at < 0) {
+        if (names_.matches(t.pid, f.addr, o_.filter)) {
+          tv.filter_at = static_cast<int>(idx);
+          tv.filter_base = f.depth;
+        } else {
+          hidden = true;
+        }
+      }
+      v.shown_depth = f.depth - (tv.filter_at >= 0 ? tv.filter_base : 0);
+      v.visible = !hidden && (o_.depth < 0 || v.shown_depth < o_.depth);
+    }
+    if (v.visible) flush_pending();  // the parent's line, before this frame's view is pushed
+    tv.stack.push_back(v);
+    if (!v.visible) return;
+    pending_ = &t;
+    pending_text_ = call_text(t, f);
+  }
+
+  void exit(WalkThread& t, const Frame& f, const Exit& x) override {
+    ThreadView& tv = views_[&t];
+    View v;
+    if (f.synthetic) {
+      v.shown_depth = f.depth;
+      v.visible = selected(t) && tv.hide_at < 0 && (o_.filter.empty() ? true : tv.filter_at >= 0) &&
+                  (o_.depth < 0 || f.depth < o_.depth);
+      if (tv.filter_at >= 0) v.shown_depth = f.depth - tv.filter_base;
+    } else {
+      v = tv.stack.back();
+      tv.stack.pop_back();
+      const int idx = static_cast<int>(tv.stack.size());
+      if (tv.hide_at == idx) tv.hide_at = -1;
+      if (tv.filter_at == idx) tv.filter_at = -1;
+    }
+    if (!v.visible) return;
+
+    const std::string dur =
+        x.timed && x.time >= f.entry ? format_duration(r_.to_ns(x.time - f.entry), o_.unit) : "";
+    const std::string ret = x.ret.has() ? " = " + format_value(x.ret) : "";
+    std::string end;
+    if (x.kind == ExitKind::trace_end) end = end_note(r_, t.pid);
+    const char* note = x.kind == ExitKind::trace_end ? end.c_str() : exit_note(x.kind);
+    const std::string& name = names_.get(t.pid, f.addr);
+    if (pending_ == &t && !f.synthetic) {
+      // Nothing was printed since the entry: one line.
+      pending_ = nullptr;
+      std::string text = pending_text_ + ret + ";";
+      if (note) text += fmt::format(" /* {} */", note);
+      line(dur, t.tid, v.shown_depth, text);
+      return;
+    }
+    flush_pending();
+    std::string text = "}" + ret + (ret.empty() ? "" : ";");
+    if (f.synthetic)
+      text += fmt::format(" /* {}: entry not recorded */", name);
+    else if (note)
+      text += fmt::format(" /* {}: {} */", name, note);
+    else if (line_no_ - v.open_line - 1 > kLongBody)
+      text += fmt::format(" /* {} */", name);
+    line(dur, t.tid, v.shown_depth, text);
+  }
+
+  // The function tracer: one line per call, with its caller, as ftrace shows it.
+  void call(WalkThread& t, const Frame& f) override {
+    if (!selected(t)) return;
+    if (!o_.notrace.empty() && names_.matches(t.pid, f.addr, o_.notrace)) return;
+    if (!o_.filter.empty() && !names_.matches(t.pid, f.addr, o_.filter)) return;
+    std::string text = call_text(t, f);
+    if (f.caller) text += " <- " + names_.containing(t.pid, f.caller);
+    line("", t.tid, 0, text);
+  }
+
+  void marker(WalkThread& t, const trace::Event& e) override {
+    if (!selected(t)) return;
+    ThreadView& tv = views_[&t];
+    const bool inside = tv.stack.empty() ? o_.filter.empty() : tv.stack.back().visible;
+    int depth =
+        tv.stack.empty() ? (o_.filter.empty() ? e.depth : 0) : tv.stack.back().shown_depth + 1;
+    std::string text;
+    switch (static_cast<trace::EventType>(e.type)) {
+      case trace::EventType::lost:
+        text = fmt::format("<lost {} event{}>", e.data, e.data == 1 ? "" : "s");
+        break;
+      case trace::EventType::fork:
+        if (!inside) return;
+        text = fmt::format("/* fork: child {} */", e.data);
+        break;
+      case trace::EventType::depth_overrun:
+        if (!inside) return;
+        text = fmt::format("/* {} call{} below the depth limit not recorded */", e.data,
+                           e.data == 1 ? "" : "s");
+        break;
+      default:
+        return;
+    }
+    if (o_.depth >= 0 && depth >= o_.depth) depth = o_.depth;
+    flush_pending();
+    line("", t.tid, depth, text);
+  }
+
+  void corrupt(WalkThread& t, const std::string& what) override {
+    if (++corrupt_[&t] <= 5)
+      fmt::print(stderr, "utramp replay: {}/events-{}-{}.bin: {}\n", o_.dir, t.pid, t.tid, what);
+  }
+
+  void done() {
+    flush_pending();
+    std::fflush(stdout);
+    for (auto& [t, n] : corrupt_)
+      if (n > 5)
+        fmt::print(stderr, "utramp replay: {}/events-{}-{}.bin: {} more problems like these\n",
+                   o_.dir, t->pid, t->tid, n - 5);
+  }
+
+ private:
+  struct View {
+    bool visible = false;
+    int shown_depth = 0;
+    uint64_t open_line = 0;
+  };
+  struct ThreadView {
+    std::vector<View> stack;
+    int hide_at = -1;     // stack index of the frame a -N glob hid, with all below it
+    int filter_at = -1;   // stack index of the outermost frame a -F glob selected
+    int filter_base = 0;  // its depth: what -F shows is indented from there
+  };
+
+  bool selected(const WalkThread& t) const {
+    return tids_.empty() || tids_.count(t.tid) || tids_.count(t.pid);
+  }
+
+  std::string call_text(const WalkThread& t, const Frame& f) {
+    std::string s = names_.get(t.pid, f.addr) + "(";
+    for (size_t i = 0; i < f.args.size(); ++i) {
+      if (i) s += ", ";
+      s += format_value(f.args[i].second);
+    }
+    return s + ")";
+  }
+
+  void flush_pending() {
+    if (!pending_) return;
+    WalkThread& t = *pending_;
+    pending_ = nullptr;
+    View& v = views_[&t].stack.back();
+    line("", t.tid, v.shown_depth, pending_text_ + " {");
+    v.open_line = line_no_ - 1;
+  }
+
+  void line(const std::string& dur, uint32_t tid, int depth, const std::string& text) {
+    const std::string s =
+        fmt::format("{:>10} [{:>6}] | {:{}}{}\n", dur, tid, "", 2 * std::max(depth, 0), text);
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    ++line_no_;
+  }
+
+  const trace::TraceReader& r_;
+  const Options& o_;
+  Names names_;
+  std::set<uint32_t> tids_;
+  std::map<const WalkThread*, ThreadView> views_;
+  std::map<const WalkThread*, uint64_t> corrupt_;
+  WalkThread* pending_ = nullptr;  // its top frame's entry is not printed yet
+  std::string pending_text_;
+  uint64_t line_no_ = 0;
+};
+
+int run(const Options& o) {
+  if (!valid_unit(o.unit)) {
+    fmt::print(stderr, "utramp replay: unknown unit '{}' (auto, ns, us, ms, s)\n", o.unit);
+    return 2;
+  }
+  auto r = open_trace("replay", o.dir);
+  if (!r) return 1;
+  if (r->threads().empty()) fmt::print(stderr, "utramp replay: {}: no events recorded\n", o.dir);
+  Replay replay(*r, o);
+  replay.header();
+  Walker w(replay, r->info().tracer == "function");
+  w.run(*r, !o.no_merge);
+  replay.done();
+  return 0;
+}
+
+}  // namespace
+
+void add_replay(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  CLI::App* sub = app.add_subcommand("replay", "Show a recorded trace as a function call graph");
+  sub->add_option("dir", o->dir, "trace directory")->capture_default_str();
+  sub->add_option("--tid", o->tids, "only these threads (or processes), by id")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  sub->add_option("-F,--filter", o->filter,
+                  "only these functions (glob) and what they call; repeatable")
+      ->allow_extra_args(false);
+  sub->add_option("-N,--notrace", o->notrace,
+                  "hide these functions (glob) and what they call; wins over -F; repeatable")
+      ->allow_extra_args(false);
+  sub->add_option("-D,--depth", o->depth, "show calls down to this depth only")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--no-merge", o->no_merge, "one thread after the other instead of by time");
+  sub->add_flag("--no-demangle", o->no_demangle, "show C++ symbols as recorded");
+  sub->add_option("--unit", o->unit, "duration unit: auto (default), ns, us, ms, s");
+  sub->callback([o] { std::exit(run(*o)); });
+}
+
+}  // namespace utramp::cli

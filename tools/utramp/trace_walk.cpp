@@ -1,0 +1,425 @@
+#include "trace_walk.hpp"
+
+#include <cxxabi.h>
+#include <fmt/format.h>
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace utramp::cli {
+
+using trace::Event;
+using trace::EventType;
+using trace::ValueFormat;
+
+std::optional<trace::TraceReader> open_trace(const std::string& cmd, const std::string& dir) {
+  auto r = trace::TraceReader::open(dir);
+  if (!r) {
+    fmt::print(stderr, "utramp {}: {}\n", cmd, r.error().message);
+    return std::nullopt;
+  }
+  for (const auto& w : r->warnings()) fmt::print(stderr, "utramp {}: {}/{}\n", cmd, dir, w);
+  return std::move(r).value();
+}
+
+// ---------------------------------------------------------------------------------
+// Values and durations
+
+namespace {
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (c < 0x20 || c >= 0x7f)
+          out += fmt::format("\\x{:02x}", c);
+        else
+          out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string format_value(const Value& v) {
+  switch (v.format) {
+    case ValueFormat::none:
+      return "";
+    case ValueFormat::integer:
+      return std::to_string(static_cast<int64_t>(v.raw));
+    case ValueFormat::pointer:
+      return v.raw ? fmt::format("{:#x}", v.raw) : "0";
+    case ValueFormat::dbl: {
+      const double d = std::bit_cast<double>(v.raw);
+      return fmt::format("{}", d);
+    }
+    case ValueFormat::string:
+      if (v.raw == 0) return "NULL";
+      if (v.unreadable) return fmt::format("{:#x}", v.raw);
+      return quote(v.str) + (v.str.size() < v.str_len ? "..." : "");
+  }
+  return fmt::format("{:#x}", v.raw);
+}
+
+bool valid_unit(const std::string& unit) {
+  return unit.empty() || unit == "auto" || unit == "ns" || unit == "us" || unit == "ms" ||
+         unit == "s";
+}
+
+std::string format_duration(double ns, const std::string& unit) {
+  static const struct {
+    const char* name;
+    double scale;
+  } units[] = {{"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
+  size_t u = 0;
+  if (unit.empty() || unit == "auto") {
+    // The largest unit in which the value, rounded to 3 decimals, is at least 1.
+    while (u + 1 < std::size(units) && std::round(ns / units[u + 1].scale * 1000) >= 1000) ++u;
+  } else {
+    while (u + 1 < std::size(units) && unit != units[u].name) ++u;
+  }
+  return fmt::format("{:7.3f} {:<2}", ns / units[u].scale, units[u].name);
+}
+
+// ---------------------------------------------------------------------------------
+// Names
+
+std::string demangle_short(const std::string& symbol) {
+  std::string s = symbol;
+  if (symbol.starts_with("_Z")) {
+    int status = 0;
+    char* d = abi::__cxa_demangle(symbol.c_str(), nullptr, nullptr, &status);
+    if (status != 0 || d == nullptr) {
+      std::free(d);
+      return symbol;
+    }
+    s = d;
+    std::free(d);
+  } else {
+    return symbol;
+  }
+  // Keep a " [clone .cold]"-like suffix, drop the parameter list and qualifiers.
+  std::string clone;
+  if (size_t c = s.find(" [clone "); c != std::string::npos) {
+    clone = s.substr(c);
+    s.resize(c);
+  }
+  const size_t close = s.rfind(')');
+  if (close == std::string::npos) return s + clone;
+  size_t i = close;
+  int depth = 0;
+  for (;;) {
+    if (s[i] == ')') ++depth;
+    if (s[i] == '(' && --depth == 0) break;
+    if (i == 0) return s + clone;
+    --i;
+  }
+  std::string head = s.substr(0, i);
+  // A template function's return type comes first: "int foo<int>" → "foo<int>".
+  int nest = 0;
+  size_t last_space = std::string::npos;
+  for (size_t k = 0; k < head.size(); ++k) {
+    const char c = head[k];
+    if (c == '<' || c == '(' || c == '{' || c == '[') ++nest;
+    if ((c == '>' || c == ')' || c == '}' || c == ']') && nest > 0) --nest;
+    if (c == ' ' && nest == 0) last_space = k;
+  }
+  if (last_space != std::string::npos && head.find("operator") == std::string::npos)
+    head = head.substr(last_space + 1);
+  return head.empty() ? s + clone : head + clone;
+}
+
+const Names::Entry& Names::entry(uint32_t pid, uint64_t addr) {
+  const trace::SymbolTable* tab = &r_.symbols(pid);
+  auto key = std::make_pair(tab, addr);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  Entry e;
+  if (const trace::Function* f = tab->find(addr)) {
+    e.raw = f->name;
+    e.shown = demangle_ ? demangle_short(f->name) : f->name;
+    if (addr != f->addr) {
+      const std::string off = fmt::format("+{:#x}", addr - f->addr);
+      e.raw += off;
+      e.shown += off;
+    }
+  } else {
+    e.raw = e.shown = fmt::format("{:#x}", addr);
+  }
+  return cache_.emplace(key, std::move(e)).first->second;
+}
+
+const std::string& Names::get(uint32_t pid, uint64_t addr) { return entry(pid, addr).shown; }
+
+std::string Names::containing(uint32_t pid, uint64_t addr) {
+  if (const trace::Function* f = r_.symbols(pid).find(addr)) return get(pid, f->addr);
+  return fmt::format("{:#x}", addr);
+}
+
+bool Names::matches(uint32_t pid, uint64_t addr, const std::vector<std::string>& globs) {
+  const Entry& e = entry(pid, addr);
+  for (const auto& g : globs)
+    if (fnmatch(g.c_str(), e.raw.c_str(), 0) == 0 || fnmatch(g.c_str(), e.shown.c_str(), 0) == 0)
+      return true;
+  return false;
+}
+
+// ---------------------------------------------------------------------------------
+// Walker
+
+WalkThread& Walker::thread(uint32_t pid, uint32_t tid) {
+  const uint64_t key = (uint64_t{pid} << 32) | tid;
+  auto [it, fresh] = threads_.try_emplace(key);
+  if (fresh) {
+    it->second.pid = pid;
+    it->second.tid = tid;
+    it->second.index = threads_.size() - 1;
+  }
+  return it->second;
+}
+
+namespace {
+
+void pop_frame(Walker::Handler& h, WalkThread& t, const Exit& x) {
+  h.exit(t, t.stack.back(), x);
+  const Frame f = std::move(t.stack.back());
+  t.stack.pop_back();
+  if (x.timed && !t.stack.empty() && !f.synthetic && x.time >= f.entry)
+    t.stack.back().child_ticks += x.time - f.entry;
+}
+
+}  // namespace
+
+void Walker::close_to(WalkThread& t, size_t keep, uint64_t time) {
+  while (t.stack.size() > keep) {
+    Exit x;
+    x.kind = ExitKind::not_recorded;
+    x.time = time;
+    pop_frame(h_, t, x);
+  }
+}
+
+void Walker::flush() {
+  filling_ = nullptr;
+  if (pending_ == Pending::entry) {
+    pending_ = Pending::none;
+    pending_thread_->stack.push_back(std::move(pending_frame_));
+    h_.enter(*pending_thread_, pending_thread_->stack.back());
+  } else if (pending_ == Pending::call) {
+    pending_ = Pending::none;
+    h_.call(*pending_thread_, pending_frame_);
+  } else if (pending_ == Pending::exit) {
+    pending_ = Pending::none;
+    pop_frame(h_, *pending_thread_, pending_exit_);
+  }
+  pending_frame_ = Frame{};
+}
+
+void Walker::feed(uint32_t pid, uint32_t tid, const Event& e) {
+  WalkThread& t = thread(pid, tid);
+  ++t.events;
+  const auto type = static_cast<EventType>(e.type);
+
+  if (type == EventType::arg) {
+    if ((pending_ == Pending::entry || pending_ == Pending::call) && pending_thread_ == &t) {
+      Value v;
+      v.format = static_cast<ValueFormat>(e.flags);
+      v.raw = e.data;
+      pending_frame_.args.emplace_back(static_cast<uint8_t>(e.aux & 0xff), v);
+      filling_ = v.format == ValueFormat::string ? &pending_frame_.args.back().second : nullptr;
+    } else if (!t.after_loss) {
+      h_.corrupt(
+          t, fmt::format("event #{}: an argument with no function entry before it", t.events - 1));
+    }
+    return;
+  }
+  if (type == EventType::string) {
+    if (filling_ && pending_thread_ == &t) {
+      // 16 bytes per event in addr and data; aux = length << 8 | chunk index.
+      Value& v = *filling_;
+      v.str_len = e.aux >> 8;
+      v.unreadable = (e.flags & 1) != 0;
+      const size_t off = size_t{e.aux & 0xff} * 16;
+      if (off == v.str.size() && off < v.str_len) {
+        char bytes[16];
+        std::memcpy(bytes, &e.addr, 8);
+        std::memcpy(bytes + 8, &e.data, 8);
+        v.str.append(bytes, std::min<size_t>(16, v.str_len - off));
+      }
+      if (v.str.size() >= v.str_len) filling_ = nullptr;
+    } else if (!t.after_loss) {
+      h_.corrupt(t, fmt::format("event #{}: string bytes with no value before them", t.events - 1));
+    }
+    return;
+  }
+
+  flush();
+  switch (type) {
+    case EventType::entry: {
+      t.after_loss = false;
+      if (flat_) {
+        Frame f;
+        f.addr = e.addr;
+        f.depth = e.depth;
+        f.entry = e.time;
+        f.caller = e.data;
+        pending_ = Pending::call;
+        pending_thread_ = &t;
+        pending_frame_ = std::move(f);
+        break;
+      }
+      // Frames at this depth or deeper have ended without their exit in the trace.
+      size_t keep = t.stack.size();
+      while (keep > 0 && t.stack[keep - 1].depth >= e.depth) --keep;
+      close_to(t, keep, e.time);
+      pending_ = Pending::entry;
+      pending_thread_ = &t;
+      pending_frame_ = Frame{};
+      pending_frame_.addr = e.addr;
+      pending_frame_.depth = e.depth;
+      pending_frame_.entry = e.time;
+      pending_frame_.caller = e.data;
+      break;
+    }
+    case EventType::exit:
+    case EventType::exit_unwound:
+    case EventType::exit_longjmp: {
+      t.after_loss = false;
+      size_t keep = t.stack.size();
+      while (keep > 0 && t.stack[keep - 1].depth > e.depth) --keep;
+      close_to(t, keep, e.time);
+      if (!t.stack.empty() && t.stack.back().depth == e.depth && t.stack.back().addr != e.addr)
+        close_to(t, t.stack.size() - 1, e.time);
+      Exit x;
+      x.kind = type == EventType::exit           ? ExitKind::normal
+               : type == EventType::exit_unwound ? ExitKind::unwound
+                                                 : ExitKind::longjmp;
+      x.time = e.time;
+      x.timed = true;
+      if (t.stack.empty() || t.stack.back().depth != e.depth) {
+        Frame f;
+        f.addr = e.addr;
+        f.depth = e.depth;
+        f.synthetic = true;
+        t.stack.push_back(std::move(f));
+        x.timed = false;
+      }
+      x.ret.format = static_cast<ValueFormat>(e.flags);
+      x.ret.raw = e.data;
+      pending_ = Pending::exit;
+      pending_thread_ = &t;
+      pending_exit_ = std::move(x);
+      if (pending_exit_.ret.format == ValueFormat::string) filling_ = &pending_exit_.ret;
+      break;
+    }
+    case EventType::lost:
+      t.after_loss = true;
+      h_.marker(t, e);
+      break;
+    case EventType::fork:
+    case EventType::depth_overrun:
+      h_.marker(t, e);
+      break;
+    default:
+      h_.corrupt(t, fmt::format("event #{}: unknown type {}", t.events - 1, e.type));
+      return;
+  }
+  t.last_time = e.time;
+}
+
+void Walker::finish_thread(WalkThread& t) {
+  if (pending_thread_ == &t) flush();
+  while (!t.stack.empty()) {
+    Exit x;
+    x.kind = ExitKind::trace_end;
+    x.time = t.last_time;
+    pop_frame(h_, t, x);
+  }
+}
+
+void Walker::finish() {
+  flush();
+  std::vector<WalkThread*> order;
+  for (auto& [k, t] : threads_) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->index < b->index; });
+  for (WalkThread* t : order) finish_thread(*t);
+}
+
+void Walker::run(const trace::TraceReader& r, bool merge) {
+  if (merge) {
+    auto s = r.merged();
+    while (auto e = s->next()) feed(s->pid(), s->tid(), *e);
+  } else {
+    for (auto [pid, tid] : r.threads()) {
+      auto s = r.stream(pid, tid);
+      if (!s) continue;
+      while (auto e = s->next()) feed(pid, tid, *e);
+      flush();
+      finish_thread(thread(pid, tid));
+    }
+  }
+  finish();
+}
+
+// ---------------------------------------------------------------------------------
+
+std::string end_note(const trace::TraceReader& r, uint32_t pid) {
+  std::string how;
+  if (auto it = r.processes().find(pid); it != r.processes().end()) {
+    how = it->second.exit;
+  } else {
+    // info.json's exit is the first process's: the one whose thread came first.
+    const auto& th = r.info().threads;
+    bool child = false;
+    for (const auto& [p, info] : r.processes()) child |= info.parent != 0 && p == pid;
+    if (!child && !th.empty() && th.front().pid == pid) how = r.info().exit;
+  }
+  if (how.empty()) return "not returned by the end of the trace";
+  return "not returned: the target " + std::string(how.starts_with("killed") ? "was " : "") + how;
+}
+
+std::vector<uint64_t> function_durations(const trace::TraceReader& r,
+                                         const std::vector<std::string>& globs) {
+  struct H : Walker::Handler {
+    const trace::TraceReader& r;
+    Names names;
+    const std::vector<std::string>& globs;
+    std::vector<uint64_t> out;
+    H(const trace::TraceReader& rr, const std::vector<std::string>& g)
+        : r(rr), names(rr, true), globs(g) {}
+    void enter(WalkThread&, const Frame&) override {}
+    void exit(WalkThread& t, const Frame& f, const Exit& x) override {
+      if (!x.timed || f.synthetic || x.time < f.entry) return;
+      if (!names.matches(t.pid, f.addr, globs)) return;
+      out.push_back(static_cast<uint64_t>(std::llround(r.to_ns(x.time - f.entry))));
+    }
+    void marker(WalkThread&, const Event&) override {}
+    void corrupt(WalkThread&, const std::string&) override {}
+  } h(r, globs);
+  Walker w(h);
+  w.run(r, false);
+  return std::move(h.out);
+}
+
+}  // namespace utramp::cli
