@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Installs the dependencies, builds, and runs the main job on the bundled example.
+# Installs the dependencies, builds, and runs the main job on the bundled example:
+# record its function calls, then show the call graph and the per-function report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$(nproc)"
-./build/tools/utramp/utramp list build/examples/example_app 'shop::*'
+out=build/example.data
+./build/tools/utramp/utramp record -o "$out" -- ./build/examples/example_app 2 3
+./build/tools/utramp/utramp replay "$out" | head -60
+./build/tools/utramp/utramp report "$out"

@@ -94,6 +94,46 @@ void utramp_set_stats(int on);
   static const void *const utramp_error_inject_##func                                  \
       __attribute__((section("utramp_error_inject"), used, aligned(8))) = (const void *)&func
 
+/* ---- Probes at any instruction: kprobes, kretprobes, optprobes ------------------- */
+
+/* The registers a probe handler sees and may change, in the kernel's pt_regs order.
+ * rip is the probed address in a pre-handler, where execution continues in a
+ * post-handler, and the original return address in a return handler (rax/rdx hold the
+ * return value there). */
+struct utramp_regs {
+  uint64_t r15, r14, r13, r12, rbp, rbx, r11, r10, r9, r8, rax, rcx, rdx, rsi, rdi, rip,
+      eflags, rsp;
+};
+
+/* A pre-handler that changes regs->rip and returns non-zero skips the probed
+ * instruction and continues at regs->rip (the kernel's contract); otherwise return 0.
+ * A return probe's entry handler returning non-zero does not record that call.
+ * Handlers must not throw and run with the probed thread's signal mask. */
+typedef int (*utramp_probe_handler_t)(struct utramp_regs *regs, uint64_t cookie);
+
+struct utramp_probe;
+
+/* A probe at any instruction boundary of a known function: an int3 whose displaced
+ * instruction runs out of line, or, where the 5 bytes at `addr` allow it and no probe
+ * there has a post-handler, a jump to a detour (no trap). Several probes may share an
+ * address. Refused with errno and utramp_last_error() when the address is inside an
+ * instruction, blacklisted, not executable, changed by someone else, or its instruction
+ * cannot run out of line; nothing changes then. */
+struct utramp_probe *utramp_probe_attach(void *addr, utramp_probe_handler_t pre,
+                                         utramp_probe_handler_t post, uint64_t cookie);
+struct utramp_probe *utramp_probe_attach_name(const char *symbol, uint64_t offset,
+                                              utramp_probe_handler_t pre,
+                                              utramp_probe_handler_t post, uint64_t cookie);
+/* A return probe on the function starting at `func`: `entry` runs at its entry, `ret`
+ * at each return. At most `maxactive` calls per thread are tracked at once (<= 0: 32;
+ * at most 128); calls beyond are counted as misses. Correct across C++ exceptions,
+ * longjmp (stale calls are dropped, and counted as misses), threads and fork. */
+struct utramp_probe *utramp_retprobe_attach(void *func, utramp_probe_handler_t entry,
+                                            utramp_probe_handler_t ret, uint64_t cookie,
+                                            int maxactive);
+/* 0, or -errno. On return no handler of the probe runs any more. */
+int utramp_probe_detach(struct utramp_probe *probe);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/bpf.hpp"
 #include "agent/config.hpp"
 #include "ftrace/graph.hpp"
 #include "sites/table.hpp"
@@ -71,6 +72,26 @@ std::string demangle(const std::string& name) {
   return out;
 }
 
+// "ns::f(int, char const*) const" -> "ns::f", as tracers show calls: the parameter
+// list of a demangled name is the first '(' outside template arguments (but not the
+// one of "operator()").
+std::string short_name(const std::string& d) {
+  int angle = 0;
+  for (size_t i = 0; i < d.size(); ++i) {
+    const char c = d[i];
+    if (c == '<') ++angle;
+    else if (c == '>' && angle > 0) --angle;
+    else if (c == '(' && angle == 0) {
+      if (i >= 8 && d.compare(i - 8, 8, "operator") == 0 && i + 1 < d.size() && d[i + 1] == ')') {
+        ++i;  // operator()
+        continue;
+      }
+      return d.substr(0, i);
+    }
+  }
+  return d;
+}
+
 bool glob_any(const std::vector<std::string>& globs, const std::string& a, const std::string& b) {
   for (const auto& g : globs)
     if (fnmatch(g.c_str(), a.c_str(), 0) == 0 || fnmatch(g.c_str(), b.c_str(), 0) == 0) return true;
@@ -82,7 +103,8 @@ bool noise(const std::string& n) {
   static const char* const kNames[] = {"_start", "_init", "_fini", "frame_dummy",
                                        "register_tm_clones", "deregister_tm_clones",
                                        "__do_global_dtors_aux", "__libc_csu_init",
-                                       "__libc_csu_fini", "_dl_relocate_static_pie"};
+                                       "__libc_csu_fini", "_dl_relocate_static_pie",
+                                       "__gmon_start__"};  // gcrt1 (-pg): before main
   for (const char* k : kNames)
     if (n == k) return true;
   return false;
@@ -165,7 +187,7 @@ void attach_new_sites() {
     if (cfg.tracer == "function_graph")
       reqs.push_back({s->info.func, tramp::AttachType::fexit,
                       reinterpret_cast<uint64_t>(&ftrace::graph_exit), o});
-    cand.push_back({s->info.func, s->info.size, shown, s->object});
+    cand.push_back({s->info.func, s->info.size, short_name(shown), s->object});
   }
   if (reqs.empty()) {
     if (skipped) logf("%zu functions skipped (see above)", skipped);
@@ -221,6 +243,10 @@ __attribute__((constructor(200))) void agent_init() {
     // Programs this one execs are not traced; nor does the program see our variables.
     unsetenv("LD_PRELOAD");
     unsetenv("UTRAMP_AGENT");
+  }
+  if (!g_agent->cfg.bpf_objects.empty()) {  // `utramp run`
+    bpf_start_or_exit(g_agent->cfg);
+    if (g_agent->cfg.tracer == "none") return;
   }
   auto buffers = trace::ShmBuffers::attach(g_agent->cfg.shm_path);
   if (!buffers) {

@@ -23,6 +23,9 @@ std::string dump_config(const Config& c) {
   j["ticks_per_ns"] = c.ticks_per_ns;
   j["tids"] = c.tids;
   j["follow_exec"] = c.follow_exec;
+  j["bpf_objects"] = c.bpf_objects;
+  j["bpf_map_file"] = c.bpf_map_file;
+  j["bpf_status_file"] = c.bpf_status_file;
   json caps = json::array();
   for (const auto& a : c.captures)
     caps.push_back({{"glob", a.glob}, {"args", a.args}, {"retval", a.retval}, {"retfmt", a.retfmt}});
@@ -49,6 +52,9 @@ Result<Config> load_config(const std::string& path) {
     c.ticks_per_ns = j.value("ticks_per_ns", 1.0);
     c.tids = j.value("tids", std::vector<uint32_t>{});
     c.follow_exec = j.value("follow_exec", false);
+    c.bpf_objects = j.value("bpf_objects", std::vector<std::string>{});
+    c.bpf_map_file = j.value("bpf_map_file", "");
+    c.bpf_status_file = j.value("bpf_status_file", "");
     for (const auto& a : j.value("captures", json::array())) {
       ArgSpec s;
       s.glob = a.value("glob", "");

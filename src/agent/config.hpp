@@ -30,6 +30,12 @@ struct Config {
   std::vector<uint32_t> tids;
   std::vector<ArgSpec> captures;      // -A / -R
   bool follow_exec = false;
+  // `utramp run`: eBPF objects to load and attach (agent/bpf.cpp), the map file the CLI
+  // created for them, and where the agent reports a failed start (tracer "none": no
+  // function tracer, no trace buffers).
+  std::vector<std::string> bpf_objects;
+  std::string bpf_map_file;
+  std::string bpf_status_file;
 };
 
 Result<Config> load_config(const std::string& path);

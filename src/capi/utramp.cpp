@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/result.hpp"
+#include "probe/probe.hpp"
 #include "sites/table.hpp"
 #include "tramp/signature.hpp"
 #include "tramp/trampoline.hpp"
@@ -166,5 +167,70 @@ int utramp_get_func_ret(const uint64_t* ctx, uint64_t* value) {
 }
 uint64_t utramp_get_attach_cookie(const uint64_t* ctx) { return ctx[-3]; }
 void utramp_set_stats(int on) { utramp::tramp::Manager::instance().set_stats(on != 0); }
+
+}  // extern "C"
+
+// ---- probes -------------------------------------------------------------------------
+
+static_assert(sizeof(utramp_regs) == sizeof(utramp::arch::PtRegs));
+static_assert(offsetof(utramp_regs, rip) == offsetof(utramp::arch::PtRegs, rip));
+static_assert(offsetof(utramp_regs, rsp) == offsetof(utramp::arch::PtRegs, rsp));
+
+namespace {
+
+// The same function type but for the register struct's name: the layouts are one.
+utramp::probe::Handler to_handler(utramp_probe_handler_t h) {
+  return reinterpret_cast<utramp::probe::Handler>(h);
+}
+
+utramp_probe* probe_result(utramp::Result<utramp::probe::Probe*> r) {
+  if (!r) {
+    fail(r.error(), errno_of(r.error().code));
+    return nullptr;
+  }
+  return reinterpret_cast<utramp_probe*>(*r);
+}
+
+}  // namespace
+
+extern "C" {
+
+struct utramp_probe* utramp_probe_attach(void* addr, utramp_probe_handler_t pre,
+                                         utramp_probe_handler_t post, uint64_t cookie) {
+  utramp::probe::ProbeSpec spec{reinterpret_cast<uint64_t>(addr), to_handler(pre),
+                                to_handler(post), cookie};
+  return probe_result(utramp::probe::Manager::instance().attach(spec));
+}
+
+struct utramp_probe* utramp_probe_attach_name(const char* symbol, uint64_t offset,
+                                              utramp_probe_handler_t pre,
+                                              utramp_probe_handler_t post, uint64_t cookie) {
+  if (!symbol) {
+    fail(utramp::make_error(utramp::Errc::invalid_argument, "symbol is NULL"), EINVAL);
+    return nullptr;
+  }
+  auto& m = utramp::probe::Manager::instance();
+  auto addr = m.resolve(symbol, offset);
+  if (!addr) {
+    fail(addr.error(), errno_of(addr.error().code));
+    return nullptr;
+  }
+  return probe_result(m.attach({*addr, to_handler(pre), to_handler(post), cookie}));
+}
+
+struct utramp_probe* utramp_retprobe_attach(void* func, utramp_probe_handler_t entry,
+                                            utramp_probe_handler_t ret, uint64_t cookie,
+                                            int maxactive) {
+  utramp::probe::RetprobeSpec spec{reinterpret_cast<uint64_t>(func), to_handler(entry),
+                                   to_handler(ret), cookie, maxactive};
+  return probe_result(utramp::probe::Manager::instance().attach_retprobe(spec));
+}
+
+int utramp_probe_detach(struct utramp_probe* probe) {
+  if (!probe) return fail(utramp::make_error(utramp::Errc::invalid_argument, "probe is NULL"), EINVAL);
+  auto r = utramp::probe::Manager::instance().detach(reinterpret_cast<utramp::probe::Probe*>(probe));
+  if (!r) return fail(r.error(), errno_of(r.error().code));
+  return 0;
+}
 
 }  // extern "C"

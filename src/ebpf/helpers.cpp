@@ -1,6 +1,20 @@
 #include "ebpf/helpers.hpp"
 
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "ebpf/maps.hpp"
+#include "ebpf/memory.hpp"
+#include "os/safe_copy.hpp"
 
 namespace utramp::ebpf {
 
@@ -62,5 +76,315 @@ std::string_view kernel_helper_name(uint32_t id) {
     default: return {};
   }
 }
+
+// ---- runtime helpers -------------------------------------------------------------------
+
+namespace {
+
+using u64 = uint64_t;
+
+std::atomic<MapHeader*> g_printk{nullptr};
+
+constexpr u64 kMaxCopy = 4096;  // keys and values a helper copies from the program
+
+// `dst` of n bytes is memory the running program may write.
+bool writable(u64 dst, u64 n) {
+  RunState* r = current_run();
+  return r && n && run_allows(r, dst, n, true);
+}
+
+u64 neg(int e) { return static_cast<u64>(-static_cast<int64_t>(e)); }
+
+bool read_ctx(u64 ctx, int64_t slot, u64* out) {
+  return os::safe_read(out, ctx + static_cast<u64>(slot * 8), 8);
+}
+
+u64 h_map_lookup(u64 map, u64 key, u64, u64, u64) {
+  MapHeader* m = map_from_addr(map);
+  if (!m || map_type(m) == uint32_t(MapType::ringbuf)) return 0;
+  uint8_t k[512];
+  if (!os::safe_read(k, key, map_key_size(m))) return 0;
+  return reinterpret_cast<u64>(map_lookup(m, k));
+}
+
+u64 h_map_update(u64 map, u64 key, u64 value, u64 flags, u64) {
+  MapHeader* m = map_from_addr(map);
+  if (!m || map_type(m) == uint32_t(MapType::ringbuf)) return neg(EINVAL);
+  uint8_t k[512], v[kMaxCopy];
+  if (map_value_size(m) > sizeof v) return neg(E2BIG);
+  if (!os::safe_read(k, key, map_key_size(m)) || !os::safe_read(v, value, map_value_size(m)))
+    return neg(EFAULT);
+  return static_cast<u64>(map_update(m, k, v, flags));
+}
+
+u64 h_map_delete(u64 map, u64 key, u64, u64, u64) {
+  MapHeader* m = map_from_addr(map);
+  if (!m) return neg(EINVAL);
+  uint8_t k[512];
+  if (!os::safe_read(k, key, map_key_size(m))) return neg(EFAULT);
+  return static_cast<u64>(map_delete(m, k));
+}
+
+u64 h_ktime(u64, u64, u64, u64, u64) {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<u64>(ts.tv_sec) * 1000000000ull + static_cast<u64>(ts.tv_nsec);
+}
+
+// pid/tid cached per thread; a forked child's thread has another pid (the generation
+// changes in the child's atfork handler).
+std::atomic<uint32_t> g_fork_gen{0};
+thread_local uint64_t t_pid_tgid = 0;
+thread_local uint32_t t_gen = ~0u;
+void on_fork_child() { g_fork_gen.fetch_add(1); }
+
+u64 h_pid_tgid(u64, u64, u64, u64, u64) {
+  const uint32_t g = g_fork_gen.load(std::memory_order_relaxed);
+  if (t_gen != g) {
+    t_pid_tgid = (static_cast<u64>(getpid()) << 32) | static_cast<uint32_t>(syscall(SYS_gettid));
+    t_gen = g;
+  }
+  return t_pid_tgid;
+}
+
+u64 h_comm(u64 dst, u64 size, u64, u64, u64) {
+  if (!writable(dst, size)) return neg(EFAULT);
+  char name[16] = {};
+  prctl(PR_GET_NAME, name);
+  auto* d = reinterpret_cast<char*>(dst);
+  std::memset(d, 0, size);
+  std::memcpy(d, name, std::min<u64>(size - 1, strnlen(name, 15)));
+  return 0;
+}
+
+u64 h_cpu(u64, u64, u64, u64, u64) {
+  const int c = sched_getcpu();
+  return c < 0 ? 0 : static_cast<u64>(c);
+}
+
+thread_local uint64_t t_rand = 0;
+u64 h_prandom(u64, u64, u64, u64, u64) {
+  if (!t_rand) t_rand = (__rdtsc() ^ (h_pid_tgid(0, 0, 0, 0, 0) * 0x9e3779b97f4a7c15ull)) | 1;
+  t_rand ^= t_rand << 13;
+  t_rand ^= t_rand >> 7;
+  t_rand ^= t_rand << 17;
+  return static_cast<uint32_t>(t_rand >> 16);
+}
+
+u64 h_probe_read(u64 dst, u64 size, u64 src, u64, u64) {
+  if (size > (1u << 16) || !writable(dst, size)) return neg(EFAULT);
+  if (os::safe_read(reinterpret_cast<void*>(dst), src, size)) return 0;
+  std::memset(reinterpret_cast<void*>(dst), 0, size);
+  return neg(EFAULT);
+}
+
+// Reads a NUL-terminated string of at most size-1 bytes, a page's part at a time (the
+// string may end just before an unmapped page). Returns the bytes with the NUL.
+u64 h_probe_read_str(u64 dst, u64 size, u64 src, u64, u64) {
+  if (size == 0 || size > (1u << 16) || !writable(dst, size)) return neg(EFAULT);
+  auto* d = reinterpret_cast<char*>(dst);
+  u64 n = 0;
+  while (n < size - 1) {
+    const u64 page_left = 4096 - ((src + n) & 4095);
+    const u64 chunk = std::min(page_left, size - 1 - n);
+    if (!os::safe_read(d + n, src + n, chunk)) {
+      if (n == 0) {
+        std::memset(d, 0, size);
+        return neg(EFAULT);
+      }
+      break;
+    }
+    if (const void* z = std::memchr(d + n, 0, chunk)) return static_cast<u64>(static_cast<const char*>(z) - d) + 1;
+    n += chunk;
+  }
+  d[n] = 0;
+  return n + 1;
+}
+
+// bpf_trace_printk(fmt, fmt_size, a, b, c): the kernel's subset of printf conversions
+// (%d %i %u %x %X %p %s %c %%, with l/ll/h/hh and width/zero/minus flags), at most three
+// arguments, %s read fault-safe (64 bytes at most).
+u64 h_printk(u64 fmt, u64 fmt_size, u64 a1, u64 a2, u64 a3) {
+  char f[256];
+  if (fmt_size == 0 || fmt_size > sizeof f || !os::safe_read(f, fmt, fmt_size)) return neg(EINVAL);
+  f[std::min<u64>(fmt_size, sizeof f) - 1] = 0;
+  const u64 args[3] = {a1, a2, a3};
+  int next = 0;
+  char out[512];
+  size_t o = 0;
+  auto put = [&](const char* s, size_t n) {
+    n = std::min(n, sizeof out - 1 - o);
+    std::memcpy(out + o, s, n);
+    o += n;
+  };
+  for (const char* p = f; *p && o < sizeof out - 1;) {
+    if (*p != '%') {
+      put(p++, 1);
+      continue;
+    }
+    const char* start = p++;
+    if (*p == '%') {
+      put(p++, 1);
+      continue;
+    }
+    while (*p == '-' || *p == '0' || (*p >= '1' && *p <= '9')) ++p;
+    int longs = 0;
+    while (*p == 'l') ++longs, ++p;
+    int shorts = 0;
+    while (*p == 'h') ++shorts, ++p;
+    const char conv = *p ? *p++ : 0;
+    if (!conv || next >= 3) return neg(EINVAL);
+    u64 v = args[next++];
+    char spec[16];
+    const size_t flen = std::min<size_t>(static_cast<size_t>(p - start - 1 - longs - shorts), 8);
+    char buf[96];
+    int n = 0;
+    std::memcpy(spec, start, flen);  // "%-08" (flags and width)
+    switch (conv) {
+      case 'd': case 'i': {
+        int64_t s = longs ? static_cast<int64_t>(v) : shorts == 1 ? static_cast<int16_t>(v)
+                    : shorts >= 2 ? static_cast<int8_t>(v) : static_cast<int32_t>(v);
+        std::memcpy(spec + flen, "lld", 4);
+        n = snprintf(buf, sizeof buf, spec, static_cast<long long>(s));
+        break;
+      }
+      case 'u': case 'x': case 'X': {
+        if (!longs) v = shorts == 1 ? static_cast<uint16_t>(v) : shorts >= 2 ? static_cast<uint8_t>(v) : static_cast<uint32_t>(v);
+        spec[flen] = 'l', spec[flen + 1] = 'l', spec[flen + 2] = conv, spec[flen + 3] = 0;
+        n = snprintf(buf, sizeof buf, spec, static_cast<unsigned long long>(v));
+        break;
+      }
+      case 'p':
+        n = snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+        break;
+      case 'c':
+        buf[0] = static_cast<char>(v);
+        n = 1;
+        break;
+      case 's': {
+        char s[65];
+        u64 len = 0;
+        while (len < 64 && os::safe_read(s + len, v + len, 1) && s[len]) ++len;
+        if (len == 0 && !os::safe_read(s, v, 1)) {
+          std::memcpy(s, "(fault)", 8);
+          len = 7;
+        }
+        s[len] = 0;
+        std::memcpy(spec + flen, "s", 2);
+        n = snprintf(buf, sizeof buf, spec, s);
+        break;
+      }
+      default: return neg(EINVAL);
+    }
+    if (n > 0) put(buf, std::min<size_t>(static_cast<size_t>(n), sizeof buf - 1));
+  }
+  while (o && out[o - 1] == '\n') --o;
+  MapHeader* ring = g_printk.load(std::memory_order_acquire);
+  if (ring) (void)ringbuf_output(ring, out, o);
+  return o;
+}
+
+u64 h_ringbuf_output(u64 map, u64 data, u64 size, u64, u64) {
+  MapHeader* m = map_from_addr(map);
+  if (!m || map_type(m) != uint32_t(MapType::ringbuf)) return neg(EINVAL);
+  void* r = ringbuf_reserve(m, size);
+  if (!r) return neg(EAGAIN);
+  if (!os::safe_read(r, data, size)) {
+    ringbuf_commit(m, r, true);
+    return neg(EFAULT);
+  }
+  ringbuf_commit(m, r, false);
+  return 0;
+}
+
+u64 h_ringbuf_reserve(u64 map, u64 size, u64, u64, u64) {
+  MapHeader* m = map_from_addr(map);
+  if (!m || map_type(m) != uint32_t(MapType::ringbuf)) return 0;
+  return reinterpret_cast<u64>(ringbuf_reserve(m, size));
+}
+
+u64 h_ringbuf_submit(u64 rec, u64, u64, u64, u64) {
+  if (MapHeader* m = ringbuf_holding(rec)) ringbuf_commit(m, reinterpret_cast<void*>(rec), false);
+  return 0;
+}
+
+u64 h_ringbuf_discard(u64 rec, u64, u64, u64, u64) {
+  if (MapHeader* m = ringbuf_holding(rec)) ringbuf_commit(m, reinterpret_cast<void*>(rec), true);
+  return 0;
+}
+
+u64 h_func_arg(u64 ctx, u64 n, u64 value, u64, u64) {
+  u64 cnt = 0, v = 0;
+  if (!writable(value, 8)) return neg(EFAULT);
+  if (!read_ctx(ctx, -1, &cnt) || n >= cnt || !read_ctx(ctx, static_cast<int64_t>(n), &v)) {
+    *reinterpret_cast<u64*>(value) = 0;
+    return neg(EINVAL);
+  }
+  *reinterpret_cast<u64*>(value) = v;
+  return 0;
+}
+
+u64 h_func_ret(u64 ctx, u64 value, u64, u64, u64) {
+  u64 cnt = 0, v = 0;
+  if (!writable(value, 8)) return neg(EFAULT);
+  if (!read_ctx(ctx, -1, &cnt) || cnt > 64 || !read_ctx(ctx, static_cast<int64_t>(cnt), &v)) return neg(EINVAL);
+  *reinterpret_cast<u64*>(value) = v;
+  return 0;
+}
+
+u64 h_func_arg_cnt(u64 ctx, u64, u64, u64, u64) {
+  u64 cnt = 0;
+  return read_ctx(ctx, -1, &cnt) ? cnt : 0;
+}
+u64 h_func_ip(u64 ctx, u64, u64, u64, u64) {
+  u64 ip = 0;
+  return read_ctx(ctx, -2, &ip) ? ip : 0;
+}
+u64 h_cookie(u64 ctx, u64, u64, u64, u64) {
+  u64 c = 0;
+  return read_ctx(ctx, -3, &c) ? c : 0;
+}
+
+HelperTable make_runtime() {
+  pthread_atfork(nullptr, nullptr, on_fork_child);
+  HelperTable t;
+  auto add = [&](uint32_t id, HelperFn fn, bool needs_run = false) {
+    t.add(id, std::string(kernel_helper_name(id)), fn, needs_run);
+  };
+  add(1, h_map_lookup);
+  add(2, h_map_update);
+  add(3, h_map_delete);
+  add(4, h_probe_read, true);
+  add(5, h_ktime);
+  add(6, h_printk);
+  add(7, h_prandom);
+  add(8, h_cpu);
+  add(14, h_pid_tgid);
+  add(16, h_comm, true);
+  add(45, h_probe_read_str, true);
+  add(112, h_probe_read, true);
+  add(113, h_probe_read, true);
+  add(114, h_probe_read_str, true);
+  add(115, h_probe_read_str, true);
+  add(130, h_ringbuf_output);
+  add(131, h_ringbuf_reserve);
+  add(132, h_ringbuf_submit);
+  add(133, h_ringbuf_discard);
+  add(173, h_func_ip);
+  add(174, h_cookie);
+  add(183, h_func_arg, true);
+  add(184, h_func_ret, true);
+  add(185, h_func_arg_cnt);
+  return t;
+}
+
+}  // namespace
+
+const HelperTable& runtime_helpers() {
+  static const HelperTable t = make_runtime();
+  return t;
+}
+
+void set_printk_ring(MapHeader* ring) { g_printk.store(ring, std::memory_order_release); }
 
 }  // namespace utramp::ebpf

@@ -48,4 +48,20 @@ class HelperTable {
 // For messages only: what a helper does here is what the table says.
 std::string_view kernel_helper_name(uint32_t id);
 
+// ---- the runtime helpers programs of `utramp run` call ------------------------------
+//
+// The table of every helper below, by kernel id. They follow the kernel's contracts:
+// map operations on the map file's maps (maps.hpp; a map argument that is not one is
+// -EINVAL / null), time from CLOCK_MONOTONIC, pid_tgid from getpid/gettid, comm from
+// /proc/self/comm (read once per thread), probe_read_* fault-safe (os::safe_read: a bad
+// source gives -EFAULT and a zeroed destination), trace_printk formatted here into the
+// printk ring (below) for the CLI to print, get_func_* from the trampoline's context
+// (ctx[-1] count, ctx[-2] function, ctx[-3] cookie). Destinations the program passes
+// are checked against the running program's writable memory (current_run()).
+const HelperTable& runtime_helpers();
+
+struct MapHeader;
+// Where bpf_trace_printk writes its lines (a ringbuf map of the map file); null: dropped.
+void set_printk_ring(MapHeader* ring);
+
 }  // namespace utramp::ebpf

@@ -94,11 +94,15 @@ void emit_string(ThreadTrace* ts, uint64_t time, uint64_t addr, uint16_t depth, 
   const bool bad = n <= 0;
   // One `string` event carries 24 bytes in time/addr/data... keep time for ordering:
   // payload in addr+data (16 bytes) per event, length in aux.
-  const char* src = bad ? "<bad pointer>" : buf;
-  if (bad) len = strlen(src);
+  // An unreadable pointer: one empty string event flagged so (replay shows the
+  // pointer); a readable string: 16 bytes per event in addr+data.
+  if (bad) {
+    emit(ts, trace::EventType::string, time, 0, 0, depth, 1, 0);
+    return;
+  }
   for (size_t off = 0; off < len || off == 0; off += 16) {
     uint64_t w[2] = {0, 0};
-    memcpy(w, src + off, len - off < 16 ? len - off : 16);
+    memcpy(w, buf + off, len - off < 16 ? len - off : 16);
     emit(ts, trace::EventType::string, time, w[0], w[1], depth, 0,
          static_cast<uint32_t>((len << 8) | (off / 16 & 0xff)));
     if (len == 0) break;

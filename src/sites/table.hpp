@@ -4,9 +4,12 @@
 // difference into one patch batch.
 #pragma once
 
+#include <pthread.h>
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -80,9 +83,13 @@ class SiteTable {
   Result<void> commit();
 
   std::vector<std::string> skipped_objects() const;
-  // Held across fork() (see tramp/trampoline.cpp).
+  // Held across fork() (see tramp/trampoline.cpp). In the child the recursive mutex's
+  // owner is a thread id that no longer exists, so unlocking fails (EPERM) and would
+  // leave it held forever: it starts afresh there instead.
   void fork_lock() { mu_.lock(); }
-  void fork_unlock() { mu_.unlock(); }
+  void fork_unlock() {
+    if (pthread_mutex_unlock(mu_.native_handle()) != 0) new (&mu_) std::recursive_mutex();
+  }
 
  private:
   SiteTable() = default;

@@ -113,8 +113,14 @@ inline std::string mask(std::string text, const MaskOptions& o = {}) {
   return text;
 }
 
+// A test binary whose goldens live elsewhere defines UTRAMP_GOLDEN_DIR (relative to the
+// source tree) before including this header.
+#ifndef UTRAMP_GOLDEN_DIR
+#define UTRAMP_GOLDEN_DIR "tests/trace/golden"
+#endif
+
 inline std::string golden_path(const std::string& name) {
-  return std::string(UTRAMP_SOURCE_DIR) + "/tests/trace/golden/" + name + ".txt";
+  return std::string(UTRAMP_SOURCE_DIR) + "/" UTRAMP_GOLDEN_DIR "/" + name + ".txt";
 }
 
 inline bool update_goldens() {

@@ -10,5 +10,7 @@ void add_replay(CLI::App& app);
 void add_report(CLI::App& app);
 void add_dump(CLI::App& app);
 void add_record(CLI::App& app);
+void add_hist(CLI::App& app);
+void add_run(CLI::App& app);
 
 }  // namespace utramp::cli

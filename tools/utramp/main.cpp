@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   utramp::cli::add_report(app);
   utramp::cli::add_dump(app);
   utramp::cli::add_record(app);
+  utramp::cli::add_hist(app);
+  utramp::cli::add_run(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

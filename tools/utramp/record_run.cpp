@@ -1,5 +1,6 @@
 #include "record_run.hpp"
 
+#include <cxxabi.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <fnmatch.h>
@@ -114,7 +115,14 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   if (auto obj = sites::analyse_file(prog); obj) {
     for (const auto& g : o.agent.filters) {
       bool hit = false;
-      for (const auto& f : obj->functions) hit = hit || fnmatch(g.c_str(), f.name.c_str(), 0) == 0;
+      for (const auto& f : obj->functions) {
+        if (hit) break;
+        int st = 0;
+        char* d = abi::__cxa_demangle(f.name.c_str(), nullptr, nullptr, &st);
+        hit = fnmatch(g.c_str(), f.name.c_str(), 0) == 0 ||
+              (st == 0 && d && fnmatch(g.c_str(), d, 0) == 0);
+        free(d);
+      }
       if (!hit)
         fmt::print(stderr, "utramp record: -F '{}' matches no function of {} (running anyway)\n",
                    g, prog);
@@ -168,6 +176,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   info.ticks_per_ns = rate0;
   info.start_time = __rdtsc();
   info.buffer_mode = o.overwrite ? "overwrite" : "discard";
+  info.tracer = cfg.tracer;
   (void)writer->write_info(info);
 
   // The target keeps our stdin/stdout/stderr; Ctrl-C reaches it (same process group)
@@ -196,13 +205,16 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     _exit(127);
   }
 
-  auto drain = [&] {
-    return shm->drain([&](uint32_t pid, uint32_t tid, std::span<const trace::Event> ev, uint64_t lost) {
-      if (!ev.empty()) (void)writer->append(pid, tid, ev);
-      if (lost) writer->add_lost(pid, tid, lost);
-      out->events += ev.size();
-      out->lost += lost;
-    });
+  auto drain = [&](bool final = false) {
+    const size_t n = shm->drain(
+        [&](uint32_t pid, uint32_t tid, std::span<const trace::Event> ev, uint64_t lost) {
+          if (!ev.empty()) (void)writer->append(pid, tid, ev);
+          if (lost) writer->add_lost(pid, tid, lost);
+          out->lost += lost;
+        },
+        final);
+    out->events += n;
+    return n;
   };
   int status = 0;
   for (;;) {
@@ -219,6 +231,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
       quiet = 0;
     }
   }
+  drain(true);  // losses still pending at the end are marked where they happened
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGQUIT, &old_quit, nullptr);
 

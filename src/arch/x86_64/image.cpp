@@ -157,7 +157,7 @@ Frame frame_for(const Signature& sig, const Layout& l) {
   const int32_t ctx_bytes = 8 * (4 + f.nslots + 2);
   at -= ctx_bytes;
   f.ctx = at + 32;
-  // Entered by jmp: rsp = 8 mod 16 at entry, 0 after push rbp; keep it 0.
+  // The image aligns rsp itself (and rsp, -16): the size only keeps it a multiple of 16.
   f.size = (-at + 15) / 16 * 16;
   return f;
 }
@@ -404,19 +404,24 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
           jmp_abs(a, spec.site + spec.prologue.size(), base);
         }
         a.bind(slow);
-        // Entered by jmp from the function's entry: rsp = 8 mod 16. Eight pushes keep
-        // it; 8 + 128 bytes of xmm saves make it 0 for the call.
+        // Entered by jmp from the function's entry, where the stack is usually 8 mod 16
+        // but not always: gcc calls a local function that needs no alignment with
+        // whatever it has (its IPA stack alignment). Realign for the call.
+        a.push(ax::rbp);
+        a.mov(ax::rbp, ax::rsp);
+        a.and_(ax::rsp, Imm(-16));
         for (const ax::Gp& r : kIntArgs) a.push(r);
         a.push(ax::rax);
         a.push(ax::r10);
-        a.sub(ax::rsp, Imm(8 + 16 * kSseArgs));
+        a.sub(ax::rsp, Imm(16 * kSseArgs));
         for (int x = 0; x < kSseArgs; ++x) a.movdqu(ax::ptr(ax::rsp, 16 * x), ax::xmm(x));
         call_abs(a, spec.register_fn, base);
         for (int x = 0; x < kSseArgs; ++x) a.movdqu(ax::xmm(x), ax::ptr(ax::rsp, 16 * x));
-        a.add(ax::rsp, Imm(8 + 16 * kSseArgs));
+        a.add(ax::rsp, Imm(16 * kSseArgs));
         a.pop(ax::r10);
         a.pop(ax::rax);
         for (int r = 5; r >= 0; --r) a.pop(kIntArgs[r]);
+        a.leave();
         a.long_().jmp(stub);
         // exit: images that hold their own counter leave through here, slot in r11.
         a.bind(exit);
@@ -485,6 +490,10 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       a.dec(fs_mem(sp.tls.counters + 4 * int64_t(sp.site_slot), 4));
     }
     a.sub(ax::rsp, Imm(f.size));
+    // The stack is 8 mod 16 at a function's entry only when its caller kept the ABI's
+    // alignment: gcc does not for local callees it knows need none. Programs and the
+    // original are called with it aligned whatever it was.
+    a.and_(ax::rsp, Imm(-16));
     save_args(a, sig, l, f);
     a.mov(ctx_slot(f, -1), Imm(f.nslots));
     if (static_cast<int64_t>(sp.func) == static_cast<int32_t>(sp.func)) {

@@ -1,0 +1,501 @@
+#include "ebpf/loader.hpp"
+
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <elf.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+
+#include "ebpf/check.hpp"
+#include "tramp/signature.hpp"
+
+namespace utramp::ebpf {
+
+namespace {
+
+constexpr uint32_t kR_BPF_64_64 = 1, kR_BPF_64_32 = 10;
+constexpr uint16_t kEM_BPF = 247;
+
+struct Sec {
+  std::string name;
+  const Elf64_Shdr* sh = nullptr;
+  std::span<const uint8_t> data;  // empty for NOBITS
+  enum class Role { ignore, text, prog, maps, data, rel } role = Role::ignore;
+  int map = -1;  // data sections: index in Object::maps
+};
+
+struct Sym {
+  std::string name;
+  uint64_t value = 0, size = 0;
+  uint16_t shndx = 0;
+  uint8_t type = 0, bind = 0;
+};
+
+struct BtfDeleter {
+  void operator()(btf* b) const { btf__free(b); }
+};
+
+class Parser {
+ public:
+  Parser(std::span<const uint8_t> b, std::string name, const HelperTable& h)
+      : bytes_(b), name_(std::move(name)), helpers_(h) {}
+  Result<Object> run();
+
+ private:
+  Error err(Errc c, const std::string& what) const {
+    return make_error(c, fmt::format("{}: {}", name_, what));
+  }
+  Result<void> read_elf();
+  Result<void> classify();
+  Result<void> read_maps();
+  Result<void> read_programs();
+  Result<void> relocate(size_t sec, uint64_t lo, uint64_t hi, size_t base, LoadedProgram& p,
+                        bool* needs_text);
+  std::optional<Prototype> prototype(const std::string& fn) const;
+
+  std::span<const uint8_t> bytes_;
+  std::string name_;
+  const HelperTable& helpers_;
+  std::vector<Sec> secs_;
+  std::vector<Sym> syms_;
+  std::map<size_t, size_t> rel_for_;  // section index -> its SHT_REL section index
+  std::unique_ptr<btf, BtfDeleter> btf_;
+  std::map<std::string, size_t> maps_by_sym_;  // .maps symbol -> map index
+  int maps_sec_ = -1, text_sec_ = -1;
+  Object obj_;
+};
+
+bool starts(const std::string& s, std::string_view p) { return s.rfind(p, 0) == 0; }
+
+Result<void> Parser::read_elf() {
+  if (bytes_.size() < sizeof(Elf64_Ehdr))
+    return err(Errc::bad_format, fmt::format("truncated: {} bytes, an ELF header needs {}",
+                                             bytes_.size(), sizeof(Elf64_Ehdr)));
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, bytes_.data(), sizeof eh);
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return err(Errc::bad_format, "not an ELF file");
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB)
+    return err(Errc::bad_format, "not a 64-bit little-endian ELF (compile with -target bpf, or bpfel)");
+  if (eh.e_machine != kEM_BPF)
+    return err(Errc::bad_format, fmt::format("ELF machine {} is not BPF ({}): compile with clang -target bpf",
+                                             eh.e_machine, kEM_BPF));
+  if (eh.e_type != ET_REL) return err(Errc::bad_format, "not a relocatable object (clang -c)");
+  if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum == 0)
+    return err(Errc::bad_format, "no section headers");
+  if (eh.e_shoff > bytes_.size() || (bytes_.size() - eh.e_shoff) / sizeof(Elf64_Shdr) < eh.e_shnum)
+    return err(Errc::bad_format, fmt::format("truncated: section headers at {:#x} ({} of them) past the "
+                                             "end of the file ({} bytes)",
+                                             eh.e_shoff, eh.e_shnum, bytes_.size()));
+  if (eh.e_shoff % alignof(Elf64_Shdr)) return err(Errc::bad_format, "misaligned section headers");
+  const auto* sh = reinterpret_cast<const Elf64_Shdr*>(bytes_.data() + eh.e_shoff);
+  if (eh.e_shstrndx >= eh.e_shnum) return err(Errc::bad_format, "bad section name table index");
+  auto sec_bytes = [&](const Elf64_Shdr& s, size_t i) -> Result<std::span<const uint8_t>> {
+    if (s.sh_type == SHT_NOBITS) return std::span<const uint8_t>();
+    if (s.sh_offset > bytes_.size() || s.sh_size > bytes_.size() - s.sh_offset)
+      return err(Errc::bad_format, fmt::format("truncated: section {} at {:#x}+{:#x} past the end of the "
+                                               "file ({} bytes)",
+                                               i, s.sh_offset, s.sh_size, bytes_.size()));
+    return bytes_.subspan(s.sh_offset, s.sh_size);
+  };
+  auto strtab = sec_bytes(sh[eh.e_shstrndx], eh.e_shstrndx);
+  if (!strtab) return std::move(strtab).error();
+  auto str_at = [](std::span<const uint8_t> tab, uint64_t off) -> std::optional<std::string> {
+    if (off >= tab.size()) return std::nullopt;
+    const auto* p = reinterpret_cast<const char*>(tab.data() + off);
+    const size_t n = strnlen(p, tab.size() - off);
+    if (off + n >= tab.size()) return std::nullopt;
+    return std::string(p, n);
+  };
+  secs_.resize(eh.e_shnum);
+  int symtab = -1;
+  for (size_t i = 0; i < eh.e_shnum; ++i) {
+    auto n = str_at(*strtab, sh[i].sh_name);
+    if (!n) return err(Errc::bad_format, fmt::format("section {}: name offset {:#x} outside the name table",
+                                                     i, sh[i].sh_name));
+    auto d = sec_bytes(sh[i], i);
+    if (!d) return std::move(d).error();
+    secs_[i] = Sec{*n, &sh[i], *d};
+    if (sh[i].sh_type == SHT_SYMTAB) symtab = static_cast<int>(i);
+  }
+  if (symtab < 0) return err(Errc::bad_format, "no symbol table");
+  const Elf64_Shdr& st = sh[symtab];
+  if (st.sh_link >= eh.e_shnum) return err(Errc::bad_format, "symbol table: bad string table link");
+  const auto names = secs_[st.sh_link].data;
+  const auto sd = secs_[symtab].data;
+  if (st.sh_entsize != sizeof(Elf64_Sym) || sd.size() % sizeof(Elf64_Sym))
+    return err(Errc::bad_format, "symbol table: bad entry size");
+  for (size_t k = 0; k < sd.size() / sizeof(Elf64_Sym); ++k) {
+    Elf64_Sym s;
+    std::memcpy(&s, sd.data() + k * sizeof s, sizeof s);
+    auto n = str_at(names, s.st_name);
+    if (!n) return err(Errc::bad_format, fmt::format("symbol {}: name offset {:#x} out of range", k, s.st_name));
+    syms_.push_back({*n, s.st_value, s.st_size, s.st_shndx, static_cast<uint8_t>(ELF64_ST_TYPE(s.st_info)),
+                     static_cast<uint8_t>(ELF64_ST_BIND(s.st_info))});
+  }
+  for (size_t i = 0; i < secs_.size(); ++i) {
+    if (sh[i].sh_type != SHT_REL) continue;
+    if (sh[i].sh_info >= secs_.size() || sh[i].sh_link != static_cast<uint32_t>(symtab))
+      return err(Errc::bad_format, fmt::format("relocation section '{}': bad links", secs_[i].name));
+    if (sh[i].sh_entsize != sizeof(Elf64_Rel) || secs_[i].data.size() % sizeof(Elf64_Rel))
+      return err(Errc::bad_format, fmt::format("relocation section '{}': bad entry size", secs_[i].name));
+    rel_for_[sh[i].sh_info] = i;
+  }
+  return {};
+}
+
+Result<void> Parser::classify() {
+  for (size_t i = 1; i < secs_.size(); ++i) {
+    Sec& s = secs_[i];
+    const auto& n = s.name;
+    const uint64_t f = s.sh->sh_flags;
+    if (s.sh->sh_type == SHT_REL) s.role = Sec::Role::rel;
+    else if (n == ".text") s.role = Sec::Role::text, text_sec_ = static_cast<int>(i);
+    else if (starts(n, "fentry/") || starts(n, "fexit/") || starts(n, "fmod_ret/")) s.role = Sec::Role::prog;
+    else if (n == ".maps") s.role = Sec::Role::maps, maps_sec_ = static_cast<int>(i);
+    else if (n == "maps")
+      return err(Errc::unsupported, "section 'maps': legacy map definitions are not supported; declare "
+                                    "maps in SEC(\".maps\") with __uint/__type (BTF-defined maps)");
+    else if (starts(n, ".data") || starts(n, ".rodata") || starts(n, ".bss")) s.role = Sec::Role::data;
+    else if (n == "license" || n == "version" || starts(n, ".BTF") || starts(n, ".debug") ||
+             n == ".llvm_addrsig" || n == ".symtab" || n == ".strtab" || n.empty())
+      s.role = Sec::Role::ignore;
+    else if (f & SHF_EXECINSTR)
+      return err(Errc::unsupported,
+                 fmt::format("section '{}': unknown program type (supported: fentry/FUNC, fexit/FUNC, "
+                             "fmod_ret/FUNC)",
+                             n));
+    else if (f & SHF_ALLOC)
+      return err(Errc::unsupported, fmt::format("section '{}': unknown section", n));
+    if ((s.role == Sec::Role::prog || s.role == Sec::Role::text) && s.data.size() % 8)
+      return err(Errc::bad_format, fmt::format("section '{}': size {} is not a multiple of 8 (an "
+                                               "instruction)",
+                                               n, s.data.size()));
+    if (n == "license") {
+      obj_.license.assign(reinterpret_cast<const char*>(s.data.data()),
+                          strnlen(reinterpret_cast<const char*>(s.data.data()), s.data.size()));
+    }
+  }
+  return {};
+}
+
+// __uint(name, v) is `int (*name)[v]`: the number is the array's element count.
+std::optional<uint32_t> btf_uint(const btf* b, uint32_t type_id) {
+  const btf_type* t = btf__type_by_id(b, type_id);
+  if (!t || !btf_is_ptr(t)) return std::nullopt;
+  const btf_type* a = btf__type_by_id(b, t->type);
+  if (!a || !btf_is_array(a)) return std::nullopt;
+  return btf_array(a)->nelems;
+}
+
+// __type(name, T) is `T *name`: the size of T.
+std::optional<uint32_t> btf_pointee_size(const btf* b, uint32_t type_id) {
+  const btf_type* t = btf__type_by_id(b, type_id);
+  if (!t || !btf_is_ptr(t)) return std::nullopt;
+  const long sz = btf__resolve_size(b, t->type);
+  if (sz < 0) return std::nullopt;
+  return static_cast<uint32_t>(sz);
+}
+
+Result<void> Parser::read_maps() {
+  // Global data sections first: a one-entry array each.
+  for (size_t i = 1; i < secs_.size(); ++i) {
+    Sec& s = secs_[i];
+    if (s.role != Sec::Role::data) continue;
+    const uint64_t size = s.sh->sh_size;
+    if (size == 0) continue;
+    if (size > (1u << 20))
+      return err(Errc::too_big, fmt::format("section '{}': {} bytes of global data (at most 1 MiB)", s.name, size));
+    MapSpec m;
+    m.name = s.name;
+    m.type = static_cast<uint32_t>(MapType::array);
+    m.key_size = 4;
+    m.value_size = static_cast<uint32_t>(size);
+    m.max_entries = 1;
+    m.global_data = true;
+    m.readonly = starts(s.name, ".rodata");
+    m.init.assign(s.data.begin(), s.data.end());
+    s.map = static_cast<int>(obj_.maps.size());
+    obj_.maps.push_back(std::move(m));
+  }
+  if (maps_sec_ < 0) return {};
+  if (!btf_) return err(Errc::bad_format, "section '.maps' but no .BTF to describe its maps (compile with -g)");
+  for (const Sym& sym : syms_) {
+    if (sym.shndx != maps_sec_ || sym.type == STT_SECTION || sym.name.empty()) continue;
+    const std::string where = fmt::format("map '{}'", sym.name);
+    const int var = btf__find_by_name_kind(btf_.get(), sym.name.c_str(), BTF_KIND_VAR);
+    if (var < 0) return err(Errc::bad_format, where + ": no BTF variable of that name");
+    const btf_type* v = btf__type_by_id(btf_.get(), static_cast<uint32_t>(var));
+    const btf_type* st = btf__type_by_id(btf_.get(), v->type);
+    while (st && (btf_is_typedef(st) || btf_is_mod(st))) st = btf__type_by_id(btf_.get(), st->type);
+    if (!st || !btf_is_struct(st)) return err(Errc::bad_format, where + ": its BTF type is not a struct");
+    MapSpec m;
+    m.name = sym.name;
+    const btf_member* mem = btf_members(st);
+    for (uint16_t k = 0; k < btf_vlen(st); ++k) {
+      const char* mn = btf__name_by_offset(btf_.get(), mem[k].name_off);
+      const std::string field = mn ? mn : "";
+      auto num = [&](uint32_t* out) -> Result<void> {
+        auto n = btf_uint(btf_.get(), mem[k].type);
+        if (!n) return err(Errc::bad_format, fmt::format("{}: field '{}' is not __uint(...)", where, field));
+        *out = *n;
+        return {};
+      };
+      auto type_size = [&](uint32_t* out) -> Result<void> {
+        auto n = btf_pointee_size(btf_.get(), mem[k].type);
+        if (!n) return err(Errc::bad_format, fmt::format("{}: field '{}' is not __type(...)", where, field));
+        *out = *n;
+        return {};
+      };
+      if (field == "type") UTRAMP_TRY(num(&m.type));
+      else if (field == "max_entries") UTRAMP_TRY(num(&m.max_entries));
+      else if (field == "key_size") UTRAMP_TRY(num(&m.key_size));
+      else if (field == "value_size") UTRAMP_TRY(num(&m.value_size));
+      else if (field == "map_flags") UTRAMP_TRY(num(&m.flags));
+      else if (field == "key") UTRAMP_TRY(type_size(&m.key_size));
+      else if (field == "value") UTRAMP_TRY(type_size(&m.value_size));
+      else if (field == "pinning" || field == "numa_node") continue;
+      else
+        return err(Errc::unsupported, fmt::format("{}: unsupported map field '{}'", where, field));
+    }
+    if (auto r = check_map_spec(m); !r) return err(r.error().code, r.error().message);
+    maps_by_sym_[sym.name] = obj_.maps.size();
+    obj_.maps.push_back(std::move(m));
+  }
+  return {};
+}
+
+// Applies the relocations of section `sec` that fall in [lo, hi) (bytes) to p.insns,
+// where the section's instruction at `lo` is p.insns[base].
+Result<void> Parser::relocate(size_t sec, uint64_t lo, uint64_t hi, size_t base, LoadedProgram& p,
+                              bool* needs_text) {
+  auto it = rel_for_.find(sec);
+  if (it == rel_for_.end()) return {};
+  const auto rd = secs_[it->second].data;
+  for (size_t k = 0; k < rd.size() / sizeof(Elf64_Rel); ++k) {
+    Elf64_Rel r;
+    std::memcpy(&r, rd.data() + k * sizeof r, sizeof r);
+    if (r.r_offset < lo || r.r_offset >= hi) continue;
+    const std::string where =
+        fmt::format("section '{}' offset {:#x}", secs_[sec].name, r.r_offset);
+    if (r.r_offset % 8)
+      return err(Errc::bad_format, where + ": relocation not on an instruction boundary");
+    const size_t at = base + (r.r_offset - lo) / 8;
+    const uint32_t type = ELF64_R_TYPE(r.r_info);
+    const size_t si = ELF64_R_SYM(r.r_info);
+    if (si >= syms_.size()) return err(Errc::bad_format, fmt::format("{}: symbol {} out of range", where, si));
+    const Sym& sym = syms_[si];
+    Insn& n = p.insns[at];
+    const std::string iwhere = fmt::format("{} (insn {} of {})", where, at, p.name);
+    if (type == kR_BPF_64_64) {
+      if (n.code != op::kLddw || at + 1 >= p.insns.size())
+        return err(Errc::bad_format, iwhere + ": map relocation on an instruction that is not lddw");
+      if (sym.shndx >= secs_.size())
+        return err(Errc::bad_format, fmt::format("{}: symbol '{}' has no section", iwhere, sym.name));
+      const Sec& ts = secs_[sym.shndx];
+      if (static_cast<int>(sym.shndx) == maps_sec_) {
+        auto m = maps_by_sym_.find(sym.name);
+        if (m == maps_by_sym_.end())
+          return err(Errc::bad_format, fmt::format("{}: '{}' is not a map", iwhere, sym.name));
+        p.refs.push_back({static_cast<uint32_t>(at), static_cast<uint32_t>(m->second), false, 0});
+      } else if (ts.role == Sec::Role::data) {
+        const uint64_t off = sym.value + static_cast<uint32_t>(n.imm);
+        if (ts.map < 0 || off > ts.sh->sh_size)
+          return err(Errc::out_of_range, fmt::format("{}: offset {} outside section '{}'", iwhere, off, ts.name));
+        p.refs.push_back({static_cast<uint32_t>(at), static_cast<uint32_t>(ts.map), true, off});
+      } else {
+        return err(Errc::unsupported, fmt::format("{}: reference to '{}' in section '{}' is not supported",
+                                                  iwhere, sym.name.empty() ? ts.name : sym.name, ts.name));
+      }
+    } else if (type == kR_BPF_64_32) {
+      if (n.code != op::kCallOp || n.src != op::kCallLocal)
+        return err(Errc::bad_format, iwhere + ": call relocation on an instruction that is not a local call");
+      // libbpf's rule: the callee is instruction sym.value / 8 + imm + 1 of the symbol's
+      // section.
+      const int64_t callee = static_cast<int64_t>(sym.value / 8) + n.imm + 1;
+      if (sym.shndx == sec) {  // within the section: within this program's slice
+        const int64_t in_prog = callee - static_cast<int64_t>(lo / 8);
+        if (callee < static_cast<int64_t>(lo / 8) || callee >= static_cast<int64_t>(hi / 8))
+          return err(Errc::out_of_range, fmt::format("{}: call to '{}' outside the program", iwhere, sym.name));
+        n.imm = static_cast<int32_t>(in_prog + static_cast<int64_t>(base) - static_cast<int64_t>(at + 1));
+        continue;
+      }
+      if (static_cast<int>(sym.shndx) != text_sec_)
+        return err(Errc::unsupported, fmt::format("{}: call to '{}' outside .text", iwhere, sym.name));
+      const int64_t text_n = static_cast<int64_t>(secs_[text_sec_].data.size() / 8);
+      if (callee < 0 || callee >= text_n)
+        return err(Errc::out_of_range, fmt::format("{}: callee {} outside .text (0..{})", iwhere, callee, text_n - 1));
+      *needs_text = true;
+      // The text is appended at the end: fixed once its position is known.
+      n.imm = static_cast<int32_t>(callee);
+      n.off = 0x7fff;  // marker, replaced before the check
+    } else {
+      return err(Errc::unsupported, fmt::format("{}: relocation type {}", where, type));
+    }
+  }
+  return {};
+}
+
+std::optional<Prototype> Parser::prototype(const std::string& fn) const {
+  if (!btf_) return std::nullopt;
+  // BPF_PROG(name, args...) wraps `____name(ctx, args...)`: its BTF, when it was not
+  // inlined away, has the typed arguments after ctx.
+  const int id = btf__find_by_name_kind(btf_.get(), ("____" + fn).c_str(), BTF_KIND_FUNC);
+  if (id < 0) return std::nullopt;
+  const btf_type* f = btf__type_by_id(btf_.get(), static_cast<uint32_t>(id));
+  const btf_type* proto = f ? btf__type_by_id(btf_.get(), f->type) : nullptr;
+  if (!proto || !btf_is_func_proto(proto) || btf_vlen(proto) < 1) return std::nullopt;
+  Prototype p;
+  const btf_param* ps = btf_params(proto);
+  p.text = "(";
+  for (uint16_t k = 1; k < btf_vlen(proto); ++k) {
+    const long sz = btf__resolve_size(btf_.get(), ps[k].type);
+    if (sz < 0) return std::nullopt;
+    p.arg_sizes.push_back(static_cast<uint32_t>(sz));
+    const char* n = btf__name_by_offset(btf_.get(), ps[k].name_off);
+    p.text += fmt::format("{}{} bytes{}{}", k > 1 ? ", " : "", sz, n && *n ? " " : "", n ? n : "");
+  }
+  p.text += ")";
+  return p;
+}
+
+Result<void> Parser::read_programs() {
+  for (size_t i = 1; i < secs_.size(); ++i) {
+    const Sec& s = secs_[i];
+    if (s.role != Sec::Role::prog) continue;
+    const size_t slash = s.name.find('/');
+    const std::string kind = s.name.substr(0, slash), target = s.name.substr(slash + 1);
+    if (target.empty()) return err(Errc::invalid_argument, fmt::format("section '{}': no function named", s.name));
+    std::vector<const Sym*> fns;
+    for (const Sym& sym : syms_)
+      if (sym.shndx == i && sym.type == STT_FUNC && sym.bind == STB_GLOBAL) fns.push_back(&sym);
+    if (fns.empty()) return err(Errc::bad_format, fmt::format("section '{}': no global function", s.name));
+    for (const Sym* fs : fns) {
+      if (fs->value % 8 || fs->size % 8 || fs->size == 0 || fs->value > s.data.size() ||
+          fs->size > s.data.size() - fs->value)
+        return err(Errc::bad_format, fmt::format("program '{}': bounds {:#x}+{:#x} outside section '{}' ({} "
+                                                 "bytes)",
+                                                 fs->name, fs->value, fs->size, s.name, s.data.size()));
+      LoadedProgram p;
+      p.name = fs->name;
+      p.section = s.name;
+      p.target = target;
+      p.kind = kind == "fentry" ? ProgKind::fentry : kind == "fexit" ? ProgKind::fexit : ProgKind::fmod_ret;
+      p.insns = insns_from_bytes(s.data.subspan(fs->value, fs->size));
+      bool needs_text = false;
+      UTRAMP_TRY(relocate(i, fs->value, fs->value + fs->size, 0, p, &needs_text));
+      if (needs_text) {
+        const size_t tbase = p.insns.size();
+        const auto text = insns_from_bytes(secs_[text_sec_].data);
+        for (size_t k = 0; k < tbase; ++k) {
+          Insn& n = p.insns[k];
+          if (n.code == op::kCallOp && n.src == op::kCallLocal && n.off == 0x7fff) {
+            n.imm = static_cast<int32_t>(tbase + n.imm) - static_cast<int32_t>(k + 1);
+            n.off = 0;
+          }
+        }
+        p.insns.insert(p.insns.end(), text.begin(), text.end());
+        bool unused = false;
+        UTRAMP_TRY(relocate(static_cast<size_t>(text_sec_), 0, secs_[text_sec_].data.size(), tbase, p, &unused));
+      }
+      // The structural check, with placeholder addresses in the map references.
+      std::vector<Insn> probe = p.insns;
+      for (const MapRef& r : p.refs) {
+        probe[r.insn].src = 0;
+        probe[r.insn].imm = 0x1000;
+        probe[r.insn + 1].imm = 0;
+      }
+      if (auto c = check_program(probe, &helpers_); !c)
+        return err(c.error().code, fmt::format("program '{}' (section '{}'): {}", p.name, p.section,
+                                               c.error().message));
+      p.proto = prototype(p.name);
+      obj_.programs.push_back(std::move(p));
+    }
+  }
+  if (obj_.programs.empty())
+    return err(Errc::not_found, "no programs (sections fentry/FUNC, fexit/FUNC or fmod_ret/FUNC)");
+  return {};
+}
+
+Result<Object> Parser::run() {
+  // libbpf would print its own diagnostics on stderr; ours carry the evidence.
+  static const bool quiet = [] {
+    libbpf_set_print(nullptr);
+    return true;
+  }();
+  (void)quiet;
+  UTRAMP_TRY(read_elf());
+  UTRAMP_TRY(classify());
+  for (size_t i = 1; i < secs_.size(); ++i) {
+    if (secs_[i].name != ".BTF") continue;
+    errno = 0;
+    btf* b = btf__new(secs_[i].data.data(), static_cast<uint32_t>(secs_[i].data.size()));
+    if (!b) return err(Errc::bad_format, fmt::format("section '.BTF': libbpf cannot parse it ({})", strerror(errno)));
+    btf_.reset(b);
+  }
+  UTRAMP_TRY(read_maps());
+  UTRAMP_TRY(read_programs());
+  obj_.path = name_;
+  return std::move(obj_);
+}
+
+}  // namespace
+
+const char* prog_kind_name(ProgKind k) {
+  switch (k) {
+    case ProgKind::fentry: return "fentry";
+    case ProgKind::fexit: return "fexit";
+    case ProgKind::fmod_ret: return "fmod_ret";
+  }
+  return "?";
+}
+
+Result<Object> parse_object(std::span<const uint8_t> bytes, const std::string& name, const HelperTable& helpers) {
+  return Parser(bytes, name, helpers).run();
+}
+
+Result<Object> load_object_file(const std::string& path, const HelperTable& helpers) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(Errc::not_found, fmt::format("{}: cannot open: {}", path, strerror(errno)));
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_object(bytes, path, helpers);
+}
+
+void resolve(LoadedProgram& p, std::span<const uint64_t> header_addr, std::span<const uint64_t> value_addr) {
+  for (const MapRef& r : p.refs) {
+    const uint64_t a = r.value ? value_addr[r.map] + r.offset : header_addr[r.map];
+    p.insns[r.insn].src = 0;
+    p.insns[r.insn].imm = static_cast<int32_t>(static_cast<uint32_t>(a));
+    p.insns[r.insn + 1].imm = static_cast<int32_t>(static_cast<uint32_t>(a >> 32));
+  }
+}
+
+Result<void> check_prototype(const LoadedProgram& p, const tramp::Signature& sig) {
+  if (!p.proto || !sig.known) return {};
+  std::vector<uint32_t> want;
+  for (const auto& a : sig.args) want.push_back(a.kind == tramp::ArgType::Kind::memory ? 8 : a.size);
+  std::vector<uint32_t> have = p.proto->arg_sizes;
+  if (p.kind != ProgKind::fentry && have.size() == want.size() + 1 && sig.ret.kind != tramp::RetType::Kind::none) {
+    const uint32_t rs = sig.ret.kind == tramp::RetType::Kind::memory ? 8 : sig.ret.size;
+    if (have.back() != rs)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("program '{}' {}: return value of {} bytes, but {} returns {} ({})",
+                                    p.name, p.proto->text, have.back(), p.target, rs, sig.describe()));
+    have.pop_back();
+  }
+  bool ok = have.size() == want.size();
+  for (size_t i = 0; ok && i < have.size(); ++i) ok = have[i] == want[i];
+  if (!ok)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("program '{}' declares {} but {} is {} ({} argument{})", p.name,
+                                  p.proto->text, p.target, sig.describe(), want.size(),
+                                  want.size() == 1 ? "" : "s"));
+  return {};
+}
+
+}  // namespace utramp::ebpf

@@ -1,0 +1,92 @@
+// The loader: an ELF object from `clang -O2 -g -target bpf` (libbpf's headers) turned
+// into programs the engines take and the map specs the map file is made from.
+//
+// What an object may hold:
+//   SEC("fentry/FUNC"), SEC("fexit/FUNC"), SEC("fmod_ret/FUNC")   programs (each global
+//                           function of such a section is one program attached to FUNC)
+//   .text                   BPF-to-BPF callees: appended to each program that calls
+//                           them (calls relocated), their own relocations applied too
+//   .maps                   BTF-defined maps (__uint(type, ...), __type(key, ...) ...),
+//                           read with libbpf's BTF API from .BTF
+//   .data* .rodata* .bss*   global data: one-entry array maps whose value is the section
+//   license, version, .BTF*, .debug*, .rel*, .symtab, .strtab, .llvm_addrsig  ignored
+// Anything else allocated is refused, as are legacy `maps` sections.
+//
+// Map references: `lddw rX, map` (src 1 after libbpf; here, a R_BPF_64_64 relocation
+// against a .maps symbol) becomes the address of the map's header in the map file;
+// `lddw rX, &global + off` (relocation against a data section) the address of the
+// value plus the offset. Both are recorded as MapRefs and patched by resolve() once the
+// map file is mapped (the CLI and the agent map it at different addresses). Before
+// that, parse_object() checks each program (check.hpp) with placeholders in the lddws,
+// so bad jumps, reserved fields and unknown helpers fail before anything runs.
+//
+// Every error names the object, the section or program and, for instructions, the
+// index, the disassembly and the bytes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+#include "ebpf/helpers.hpp"
+#include "ebpf/insn.hpp"
+#include "ebpf/maps.hpp"
+
+namespace utramp::tramp {
+struct Signature;
+}
+
+namespace utramp::ebpf {
+
+enum class ProgKind : uint8_t { fentry, fexit, fmod_ret };
+const char* prog_kind_name(ProgKind k);
+
+struct MapRef {
+  uint32_t insn;       // index of the lddw in the program
+  uint32_t map;        // index in Object::maps
+  bool value = false;  // the value's address (+offset), not the map's header
+  uint64_t offset = 0;
+};
+
+// The program's typed prototype (from BTF, when the object has it: BPF_PROG's inner
+// function when it was not inlined, or a function taking typed arguments).
+struct Prototype {
+  std::vector<uint32_t> arg_sizes;  // bytes of each argument after ctx
+  std::string text;                 // "int (int n, int ret)"
+};
+
+struct LoadedProgram {
+  std::string name;     // the function's symbol
+  std::string section;  // fentry/work
+  ProgKind kind = ProgKind::fentry;
+  std::string target;   // work
+  std::vector<Insn> insns;
+  std::vector<MapRef> refs;
+  std::optional<Prototype> proto;
+};
+
+struct Object {
+  std::string path;
+  std::string license;
+  std::vector<MapSpec> maps;
+  std::vector<LoadedProgram> programs;
+};
+
+// Parses and checks an object from memory (`name` for messages) against `helpers`.
+Result<Object> parse_object(std::span<const uint8_t> bytes, const std::string& name,
+                            const HelperTable& helpers);
+Result<Object> load_object_file(const std::string& path, const HelperTable& helpers);
+
+// Patches every MapRef: header_addr[i] is map i's header, value_addr[i] its value memory.
+void resolve(LoadedProgram& p, std::span<const uint64_t> header_addr,
+             std::span<const uint64_t> value_addr);
+
+// Checks the program's prototype (if known) against the target's signature: the number
+// of arguments (fexit/fmod_ret: plus the return value, which may be left out) and each
+// one's size. The message names both.
+Result<void> check_prototype(const LoadedProgram& p, const tramp::Signature& target);
+
+}  // namespace utramp::ebpf

@@ -1,0 +1,718 @@
+#include "ebpf/maps.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+
+namespace utramp::ebpf {
+
+namespace {
+
+constexpr uint64_t kFileMagic = 0x314d504642525455ull;  // "UTRBPFM1"
+constexpr uint32_t kMapMagic = 0x4d415042;              // "BPAM"
+constexpr uint32_t kVersion = 1;
+constexpr size_t kPage = 4096;
+constexpr uint32_t kBusy = 1u << 31, kDiscard = 1u << 30;
+constexpr uint32_t kLruWindow = 32;
+
+struct FileHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t nmaps;
+  uint64_t size;
+  uint32_t cpus;
+  uint32_t pad;
+};
+
+}  // namespace
+
+struct MapHeader {
+  uint32_t magic;
+  uint32_t type;
+  uint32_t key_size, value_size, max_entries, flags;
+  uint32_t stride;       // value size rounded up to 8
+  uint32_t cpus;         // per-CPU slots (1 for other maps)
+  uint64_t self_off;     // this header's offset in the file
+  uint64_t data_off, data_size;
+  uint32_t nbuckets;     // hash: power of two
+  uint32_t entry_size;   // hash: Entry + key (rounded) + values
+  uint8_t global_data, readonly, pad[6];
+  char name[kMapNameMax + 1];
+  // Runtime state, in the file.
+  alignas(64) uint32_t free_lock;
+  uint32_t free_head;    // entry index + 1, 0: none
+  uint64_t count;        // live entries (hash)
+  uint64_t clock;        // LRU stamps
+  uint64_t lru_hand;
+  uint64_t dropped;      // ringbuf: reservations refused
+};
+static_assert(sizeof(MapHeader) <= 256);
+constexpr size_t kHeaderStride = 256;
+
+namespace {
+
+// Hash layout.
+struct Bucket {
+  uint32_t lock;
+  uint32_t head;  // entry index + 1
+};
+struct Entry {
+  uint32_t next;  // entry index + 1
+  uint32_t used;
+  uint64_t stamp;
+  // key (rounded up to 8), then `cpus` values of `stride` bytes
+};
+// Ringbuf layout.
+struct RingCtl {
+  alignas(64) uint64_t consumer;
+  alignas(64) uint64_t producer;
+  uint32_t lock;
+};
+constexpr size_t kRingCtl = 192;
+static_assert(sizeof(RingCtl) <= kRingCtl);
+
+size_t round8(size_t v) { return (v + 7) & ~size_t{7}; }
+size_t round_page(size_t v) { return (v + kPage - 1) & ~(kPage - 1); }
+
+template <class T>
+std::atomic_ref<T> aref(T& v) {
+  return std::atomic_ref<T>(v);
+}
+
+void lock(uint32_t& w) noexcept {
+  auto a = aref(w);
+  for (;;) {
+    if (a.exchange(1, std::memory_order_acquire) == 0) return;
+    while (a.load(std::memory_order_relaxed)) __builtin_ia32_pause();
+  }
+}
+void unlock(uint32_t& w) noexcept { aref(w).store(0, std::memory_order_release); }
+
+struct Guard {
+  uint32_t& w;
+  explicit Guard(uint32_t& x) : w(x) { lock(w); }
+  ~Guard() { unlock(w); }
+};
+
+uint8_t* file_base(const MapHeader* m) {
+  return const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(m)) - m->self_off;
+}
+uint8_t* data_of(const MapHeader* m) { return file_base(m) + m->data_off; }
+bool is_hash(uint32_t t) {
+  return t == uint32_t(MapType::hash) || t == uint32_t(MapType::percpu_hash) ||
+         t == uint32_t(MapType::lru_hash);
+}
+bool is_percpu(uint32_t t) {
+  return t == uint32_t(MapType::percpu_hash) || t == uint32_t(MapType::percpu_array);
+}
+uint32_t this_cpu(const MapHeader* m) {
+  const int c = sched_getcpu();
+  return c < 0 ? 0 : static_cast<uint32_t>(c) % m->cpus;
+}
+
+Bucket* buckets(const MapHeader* m) { return reinterpret_cast<Bucket*>(data_of(m)); }
+Entry* entry(const MapHeader* m, uint32_t idx) {
+  return reinterpret_cast<Entry*>(data_of(m) + m->nbuckets * sizeof(Bucket) +
+                                  size_t(idx) * m->entry_size);
+}
+uint8_t* entry_key(Entry* e) { return reinterpret_cast<uint8_t*>(e + 1); }
+uint8_t* entry_value(const MapHeader* m, Entry* e, uint32_t cpu) {
+  return entry_key(e) + round8(m->key_size) + size_t(cpu) * m->stride;
+}
+
+uint64_t hash_key(const void* key, uint32_t n) {
+  // FNV-1a, then a final mix so that small integer keys spread over the buckets.
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto* p = static_cast<const uint8_t*>(key);
+  for (uint32_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  return h ^ (h >> 33);
+}
+
+// Finds key in the (locked) bucket; returns the entry index + 1, 0 if absent.
+uint32_t find_in(const MapHeader* m, Bucket& b, const void* key, uint32_t* prev) {
+  uint32_t p = 0;
+  for (uint32_t i = b.head, guard = 0; i && guard <= m->max_entries; i = entry(m, i - 1)->next, ++guard) {
+    if (std::memcmp(entry_key(entry(m, i - 1)), key, m->key_size) == 0) {
+      if (prev) *prev = p;
+      return i;
+    }
+    p = i;
+  }
+  return 0;
+}
+
+uint32_t alloc_entry(MapHeader* m) {
+  Guard g(m->free_lock);
+  const uint32_t i = m->free_head;
+  if (i) m->free_head = entry(m, i - 1)->next;
+  return i;
+}
+void free_entry(MapHeader* m, uint32_t i) {
+  Guard g(m->free_lock);
+  entry(m, i - 1)->next = m->free_head;
+  m->free_head = i;
+}
+
+// Unlinks `idx` from the (locked) bucket b; prev is its predecessor (0: head).
+void unlink(MapHeader* m, Bucket& b, uint32_t idx, uint32_t prev) {
+  Entry* e = entry(m, idx - 1);
+  if (prev) entry(m, prev - 1)->next = e->next;
+  else b.head = e->next;
+  aref(e->used).store(0, std::memory_order_relaxed);
+  aref(m->count).fetch_sub(1, std::memory_order_relaxed);
+}
+
+// LRU: evicts the least recently stamped of a window of used entries. True if one went.
+bool lru_evict(MapHeader* m) {
+  const uint64_t start = aref(m->lru_hand).fetch_add(kLruWindow, std::memory_order_relaxed);
+  uint32_t best = 0;
+  uint64_t best_stamp = UINT64_MAX;
+  for (uint32_t k = 0; k < kLruWindow * 4 && k < m->max_entries * 2; ++k) {
+    const uint32_t i = static_cast<uint32_t>((start + k) % m->max_entries);
+    Entry* e = entry(m, i);
+    if (!aref(e->used).load(std::memory_order_relaxed)) continue;
+    const uint64_t s = aref(e->stamp).load(std::memory_order_relaxed);
+    if (s < best_stamp) {
+      best_stamp = s;
+      best = i + 1;
+    }
+  }
+  if (!best) return false;
+  // Re-find it under its bucket's lock: it may have gone meanwhile.
+  Entry* e = entry(m, best - 1);
+  uint8_t key[512];
+  if (m->key_size > sizeof key) return false;
+  std::memcpy(key, entry_key(e), m->key_size);
+  Bucket& b = buckets(m)[hash_key(key, m->key_size) & (m->nbuckets - 1)];
+  uint32_t prev = 0;
+  {
+    Guard g(b.lock);
+    const uint32_t at = find_in(m, b, key, &prev);
+    if (at != best) return true;  // someone else changed it: retry the allocation
+    unlink(m, b, at, prev);
+  }
+  free_entry(m, best);
+  return true;
+}
+
+void stamp(MapHeader* m, Entry* e) {
+  if (m->type == uint32_t(MapType::lru_hash))
+    aref(e->stamp).store(aref(m->clock).fetch_add(1, std::memory_order_relaxed) + 1,
+                         std::memory_order_relaxed);
+}
+
+int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t flags, bool all) {
+  if (flags > 2) return -EINVAL;
+  Bucket& b = buckets(m)[hash_key(key, m->key_size) & (m->nbuckets - 1)];
+  const uint32_t cpu = all ? 0 : this_cpu(m);
+  auto write_value = [&](Entry* e, bool fresh) {
+    if (all) {
+      std::memcpy(entry_value(m, e, 0), value, size_t(m->stride) * m->cpus);
+      return;
+    }
+    if (fresh && m->cpus > 1) std::memset(entry_value(m, e, 0), 0, size_t(m->stride) * m->cpus);
+    std::memcpy(entry_value(m, e, cpu), value, m->value_size);
+  };
+  {
+    Guard g(b.lock);
+    if (uint32_t at = find_in(m, b, key, nullptr)) {
+      if (flags == 1) return -EEXIST;
+      Entry* e = entry(m, at - 1);
+      write_value(e, false);
+      stamp(m, e);
+      return 0;
+    }
+    if (flags == 2) return -ENOENT;
+  }
+  // Not there: take a free entry outside the bucket lock (eviction locks other
+  // buckets), fill it, then link it unless another thread inserted the key meanwhile.
+  uint32_t idx = alloc_entry(m);
+  for (int tries = 0; !idx && m->type == uint32_t(MapType::lru_hash) && tries < 8; ++tries) {
+    if (!lru_evict(m)) break;
+    idx = alloc_entry(m);
+  }
+  if (!idx) return -E2BIG;
+  Entry* e = entry(m, idx - 1);
+  std::memcpy(entry_key(e), key, m->key_size);
+  write_value(e, true);
+  int64_t rc = 0;
+  bool lost_race = false;
+  {
+    Guard g(b.lock);
+    if (uint32_t at = find_in(m, b, key, nullptr)) {
+      lost_race = true;
+      if (flags == 1) rc = -EEXIST;
+      else {
+        Entry* old = entry(m, at - 1);
+        write_value(old, false);
+        stamp(m, old);
+      }
+    } else {
+      stamp(m, e);
+      e->next = b.head;
+      aref(e->used).store(1, std::memory_order_relaxed);
+      b.head = idx;
+      aref(m->count).fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (lost_race) free_entry(m, idx);
+  return rc;
+}
+
+// Registered mappings (the agent's file; tests may attach more).
+struct Registered {
+  std::atomic<uint64_t> lo{0}, hi{0};
+};
+Registered g_files[8];
+
+// The kernel's names of the types not supported, for messages.
+std::string kernel_map_type(uint32_t t) {
+  static const char* const names[] = {"unspec", "hash", "array", "prog_array", "perf_event_array",
+                                      "percpu_hash", "percpu_array", "stack_trace", "cgroup_array",
+                                      "lru_hash", "lru_percpu_hash", "lpm_trie", "array_of_maps",
+                                      "hash_of_maps", "devmap", "sockmap", "cpumap", "xskmap", "sockhash",
+                                      "cgroup_storage", "reuseport_sockarray", "percpu_cgroup_storage",
+                                      "queue", "stack", "sk_storage", "devmap_hash", "struct_ops",
+                                      "ringbuf", "inode_storage", "task_storage", "bloom_filter",
+                                      "user_ringbuf", "cgrp_storage"};
+  return t < std::size(names) ? fmt::format(" ({})", names[t]) : std::string();
+}
+
+}  // namespace
+
+const char* map_type_name(uint32_t type) {
+  switch (static_cast<MapType>(type)) {
+    case MapType::hash: return "hash";
+    case MapType::array: return "array";
+    case MapType::percpu_hash: return "percpu_hash";
+    case MapType::percpu_array: return "percpu_array";
+    case MapType::lru_hash: return "lru_hash";
+    case MapType::ringbuf: return "ringbuf";
+  }
+  return "";
+}
+bool map_type_supported(uint32_t type) { return *map_type_name(type) != 0; }
+
+Result<void> check_map_spec(const MapSpec& s) {
+  auto bad = [&](const std::string& why) {
+    return make_error(Errc::invalid_argument, fmt::format("map '{}' ({}): {}", s.name,
+                                                          map_type_name(s.type), why));
+  };
+  if (!map_type_supported(s.type))
+    return make_error(Errc::unsupported,
+                      fmt::format("map '{}': map type {}{} is not supported (supported: hash, array, "
+                                  "percpu_hash, percpu_array, lru_hash, ringbuf)",
+                                  s.name, s.type, kernel_map_type(s.type)));
+  if (s.name.size() > kMapNameMax) return bad(fmt::format("name longer than {} bytes", kMapNameMax));
+  if (s.max_entries == 0) return bad("max_entries is 0");
+  if (s.type == uint32_t(MapType::ringbuf)) {
+    if (s.key_size || s.value_size) return bad("a ring buffer has no key or value");
+    if (!std::has_single_bit(s.max_entries) || s.max_entries < kPage)
+      return bad(fmt::format("ring size {} is not a power of two of at least {}", s.max_entries, kPage));
+    if (s.max_entries > (1u << 30)) return bad("ring larger than 1 GiB");
+    return {};
+  }
+  if (s.value_size == 0 || s.value_size > (1u << 20)) return bad(fmt::format("value size {}", s.value_size));
+  if (s.type == uint32_t(MapType::array) || s.type == uint32_t(MapType::percpu_array)) {
+    if (s.key_size != 4) return bad(fmt::format("key size {} (arrays have 4-byte keys)", s.key_size));
+  } else if (s.key_size == 0 || s.key_size > 512) {
+    return bad(fmt::format("key size {}", s.key_size));
+  }
+  if (uint64_t(s.max_entries) * s.value_size > (1ull << 32)) return bad("larger than 4 GiB");
+  if (s.max_entries > (1u << 24)) return bad("more than 2^24 entries");
+  return {};
+}
+
+MapFile::MapFile(MapFile&& o) noexcept
+    : base_(std::exchange(o.base_, nullptr)), size_(std::exchange(o.size_, 0)),
+      registered_(std::exchange(o.registered_, false)) {}
+MapFile& MapFile::operator=(MapFile&& o) noexcept {
+  if (this != &o) {
+    release();
+    base_ = std::exchange(o.base_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    registered_ = std::exchange(o.registered_, false);
+  }
+  return *this;
+}
+MapFile::~MapFile() { release(); }
+
+void MapFile::release() {
+  if (!base_) return;
+  if (registered_)
+    for (auto& f : g_files)
+      if (f.lo.load() == reinterpret_cast<uint64_t>(base_)) {
+        f.hi.store(0);
+        f.lo.store(0);
+      }
+  munmap(base_, size_);
+  base_ = nullptr;
+}
+
+namespace {
+Result<std::pair<uint8_t*, size_t>> map_fd(int fd, size_t size, const std::string& path) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return make_error(Errc::io, fmt::format("map file {}: mmap: {}", path, strerror(errno)));
+  return std::pair{static_cast<uint8_t*>(p), size};
+}
+
+void register_file(uint8_t* base, size_t size) {
+  for (auto& f : g_files) {
+    uint64_t z = 0;
+    if (f.lo.compare_exchange_strong(z, reinterpret_cast<uint64_t>(base))) {
+      f.hi.store(reinterpret_cast<uint64_t>(base) + size);
+      return;
+    }
+  }
+}
+}  // namespace
+
+Result<MapFile> MapFile::create(const std::string& path, const std::vector<MapSpec>& specs) {
+  const uint32_t cpus = static_cast<uint32_t>(std::max(1, get_nprocs_conf()));
+  std::vector<MapHeader> hs(specs.size());
+  size_t off = round_page(kPage + specs.size() * kHeaderStride);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const MapSpec& s = specs[i];
+    UTRAMP_TRY(check_map_spec(s));
+    MapHeader& h = hs[i];
+    std::memset(&h, 0, sizeof h);
+    h.magic = kMapMagic;
+    h.type = s.type;
+    h.key_size = s.key_size;
+    h.value_size = s.value_size;
+    h.max_entries = s.max_entries;
+    h.flags = s.flags;
+    h.stride = static_cast<uint32_t>(round8(s.value_size));
+    h.cpus = is_percpu(s.type) ? cpus : 1;
+    h.self_off = kPage + i * kHeaderStride;
+    h.global_data = s.global_data;
+    h.readonly = s.readonly;
+    std::memcpy(h.name, s.name.data(), std::min<size_t>(s.name.size(), kMapNameMax));
+    size_t bytes = 0;
+    if (s.type == uint32_t(MapType::ringbuf)) {
+      bytes = kRingCtl + s.max_entries;
+    } else if (is_hash(s.type)) {
+      h.nbuckets = std::bit_ceil(s.max_entries);
+      h.entry_size = static_cast<uint32_t>(sizeof(Entry) + round8(s.key_size) + size_t(h.stride) * h.cpus);
+      bytes = size_t(h.nbuckets) * sizeof(Bucket) + size_t(s.max_entries) * h.entry_size;
+    } else {
+      bytes = size_t(s.max_entries) * h.stride * h.cpus;
+    }
+    h.data_off = off;
+    h.data_size = bytes;
+    off = round_page(off + bytes);
+  }
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return make_error(Errc::io, fmt::format("map file {}: {}", path, strerror(errno)));
+  if (ftruncate(fd, static_cast<off_t>(off)) != 0) {
+    const int e = errno;
+    close(fd);
+    return make_error(Errc::io, fmt::format("map file {}: ftruncate {} bytes: {}", path, off, strerror(e)));
+  }
+  auto m = map_fd(fd, off, path);
+  close(fd);
+  if (!m) return std::move(m).error();
+  MapFile f;
+  f.base_ = m->first;
+  f.size_ = off;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    MapHeader* h = reinterpret_cast<MapHeader*>(f.base_ + hs[i].self_off);
+    *h = hs[i];
+    uint8_t* d = f.base_ + h->data_off;
+    if (is_hash(h->type)) {
+      for (uint32_t k = 0; k < h->max_entries; ++k) entry(h, k)->next = k + 2 <= h->max_entries ? k + 2 : 0;
+      h->free_head = h->max_entries ? 1 : 0;
+    } else if (!specs[i].init.empty() && h->type == uint32_t(MapType::array)) {
+      std::memcpy(d, specs[i].init.data(), std::min<size_t>(specs[i].init.size(), h->value_size));
+    }
+  }
+  auto* fh = reinterpret_cast<FileHeader*>(f.base_);
+  fh->version = kVersion;
+  fh->nmaps = static_cast<uint32_t>(specs.size());
+  fh->size = off;
+  fh->cpus = cpus;
+  aref(fh->magic).store(kFileMagic, std::memory_order_release);
+  return f;
+}
+
+Result<MapFile> MapFile::attach(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return make_error(Errc::io, fmt::format("map file {}: {}", path, strerror(errno)));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(kPage)) {
+    close(fd);
+    return make_error(Errc::bad_format, fmt::format("map file {}: too small", path));
+  }
+  auto m = map_fd(fd, static_cast<size_t>(st.st_size), path);
+  close(fd);
+  if (!m) return std::move(m).error();
+  MapFile f;
+  f.base_ = m->first;
+  f.size_ = m->second;
+  const auto* fh = reinterpret_cast<const FileHeader*>(f.base_);
+  if (fh->magic != kFileMagic || fh->version != kVersion || fh->size != f.size_ ||
+      kPage + size_t(fh->nmaps) * kHeaderStride > f.size_)
+    return make_error(Errc::bad_format, fmt::format("map file {}: not a utramp map file", path));
+  for (size_t i = 0; i < fh->nmaps; ++i) {
+    const MapHeader* h = f.header(i);
+    if (h->magic != kMapMagic || h->data_off + h->data_size > f.size_)
+      return make_error(Errc::bad_format, fmt::format("map file {}: map {} is corrupt", path, i));
+  }
+  register_file(f.base_, f.size_);
+  f.registered_ = true;
+  return f;
+}
+
+size_t MapFile::count() const { return base_ ? reinterpret_cast<const FileHeader*>(base_)->nmaps : 0; }
+uint32_t MapFile::cpus() const { return base_ ? reinterpret_cast<const FileHeader*>(base_)->cpus : 1; }
+MapHeader* MapFile::header(size_t i) const {
+  return reinterpret_cast<MapHeader*>(base_ + kPage + i * kHeaderStride);
+}
+std::span<uint8_t> MapFile::data(size_t i) const {
+  const MapHeader* h = header(i);
+  return {base_ + h->data_off, h->data_size};
+}
+MapSpec MapFile::spec(size_t i) const {
+  const MapHeader* h = header(i);
+  MapSpec s;
+  s.name = h->name;
+  s.type = h->type;
+  s.key_size = h->key_size;
+  s.value_size = h->value_size;
+  s.max_entries = h->max_entries;
+  s.flags = h->flags;
+  s.global_data = h->global_data;
+  s.readonly = h->readonly;
+  return s;
+}
+
+MapHeader* map_from_addr(uint64_t addr) noexcept {
+  for (auto& f : g_files) {
+    const uint64_t lo = f.lo.load(std::memory_order_acquire), hi = f.hi.load(std::memory_order_acquire);
+    if (!lo || addr < lo + kPage || addr >= hi) continue;
+    const auto* fh = reinterpret_cast<const FileHeader*>(lo);
+    const uint64_t rel = addr - lo - kPage;
+    if (rel % kHeaderStride || rel / kHeaderStride >= fh->nmaps) return nullptr;
+    auto* h = reinterpret_cast<MapHeader*>(addr);
+    return h->magic == kMapMagic ? h : nullptr;
+  }
+  return nullptr;
+}
+
+uint32_t map_type(const MapHeader* m) noexcept { return m->type; }
+uint32_t map_key_size(const MapHeader* m) noexcept { return m->key_size; }
+uint32_t map_value_size(const MapHeader* m) noexcept { return m->value_size; }
+uint64_t map_count(const MapHeader* m) noexcept {
+  return aref(const_cast<MapHeader*>(m)->count).load(std::memory_order_relaxed);
+}
+
+void* map_lookup(MapHeader* m, const void* key) noexcept {
+  switch (static_cast<MapType>(m->type)) {
+    case MapType::array:
+    case MapType::percpu_array: {
+      uint32_t k;
+      std::memcpy(&k, key, 4);
+      if (k >= m->max_entries) return nullptr;
+      const uint32_t cpu = m->cpus > 1 ? this_cpu(m) : 0;
+      return data_of(m) + (size_t(k) * m->cpus + cpu) * m->stride;
+    }
+    case MapType::hash:
+    case MapType::percpu_hash:
+    case MapType::lru_hash: {
+      Bucket& b = buckets(m)[hash_key(key, m->key_size) & (m->nbuckets - 1)];
+      Guard g(b.lock);
+      const uint32_t at = find_in(m, b, key, nullptr);
+      if (!at) return nullptr;
+      Entry* e = entry(m, at - 1);
+      stamp(m, e);
+      return entry_value(m, e, m->cpus > 1 ? this_cpu(m) : 0);
+    }
+    default: return nullptr;
+  }
+}
+
+int64_t map_update(MapHeader* m, const void* key, const void* value, uint64_t flags, bool all) noexcept {
+  switch (static_cast<MapType>(m->type)) {
+    case MapType::array:
+    case MapType::percpu_array: {
+      if (flags > 2) return -EINVAL;
+      if (flags == 1) return -EEXIST;  // array entries always exist
+      uint32_t k;
+      std::memcpy(&k, key, 4);
+      if (k >= m->max_entries) return -E2BIG;
+      uint8_t* row = data_of(m) + size_t(k) * m->cpus * m->stride;
+      if (all) std::memcpy(row, value, size_t(m->cpus) * m->stride);
+      else std::memcpy(row + (m->cpus > 1 ? this_cpu(m) : 0) * m->stride, value, m->value_size);
+      return 0;
+    }
+    case MapType::hash:
+    case MapType::percpu_hash:
+    case MapType::lru_hash:
+      return hash_update(m, key, value, flags, all);
+    default: return -EINVAL;
+  }
+}
+
+int64_t map_delete(MapHeader* m, const void* key) noexcept {
+  if (!is_hash(m->type)) return -EINVAL;
+  Bucket& b = buckets(m)[hash_key(key, m->key_size) & (m->nbuckets - 1)];
+  uint32_t at = 0, prev = 0;
+  {
+    Guard g(b.lock);
+    at = find_in(m, b, key, &prev);
+    if (!at) return -ENOENT;
+    unlink(m, b, at, prev);
+  }
+  free_entry(m, at);
+  return 0;
+}
+
+// ---- ring buffers --------------------------------------------------------------------
+
+namespace {
+RingCtl* ring(const MapHeader* m) { return reinterpret_cast<RingCtl*>(data_of(m)); }
+uint8_t* ring_data(const MapHeader* m) { return data_of(m) + kRingCtl; }
+}  // namespace
+
+void* ringbuf_reserve(MapHeader* m, uint64_t size) noexcept {
+  if (m->type != uint32_t(MapType::ringbuf) || size == 0 || size > m->max_entries / 4) {
+    aref(m->dropped).fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  RingCtl* c = ring(m);
+  const uint64_t n = m->max_entries, total = round8(size + 8);
+  Guard g(c->lock);
+  uint64_t pos = c->producer;
+  const uint64_t cons = aref(c->consumer).load(std::memory_order_acquire);
+  const uint64_t to_end = n - pos % n;
+  const uint64_t pad = to_end < total ? to_end : 0;
+  if (pos + pad + total - cons > n) {
+    aref(m->dropped).fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  uint8_t* d = ring_data(m);
+  if (pad) {
+    aref(*reinterpret_cast<uint32_t*>(d + pos % n)).store(static_cast<uint32_t>(pad - 8) | kDiscard,
+                                                         std::memory_order_relaxed);
+    pos += pad;
+  }
+  auto* hdr = reinterpret_cast<uint32_t*>(d + pos % n);
+  aref(*hdr).store(static_cast<uint32_t>(size) | kBusy, std::memory_order_relaxed);
+  hdr[1] = 0;
+  // Pairs with the consumer's acquire load of producer: it sees the headers above.
+  aref(c->producer).store(pos + total, std::memory_order_release);
+  return hdr + 2;
+}
+
+bool ringbuf_commit(MapHeader* m, void* rec, bool discard) noexcept {
+  if (m->type != uint32_t(MapType::ringbuf)) return false;
+  uint8_t* d = ring_data(m);
+  const uint64_t at = reinterpret_cast<uint64_t>(rec) - 8;
+  if (at < reinterpret_cast<uint64_t>(d) || at + 8 > reinterpret_cast<uint64_t>(d) + m->max_entries ||
+      at % 8)
+    return false;
+  auto h = aref(*reinterpret_cast<uint32_t*>(at));
+  uint32_t v = h.load(std::memory_order_relaxed);
+  if (!(v & kBusy)) return false;
+  // Pairs with ringbuf_consume's acquire load of the header: the record's bytes first.
+  return h.compare_exchange_strong(v, (v & ~kBusy) | (discard ? kDiscard : 0), std::memory_order_release);
+}
+
+MapHeader* ringbuf_holding(uint64_t addr) noexcept {
+  for (auto& f : g_files) {
+    const uint64_t lo = f.lo.load(std::memory_order_acquire), hi = f.hi.load(std::memory_order_acquire);
+    if (!lo || addr < lo || addr >= hi) continue;
+    const auto* fh = reinterpret_cast<const FileHeader*>(lo);
+    for (uint32_t i = 0; i < fh->nmaps; ++i) {
+      auto* h = reinterpret_cast<MapHeader*>(lo + kPage + i * kHeaderStride);
+      if (h->type != uint32_t(MapType::ringbuf)) continue;
+      const uint64_t d = reinterpret_cast<uint64_t>(ring_data(h));
+      if (addr >= d && addr < d + h->max_entries) return h;
+    }
+  }
+  return nullptr;
+}
+
+int64_t ringbuf_output(MapHeader* m, const void* data, uint64_t size) noexcept {
+  void* r = ringbuf_reserve(m, size);
+  if (!r) return -EAGAIN;
+  std::memcpy(r, data, size);
+  ringbuf_commit(m, r, false);
+  return 0;
+}
+
+size_t ringbuf_consume(MapHeader* m, const std::function<void(std::span<const uint8_t>)>& fn) {
+  if (m->type != uint32_t(MapType::ringbuf)) return 0;
+  RingCtl* c = ring(m);
+  const uint64_t n = m->max_entries;
+  uint8_t* d = ring_data(m);
+  uint64_t cons = aref(c->consumer).load(std::memory_order_relaxed);
+  size_t got = 0;
+  for (;;) {
+    const uint64_t prod = aref(c->producer).load(std::memory_order_acquire);
+    if (cons >= prod) break;
+    const uint32_t v = aref(*reinterpret_cast<uint32_t*>(d + cons % n)).load(std::memory_order_acquire);
+    if (v & kBusy) break;
+    const uint32_t len = v & ~(kBusy | kDiscard);
+    if (len + 8 > n - cons % n) break;  // corrupt: stop rather than read past the ring
+    if (!(v & kDiscard)) {
+      fn({d + cons % n + 8, len});
+      ++got;
+    }
+    cons += round8(len + 8);
+    // Pairs with the producer's acquire load of consumer: the space is free again.
+    aref(c->consumer).store(cons, std::memory_order_release);
+  }
+  return got;
+}
+
+uint64_t ringbuf_dropped(const MapHeader* m) noexcept {
+  return aref(const_cast<MapHeader*>(m)->dropped).load(std::memory_order_relaxed);
+}
+
+std::vector<MapEntry> map_entries(const MapHeader* cm, uint32_t) {
+  auto* m = const_cast<MapHeader*>(cm);
+  std::vector<MapEntry> out;
+  auto values = [&](const uint8_t* v) {
+    std::vector<std::vector<uint8_t>> vs;
+    for (uint32_t c = 0; c < m->cpus; ++c)
+      vs.emplace_back(v + size_t(c) * m->stride, v + size_t(c) * m->stride + m->value_size);
+    return vs;
+  };
+  if (m->type == uint32_t(MapType::array) || m->type == uint32_t(MapType::percpu_array)) {
+    for (uint32_t k = 0; k < m->max_entries; ++k) {
+      MapEntry e;
+      e.key.resize(4);
+      std::memcpy(e.key.data(), &k, 4);
+      e.values = values(data_of(m) + size_t(k) * m->cpus * m->stride);
+      out.push_back(std::move(e));
+    }
+  } else if (is_hash(m->type)) {
+    for (uint32_t bi = 0; bi < m->nbuckets; ++bi) {
+      Bucket& b = buckets(m)[bi];
+      Guard g(b.lock);
+      for (uint32_t i = b.head, guard = 0; i && guard <= m->max_entries; i = entry(m, i - 1)->next, ++guard) {
+        Entry* en = entry(m, i - 1);
+        MapEntry e;
+        e.key.assign(entry_key(en), entry_key(en) + m->key_size);
+        e.values = values(entry_value(m, en, 0));
+        out.push_back(std::move(e));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace utramp::ebpf

@@ -1,0 +1,148 @@
+// eBPF maps in shared memory: the target's programs update them, the CLI reads them
+// while the target runs and after it ends (SIGKILL included).
+//
+// One file holds every map of a run. The CLI creates it from the object's map specs
+// (loader.hpp) and maps it; the agent in the target maps the same file and finds each
+// map by index. Everything inside is addressed by offsets, so the two mappings may sit
+// at different addresses.
+//
+//   FileHeader   (4096 bytes)  magic, version, size, map count, per-CPU slot count
+//   MapHeader[n] (256 each)    spec, offsets, locks and counters of map i
+//   data areas                 page-aligned, one per map (layouts below)
+//
+// A program gets a map as the address of its MapHeader (the lddw of a map reference);
+// helpers check such an address against the registered files (map_from_addr) before
+// they trust it, and get the file's base from the header's own offset.
+//
+// Layouts (stride = value size rounded up to 8; C = per-CPU slots, sched_getcpu() % C):
+//   array          value[max_entries]
+//   percpu_array   value[max_entries][C]
+//   hash/lru_hash  Bucket[nb] (nb = power of two >= max_entries), then Entry[max_entries]
+//   percpu_hash    as hash, each entry holding C values
+//   ringbuf        producer/consumer positions (own cache lines), then max_entries
+//                  bytes of records
+//
+// Concurrency. Hash maps take a per-bucket spinlock (a word in the file) for lookups
+// and changes, and one map-wide spinlock for the free list of preallocated entries.
+// Entries are never freed, only recycled, so a value pointer a lookup returned stays
+// memory of the map (as with the kernel's preallocated maps, a deleted entry may be
+// reused under a program that still holds it). Array values are plain memory: programs
+// update them with atomics. LRU maps stamp an entry on each lookup and update; when the
+// free list is empty an update evicts the oldest of a window of entries it scans.
+// Ring buffers: one spinlock serialises reservations (as the kernel's); a record's
+// header carries a busy bit until submit or discard clears it (store-release, pairs
+// with the consumer's load-acquire), and the consumer stops at the first busy record.
+// A record never wraps: the producer pads to the ring's end with a discarded record.
+//
+// Everything a program calls is async-signal-safe: no allocation, no syscalls but
+// sched_getcpu (a vDSO call), spinlocks held for a bounded walk only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace utramp::ebpf {
+
+// The kernel's map type ids (enum bpf_map_type), those supported here.
+enum class MapType : uint32_t {
+  hash = 1,
+  array = 2,
+  percpu_hash = 5,
+  percpu_array = 6,
+  lru_hash = 9,
+  ringbuf = 27,
+};
+const char* map_type_name(uint32_t type);  // "hash", or "" when unknown
+bool map_type_supported(uint32_t type);
+
+struct MapSpec {
+  std::string name;
+  uint32_t type = 0;
+  uint32_t key_size = 0;
+  uint32_t value_size = 0;
+  uint32_t max_entries = 0;
+  uint32_t flags = 0;
+  std::vector<uint8_t> init;  // global data (.data/.rodata): the value of entry 0
+  bool global_data = false;   // .data/.rodata/.bss (not printed as a user map)
+  bool readonly = false;      // .rodata: programs may not store into it
+};
+
+// Checks a spec's sizes against its type; the message names the map.
+Result<void> check_map_spec(const MapSpec& s);
+
+inline constexpr uint32_t kMapNameMax = 63;
+
+struct MapHeader;  // in the file; opaque outside maps.cpp
+
+class MapFile {
+ public:
+  // CLI side: creates `path` (truncating) with a map per spec, and maps it.
+  static Result<MapFile> create(const std::string& path, const std::vector<MapSpec>& specs);
+  // Agent side: maps an existing file and registers it for map_from_addr().
+  static Result<MapFile> attach(const std::string& path);
+  MapFile() = default;
+  MapFile(MapFile&&) noexcept;
+  MapFile& operator=(MapFile&&) noexcept;
+  ~MapFile();
+
+  size_t count() const;
+  uint32_t cpus() const;
+  MapHeader* header(size_t i) const;
+  // The value memory of map i (what programs may load from and store into).
+  std::span<uint8_t> data(size_t i) const;
+  MapSpec spec(size_t i) const;
+
+ private:
+  void release();
+  uint8_t* base_ = nullptr;
+  size_t size_ = 0;
+  bool registered_ = false;
+};
+
+// ---- operations on one map (from helpers, the CLI and tests) ------------------------
+
+// The header at `addr` if it is a map of a registered (attached) file, else null.
+MapHeader* map_from_addr(uint64_t addr) noexcept;
+
+uint32_t map_type(const MapHeader* m) noexcept;
+uint32_t map_key_size(const MapHeader* m) noexcept;
+uint32_t map_value_size(const MapHeader* m) noexcept;
+
+// This CPU's value of `key` (per-CPU maps: this CPU's slot), or null.
+void* map_lookup(MapHeader* m, const void* key) noexcept;
+// BPF_ANY (0), BPF_NOEXIST (1), BPF_EXIST (2). Per-CPU maps: `value` is this CPU's
+// value (other slots of a new entry are zero) unless `all_cpus`, where it holds C values
+// of stride bytes each. Returns 0 or -errno (-E2BIG full, -EEXIST, -ENOENT, -EINVAL).
+int64_t map_update(MapHeader* m, const void* key, const void* value, uint64_t flags,
+                   bool all_cpus = false) noexcept;
+int64_t map_delete(MapHeader* m, const void* key) noexcept;
+
+// Ring buffers. reserve gives record memory or null (full: counted as dropped).
+void* ringbuf_reserve(MapHeader* m, uint64_t size) noexcept;
+// `rec` must be what reserve returned and not yet submitted or discarded: returns false
+// (doing nothing) otherwise.
+bool ringbuf_commit(MapHeader* m, void* rec, bool discard) noexcept;
+// The registered ring buffer whose records hold `addr`, or null.
+MapHeader* ringbuf_holding(uint64_t addr) noexcept;
+int64_t ringbuf_output(MapHeader* m, const void* data, uint64_t size) noexcept;
+// Consumer side (one consumer): calls fn for every submitted record in order; returns
+// how many.
+size_t ringbuf_consume(MapHeader* m, const std::function<void(std::span<const uint8_t>)>& fn);
+uint64_t ringbuf_dropped(const MapHeader* m) noexcept;
+
+// A snapshot of every entry: key bytes and one value per CPU slot (one for non-per-CPU
+// maps), in key order for arrays, unspecified for hashes.
+struct MapEntry {
+  std::vector<uint8_t> key;
+  std::vector<std::vector<uint8_t>> values;
+};
+std::vector<MapEntry> map_entries(const MapHeader* m, uint32_t cpus);
+// Counters of hash maps.
+uint64_t map_count(const MapHeader* m) noexcept;
+
+}  // namespace utramp::ebpf

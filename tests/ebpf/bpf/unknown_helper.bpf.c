@@ -1,0 +1,6 @@
+// Bad input: a helper utramp does not provide (bpf_get_stackid, 27).
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+SEC("fentry/work")
+int prog(void* ctx) { return bpf_get_stackid(ctx, 0, 0); }
+char LICENSE[] SEC("license") = "GPL";

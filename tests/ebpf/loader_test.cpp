@@ -1,0 +1,205 @@
+// The loader on the example objects (good input) and on each kind of bad input: the
+// error names what and where.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "ebpf/helpers.hpp"
+#include "ebpf/loader.hpp"
+#include "tramp/signature.hpp"
+
+namespace utramp::ebpf {
+namespace {
+
+std::string example(const std::string& name) { return std::string(UTRAMP_BPF_EXAMPLES_DIR) + "/" + name + ".bpf.o"; }
+std::string bad(const std::string& name) { return std::string(UTRAMP_BPF_BAD_DIR) + "/" + name + ".bpf.o"; }
+
+std::vector<uint8_t> read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+Result<Object> parse(const std::vector<uint8_t>& b) { return parse_object(b, "obj", runtime_helpers()); }
+
+std::string error_of(const Result<Object>& r) { return r ? std::string("(loaded)") : r.error().message; }
+
+// Replaces the first 8-byte instruction equal to `from` (in any section) with `to`.
+bool patch_insn(std::vector<uint8_t>& b, const std::vector<uint8_t>& from, const std::vector<uint8_t>& to) {
+  auto it = std::search(b.begin(), b.end(), from.begin(), from.end());
+  for (; it != b.end(); it = std::search(it + 1, b.end(), from.begin(), from.end())) {
+    if ((it - b.begin()) % 8 == 0) {
+      std::copy(to.begin(), to.end(), it);
+      return true;
+    }
+  }
+  return false;
+}
+
+TEST(Loader, LatencyExample) {
+  auto o = load_object_file(example("latency"), runtime_helpers());
+  ASSERT_TRUE(o) << o.error().message;
+  ASSERT_EQ(o->programs.size(), 2u);
+  EXPECT_EQ(o->license, "GPL");
+  const auto& entry = o->programs[0].kind == ProgKind::fentry ? o->programs[0] : o->programs[1];
+  const auto& exit = o->programs[0].kind == ProgKind::fexit ? o->programs[0] : o->programs[1];
+  EXPECT_EQ(entry.name, "work_entry");
+  EXPECT_EQ(entry.target, "work");
+  EXPECT_EQ(exit.name, "work_exit");
+  // .bss (calls) plus the two BTF-defined maps.
+  ASSERT_EQ(o->maps.size(), 3u);
+  auto find = [&](const std::string& n) {
+    return std::find_if(o->maps.begin(), o->maps.end(), [&](const MapSpec& m) { return m.name == n; });
+  };
+  ASSERT_NE(find("start"), o->maps.end());
+  EXPECT_EQ(find("start")->type, uint32_t(MapType::hash));
+  EXPECT_EQ(find("start")->key_size, 4u);
+  EXPECT_EQ(find("start")->value_size, 8u);
+  EXPECT_EQ(find("start")->max_entries, 1024u);
+  ASSERT_NE(find("hist_ns"), o->maps.end());
+  EXPECT_EQ(find("hist_ns")->type, uint32_t(MapType::array));
+  EXPECT_EQ(find("hist_ns")->max_entries, 64u);
+  ASSERT_NE(find(".bss"), o->maps.end());
+  EXPECT_TRUE(find(".bss")->global_data);
+  // fexit: start three times (lookup, delete... ) + hist_ns + calls (a value reference).
+  EXPECT_EQ(exit.refs.size(), 4u);
+  EXPECT_EQ(std::count_if(exit.refs.begin(), exit.refs.end(), [](const MapRef& r) { return r.value; }), 1);
+}
+
+TEST(Loader, EveryExampleLoads) {
+  for (const char* n : {"latency", "percpu_count", "fexit_ret", "fault_inject", "ringbuf_events"}) {
+    auto o = load_object_file(example(n), runtime_helpers());
+    EXPECT_TRUE(o) << n << ": " << error_of(o);
+  }
+}
+
+TEST(Loader, BpfToBpfCallIsAppendedAndRelocated) {
+  auto o = load_object_file(example("fexit_ret"), runtime_helpers());
+  ASSERT_TRUE(o) << o.error().message;
+  ASSERT_EQ(o->programs.size(), 1u);
+  const auto& p = o->programs[0];
+  size_t local_calls = 0;
+  for (size_t i = 0; i < p.insns.size(); ++i) {
+    const Insn& n = p.insns[i];
+    if (n.code != op::kCallOp || n.src != op::kCallLocal) continue;
+    ++local_calls;
+    const int64_t t = static_cast<int64_t>(i) + 1 + n.imm;
+    ASSERT_GE(t, 0);
+    ASSERT_LT(t, static_cast<int64_t>(p.insns.size()));
+  }
+  EXPECT_EQ(local_calls, 1u);
+}
+
+TEST(Loader, RodataIsReadOnlyGlobalData) {
+  auto o = load_object_file(example("fault_inject"), runtime_helpers());
+  ASSERT_TRUE(o) << o.error().message;
+  auto it = std::find_if(o->maps.begin(), o->maps.end(), [](const MapSpec& m) { return m.name == ".rodata"; });
+  ASSERT_NE(it, o->maps.end());
+  EXPECT_TRUE(it->readonly);
+  ASSERT_EQ(it->init.size(), 4u);
+  uint32_t every;
+  std::memcpy(&every, it->init.data(), 4);
+  EXPECT_EQ(every, 3u);
+  EXPECT_EQ(o->programs[0].kind, ProgKind::fmod_ret);
+}
+
+TEST(LoaderBad, MissingFile) {
+  auto o = load_object_file("/nonexistent/x.bpf.o", runtime_helpers());
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.error().message.find("/nonexistent/x.bpf.o: cannot open"), std::string::npos) << o.error().message;
+}
+
+TEST(LoaderBad, Truncated) {
+  const auto b = read_all(example("latency"));
+  ASSERT_GT(b.size(), 1000u);
+  EXPECT_NE(error_of(parse({b.begin(), b.begin() + 10})).find("truncated: 10 bytes"), std::string::npos);
+  // Cut before the section headers (at the end of clang's objects).
+  const std::string e = error_of(parse({b.begin(), b.begin() + static_cast<long>(b.size() / 2)}));
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+  // Every shorter prefix fails cleanly (never crashes).
+  for (size_t n = 0; n < b.size(); n += 97) EXPECT_FALSE(parse({b.begin(), b.begin() + static_cast<long>(n)}));
+}
+
+TEST(LoaderBad, Corrupt) {
+  auto b = read_all(example("latency"));
+  auto c = b;
+  c[0] = 0;
+  EXPECT_NE(error_of(parse(c)).find("not an ELF file"), std::string::npos);
+  c = b;
+  c[18] = 62;  // e_machine = x86-64
+  EXPECT_NE(error_of(parse(c)).find("is not BPF"), std::string::npos) << error_of(parse(c));
+  // Flipping bytes anywhere never crashes the loader.
+  for (size_t i = 0; i < b.size(); i += 7) {
+    c = b;
+    c[i] ^= 0xff;
+    (void)parse(c);
+  }
+}
+
+TEST(LoaderBad, UnknownSection) {
+  const std::string e = error_of(load_object_file(bad("unknown_section"), runtime_helpers()));
+  EXPECT_NE(e.find("section 'kprobe/work': unknown program type"), std::string::npos) << e;
+}
+
+TEST(LoaderBad, UnsupportedMapType) {
+  const std::string e = error_of(load_object_file(bad("unsupported_map"), runtime_helpers()));
+  EXPECT_NE(e.find("map 'stacks': map type 7 (stack_trace) is not supported"), std::string::npos) << e;
+}
+
+TEST(LoaderBad, UnknownHelper) {
+  const std::string e = error_of(load_object_file(bad("unknown_helper"), runtime_helpers()));
+  EXPECT_NE(e.find("program 'prog' (section 'fentry/work')"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown helper 27 (bpf_get_stackid)"), std::string::npos) << e;
+}
+
+TEST(LoaderBad, JumpOutOfRange) {
+  auto b = read_all(example("latency"));
+  // work_exit's `if r7 == 0 goto +37` (15 07 25 00 ...) made +0x7f00.
+  ASSERT_TRUE(patch_insn(b, {0x15, 0x07, 0x25, 0x00, 0, 0, 0, 0}, {0x15, 0x07, 0x00, 0x7f, 0, 0, 0, 0}));
+  const std::string e = error_of(parse(b));
+  EXPECT_NE(e.find("program 'work_exit'"), std::string::npos) << e;
+  EXPECT_NE(e.find("insn 8 "), std::string::npos) << e;
+  EXPECT_NE(e.find("outside the program"), std::string::npos) << e;
+}
+
+TEST(LoaderBad, ReservedField) {
+  auto b = read_all(example("latency"));
+  // The first `exit` with imm = 1.
+  ASSERT_TRUE(patch_insn(b, {0x95, 0, 0, 0, 0, 0, 0, 0}, {0x95, 0, 0, 0, 1, 0, 0, 0}));
+  const std::string e = error_of(parse(b));
+  EXPECT_NE(e.find("reserved field imm must be 0, is 1"), std::string::npos) << e;
+}
+
+TEST(LoaderBad, PrototypeMismatch) {
+  auto o = load_object_file(bad("proto_mismatch"), runtime_helpers());
+  ASSERT_TRUE(o) << o.error().message;
+  ASSERT_TRUE(o->programs[0].proto.has_value());
+  tramp::Signature sig;
+  sig.args = {tramp::ArgType::integer(4)};
+  sig.ret = tramp::RetType::integer(4);
+  sig.source = "DWARF";
+  auto r = check_prototype(o->programs[0], sig);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("program 'typed' declares (8 bytes a, 8 bytes b) but work is"),
+            std::string::npos)
+      << r.error().message;
+  sig.args = {tramp::ArgType::integer(8), tramp::ArgType::integer(8)};
+  EXPECT_TRUE(check_prototype(o->programs[0], sig));
+}
+
+TEST(LoaderBad, LegacyMapsSection) {
+  // A minimal relocatable BPF ELF is easier to take from a real one: rename a section.
+  auto b = read_all(example("latency"));
+  // The last ".maps\0" is in the section name table (the first in .BTF's strings).
+  auto it = std::find_end(b.begin(), b.end(), std::begin(".maps"), std::end(".maps"));
+  ASSERT_NE(it, b.end());
+  // ".maps\0" -> "maps\0\0" in the section name table.
+  std::copy_n("maps\0\0", 6, it);
+  const std::string e = error_of(parse(b));
+  EXPECT_NE(e.find("section 'maps': legacy map definitions"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace utramp::ebpf

@@ -1,0 +1,144 @@
+// `utramp run` end to end: every example of examples/bpf against the real bpf_target,
+// map contents checked against the exact counts the target's loops imply, and bad
+// objects refused before the target starts.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "../e2e/cli_runner.hpp"
+
+namespace utramp {
+namespace {
+
+using nlohmann::json;
+
+std::string example(const std::string& name) { return std::string(UTRAMP_BPF_EXAMPLES_DIR) + "/" + name + ".bpf.o"; }
+std::string bad(const std::string& name) { return std::string(UTRAMP_BPF_BAD_DIR) + "/" + name + ".bpf.o"; }
+const std::string kTarget = UTRAMP_BPF_TARGET;
+
+test::RunResult run(const std::string& obj, std::vector<std::string> target_args, bool as_json = true) {
+  std::vector<std::string> a = {UTRAMP_CLI, "run", obj};
+  if (as_json) a.push_back("--json");
+  a.push_back("--");
+  a.push_back(kTarget);
+  for (auto& x : target_args) a.push_back(x);
+  return test::run_program(a);
+}
+
+// The JSON lines of type "map", by name.
+std::map<std::string, json> maps_of(const std::string& out) {
+  std::map<std::string, json> m;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    json j = json::parse(line);
+    if (j["type"] == "map") m[j["name"]] = j;
+  }
+  return m;
+}
+
+std::map<uint64_t, uint64_t> entries(const json& map) {
+  std::map<uint64_t, uint64_t> e;
+  for (const auto& x : map["entries"]) e[x["key"].get<uint64_t>()] = x["value"].get<uint64_t>();
+  return e;
+}
+
+TEST(RunE2E, LatencyHistogram) {
+  auto r = run(example("latency"), {"4", "1000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("bpf_target: 4 threads x 1000 calls, 0 failures"), std::string::npos);
+  auto m = maps_of(r.out);
+  ASSERT_TRUE(m.count("hist_ns")) << r.out;
+  uint64_t total = 0;
+  for (uint64_t c : m["hist_ns"]["hist"]) total += c;
+  EXPECT_EQ(total, 4000u);
+  ASSERT_TRUE(m.count("start"));
+  EXPECT_TRUE(m["start"]["entries"].empty());  // every entry's start was deleted at exit
+}
+
+TEST(RunE2E, LatencyHistogramTextDrawsBars) {
+  auto r = run(example("latency"), {"1", "100"}, false);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("@hist_ns:\n["), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("|@@@@"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("@start: (empty)"), std::string::npos) << r.out;
+}
+
+TEST(RunE2E, PercpuCounters) {
+  auto r = run(example("percpu_count"), {"4", "1000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto m = maps_of(r.out);
+  EXPECT_EQ(entries(m["calls"]), (std::map<uint64_t, uint64_t>{{0, 4000}}));
+  EXPECT_EQ(entries(m["by_mod4"]), (std::map<uint64_t, uint64_t>{{0, 1000}, {1, 1000}, {2, 1000}, {3, 1000}}));
+}
+
+TEST(RunE2E, FexitAggregatesReturnValues) {
+  auto r = run(example("fexit_ret"), {"4", "1000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto m = maps_of(r.out);
+  EXPECT_EQ(entries(m["rets"]), (std::map<uint64_t, uint64_t>{{0, 800}, {1, 800}, {2, 800}, {3, 800}, {4, 800}}));
+  EXPECT_EQ(entries(m["ret_sum"]), (std::map<uint64_t, uint64_t>{{0, 8000}}));
+}
+
+TEST(RunE2E, FmodRetInjectsFaults) {
+  auto r = run(example("fault_inject"), {"4", "1000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // 0, 3, ..., 999: 334 per thread.
+  EXPECT_NE(r.out.find("4 threads x 1000 calls, 1336 failures"), std::string::npos) << r.out;
+  EXPECT_EQ(entries(maps_of(r.out)["injected"]), (std::map<uint64_t, uint64_t>{{0, 1336}}));
+}
+
+TEST(RunE2E, RingbufStreamAndPrintk) {
+  auto r = run(example("ringbuf_events"), {"2", "10"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream in(r.out);
+  std::map<uint64_t, int> ns;
+  int printk = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    json j = json::parse(line);
+    if (j["type"] == "printk") {
+      EXPECT_EQ(j["msg"], "work(0) returned 0");
+      ++printk;
+    } else if (j["type"] == "ringbuf") {
+      EXPECT_EQ(j["map"], "events");
+      const std::string d = j["data"];
+      ASSERT_EQ(d.size(), 48u);  // 24 bytes
+      const uint64_t n = std::stoull(d.substr(16, 2), nullptr, 16);
+      const uint64_t ret = std::stoull(d.substr(32, 2), nullptr, 16);
+      EXPECT_EQ(ret, n % 5);
+      ++ns[n];
+    }
+  }
+  EXPECT_EQ(printk, 2);
+  EXPECT_EQ(ns, (std::map<uint64_t, int>{{0, 2}, {1, 2}, {2, 2}}));
+}
+
+// Bad objects: refused with the reason, the target never runs.
+void expect_refused(const std::string& obj, const std::string& msg) {
+  auto r = run(obj, {"1", "10"});
+  EXPECT_EQ(r.exit_code, 2) << obj;
+  EXPECT_NE(r.err.find(msg), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("bpf_target:"), std::string::npos) << "the target ran: " << r.out;
+}
+
+TEST(RunE2E, BadObjectsNeverStartTheTarget) {
+  expect_refused(bad("missing_target"), "program 'prog' (section 'fentry/no_such_function'): no function "
+                                        "'no_such_function' in");
+  expect_refused(bad("unknown_section"), "section 'kprobe/work': unknown program type");
+  expect_refused(bad("unsupported_map"), "map type 7 (stack_trace) is not supported");
+  expect_refused(bad("unknown_helper"), "unknown helper 27 (bpf_get_stackid)");
+  expect_refused(bad("proto_mismatch"), "program 'typed' declares (8 bytes a, 8 bytes b) but work is (i32) -> i32");
+  expect_refused("/nonexistent.bpf.o", "/nonexistent.bpf.o: cannot open");
+}
+
+TEST(RunE2E, AttachFailureInTheAgentEndsTheTargetBeforeMain) {
+  expect_refused(bad("not_injectable"), "not marked with UTRAMP_ALLOW_ERROR_INJECTION(work)");
+  auto r = run(bad("not_injectable"), {"1", "10"});
+  EXPECT_NE(r.err.find("target not started"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace utramp

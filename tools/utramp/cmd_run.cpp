@@ -1,0 +1,382 @@
+// utramp run OBJECT [--interval SEC] [--json] -- PROGRAM [ARGS]: runs PROGRAM with
+// the eBPF programs of OBJECT (clang -target bpf) attached to its functions, prints
+// bpf_trace_printk lines and ring buffer records as they come, and every map at the end
+// (and every SEC seconds with --interval).
+//
+// Before the target starts, each object is loaded and checked here (sections, maps,
+// instructions, helpers), every target function is looked up in PROGRAM and each
+// program's BTF prototype checked against the function's DWARF signature: bad input
+// never starts the target. The agent in the target loads the objects again against the
+// map file made here, JITs and attaches; if that fails it ends the target before main
+// (exit status 125) and says why in a status file read here.
+//
+// Printing maps, bpftrace-style:
+//   @name[key]: value        one line per entry (array maps: non-zero entries only);
+//                            per-CPU maps show the sum over CPUs; keys and values of 1,
+//                            2, 4 or 8 bytes as unsigned integers, others as hex bytes
+//   @name:                   a log2 histogram, drawn with bars, when the map is an array
+//   [4, 8)    12 |@@@@@  |   or per-CPU array of u32 keys and u64 values whose name
+//                            contains "hist": slot i counts values in [2^i, 2^(i+1)),
+//                            slot 0 counts 0 and 1 ("[0, 2)")
+// Global data (.data, .rodata, .bss) and ring buffers are not printed as maps.
+// --json: one JSON object per line: {"type":"printk","msg":...},
+// {"type":"ringbuf","map":...,"data":"hex"}, {"type":"map","name":...,"map_type":...,
+// "entries":[{"key":K,"value":V[,"percpu":[...]]}...]} (histograms add "hist":[counts]).
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <utramp/utramp.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "agent/config.hpp"
+#include "commands.hpp"
+#include "ebpf/helpers.hpp"
+#include "ebpf/loader.hpp"
+#include "ebpf/maps.hpp"
+#include "os/dwarf.hpp"
+#include "record_run.hpp"
+#include "sites/object.hpp"
+
+namespace utramp::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct RunFlags {
+  std::string object;
+  std::vector<std::string> objects;
+  std::vector<std::string> command;
+  double interval = 0;
+  bool json = false;
+};
+
+std::string agent_lib() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void*>(&utramp_version), &info) || !info.dli_fname) return {};
+  std::string dir = info.dli_fname;
+  return dir.substr(0, dir.rfind('/')) + "/libutramp-agent.so";
+}
+
+bool is_int_size(size_t n) { return n == 1 || n == 2 || n == 4 || n == 8; }
+
+uint64_t as_u64(const std::vector<uint8_t>& b) {
+  uint64_t v = 0;
+  std::memcpy(&v, b.data(), std::min<size_t>(b.size(), 8));
+  return v;
+}
+
+std::string hex(std::span<const uint8_t> b, const char* sep = " ") {
+  std::string s;
+  for (size_t i = 0; i < b.size(); ++i) s += fmt::format("{}{:02x}", i ? sep : "", b[i]);
+  return s;
+}
+
+std::string show(const std::vector<uint8_t>& b) {
+  return is_int_size(b.size()) ? std::to_string(as_u64(b)) : hex(b);
+}
+
+json jshow(const std::vector<uint8_t>& b) {
+  if (is_int_size(b.size())) return as_u64(b);
+  return hex(b, "");
+}
+
+// The sum over CPUs of an integer value; the first CPU's bytes otherwise.
+std::vector<uint8_t> combined(const ebpf::MapEntry& e) {
+  if (e.values.size() == 1 || !is_int_size(e.values[0].size())) return e.values[0];
+  uint64_t sum = 0;
+  for (const auto& v : e.values) sum += as_u64(v);
+  std::vector<uint8_t> out(e.values[0].size());
+  std::memcpy(out.data(), &sum, out.size());
+  return out;
+}
+
+bool is_hist(const ebpf::MapSpec& s) {
+  return (s.type == uint32_t(ebpf::MapType::array) || s.type == uint32_t(ebpf::MapType::percpu_array)) &&
+         s.key_size == 4 && s.value_size == 8 && s.name.find("hist") != std::string::npos;
+}
+
+// bpftrace's bounds: 1K = 1024...
+std::string bound(uint64_t v) {
+  static const char* const units[] = {"", "K", "M", "G", "T", "P", "E"};
+  int u = 0;
+  while (v >= 1024 && v % 1024 == 0 && u < 6) v /= 1024, ++u;
+  return fmt::format("{}{}", v, units[u]);
+}
+
+void print_hist(const std::string& name, const std::vector<uint64_t>& slots) {
+  fmt::print("@{}:\n", name);
+  size_t first = slots.size(), last = 0;
+  uint64_t max = 0;
+  for (size_t i = 0; i < slots.size(); ++i)
+    if (slots[i]) first = std::min(first, i), last = i, max = std::max(max, slots[i]);
+  if (first == slots.size()) {
+    fmt::print("(empty)\n\n");
+    return;
+  }
+  for (size_t i = first; i <= last; ++i) {
+    const uint64_t lo = i == 0 ? 0 : uint64_t(1) << i;
+    const std::string hi = i >= 63 ? "..." : bound(uint64_t(1) << (i + 1));
+    const std::string label = fmt::format("[{}, {})", bound(lo), hi);
+    const int bar = slots[i] ? std::max(1, static_cast<int>(slots[i] * 52 / max)) : 0;
+    fmt::print("{:<20}{:>8} |{:<52}|\n", label, slots[i], std::string(static_cast<size_t>(bar), '@'));
+  }
+  fmt::print("\n");
+}
+
+void print_maps(const ebpf::MapFile& mf, bool as_json) {
+  for (size_t i = 0; i < mf.count(); ++i) {
+    const ebpf::MapSpec s = mf.spec(i);
+    if (s.global_data || s.type == uint32_t(ebpf::MapType::ringbuf)) continue;
+    const auto entries = ebpf::map_entries(mf.header(i), mf.cpus());
+    const bool array = s.type == uint32_t(ebpf::MapType::array) || s.type == uint32_t(ebpf::MapType::percpu_array);
+    if (as_json) {
+      json j{{"type", "map"}, {"name", s.name}, {"map_type", ebpf::map_type_name(s.type)}};
+      json es = json::array();
+      std::vector<uint64_t> slots;
+      for (const auto& e : entries) {
+        const auto v = combined(e);
+        if (is_hist(s)) slots.push_back(as_u64(v));
+        if (array && std::all_of(v.begin(), v.end(), [](uint8_t b) { return b == 0; })) continue;
+        json je{{"key", jshow(e.key)}, {"value", jshow(v)}};
+        if (e.values.size() > 1) {
+          json pc = json::array();
+          for (const auto& x : e.values) pc.push_back(jshow(x));
+          je["percpu"] = pc;
+        }
+        es.push_back(je);
+      }
+      j["entries"] = es;
+      if (is_hist(s)) j["hist"] = slots;
+      fmt::print("{}\n", j.dump());
+      continue;
+    }
+    if (is_hist(s)) {
+      std::vector<uint64_t> slots;
+      for (const auto& e : entries) slots.push_back(as_u64(combined(e)));
+      print_hist(s.name, slots);
+      continue;
+    }
+    // Hash maps in key order when keys are integers, as bpftrace sorts by value... by key here.
+    std::vector<std::pair<std::vector<uint8_t>, std::vector<uint8_t>>> rows;
+    for (const auto& e : entries) {
+      auto v = combined(e);
+      if (array && std::all_of(v.begin(), v.end(), [](uint8_t b) { return b == 0; })) continue;
+      rows.emplace_back(e.key, std::move(v));
+    }
+    if (is_int_size(s.key_size))
+      std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return as_u64(a.first) < as_u64(b.first); });
+    for (const auto& [k, v] : rows) fmt::print("@{}[{}]: {}\n", s.name, show(k), show(v));
+    if (rows.empty()) fmt::print("@{}: (empty)\n", s.name);
+    fmt::print("\n");
+  }
+  std::fflush(stdout);
+}
+
+// Prints what the ring buffers hold; returns how many records.
+size_t drain_rings(const ebpf::MapFile& mf, bool as_json) {
+  size_t n = 0;
+  for (size_t i = 0; i < mf.count(); ++i) {
+    const ebpf::MapSpec s = mf.spec(i);
+    if (s.type != uint32_t(ebpf::MapType::ringbuf)) continue;
+    const bool printk = s.name == ".printk";
+    n += ebpf::ringbuf_consume(mf.header(i), [&](std::span<const uint8_t> rec) {
+      if (printk) {
+        const std::string msg(reinterpret_cast<const char*>(rec.data()), rec.size());
+        if (as_json) fmt::print("{}\n", json{{"type", "printk"}, {"msg", msg}}.dump());
+        else fmt::print("{}\n", msg);
+      } else if (as_json) {
+        fmt::print("{}\n", json{{"type", "ringbuf"}, {"map", s.name}, {"data", hex(rec, "")}}.dump());
+      } else {
+        // Records of whole u64 words print as numbers, others as bytes.
+        std::string words;
+        if (rec.size() % 8 == 0) {
+          for (size_t k = 0; k < rec.size(); k += 8) {
+            uint64_t w;
+            std::memcpy(&w, rec.data() + k, 8);
+            words += fmt::format("{}{}", k ? " " : "", w);
+          }
+        } else {
+          words = hex(rec);
+        }
+        fmt::print("{}: {}\n", s.name, words);
+      }
+    });
+  }
+  if (n) std::fflush(stdout);
+  return n;
+}
+
+int run(const RunFlags& f) {
+  const std::string me = "utramp run";
+  if (f.command.empty()) {
+    fmt::print(stderr, "{}: no program given (utramp run OBJECT -- PROGRAM [ARGS])\n", me);
+    return 2;
+  }
+  std::string why;
+  const std::string prog = find_program(f.command[0], &why);
+  if (prog.empty()) {
+    fmt::print(stderr, "{}: {}\n", me, why);
+    return 2;
+  }
+  auto target = sites::analyse_file(prog);
+  if (!target) {
+    fmt::print(stderr, "{}: {}: {}\n", me, prog, target.error().message);
+    return 2;
+  }
+  // Load and check everything before anything runs.
+  std::vector<ebpf::MapSpec> specs;
+  std::vector<std::string> abs_objects;
+  for (const std::string& path : f.objects) {
+    auto obj = ebpf::load_object_file(path, ebpf::runtime_helpers());
+    if (!obj) {
+      fmt::print(stderr, "{}: {}\n", me, obj.error().message);
+      return 2;
+    }
+    for (const auto& p : obj->programs) {
+      const auto* fn = [&]() -> const sites::SiteInfo* {
+        for (const auto& x : target->functions)
+          if (x.name == p.target) return &x;
+        return nullptr;
+      }();
+      if (!fn) {
+        fmt::print(stderr, "{}: {}: program '{}' (section '{}'): no function '{}' in {}\n", me, path, p.name,
+                   p.section, p.target, prog);
+        return 2;
+      }
+      if (auto sig = os::signature_from_dwarf(prog, p.target); sig) {
+        if (auto c = ebpf::check_prototype(p, *sig); !c) {
+          fmt::print(stderr, "{}: {}: {}\n", me, path, c.error().message);
+          return 2;
+        }
+      }
+    }
+    specs.insert(specs.end(), obj->maps.begin(), obj->maps.end());
+    char* rp = realpath(path.c_str(), nullptr);
+    abs_objects.push_back(rp ? rp : path);
+    free(rp);
+  }
+  ebpf::MapSpec printk;
+  printk.name = ".printk";
+  printk.type = uint32_t(ebpf::MapType::ringbuf);
+  printk.max_entries = 1u << 20;
+  printk.global_data = true;
+  specs.push_back(printk);
+
+  const std::string agent = agent_lib();
+  if (agent.empty() || access(agent.c_str(), R_OK) != 0) {
+    fmt::print(stderr, "{}: the agent library {} is missing\n", me, agent);
+    return 2;
+  }
+  char tmpl[] = "/tmp/utramp-run-XXXXXX";
+  if (!mkdtemp(tmpl)) {
+    fmt::print(stderr, "{}: mkdtemp: {}\n", me, strerror(errno));
+    return 2;
+  }
+  const std::string dir = tmpl;
+  agent::Config cfg;
+  cfg.tracer = "none";
+  cfg.trace_dir = dir;
+  cfg.bpf_objects = abs_objects;
+  cfg.bpf_map_file = dir + "/maps";
+  cfg.bpf_status_file = dir + "/status";
+  auto mf = ebpf::MapFile::create(cfg.bpf_map_file, specs);
+  if (!mf) {
+    fmt::print(stderr, "{}: {}\n", me, mf.error().message);
+    return 2;
+  }
+  const std::string cfg_path = dir + "/agent.json";
+  {
+    std::ofstream out(cfg_path);
+    out << agent::dump_config(cfg);
+  }
+  auto cleanup = [&] {
+    for (const char* n : {"/maps", "/status", "/agent.json"}) unlink((dir + n).c_str());
+    std::string log = fmt::format("{}/agent-", dir);
+    (void)!system(fmt::format("rm -f '{}'* 2>/dev/null", log).c_str());
+    rmdir(dir.c_str());
+  };
+
+  struct sigaction ign {}, old_int{};
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGINT, &ign, &old_int);
+  std::fflush(stdout);
+  const pid_t child = fork();
+  if (child < 0) {
+    fmt::print(stderr, "{}: fork: {}\n", me, strerror(errno));
+    cleanup();
+    return 2;
+  }
+  if (child == 0) {
+    sigaction(SIGINT, &old_int, nullptr);
+    std::string preload = agent;
+    if (const char* p = getenv("LD_PRELOAD"); p && *p) preload += std::string(":") + p;
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+    setenv("UTRAMP_AGENT", cfg_path.c_str(), 1);
+    std::vector<char*> argv;
+    for (const auto& a : f.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(prog.c_str(), argv.data());
+    fmt::print(stderr, "{}: cannot execute {}: {}\n", me, prog, strerror(errno));
+    _exit(127);
+  }
+  using clock = std::chrono::steady_clock;
+  auto next_print = clock::now() + std::chrono::duration<double>(f.interval);
+  int status = 0;
+  for (;;) {
+    const pid_t r = waitpid(child, &status, WNOHANG);
+    if (r == child) break;
+    if (drain_rings(*mf, f.json) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (f.interval > 0 && clock::now() >= next_print) {
+      print_maps(*mf, f.json);
+      next_print += std::chrono::duration<double>(f.interval);
+    }
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  std::string st;
+  {
+    std::ifstream in(cfg.bpf_status_file);
+    std::getline(in, st);
+  }
+  if (st.rfind("error: ", 0) == 0) {
+    fmt::print(stderr, "{}: {}; target not started\n", me, st.substr(7));
+    cleanup();
+    return 2;
+  }
+  drain_rings(*mf, f.json);
+  print_maps(*mf, f.json);
+  cleanup();
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) {
+    fmt::print(stderr, "{}: target killed by signal {}\n", me, WTERMSIG(status));
+    return 128 + WTERMSIG(status);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_run(CLI::App& app) {
+  auto f = std::make_shared<RunFlags>();
+  CLI::App* sub = app.add_subcommand("run", "Run a program with eBPF programs (clang -target bpf) attached");
+  sub->add_option("object", f->object, "eBPF object file (clang -O2 -g -target bpf)")->required();
+  sub->add_option("--interval", f->interval, "print the maps every SEC seconds too");
+  sub->add_flag("--json", f->json, "one JSON object per line");
+  sub->add_option("command", f->command, "-- PROGRAM [ARGS]");
+  sub->callback([f] {
+    f->objects = {f->object};
+    std::exit(run(*f));
+  });
+}
+
+}  // namespace utramp::cli
