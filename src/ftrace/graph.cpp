@@ -26,6 +26,7 @@ struct Frame {
 
 struct ThreadTrace {
   uint32_t pid = 0, tid = 0;
+  uint32_t fork_gen = 0;    // g_fork_gen when this state was set up for this process
   trace::Producer producer;
   uint32_t depth = 0;       // frames on the stack
   uint64_t overflow = 0;    // calls beyond kMaxStack not on the stack
@@ -36,6 +37,11 @@ struct ThreadTrace {
 trace::ShmBuffers* g_buffers = nullptr;
 Options g_opts;
 uint64_t g_min_ticks = 0;
+// Bumped by after_fork_child() in a forked child (its only thread runs the atfork
+// handler), so that the state of that thread is renewed on its next event. Comparing
+// it is what tells a child from its parent on the hit path: getpid() is a system call
+// (glibc no longer caches it) and cost more than the rest of an event.
+uint32_t g_fork_gen = 0;
 
 thread_local ThreadTrace* t_trace __attribute__((tls_model("initial-exec"))) = nullptr;
 
@@ -49,9 +55,9 @@ bool tid_selected(uint32_t tid) {
 // This thread's state, made on its first event (mmap: async-signal-safe, no malloc).
 ThreadTrace* state() {
   ThreadTrace* ts = t_trace;
-  const uint32_t pid = static_cast<uint32_t>(getpid());
-  if (ts && ts->pid == pid) return ts->producer.valid() ? ts : nullptr;
+  if (ts && ts->fork_gen == g_fork_gen) return ts->producer.valid() ? ts : nullptr;
   if (!g_buffers) return nullptr;
+  const uint32_t pid = static_cast<uint32_t>(getpid());
   if (!ts) {
     void* p = mmap(nullptr, sizeof(ThreadTrace), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -61,6 +67,7 @@ ThreadTrace* state() {
   }
   // New thread, or the first event of this thread in a forked child.
   ts->pid = pid;
+  ts->fork_gen = g_fork_gen;
   ts->tid = static_cast<uint32_t>(syscall(SYS_gettid));
   ts->depth = 0;
   ts->overflow = 0;
@@ -171,9 +178,12 @@ uint64_t graph_entry(uint64_t* ctx) {
     return 0;
   }
   const auto* rec = reinterpret_cast<const FuncRecord*>(ctx[-3]);
-  if (!g_min_ticks || (rec && rec->nargs)) {
+  if (!g_min_ticks) {
+    // Without -t every open ancestor was written at its entry (or is hidden): write
+    // this one only. flush_pending() here made each call cost O(depth).
+    write_entry(ts, d);
+  } else if (rec && rec->nargs) {
     flush_pending(ts, d);
-    f.written = 1;
     // The entry was written by flush_pending; add the caller to it is not possible
     // after the fact, so callers are only recorded by the function tracer.
   }
@@ -236,7 +246,8 @@ void on_unwind(uint64_t func) {
 }
 
 void after_fork_child() {
-  // The state's pid no longer matches: the next event claims a new buffer.
+  // The next event of this thread (the child's only one) claims a new buffer.
+  ++g_fork_gen;
 }
 
 void record_fork(uint32_t child_pid) {

@@ -339,6 +339,22 @@ Result<void> SiteTable::set_desired(Site* site, SiteState state) {
   if (!site->usable(&why)) return make_error(Errc::unsupported, why);
   auto b = bytes_for(*site, state);  // proves the state is encodable before accepting it
   if (!b) return std::move(b).error();
+  // A relocated prologue whose first instruction is shorter than the jump replaces
+  // several instructions: a thread stopped between two of them would resume inside the
+  // jump. Only a process with no other thread (the agent before main) may take it.
+  if (site->info.kind == SiteKind::prologue && site->applied.op == SiteOp::nop &&
+      state.op != SiteOp::nop) {
+    auto first = arch::decode(reinterpret_cast<const uint8_t*>(site->addr()), arch::kMaxInsnLen,
+                              site->addr());
+    auto threads = os::thread_count();
+    if (first && first->length < arch::kSiteLen && (!threads || *threads > 1))
+      return make_error(Errc::busy,
+                        fmt::format("{}: no compiler site; its relocated prologue replaces several "
+                                    "instructions, which is only safe while no other thread runs "
+                                    "({} threads now): attach at start-up (utramp record does), "
+                                    "or build with -fpatchable-function-entry=5",
+                                    site->label(), threads ? *threads : 0));
+  }
   site->desired = state;
   site->desired_bytes = std::move(*b);
   if (std::find(dirty_.begin(), dirty_.end(), site) == dirty_.end()) dirty_.push_back(site);
