@@ -151,8 +151,10 @@ void Producer::write(const Event& e) noexcept {
   uint64_t h = c->head.load(std::memory_order_relaxed);
   const bool mark = c->pending.load(std::memory_order_relaxed) != 0;
   if (mode_ == static_cast<uint32_t>(BufferMode::discard)) {
-    const uint64_t t = c->tail.load(std::memory_order_acquire);  // pairs with drain()'s release
     const uint64_t need = mark ? 2 : 1;
+    if (h - tail_seen_ + need > mask_ + 1)
+      tail_seen_ = c->tail.load(std::memory_order_acquire);  // pairs with drain()'s release
+    const uint64_t t = tail_seen_;
     if (h - t + need > mask_ + 1) {
       c->lost.fetch_add(1, std::memory_order_relaxed);
       c->pending.fetch_add(1, std::memory_order_relaxed);

@@ -65,6 +65,9 @@ class Producer {
   Event* ring_ = nullptr;
   uint64_t mask_ = 0;
   uint32_t mode_ = 0;
+  // The consumer's tail as last read: re-read only when the ring looks full, so a
+  // write does not pull the consumer's cache line every time.
+  uint64_t tail_seen_ = 0;
 };
 
 class ShmBuffers {

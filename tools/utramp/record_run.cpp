@@ -143,7 +143,11 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     fmt::print(stderr, "utramp record: {}\n", writer.error().message);
     return 2;
   }
-  const std::string shm_path = o.output + "/buffers.shm";
+  // The rings live in tmpfs (no write-back to disk while the target runs); the file is
+  // removed when the recording ends. Without /dev/shm: in the trace directory.
+  std::string shm_path = o.output + "/buffers.shm";
+  if (access("/dev/shm", W_OK) == 0)
+    shm_path = fmt::format("/dev/shm/utramp-{}-{}.buffers", getpid(), mono_ns() % 1000000007);
   trace::ShmConfig sc;
   sc.events_per_buffer = o.events_per_buffer;
   sc.max_buffers = o.max_buffers;
@@ -220,7 +224,8 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   for (;;) {
     const pid_t r = waitpid(child, &status, WNOHANG);
     if (r == child) break;
-    if (drain() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // Busy rings are drained back to back; an idle trace is polled every millisecond.
+    if (drain() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   // Children the target forked may still be writing: drain until quiet (bounded).
   for (int quiet = 0, rounds = 0; quiet < 10 && rounds < 400; ++rounds) {

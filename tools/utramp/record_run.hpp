@@ -12,7 +12,7 @@ namespace utramp::cli {
 struct RecordOptions {
   std::string output = "utramp.data";
   agent::Config agent;               // filters, depth, captures... (paths filled in)
-  uint32_t events_per_buffer = 1u << 16;
+  uint32_t events_per_buffer = 1u << 18;  // 8 MiB per thread, touched as used
   uint32_t max_buffers = 256;
   bool overwrite = false;            // flight-recorder mode
   bool quiet = false;                // no summary line

@@ -1,0 +1,570 @@
+// `utramp record` end to end: the fixtures of this directory (gcc and clang, -O0 and
+// -O2, each site flavour and none) are recorded through the real CLI and agent, and
+// what `record`, `replay`, `report` and `dump --folded --count` say is compared with
+// goldens in tests/record/golden/ (UTRAMP_UPDATE_GOLDENS=1 rewrites them; a mismatch
+// fails with a unified diff). Times, thread and process ids and addresses are masked.
+//
+// Every build of a scenario is compared with the same golden: the fixture is written so
+// that its call tree does not depend on compiler or optimisation level. Threads are
+// compared as per-thread reports, sorted, never as an interleaving.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_runner.hpp"
+#include "golden.hpp"
+
+namespace fs = std::filesystem;
+using utramp::test::RunResult;
+
+namespace {
+
+struct Fixture {
+  const char *file, *lang, *cc, *opt, *flavour, *missing;
+};
+
+void PrintTo(const Fixture& f, std::ostream* os) { *os << f.file; }
+
+const Fixture kFixtures[] = {
+#define REC_FIXTURE(file, lang, cc, opt, flavour, missing) {file, lang, cc, opt, flavour, missing},
+#include "rec_matrix.inc"
+#undef REC_FIXTURE
+};
+
+std::string fixture_path(const std::string& name) { return std::string(UTRAMP_REC_DIR) + "/" + name; }
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/utramp-record-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+// run_program() with a working directory (a -pg target writes gmon.out there), stdin
+// from a file, and no core dumps (the crash scenario).
+RunResult run_in(const std::vector<std::string>& args, const std::string& cwd,
+                 const std::string& stdin_path = "/dev/null") {
+  RunResult r;
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return r;
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    const int in = open(stdin_path.c_str(), O_RDONLY);
+    if (in >= 0) dup2(in, STDIN_FILENO);
+    rlimit nocore{0, 0};
+    setrlimit(RLIMIT_CORE, &nocore);
+    if (chdir(cwd.c_str()) != 0) _exit(126);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  std::string* sinks[2] = {&r.out, &r.err};
+  int open_fds = 2;
+  char buf[65536];
+  while (open_fds > 0) {
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+        continue;
+      }
+      sinks[i]->append(buf, static_cast<size_t>(n));
+    }
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
+  return r;
+}
+
+// One recording: `utramp record -o DIR OPTS -- FIXTURE ARGS` run in a fresh directory,
+// and the CLI's read side on it, rendered for goldens.
+class Recording {
+ public:
+  Recording(const std::string& fixture, const std::vector<std::string>& opts,
+            const std::vector<std::string>& target_args, const std::string& stdin_text = "")
+      : fixture_(fixture_path(fixture)), dir_(tmp_.path + "/trace") {
+    args_ = {"record", "-o", dir_};
+    args_.insert(args_.end(), opts.begin(), opts.end());
+    args_.push_back("--");
+    args_.push_back(fixture_);
+    args_.insert(args_.end(), target_args.begin(), target_args.end());
+    std::string in = "/dev/null";
+    if (!stdin_text.empty()) {
+      in = tmp_.path + "/stdin.txt";
+      std::ofstream(in) << stdin_text;
+    }
+    std::vector<std::string> argv = args_;
+    argv.insert(argv.begin(), UTRAMP_CLI);
+    record_ = run_in(argv, tmp_.path, in);
+  }
+
+  const RunResult& record() const { return record_; }
+  const std::string& dir() const { return dir_; }
+  const std::string& cwd() const { return tmp_.path; }
+
+  // "$ utramp ARGS", the exit code, stdout and stderr (mask() the whole golden text at
+  // once, so that ids are named alike in all its parts).
+  std::string show(const std::vector<std::string>& args, const RunResult& r) const {
+    std::string shown = "$ utramp";
+    for (const auto& a : args) shown += " " + a;
+    return shown + "\n--- exit " + std::to_string(r.exit_code) + "\n--- stdout\n" + r.out +
+           "--- stderr\n" + r.err;
+  }
+  std::string show_record() const { return show(args_, record_); }
+
+  // Runs the CLI on the trace: `utramp CMD [ARGS] DIR`.
+  std::string cli(const std::vector<std::string>& args) const {
+    std::vector<std::string> a = args;
+    a.push_back(dir_);
+    std::vector<std::string> argv = a;
+    argv.insert(argv.begin(), UTRAMP_CLI);
+    return show(a, run_in(argv, tmp_.path));
+  }
+
+  // Compares TEXT, masked, with the golden NAME.
+  void expect_golden(const std::string& name, const std::string& text) const {
+    utramp::test::expect_golden(name, mask(text));
+  }
+
+  std::string mask(std::string text) const {
+    utramp::test::MaskOptions mo;
+    mo.literal = {{dir_, "DIR"}, {fixture_, "FIXTURE"}, {" (core dumped)", ""}};
+    mo.times = false;
+    // The same id gets the same name in every part of a golden: the process record
+    // started is T1, then the other threads and processes as info.json lists them.
+    if (const uint32_t root = root_pid()) mo.known_ids.push_back(std::to_string(root));
+    const auto inf = info();
+    if (inf.contains("threads"))
+      for (const auto& t : inf["threads"]) {
+        mo.known_ids.push_back(std::to_string(t["pid"].get<uint32_t>()));
+        mo.known_ids.push_back(std::to_string(t["tid"].get<uint32_t>()));
+      }
+    text = utramp::test::mask(mask_durations(text), mo);
+    // Masked ids keep the width of the id, which depends on how high pids have got:
+    // one width for all.
+    static const std::regex col(R"(\[ *(T\d+)\])"), word(R"((--tid|child) +(T\d+))");
+    text = std::regex_replace(text, col, "[ $1]");
+    return std::regex_replace(text, word, "$1 $2");
+  }
+
+  // Real durations vary in digits and in unit ("210.312 ns", "  1.234 us"): each one,
+  // with the spaces that right-align it, becomes "#.### ?s" right-aligned in the same
+  // width, so columns stay where they were whatever the times were.
+  static std::string mask_durations(const std::string& text) {
+    static const std::regex dur(R"( *\d+\.\d{3} (ns|us|ms|s ))");
+    std::string out;
+    size_t pos = 0;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), dur);
+         it != std::sregex_iterator(); ++it) {
+      const size_t p = static_cast<size_t>(it->position(0)), n = static_cast<size_t>(it->length(0));
+      out.append(text, pos, p - pos);
+      out += std::string(n - 8, ' ') + "#.### ?s";
+      pos = p + n;
+    }
+    out.append(text, pos, std::string::npos);
+    return out;
+  }
+
+  nlohmann::json info() const {
+    try {
+      return nlohmann::json::parse(read_file(dir_ + "/info.json"));
+    } catch (...) {
+      return {};
+    }
+  }
+
+  // The pid `record` started: not a forked child by its process-PID.json, else the
+  // lowest pid.
+  uint32_t root_pid() const {
+    uint32_t root = 0;
+    const auto inf = info();
+    if (!inf.contains("threads")) return 0;
+    for (const auto& t : inf["threads"]) {
+      const uint32_t pid = t["pid"];
+      nlohmann::json p;
+      try {
+        p = nlohmann::json::parse(read_file(dir_ + "/process-" + std::to_string(pid) + ".json"));
+      } catch (...) {
+      }
+      if (p.is_object() && p.value("parent", 0u) != 0) continue;
+      if (root == 0 || pid < root) root = pid;
+    }
+    return root;
+  }
+
+  std::vector<std::string> agent_logs() const {
+    std::vector<std::string> logs;
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().filename().string().starts_with("agent-")
+          && e.path().extension() == ".log")
+        logs.push_back(read_file(e.path()));
+    return logs;
+  }
+
+ private:
+  TempDir tmp_;
+  std::string fixture_, dir_;
+  std::vector<std::string> args_;
+  RunResult record_;
+};
+
+// Drops record's "has no compiler patch sites: N functions..." line, which only the
+// `plain` builds print and whose N depends on the compiler (BadInput checks it).
+std::string without_relocation_note(std::string s) {
+  static const std::regex note(R"(utramp record: \S+ has no compiler patch sites[^\n]*\n)");
+  return std::regex_replace(s, note, "");
+}
+
+// record, then replay, report by name and the folded stacks by call count.
+std::string standard(const Recording& r, const std::vector<std::string>& replay_opts = {}) {
+  std::vector<std::string> replay = {"replay"};
+  replay.insert(replay.end(), replay_opts.begin(), replay_opts.end());
+  return without_relocation_note(r.show_record()) + r.cli(replay) +
+         r.cli({"report", "--sort", "name"}) + r.cli({"dump", "--folded", "--count"});
+}
+
+// Per-thread reports, sorted: which thread ran first does not matter.
+std::string per_thread_reports(const Recording& r) {
+  std::vector<std::string> parts;
+  const auto info = r.info();
+  for (const auto& t : info["threads"]) {
+    const std::string tid = std::to_string(t["tid"].get<uint32_t>());
+    std::string rep = r.mask(r.cli({"report", "--sort", "name", "--tid", tid}));
+    rep = std::regex_replace(rep, std::regex("--tid \\w+"), "--tid TID");
+    parts.push_back(rep);
+  }
+  std::sort(parts.begin(), parts.end());
+  std::string out = without_relocation_note(r.show_record());
+  for (const auto& p : parts) out += p;
+  return out;
+}
+
+const Fixture* find_fixture(const std::string& name) {
+  for (const auto& f : kFixtures)
+    if (name == f.file) return &f;
+  return nullptr;
+}
+
+#define REQUIRE_FIXTURE(name)                                                  \
+  do {                                                                         \
+    const Fixture* fx_ = find_fixture(name);                                   \
+    ASSERT_NE(fx_, nullptr) << name;                                           \
+    if (*fx_->missing) GTEST_SKIP() << name << " not built: " << fx_->missing; \
+  } while (0)
+
+// The fixture most single-purpose tests use.
+constexpr const char* kMain = "rec_gcc_O2_pfe";
+
+// ---- the matrix: every build of the C fixture, the same goldens ----
+
+class Matrix : public testing::TestWithParam<Fixture> {
+ protected:
+  void SetUp() override {
+    if (*GetParam().missing) GTEST_SKIP() << GetParam().file << " not built: " << GetParam().missing;
+  }
+  std::string fx() const { return GetParam().file; }
+  // A -pg executable runs gcrt1's profiling start-up, which calls atexit() (linked
+  // into the program from libc_nonshared.a, so traced) before main: its goldens are
+  // those of the other builds plus that call.
+  std::string golden(const std::string& scenario) const {
+    return std::string(GetParam().flavour) == "fentry" ? scenario + "_pg" : scenario;
+  }
+};
+
+// Nesting, recursion (fib(6): 25 calls) and exact counts.
+TEST_P(Matrix, Basic) {
+  Recording r(fx(), {}, {"basic"});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  r.expect_golden(golden("basic"), standard(r));
+}
+
+// -A/-R: integers, strings (short and longer than one 16-byte event), pointers.
+TEST_P(Matrix, ArgsAndReturnValues) {
+  Recording r(fx(),
+              {"-F", "run_args", "-F", "add", "-F", "greet", "-F", "pick", "-A", "add@arg1,arg2",
+               "-R", "add", "-A", "greet@arg1/s", "-R", "greet/s", "-A", "pick@arg1/x", "-R",
+               "pick/x"},
+              {"args"});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  r.expect_golden(golden("args"), without_relocation_note(r.show_record()) + r.cli({"replay"}));
+}
+
+// longjmp from j2 over j1 to jumper: both closed as skipped when jumper returns.
+TEST_P(Matrix, Longjmp) {
+  Recording r(fx(), {}, {"longjmp"});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  r.expect_golden(golden("longjmp"), without_relocation_note(r.show_record()) + r.cli({"replay"}));
+}
+
+// SIGSEGV two frames deep: record exits 139, the trace is kept, replay says how it ended.
+TEST_P(Matrix, Crash) {
+  Recording r(fx(), {}, {"crash"});
+  EXPECT_EQ(r.record().exit_code, 139) << r.record().err;
+  EXPECT_EQ(r.info()["exit_code"], 139);
+  r.expect_golden(golden("crash"), without_relocation_note(r.show_record()) + r.cli({"replay"}) +
+                                           r.cli({"report", "--sort", "name"}));
+}
+
+// fork: the child is traced in the same trace; each process shown on its own.
+TEST_P(Matrix, Fork) {
+  Recording r(fx(), {}, {"fork"});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  const uint32_t root = r.root_pid();
+  std::vector<uint32_t> pids;
+  const auto info = r.info();
+  for (const auto& t : info["threads"]) pids.push_back(t["pid"]);
+  std::sort(pids.begin(), pids.end());
+  pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
+  ASSERT_EQ(pids.size(), 2u) << r.info().dump();
+  const uint32_t child = pids[0] == root ? pids[1] : pids[0];
+  std::string out = without_relocation_note(r.show_record());
+  out += r.cli({"replay", "--tid", std::to_string(root)});
+  out += r.cli({"replay", "--tid", std::to_string(child)});
+  r.expect_golden(golden("fork"), out);
+}
+
+// Three threads calling leaf() 10, 20 and 30 times: per-thread counts, sorted.
+TEST_P(Matrix, Threads) {
+  Recording r(fx(), {}, {"threads"});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  ASSERT_EQ(r.info()["threads"].size(), 4u) << r.info().dump();
+  r.expect_golden(golden("threads"), per_thread_reports(r));
+}
+
+std::vector<Fixture> c_fixtures() {
+  std::vector<Fixture> v;
+  for (const auto& f : kFixtures)
+    if (std::string(f.lang) == "c") v.push_back(f);
+  return v;
+}
+
+std::string fixture_name(const testing::TestParamInfo<Fixture>& i) { return i.param.file; }
+
+INSTANTIATE_TEST_SUITE_P(C, Matrix, testing::ValuesIn(c_fixtures()), fixture_name);
+
+// ---- C++: an exception through traced frames ----
+
+class CxxMatrix : public Matrix {};
+
+TEST_P(CxxMatrix, Exception) {
+  Recording r(fx(), {}, {});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  EXPECT_EQ(r.record().out, "total 7, caught 1\n");
+  r.expect_golden("cxx_exception", standard(r));
+}
+
+std::vector<Fixture> cxx_fixtures() {
+  std::vector<Fixture> v;
+  for (const auto& f : kFixtures)
+    if (std::string(f.lang) == "cxx") v.push_back(f);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cxx, CxxMatrix, testing::ValuesIn(cxx_fixtures()), fixture_name);
+
+// ---- filters ----
+
+TEST(Filters, OnlyAndNever) {
+  REQUIRE_FIXTURE(kMain);
+  // -F: these and what they call... only these: nest_* and leaf; -N fib wins over -F fib.
+  Recording r(kMain, {"-F", "nest_*", "-F", "leaf", "-F", "fib", "-N", "fib"}, {"basic"});
+  EXPECT_EQ(r.record().exit_code, 0);
+  r.expect_golden("filter_F_N", standard(r));
+}
+
+TEST(Filters, Depth) {
+  REQUIRE_FIXTURE(kMain);
+  Recording r(kMain, {"-D", "2"}, {"basic"});
+  EXPECT_EQ(r.record().exit_code, 0);
+  r.expect_golden("filter_D", standard(r));
+}
+
+TEST(Filters, Time) {
+  REQUIRE_FIXTURE(kMain);
+  // slow() sleeps 20 ms; leaf() takes nanoseconds: only slow() and its callers stay.
+  Recording r(kMain, {"-t", "5ms"}, {"slow"});
+  EXPECT_EQ(r.record().exit_code, 0);
+  r.expect_golden("filter_t", standard(r));
+}
+
+TEST(Filters, GlobMatchingNothingStillRuns) {
+  REQUIRE_FIXTURE(kMain);
+  Recording r(kMain, {"-F", "no_such_fn*"}, {"basic"});
+  EXPECT_EQ(r.record().exit_code, 0);
+  r.expect_golden("filter_nothing", standard(r));
+}
+
+TEST(Filters, FunctionTracer) {
+  REQUIRE_FIXTURE(kMain);
+  Recording r(kMain, {"--tracer", "function", "-F", "nest_*"}, {"basic"});
+  EXPECT_EQ(r.record().exit_code, 0);
+  r.expect_golden("function_tracer",
+                              r.show_record() + r.cli({"replay"}) + r.cli({"report", "--sort", "name"}));
+}
+
+// ---- buffers: a forced overflow in both modes is reported, never silent ----
+
+void check_overflow(const std::string& mode) {
+  REQUIRE_FIXTURE(kMain);
+  constexpr long kCalls = 200000;
+  Recording r(kMain, {"--buffer-size", "64", "--mode", mode, "-F", "leaf", "-F", "run_many"},
+              {"many", std::to_string(kCalls)});
+  ASSERT_EQ(r.record().exit_code, 0) << r.record().err;
+  // record's summary says how many were lost.
+  std::smatch m;
+  const std::regex summary(R"(utramp: (\d+) events recorded in .*; target exited 0; (\d+) events lost)");
+  ASSERT_TRUE(std::regex_search(r.record().err, m, summary)) << r.record().err;
+  const uint64_t delivered = std::stoull(m[1]), lost = std::stoull(m[2]);
+  EXPECT_GT(lost, 0u);
+  // Every event is accounted for: run_many and leaf, entry and exit each.
+  const auto info = r.info();
+  ASSERT_EQ(info["threads"].size(), 1u);
+  EXPECT_EQ(info["threads"][0]["lost"].get<uint64_t>(), lost);
+  EXPECT_EQ(info["buffer_mode"], mode);
+  // Every event written (run_many and each leaf, entry and exit) was either delivered
+  // or counted lost: the summary's count excludes the `lost` markers.
+  EXPECT_EQ(delivered + lost, 2u * (kCalls + 1)) << "delivered " << delivered << " lost " << lost;
+  // replay shows where: "<lost N events>" markers summing to the loss.
+  const std::string replay = r.cli({"replay"});
+  uint64_t marked = 0;
+  const std::regex marker(R"(<lost (\d+) events?>)");
+  for (auto it = std::sregex_iterator(replay.begin(), replay.end(), marker);
+       it != std::sregex_iterator(); ++it)
+    marked += std::stoull((*it)[1]);
+  EXPECT_EQ(marked, lost);
+  const std::string report = r.cli({"report", "--sort", "name"});
+  EXPECT_NE(report.find("leaf"), std::string::npos) << report;
+}
+
+TEST(Buffers, DiscardOverflowIsReported) { check_overflow("discard"); }
+TEST(Buffers, OverwriteOverflowIsReported) { check_overflow("overwrite"); }
+
+// ---- the target's stdin, stdout, stderr and exit code pass through ----
+
+TEST(PassThrough, StdioAndExitCode) {
+  REQUIRE_FIXTURE(kMain);
+  const std::string text = "first line\nsecond line\n";
+  Recording r(kMain, {"-q"}, {"io"}, text);
+  EXPECT_EQ(r.record().exit_code, 3);
+  EXPECT_EQ(r.record().out, text);
+  EXPECT_EQ(r.record().err, "read 23 bytes\n");  // -q: nothing of ours
+  // Untraced, the same.
+  TempDir t;
+  std::ofstream(t.path + "/in") << text;
+  const RunResult plain = run_in({fixture_path(kMain), "io"}, t.path, t.path + "/in");
+  EXPECT_EQ(plain.exit_code, 3);
+  EXPECT_EQ(plain.out, r.record().out);
+  EXPECT_EQ(plain.err, r.record().err);
+}
+
+// ---- bad input ----
+
+TEST(BadInput, MissingProgram) {
+  TempDir t;
+  const RunResult r = run_in({UTRAMP_CLI, "record", "-o", t.path + "/trace", "--",
+                              "/nonexistent/program"},
+                             t.path);
+  utramp::test::MaskOptions mo;
+  mo.literal = {{t.path, "TMP"}};
+  utramp::test::expect_golden(
+      "bad_missing_program",
+      utramp::test::mask("--- exit " + std::to_string(r.exit_code) + "\n--- stdout\n" + r.out +
+                             "--- stderr\n" + r.err,
+                         mo));
+}
+
+TEST(BadInput, NotExecutable) {
+  TempDir t;
+  const std::string file = t.path + "/data.txt";
+  std::ofstream(file) << "not a program\n";
+  chmod(file.c_str(), 0644);
+  const RunResult r = run_in({UTRAMP_CLI, "record", "-o", t.path + "/trace", "--", file}, t.path);
+  utramp::test::MaskOptions mo;
+  mo.literal = {{t.path, "TMP"}};
+  utramp::test::expect_golden(
+      "bad_not_executable",
+      utramp::test::mask("--- exit " + std::to_string(r.exit_code) + "\n--- stdout\n" + r.out +
+                             "--- stderr\n" + r.err,
+                         mo));
+}
+
+// A program without any compiler site: traced by prologue relocation, with what could
+// not be relocated listed in DIR/agent-PID.log.
+TEST(BadInput, NoSitesRelocated) {
+  const char* name = "rec_gcc_O2_plain";
+  REQUIRE_FIXTURE(name);
+  Recording r(name, {}, {"basic"});
+  EXPECT_EQ(r.record().exit_code, 0);
+  EXPECT_NE(r.record().err.find("has no compiler patch sites"), std::string::npos) << r.record().err;
+  EXPECT_NE(r.record().err.find("agent-*.log"), std::string::npos) << r.record().err;
+  const auto logs = r.agent_logs();
+  ASSERT_EQ(logs.size(), 1u);
+  EXPECT_NE(logs[0].find("skipped tiny_asm: "), std::string::npos) << logs[0];
+  EXPECT_NE(r.cli({"report", "--sort", "name"}).find(" fib\n"), std::string::npos);
+}
+
+// A damaged trace directory: replay says what is wrong and shows what it can.
+TEST(BadInput, CorruptTraceDir) {
+  REQUIRE_FIXTURE(kMain);
+  Recording r(kMain, {}, {"basic"});
+  ASSERT_EQ(r.record().exit_code, 0);
+  std::string events;
+  for (const auto& e : fs::directory_iterator(r.dir()))
+    if (e.path().filename().string().starts_with("events-")) events = e.path();
+  ASSERT_FALSE(events.empty());
+  // Cut the last 20 events and a half record; break info.json.
+  const auto size = fs::file_size(events);
+  fs::resize_file(events, size - 20 * 32 - 17);
+  std::ofstream(r.dir() + "/info.json", std::ios::trunc) << "{\"format\": \"utramp-tr";
+  r.expect_golden("corrupt_dir", r.cli({"replay"}) + r.cli({"report", "--sort", "name"}));
+  // Not a trace at all.
+  TempDir empty;
+  const RunResult e = run_in({UTRAMP_CLI, "replay", empty.path}, empty.path);
+  EXPECT_NE(e.exit_code, 0);
+  EXPECT_FALSE(e.err.empty());
+}
+
+}  // namespace
