@@ -21,12 +21,13 @@ struct Entry {
 };
 
 std::mutex g_mu;
-std::vector<Entry> g_threads;
+// Never destroyed: the reclaimer thread reads them while static destructors run at exit.
+std::vector<Entry>& g_threads = *new std::vector<Entry>();
 pthread_key_t g_key;
 std::once_flag g_key_once;
 
-std::vector<bool> g_counter_used(kCounterSlots, false);
-std::vector<bool> g_prog_used(kProgSlots, false);
+std::vector<bool>& g_counter_used = *new std::vector<bool>(kCounterSlots, false);
+std::vector<bool>& g_prog_used = *new std::vector<bool>(kProgSlots, false);
 
 uint64_t thread_pointer() {
   uint64_t tp;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -82,7 +83,9 @@ struct ImageRecord {
   uint64_t func;    // the traced function
   bool calls_original;
 };
-std::map<uint64_t, ImageRecord> g_images;  // by start address
+// By start address. Never destroyed: the reclaimer thread and unwinding threads may
+// still use it while static destructors run at exit.
+std::map<uint64_t, ImageRecord>& g_images = *new std::map<uint64_t, ImageRecord>();
 std::atomic<void (*)(uint64_t)> g_unwind_hook{nullptr};
 
 uint64_t now_ns() {
@@ -150,6 +153,10 @@ Manager& Manager::instance() {
     pthread_atfork([] { Manager::instance().fork_prepare(); },
                    [] { Manager::instance().fork_release(); },
                    [] { Manager::instance().fork_release(); });
+    // At exit the reclaimer must stop touching anything static destructors may be
+    // tearing down (the unwinder's frame list, the allocator): wait for an attempt in
+    // progress and keep the lock, so no further one starts. Images are left in place.
+    std::atexit([] { g_reclaim_mu.lock(); });
     return mgr;
   }();
   return *m;

@@ -422,7 +422,8 @@ void gdb_unregister(jit_code_entry* e) {
 // the wrong object. Images never overlap, so an overlap is a caller bug, refused here.
 
 std::mutex g_ranges_mutex;
-std::map<uint64_t, uint64_t> g_ranges;  // start -> end
+// Never destroyed: the reclaimer may unregister while static destructors run at exit.
+std::map<uint64_t, uint64_t>& g_ranges = *new std::map<uint64_t, uint64_t>();  // start -> end
 
 Result<void> claim_range(const ImageFrame& f) {
   std::lock_guard lock(g_ranges_mutex);
