@@ -183,9 +183,7 @@ uint64_t graph_entry(uint64_t* ctx) {
     // this one only. flush_pending() here made each call cost O(depth).
     write_entry(ts, d);
   } else if (rec && rec->nargs) {
-    flush_pending(ts, d);
-    // The entry was written by flush_pending; add the caller to it is not possible
-    // after the fact, so callers are only recorded by the function tracer.
+    flush_pending(ts, d);  // arguments follow their entry, so -t cannot defer it
   }
   if (rec && rec->nargs) {
     const uint64_t n = ctx[-1];
@@ -218,7 +216,7 @@ uint64_t graph_exit(uint64_t* ctx) {
   if (f.hidden) return 0;
   if (!f.written) {
     if (time - f.time < g_min_ticks) return 0;  // shorter than -t: dropped whole
-    flush_pending(ts, d);
+    flush_pending(ts, d);  // the ancestors' entries (this frame is already popped)
     write_entry(ts, d);
   }
   const auto* rec = reinterpret_cast<const FuncRecord*>(ctx[-3]);

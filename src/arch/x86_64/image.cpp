@@ -336,7 +336,7 @@ void restore_ret(ax::Assembler& a, const RetType& r, const Frame& f) {
 // missed program counts as returning 0).
 void run_prog(ax::Assembler& a, const ImageSpec& sp, const Frame& f, const ImageProg& p,
               uint64_t base, std::vector<std::pair<Label, Label>>& misses,
-              std::vector<const ImageProg*>& miss_progs, bool want_ret) {
+              std::vector<const ImageProg*>& miss_progs) {
   Label miss = a.newLabel(), after = a.newLabel();
   const ax::Mem guard = fs_mem(sp.tls.active + p.guard, 1);
   a.cmp(guard, Imm(0));
@@ -365,7 +365,6 @@ void run_prog(ax::Assembler& a, const ImageSpec& sp, const Frame& f, const Image
   a.bind(after);
   misses.push_back({miss, after});
   miss_progs.push_back(&p);
-  (void)want_ret;
 }
 
 }  // namespace
@@ -504,7 +503,7 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
     }
     a.mov(ax::r11, rbp_q(8));  // entered by jmp: [rbp+8] is the caller's return address
     a.mov(ctx_slot(f, -4), ax::r11);
-    for (const ImageProg& p : sp.fentry) run_prog(a, sp, f, p, base, misses, miss_progs, false);
+    for (const ImageProg& p : sp.fentry) run_prog(a, sp, f, p, base, misses, miss_progs);
     if (!sp.calls_original) {
       restore_args(a, sig, l, f);
       Label lv = a.newLabel();
@@ -514,9 +513,7 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       a.long_().jmp(Imm(sp.pass));  // rel32: images lie within reach of their stub
     } else {
       for (const ImageProg& p : sp.fmod_ret) {
-        const size_t before = misses.size();
-        run_prog(a, sp, f, p, base, misses, miss_progs, true);
-        (void)before;
+        run_prog(a, sp, f, p, base, misses, miss_progs);
         // A missed fmod_ret program continues at `after` with rax = 0 (see below).
         a.mov(ctx_slot(f, f.nslots), ax::rax);
         a.mov(ctx_slot(f, f.nslots + 1), Imm(0));
@@ -537,7 +534,7 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       if (wpad) a.add(ax::rsp, Imm(wpad));
       save_ret(a, sig.ret, f);
       a.bind(fexit);
-      for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses, miss_progs, false);
+      for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses, miss_progs);
       restore_ret(a, sig.ret, f);
       Label lv = a.newLabel();
       a.bind(lv);
