@@ -23,6 +23,8 @@ enum class EventType : uint8_t {
                      // mode, overwritten in overwrite mode: the consumer inserts those)
   fork = 8,          // this process forked: data = child pid
   depth_overrun = 9, // calls deeper than the depth limit were not recorded: data = count
+  leaf = 10,         // an entry and its exit, no event between them: time = the entry's,
+                     // data = the exit's time (readers see an entry and an exit)
 };
 
 // Value formats for arg/exit data (aux low byte).

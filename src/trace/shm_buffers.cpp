@@ -68,22 +68,6 @@ static_assert(sizeof(Header) <= kPage);
 
 }  // namespace
 
-// One page in front of each ring. Lines: the producer's (written on every event), the
-// owner's identity, the consumer's.
-struct Control {
-  std::atomic<uint64_t> head;     // events [0, head) are published (indices, not slots)
-  std::atomic<uint64_t> lost;     // events the producer dropped, cumulative
-  std::atomic<uint64_t> pending;  // drops not yet marked by a `lost` event
-  std::atomic<uint32_t> busy;     // a write() is in progress on this ring
-  alignas(64) std::atomic<uint32_t> state;
-  std::atomic<uint32_t> pid;
-  std::atomic<uint32_t> tid;
-  alignas(64) std::atomic<uint64_t> tail;  // consumer: events [0, tail) were taken
-  uint64_t lost_reported;                  // consumer: `lost` already reported
-  uint64_t last_time;                      // consumer: time of the last event seen
-};
-static_assert(sizeof(Control) <= kPage);
-static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 namespace {
 
@@ -97,29 +81,12 @@ Control* control_of(void* base, uint32_t i) {
 
 Event* ring_of(Control* c) { return reinterpret_cast<Event*>(reinterpret_cast<char*>(c) + kPage); }
 
-inline void store_slot(Event* slot, const Event& e) noexcept {
-  uint64_t w[4];
-  std::memcpy(w, &e, sizeof w);
-  auto* p = reinterpret_cast<uint64_t*>(slot);
-  for (int i = 0; i < 4; ++i)
-    std::atomic_ref<uint64_t>(p[i]).store(w[i], std::memory_order_relaxed);
-}
-
 inline void load_slot(const Event* slot, Event* out) noexcept {
   uint64_t w[4];
   auto* p = const_cast<uint64_t*>(reinterpret_cast<const uint64_t*>(slot));
   for (int i = 0; i < 4; ++i)
     w[i] = std::atomic_ref<uint64_t>(p[i]).load(std::memory_order_relaxed);
   std::memcpy(out, w, sizeof w);
-}
-
-inline Event lost_event(uint64_t n, uint64_t time, uint16_t depth) noexcept {
-  Event e{};
-  e.time = time;
-  e.data = n;
-  e.depth = depth;
-  e.type = static_cast<uint8_t>(EventType::lost);
-  return e;
 }
 
 bool overflows_size(const ShmConfig& cfg, uint64_t* size, uint64_t* stride) {
@@ -135,60 +102,13 @@ bool overflows_size(const ShmConfig& cfg, uint64_t* size, uint64_t* stride) {
 // ---------------------------------------------------------------------------------
 // Producer
 
-void Producer::write(const Event& e) noexcept {
-  Control* c = ctl_;
-  if (c == nullptr) return;
-  if (c->busy.load(std::memory_order_relaxed) != 0) {
-    // A signal handler interrupted a write() on this ring: writing now would race with
-    // the interrupted one for the same slot, so the event is dropped and counted.
-    c->lost.fetch_add(1, std::memory_order_relaxed);
-    c->pending.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  c->busy.store(1, std::memory_order_relaxed);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-
-  uint64_t h = c->head.load(std::memory_order_relaxed);
-  const bool mark = c->pending.load(std::memory_order_relaxed) != 0;
-  if (mode_ == static_cast<uint32_t>(BufferMode::discard)) {
-    const uint64_t need = mark ? 2 : 1;
-    if (h - tail_seen_ + need > mask_ + 1)
-      tail_seen_ = c->tail.load(std::memory_order_acquire);  // pairs with drain()'s release
-    const uint64_t t = tail_seen_;
-    if (h - t + need > mask_ + 1) {
-      c->lost.fetch_add(1, std::memory_order_relaxed);
-      c->pending.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      if (mark) {
-        const uint64_t n = c->pending.exchange(0, std::memory_order_relaxed);
-        store_slot(&ring_[h & mask_], lost_event(n, e.time, e.depth));
-        ++h;
-      }
-      store_slot(&ring_[h & mask_], e);
-      c->head.store(h + 1, std::memory_order_release);  // pairs with drain()'s acquire
-    }
-  } else {
-    if (mark) {
-      const uint64_t n = c->pending.exchange(0, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_release);  // pairs with drain()'s acquire fence
-      store_slot(&ring_[h & mask_], lost_event(n, e.time, e.depth));
-      c->head.store(++h, std::memory_order_release);
-    }
-    std::atomic_thread_fence(std::memory_order_release);  // pairs with drain()'s acquire fence
-    store_slot(&ring_[h & mask_], e);
-    c->head.store(h + 1, std::memory_order_release);
-  }
-
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  c->busy.store(0, std::memory_order_relaxed);
-}
-
 uint64_t Producer::lost() const noexcept {
   return ctl_ ? ctl_->lost.load(std::memory_order_relaxed) : 0;
 }
 
 void Producer::close() noexcept {
   if (ctl_ == nullptr) return;
+  if (ctl_->busy.load(std::memory_order_relaxed) == 0) publish_staged(ctl_);
   // Release: the consumer that sees `closed` sees every event published before.
   ctl_->state.store(kClosed, std::memory_order_release);
   ctl_ = nullptr;
@@ -361,17 +281,33 @@ size_t ShmBuffers::drain(
     const Event* ring = ring_of(c);
     uint64_t tail = c->tail.load(std::memory_order_relaxed);
     uint64_t h1 = c->head.load(std::memory_order_acquire);  // pairs with write()'s release
+    if (final && c->staged.exchange(0, std::memory_order_relaxed) != 0) {
+      // The producer is gone with an entry staged (its thread was inside a call with
+      // no event since): that entry is recorded too.
+      c->head.store(++h1, std::memory_order_relaxed);
+    }
     uint64_t lost = 0;
-    Event* out = scratch_.data() + 1;
-    size_t count = 0;
     if (h1 < tail) h1 = tail;  // a scribbled head: never go back
+    // What is handed to fn: up to two runs of events (a wrapped ring read in place, or
+    // the scratch copy) and a `lost` marker at the end.
+    std::span<const Event> runs[2];
+    Event tail_marker{};
+    bool has_tail_marker = false;
     if (!overwrite) {
       if (h1 - tail > n) {  // impossible unless the target scribbled on the control page
         lost += h1 - tail - n;
         tail = h1 - n;
       }
-      for (uint64_t k = tail; k < h1; ++k) load_slot(&ring[k & (n - 1)], &out[count++]);
+      // In place: the producer never writes [tail, h1) before tail moves past it, which
+      // happens below, after fn has consumed them (no copy of what may be most of the
+      // recording's bytes).
+      const uint64_t first = tail & (n - 1), len = h1 - tail;
+      const uint64_t run1 = std::min(len, n - first);
+      runs[0] = std::span<const Event>(ring + first, run1);
+      runs[1] = std::span<const Event>(ring, len - run1);
     } else {
+      Event* out = scratch_.data() + 1;
+      size_t count = 0;
       const uint64_t start = std::max(tail, h1 >= n ? h1 - n + 1 : 0);
       for (uint64_t k = start; k < h1; ++k) load_slot(&ring[k & (n - 1)], &out[count++]);
       std::atomic_thread_fence(std::memory_order_acquire);  // pairs with write()'s release fence
@@ -393,31 +329,51 @@ size_t ShmBuffers::drain(
         *--out = marker;
         ++count;
       }
+      runs[0] = std::span<const Event>(out, count);
     }
     const uint64_t produced_lost = c->lost.load(std::memory_order_relaxed);
     lost += produced_lost - c->lost_reported;
     c->lost_reported = produced_lost;
-    for (size_t k = count; k-- > 0;)
-      if (out[k].type != static_cast<uint8_t>(EventType::arg) &&
-          out[k].type != static_cast<uint8_t>(EventType::string)) {
-        c->last_time = out[k].time;
-        break;
-      }
+    for (int r = 1; r >= 0; --r) {
+      bool found = false;
+      for (size_t k = runs[r].size(); k-- > 0;)
+        if (runs[r][k].type != static_cast<uint8_t>(EventType::arg) &&
+            runs[r][k].type != static_cast<uint8_t>(EventType::string)) {
+          c->last_time = runs[r][k].time;
+          found = true;
+          break;
+        }
+      if (found) break;
+    }
     if (final || st == kClosed) {
       // The producer is gone: drops it never got to mark are marked at the end.
       const uint64_t p = c->pending.exchange(0, std::memory_order_relaxed);
-      if (p) out[count++] = lost_event(p, c->last_time, 0);
+      if (p) {
+        tail_marker = lost_event(p, c->last_time, 0);
+        has_tail_marker = true;
+      }
     }
+    size_t count = 0;
+    for (const auto& run : runs) {
+      count += run.size();
+      for (const Event& e : run)
+        delivered += e.type == static_cast<uint8_t>(EventType::leaf)   ? 2
+                     : e.type != static_cast<uint8_t>(EventType::lost) ? 1
+                                                                       : 0;
+    }
+    if (count || lost) {
+      fn(pid, tid, runs[0], lost);
+      if (!runs[1].empty()) fn(pid, tid, runs[1], 0);
+    }
+    if (has_tail_marker) fn(pid, tid, std::span<const Event>(&tail_marker, 1), 0);
     c->tail.store(h1, std::memory_order_release);  // pairs with write()'s acquire of tail
-    if (count || lost) fn(pid, tid, std::span<const Event>(out, count), lost);
-    for (size_t k = 0; k < count; ++k)
-      if (out[k].type != static_cast<uint8_t>(EventType::lost)) ++delivered;
 
     if (st == kClosed) {
       c->head.store(0, std::memory_order_relaxed);
       c->lost.store(0, std::memory_order_relaxed);
       c->pending.store(0, std::memory_order_relaxed);
       c->busy.store(0, std::memory_order_relaxed);
+      c->staged.store(0, std::memory_order_relaxed);
       c->tail.store(0, std::memory_order_relaxed);
       c->lost_reported = 0;
       c->last_time = 0;

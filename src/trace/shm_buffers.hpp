@@ -52,8 +52,18 @@ struct ShmConfig {
 // One thread's ring, as the producer sees it.
 class Producer {
  public:
-  // Appends one event. Never blocks; counts a loss when it cannot write.
-  void write(const Event& e) noexcept;
+  // Appends one event. Never blocks; counts a loss when it cannot write. Inline
+  // (producer_impl.hpp): the tracer's fast path must not call out.
+  inline void write(const Event& e) noexcept;
+  // An entry that may become a `leaf`: written but not published (Control::staged),
+  // so that complete_leaf() can turn it into one event when its exit comes next. Any
+  // other write publishes it first; so does close(), and a consumer that finds the
+  // producer gone takes it. Returns false when the event was dropped.
+  inline bool stage(const Event& entry) noexcept;
+  // The exit of the staged entry of `func` made at `time`: the slot becomes a `leaf`
+  // with `exit_time` and is published. False (nothing written) when the staged slot is
+  // not that entry; the caller then writes an ordinary exit.
+  inline bool complete_leaf(uint64_t func, uint64_t time, uint64_t exit_time) noexcept;
   bool valid() const noexcept { return ctl_ != nullptr; }
   uint64_t lost() const noexcept;
   // Marks the ring as finished (thread exit).
@@ -100,7 +110,7 @@ class ShmBuffers {
   ShmConfig config() const noexcept;
   size_t file_size() const noexcept { return size_; }
 
-  static constexpr uint32_t kShmVersion = 1;
+  static constexpr uint32_t kShmVersion = 2;
 
  private:
   void* base_ = nullptr;
@@ -109,3 +119,5 @@ class ShmBuffers {
 };
 
 }  // namespace utramp::trace
+
+#include "trace/producer_impl.hpp"  // IWYU pragma: export

@@ -296,7 +296,8 @@ Result<void> TraceWriter::append(uint32_t pid, uint32_t tid, std::span<const Eve
     return make_error(Errc::io,
                       impl_->dir + "/" + events_name(pid, tid) + ": " + errno_text(errno));
   for (const Event& e : events)
-    if (e.type != static_cast<uint8_t>(EventType::lost)) ++f.info.events;
+    if (e.type == static_cast<uint8_t>(EventType::leaf)) f.info.events += 2;
+    else if (e.type != static_cast<uint8_t>(EventType::lost)) ++f.info.events;
   return {};
 }
 
@@ -406,10 +407,26 @@ class FileStream final : public EventStream {
   uint32_t pid() const override { return pid_; }
   uint32_t tid() const override { return tid_; }
   std::optional<Event> next() override {
+    if (leaf_exit_) {
+      const Event e = *leaf_exit_;
+      leaf_exit_.reset();
+      return e;
+    }
     if (pos_ == buf_.size()) {
       if (!refill()) return std::nullopt;
     }
-    return buf_[pos_++];
+    Event e = buf_[pos_++];
+    if (e.type == static_cast<uint8_t>(EventType::leaf)) {
+      // One record, two events: the entry now, its exit (at `data`) next.
+      Event x = e;
+      x.time = e.data;
+      x.data = 0;
+      x.type = static_cast<uint8_t>(EventType::exit);
+      leaf_exit_ = x;
+      e.data = 0;
+      e.type = static_cast<uint8_t>(EventType::entry);
+    }
+    return e;
   }
 
  private:
@@ -453,6 +470,7 @@ class FileStream final : public EventStream {
   uint64_t done_ = 0;
   std::vector<Event> buf_;
   size_t pos_ = 0;
+  std::optional<Event> leaf_exit_;
 };
 
 bool glued(const Event& e) {

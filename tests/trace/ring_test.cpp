@@ -269,3 +269,106 @@ TEST(Rings, MovedBuffersKeepWorking) {
 }
 
 }  // namespace
+
+// ---- staged entries and leaves (the tracer's fast path) ----
+
+namespace {
+
+Event entry_of(uint64_t func, uint64_t time, uint16_t depth) {
+  return Event{time, func, 0, depth, static_cast<uint8_t>(EventType::entry), 0, 0};
+}
+
+std::vector<Event> drain_all(ShmBuffers& b, bool final = false, uint64_t* lost = nullptr) {
+  std::vector<Event> out;
+  b.drain(
+      [&](uint32_t, uint32_t, std::span<const Event> ev, uint64_t l) {
+        out.insert(out.end(), ev.begin(), ev.end());
+        if (lost) *lost += l;
+      },
+      final);
+  return out;
+}
+
+}  // namespace
+
+TEST(Leaves, ExitRightAfterItsEntryMakesOneLeafRecord) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard);
+  Producer p = b.claim(1, 2);
+  ASSERT_TRUE(p.stage(entry_of(0x1000, 100, 3)));
+  EXPECT_TRUE(drain_all(b).empty()) << "a staged entry is not published";
+  ASSERT_TRUE(p.complete_leaf(0x1000, 100, 250));
+  const auto ev = drain_all(b);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].type, static_cast<uint8_t>(EventType::leaf));
+  EXPECT_EQ(ev[0].time, 100u);
+  EXPECT_EQ(ev[0].data, 250u);
+  EXPECT_EQ(ev[0].addr, 0x1000u);
+  EXPECT_EQ(ev[0].depth, 3u);
+}
+
+TEST(Leaves, AnyOtherEventPublishesTheStagedEntryFirst) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard);
+  Producer p = b.claim(1, 2);
+  ASSERT_TRUE(p.stage(entry_of(0x1000, 100, 0)));
+  ASSERT_TRUE(p.stage(entry_of(0x2000, 110, 1)));  // a nested call
+  // The inner one's exit makes a leaf; the outer's can no longer (not staged).
+  ASSERT_TRUE(p.complete_leaf(0x2000, 110, 120));
+  EXPECT_FALSE(p.complete_leaf(0x1000, 100, 130));
+  p.write(Event{130, 0x1000, 0, 0, static_cast<uint8_t>(EventType::exit), 0, 0});
+  const auto ev = drain_all(b);
+  ASSERT_EQ(ev.size(), 3u);
+  EXPECT_EQ(ev[0].type, static_cast<uint8_t>(EventType::entry));
+  EXPECT_EQ(ev[1].type, static_cast<uint8_t>(EventType::leaf));
+  EXPECT_EQ(ev[2].type, static_cast<uint8_t>(EventType::exit));
+}
+
+TEST(Leaves, AStagedEntryOfAnotherCallIsNotCompleted) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard);
+  Producer p = b.claim(1, 2);
+  ASSERT_TRUE(p.stage(entry_of(0x1000, 100, 0)));
+  EXPECT_FALSE(p.complete_leaf(0x1000, 99, 130)) << "another call of the same function";
+  EXPECT_FALSE(p.complete_leaf(0x2000, 100, 130)) << "another function";
+  p.close();  // publishes it
+  const auto ev = drain_all(b);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].type, static_cast<uint8_t>(EventType::entry));
+}
+
+TEST(Leaves, AProducerThatDiedWithAnEntryStagedStillDeliversIt) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard);
+  Producer p = b.claim(1, 2);
+  p.write(entry_of(0x1000, 90, 0));
+  ASSERT_TRUE(p.stage(entry_of(0x2000, 100, 1)));
+  EXPECT_EQ(drain_all(b).size(), 1u);
+  const auto ev = drain_all(b, /*final=*/true);  // the target is gone
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].addr, 0x2000u);
+  EXPECT_EQ(ev[0].type, static_cast<uint8_t>(EventType::entry));
+}
+
+TEST(Leaves, AFullRingDropsTheStagedEntryAndCountsIt) {
+  TempDir dir;
+  auto b = make(dir, 4, BufferMode::discard);
+  Producer p = b.claim(1, 2);
+  for (int i = 0; i < 4; ++i) p.write(seq_event(static_cast<uint64_t>(i)));
+  EXPECT_FALSE(p.stage(entry_of(0x1000, 100, 0)));
+  EXPECT_FALSE(p.complete_leaf(0x1000, 100, 110));
+  EXPECT_EQ(p.lost(), 1u);
+  uint64_t lost = 0;
+  EXPECT_EQ(drain_all(b, false, &lost).size(), 4u);
+  EXPECT_EQ(lost, 1u);
+}
+
+TEST(Leaves, OverwriteModeMakesNoLeaves) {
+  // Its losses are counted in slots; a slot must stay one event.
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::overwrite);
+  Producer p = b.claim(1, 2);
+  ASSERT_TRUE(p.stage(entry_of(0x1000, 100, 0)));
+  EXPECT_FALSE(p.complete_leaf(0x1000, 100, 110));
+  EXPECT_EQ(drain_all(b).size(), 1u);
+}

@@ -1,0 +1,156 @@
+// The producer's side of a ring (included by shm_buffers.hpp): the control page and
+// Producer::write(), inline and always inlined, so that the tracer's fast path — built
+// with general registers only and calling nothing (ftrace/graph_fast.cpp) — gets its
+// own copy, and no translation unit ever calls an out-of-line one compiled otherwise.
+// The protocol is described at the top of shm_buffers.cpp.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "trace/event.hpp"
+
+namespace utramp::trace {
+
+// One page in front of each ring. Lines: the producer's (written on every event), the
+// owner's identity, the consumer's.
+struct Control {
+  std::atomic<uint64_t> head;     // events [0, head) are published (indices, not slots)
+  std::atomic<uint64_t> lost;     // events the producer dropped, cumulative
+  std::atomic<uint64_t> pending;  // drops not yet marked by a `lost` event
+  std::atomic<uint32_t> busy;     // a write() is in progress on this ring
+  std::atomic<uint32_t> staged;   // slot `head` holds an entry not yet published
+  alignas(64) std::atomic<uint32_t> state;
+  std::atomic<uint32_t> pid;
+  std::atomic<uint32_t> tid;
+  alignas(64) std::atomic<uint64_t> tail;  // consumer: events [0, tail) were taken
+  uint64_t lost_reported;                  // consumer: `lost` already reported
+  uint64_t last_time;                      // consumer: time of the last event seen
+};
+static_assert(sizeof(Control) <= 4096);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(offsetof(Event, depth) == 24 && offsetof(Event, type) == 26,
+              "complete_leaf() rewrites the type inside the fourth word");
+
+#define UTRAMP_ALWAYS_INLINE inline __attribute__((always_inline))
+
+UTRAMP_ALWAYS_INLINE void store_slot(Event* slot, const Event& e) noexcept {
+  uint64_t w[4];
+  std::memcpy(w, &e, sizeof w);
+  auto* p = reinterpret_cast<uint64_t*>(slot);
+  for (int i = 0; i < 4; ++i)
+    std::atomic_ref<uint64_t>(p[i]).store(w[i], std::memory_order_relaxed);
+}
+
+UTRAMP_ALWAYS_INLINE Event lost_event(uint64_t n, uint64_t time, uint16_t depth) noexcept {
+  Event e{};
+  e.time = time;
+  e.data = n;
+  e.depth = depth;
+  e.type = static_cast<uint8_t>(EventType::lost);
+  return e;
+}
+
+// Publishes a staged entry (the caller holds busy): head moves over it.
+UTRAMP_ALWAYS_INLINE void publish_staged(Control* c) noexcept {
+  if (c->staged.load(std::memory_order_relaxed) == 0) return;
+  c->head.store(c->head.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  c->staged.store(0, std::memory_order_relaxed);
+}
+
+// Writes `e` at head; publishes it unless `stage`. False when it was dropped.
+UTRAMP_ALWAYS_INLINE bool producer_put(Control* c, Event* ring, uint64_t mask, uint32_t mode,
+                                       uint64_t& tail_seen, const Event& e, bool stage) noexcept {
+  if (c->busy.load(std::memory_order_relaxed) != 0) {
+    // A signal handler interrupted a write() on this ring: writing now would race with
+    // the interrupted one for the same slot, so the event is dropped and counted.
+    c->lost.fetch_add(1, std::memory_order_relaxed);
+    c->pending.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  c->busy.store(1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+
+  publish_staged(c);
+  uint64_t h = c->head.load(std::memory_order_relaxed);
+  const bool mark = c->pending.load(std::memory_order_relaxed) != 0;
+  bool put = true;
+  if (mode == 0 /* BufferMode::discard */) {
+    const uint64_t need = mark ? 2 : 1;
+    if (h - tail_seen + need > mask + 1)
+      tail_seen = c->tail.load(std::memory_order_acquire);  // pairs with drain()'s release
+    if (h - tail_seen + need > mask + 1) {
+      c->lost.fetch_add(1, std::memory_order_relaxed);
+      c->pending.fetch_add(1, std::memory_order_relaxed);
+      put = false;
+    } else {
+      if (mark) {
+        const uint64_t n = c->pending.exchange(0, std::memory_order_relaxed);
+        store_slot(&ring[h & mask], lost_event(n, e.time, e.depth));
+        ++h;
+        if (stage) c->head.store(h, std::memory_order_release);
+      }
+      store_slot(&ring[h & mask], e);
+      if (stage) c->staged.store(1, std::memory_order_relaxed);
+      else c->head.store(h + 1, std::memory_order_release);  // pairs with drain()'s acquire
+    }
+  } else {
+    if (mark) {
+      const uint64_t n = c->pending.exchange(0, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_release);  // pairs with drain()'s acquire fence
+      store_slot(&ring[h & mask], lost_event(n, e.time, e.depth));
+      c->head.store(++h, std::memory_order_release);
+    }
+    std::atomic_thread_fence(std::memory_order_release);  // pairs with drain()'s acquire fence
+    store_slot(&ring[h & mask], e);
+    if (stage) c->staged.store(1, std::memory_order_relaxed);
+    else c->head.store(h + 1, std::memory_order_release);
+  }
+
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  c->busy.store(0, std::memory_order_relaxed);
+  return put;
+}
+
+UTRAMP_ALWAYS_INLINE void Producer::write(const Event& e) noexcept {
+  if (ctl_ != nullptr) producer_put(ctl_, ring_, mask_, mode_, tail_seen_, e, false);
+}
+
+UTRAMP_ALWAYS_INLINE bool Producer::stage(const Event& entry) noexcept {
+  // Overwrite mode counts what it loses in slots, so it makes no leaves: a lost slot
+  // is then always one event.
+  return ctl_ != nullptr &&
+         producer_put(ctl_, ring_, mask_, mode_, tail_seen_, entry, mode_ == 0 /* discard */);
+}
+
+UTRAMP_ALWAYS_INLINE bool Producer::complete_leaf(uint64_t func, uint64_t time,
+                                                  uint64_t exit_time) noexcept {
+  Control* c = ctl_;
+  if (c == nullptr || c->staged.load(std::memory_order_relaxed) == 0 ||
+      c->busy.load(std::memory_order_relaxed) != 0)
+    return false;
+  c->busy.store(1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  const uint64_t h = c->head.load(std::memory_order_relaxed);
+  auto* w = reinterpret_cast<uint64_t*>(&ring_[h & mask_]);
+  // Ours only if it is the entry of this call (a signal handler's call that was left by
+  // longjmp could have staged its own).
+  const bool ours = std::atomic_ref<uint64_t>(w[0]).load(std::memory_order_relaxed) == time &&
+                    std::atomic_ref<uint64_t>(w[1]).load(std::memory_order_relaxed) == func;
+  if (ours) {
+    // Word 3 holds depth (16 bits), type, flags and aux: only the type changes.
+    uint64_t w3 = std::atomic_ref<uint64_t>(w[3]).load(std::memory_order_relaxed);
+    w3 = (w3 & ~(uint64_t{0xff} << 16)) | (uint64_t{static_cast<uint8_t>(EventType::leaf)} << 16);
+    std::atomic_ref<uint64_t>(w[2]).store(exit_time, std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(w[3]).store(w3, std::memory_order_relaxed);
+    c->head.store(h + 1, std::memory_order_release);
+    c->staged.store(0, std::memory_order_relaxed);
+  }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  c->busy.store(0, std::memory_order_relaxed);
+  return ours;
+}
+
+}  // namespace utramp::trace
