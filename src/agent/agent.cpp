@@ -41,6 +41,7 @@ struct Agent {
   std::vector<Attached> attached;
   std::recursive_mutex mu;
   std::string exe;
+  arch::TracerHooks hooks;  // the tracer links' hooks (ftrace::hooks())
 };
 
 Agent* g_agent = nullptr;
@@ -163,6 +164,7 @@ void attach_new_sites() {
   const Config& cfg = g_agent->cfg;
   std::vector<tramp::Manager::AttachRequest> reqs;
   std::vector<Attached> cand;
+  std::vector<size_t> first_req{0};  // cand[i]'s requests: [first_req[i], first_req[i+1])
   size_t skipped = 0;
   for (sites::Site* s : table.all()) {
     if (s->traced_by_agent) continue;
@@ -182,12 +184,19 @@ void attach_new_sites() {
     ftrace::FuncRecord* rec = record_for(s->info.name, shown, s->info.func);
     tramp::AttachOptions o;
     o.cookie = reinterpret_cast<uint64_t>(rec);
-    reqs.push_back({s->info.func, tramp::AttachType::fentry,
-                    reinterpret_cast<uint64_t>(&ftrace::graph_entry), o});
-    if (cfg.tracer == "function_graph")
-      reqs.push_back({s->info.func, tramp::AttachType::fexit,
-                      reinterpret_cast<uint64_t>(&ftrace::graph_exit), o});
+    if (rec->nargs == 0 && rec->ret == trace::ValueFormat::none) {
+      // Nothing to capture: the tracer's hooks, inlined in the image (no ctx).
+      reqs.push_back({s->info.func, tramp::AttachType::tracer,
+                      reinterpret_cast<uint64_t>(&g_agent->hooks), o});
+    } else {
+      reqs.push_back({s->info.func, tramp::AttachType::fentry,
+                      reinterpret_cast<uint64_t>(&ftrace::graph_entry), o});
+      if (cfg.tracer == "function_graph")
+        reqs.push_back({s->info.func, tramp::AttachType::fexit,
+                        reinterpret_cast<uint64_t>(&ftrace::graph_exit), o});
+    }
     cand.push_back({s->info.func, s->info.size, short_name(shown), s->object});
+    first_req.push_back(reqs.size());
   }
   if (reqs.empty()) {
     if (skipped) logf("%zu functions skipped (see above)", skipped);
@@ -195,13 +204,12 @@ void attach_new_sites() {
   }
   auto res = mgr.attach_many(reqs);
   std::vector<Attached> done;
-  const size_t per = cfg.tracer == "function_graph" ? 2 : 1;
   for (size_t i = 0; i < cand.size(); ++i) {
     bool ok = true;
-    for (size_t k = 0; k < per; ++k)
-      if (!res[i * per + k]) {
+    for (size_t k = first_req[i]; k < first_req[i + 1]; ++k)
+      if (!res[k]) {
         ok = false;
-        logf("not traced %s: %s", cand[i].name.c_str(), res[i * per + k].error().message.c_str());
+        logf("not traced %s: %s", cand[i].name.c_str(), res[k].error().message.c_str());
       }
     if (ok) done.push_back(cand[i]);
   }
@@ -261,6 +269,7 @@ __attribute__((constructor(200))) void agent_init() {
   o.ticks_per_ns = g_agent->cfg.ticks_per_ns;
   o.tids = g_agent->cfg.tids;
   ftrace::configure(&g_agent->buffers, o);
+  g_agent->hooks = ftrace::hooks();
   tramp::set_unwind_hook(&ftrace::on_unwind);
   pthread_atfork(nullptr, nullptr, atfork_child);
   // Before main: normally no other thread exists yet.

@@ -61,6 +61,15 @@ struct ImageProg {
   uint64_t stats;         // address of its stats record, 0 when stats are off
 };
 
+// A tracer's hooks (ftrace/graph_state.hpp): called around the call with rdi = the
+// function, rsi = the image's frame. `entry`/`exit` keep every register but rax and
+// return non-zero when the general code must run: then the image calls `entry_general`/
+// `exit_general`, which keep every register. No exit: the tracer records entries only.
+struct TracerHooks {
+  uint64_t entry = 0, exit = 0;
+  uint64_t entry_general = 0, exit_general = 0;
+};
+
 struct ImageSpec {
   const tramp::Signature* sig = nullptr;
   uint64_t func = 0;          // ctx[-2]
@@ -74,6 +83,7 @@ struct ImageSpec {
   uint64_t exit_fn = 0;       // the stub's exit (calls_original images leave through it)
   uint64_t stats_begin = 0;   // uint64_t (*)(void): a timestamp
   uint64_t stats_end = 0;     // void (*)(uint64_t stats, uint64_t begin)
+  TracerHooks tracer;         // entry == 0: no tracer on this function
 };
 
 struct ImageCode {

@@ -1,5 +1,7 @@
 #include "ftrace/graph.hpp"
 
+#include "ftrace/graph_state.hpp"
+
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -11,28 +13,18 @@
 
 namespace utramp::ftrace {
 
+namespace detail {
+FastConfig g_fast;
+__thread ThreadTrace* t_trace = nullptr;
+}  // namespace detail
+
 namespace {
 
-// Calls deeper than this are counted, not recorded (the -D limit is usually lower).
-constexpr uint32_t kMaxStack = 2048;
-
-struct Frame {
-  uint64_t sp;      // the ctx address of the call: deeper calls have lower addresses
-  uint64_t func;
-  uint64_t time;
-  uint8_t written;  // its entry event is in the buffer (with -t, written lazily)
-  uint8_t hidden;   // deeper than -D: never written
-};
-
-struct ThreadTrace {
-  uint32_t pid = 0, tid = 0;
-  uint32_t fork_gen = 0;    // g_fork_gen when this state was set up for this process
-  trace::Producer producer;
-  uint32_t depth = 0;       // frames on the stack
-  uint64_t overflow = 0;    // calls beyond kMaxStack not on the stack
-  uint64_t overruns = 0;    // calls not recorded for the depth limit
-  Frame stack[kMaxStack];
-};
+using detail::Frame;
+using detail::kMaxStack;
+using detail::Path;
+using detail::t_trace;
+using detail::ThreadTrace;
 
 trace::ShmBuffers* g_buffers = nullptr;
 Options g_opts;
@@ -43,7 +35,6 @@ uint64_t g_min_ticks = 0;
 // (glibc no longer caches it) and cost more than the rest of an event.
 uint32_t g_fork_gen = 0;
 
-thread_local ThreadTrace* t_trace __attribute__((tls_model("initial-exec"))) = nullptr;
 
 bool tid_selected(uint32_t tid) {
   if (g_opts.tids.empty()) return true;
@@ -52,12 +43,18 @@ bool tid_selected(uint32_t tid) {
   return false;
 }
 
-// This thread's state, made on its first event (mmap: async-signal-safe, no malloc).
+void emit(ThreadTrace* ts, trace::EventType type, uint64_t time, uint64_t addr, uint64_t data,
+          uint16_t depth, uint8_t flags = 0, uint32_t aux = 0);
+
+// This thread's state, made on its first event (mmap: async-signal-safe, no malloc),
+// and renewed on its first event in a forked child. Also decides what the fast path may
+// do on this thread (ThreadTrace::path).
 ThreadTrace* state() {
   ThreadTrace* ts = t_trace;
   if (ts && ts->fork_gen == g_fork_gen) return ts->producer.valid() ? ts : nullptr;
   if (!g_buffers) return nullptr;
   const uint32_t pid = static_cast<uint32_t>(getpid());
+  const bool forked = ts != nullptr;
   if (!ts) {
     void* p = mmap(nullptr, sizeof(ThreadTrace), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -65,20 +62,37 @@ ThreadTrace* state() {
     ts = new (p) ThreadTrace();
     t_trace = ts;
   }
-  // New thread, or the first event of this thread in a forked child.
   ts->pid = pid;
   ts->fork_gen = g_fork_gen;
   ts->tid = static_cast<uint32_t>(syscall(SYS_gettid));
-  ts->depth = 0;
-  ts->overflow = 0;
   ts->producer = trace::Producer();
-  if (!tid_selected(ts->tid)) return nullptr;
+  ts->path = Path::ignore;
+  if (!forked) {
+    ts->depth = 0;
+    ts->overflow = 0;
+  }
+  if (!tid_selected(ts->tid)) {
+    ts->depth = 0;
+    ts->overflow = 0;
+    return nullptr;
+  }
   ts->producer = g_buffers->claim(ts->pid, ts->tid);
-  return ts->producer.valid() ? ts : nullptr;
+  if (!ts->producer.valid()) return nullptr;
+  ts->path = g_min_ticks ? Path::general : Path::fast;
+  // A forked child returns through the calls its parent had open: its own stream
+  // starts with their entries again (times from before the fork), so that its calls
+  // nest under them and their exits have a match.
+  if (forked)
+    for (uint32_t i = 0; i < ts->depth; ++i) {
+      const Frame& f = ts->stack[i];
+      if (f.written && !f.hidden)
+        emit(ts, trace::EventType::entry, f.time, f.func, 0, static_cast<uint16_t>(i));
+    }
+  return ts;
 }
 
 void emit(ThreadTrace* ts, trace::EventType type, uint64_t time, uint64_t addr, uint64_t data,
-          uint16_t depth, uint8_t flags = 0, uint32_t aux = 0) {
+          uint16_t depth, uint8_t flags, uint32_t aux) {
   trace::Event e{time, addr, data, depth, static_cast<uint8_t>(type), flags, aux};
   ts->producer.write(e);
 }
@@ -147,24 +161,35 @@ void configure(trace::ShmBuffers* buffers, const Options& opts) {
   g_buffers = buffers;
   g_opts = opts;
   g_min_ticks = static_cast<uint64_t>(static_cast<double>(opts.min_duration_ns) * opts.ticks_per_ns);
+  detail::g_fast.function_tracer = opts.tracer == Tracer::function;
+  detail::g_fast.max_depth = opts.max_depth;
 }
 
-uint64_t graph_entry(uint64_t* ctx) {
-  ThreadTrace* ts = state();
-  if (!ts) return 0;
+arch::TracerHooks hooks() {
+  return arch::TracerHooks{
+      reinterpret_cast<uint64_t>(&utramp_graph_fast_entry),
+      g_opts.tracer == Tracer::function ? 0 : reinterpret_cast<uint64_t>(&utramp_graph_fast_exit),
+      reinterpret_cast<uint64_t>(&utramp_graph_entry_thunk),
+      reinterpret_cast<uint64_t>(&utramp_graph_exit_thunk)};
+}
+
+namespace {
+
+// One call entered: `sp` identifies its frame (deeper calls have lower addresses);
+// `rec` and `ctx` (arguments to record) only from programs run by a general image.
+void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
+              const FuncRecord* rec, const uint64_t* ctx) {
   const uint64_t time = now();
-  const uint64_t sp = reinterpret_cast<uint64_t>(ctx);
-  const uint64_t func = ctx[-2];
   if (g_opts.tracer == Tracer::function) {
     // One event per call: who called whom.
-    emit(ts, trace::EventType::entry, time, func, ctx[-4], 0);
-    return 0;
+    emit(ts, trace::EventType::entry, time, func, caller, 0);
+    return;
   }
   close_stale(ts, sp, time);
   if (ts->depth >= kMaxStack) {
     ++ts->overflow;
     ++ts->overruns;
-    return 0;
+    return;
   }
   const uint32_t d = ts->depth++;
   Frame& f = ts->stack[d];
@@ -175,17 +200,17 @@ uint64_t graph_entry(uint64_t* ctx) {
   f.hidden = g_opts.max_depth && d >= g_opts.max_depth;
   if (f.hidden) {
     ++ts->overruns;
-    return 0;
+    return;
   }
-  const auto* rec = reinterpret_cast<const FuncRecord*>(ctx[-3]);
+  const bool args = rec && rec->nargs && ctx;
   if (!g_min_ticks) {
     // Without -t every open ancestor was written at its entry (or is hidden): write
     // this one only. flush_pending() here made each call cost O(depth).
     write_entry(ts, d);
-  } else if (rec && rec->nargs) {
+  } else if (args) {
     flush_pending(ts, d);  // arguments follow their entry, so -t cannot defer it
   }
-  if (rec && rec->nargs) {
+  if (args) {
     const uint64_t n = ctx[-1];
     for (uint8_t k = 0; k < rec->nargs; ++k) {
       const auto& a = rec->args[k];
@@ -195,36 +220,45 @@ uint64_t graph_entry(uint64_t* ctx) {
       if (a.fmt == trace::ValueFormat::string) emit_string(ts, time, func, static_cast<uint16_t>(d), v);
     }
   }
-  return 0;
 }
 
-uint64_t graph_exit(uint64_t* ctx) {
-  ThreadTrace* ts = state();
-  if (!ts) return 0;
+void do_exit(ThreadTrace* ts, uint64_t sp, const FuncRecord* rec, const uint64_t* ctx) {
   const uint64_t time = now();
-  const uint64_t sp = reinterpret_cast<uint64_t>(ctx);
   if (ts->overflow) {
     --ts->overflow;
-    return 0;
+    return;
   }
   close_stale(ts, sp, time);
-  if (!ts->depth) return 0;  // entered before tracing started on this thread
+  if (!ts->depth) return;  // entered before tracing started on this thread
   const uint32_t d = ts->depth - 1;
   Frame& f = ts->stack[d];
-  if (f.sp != sp) return 0;  // not ours (should not happen)
+  if (f.sp != sp) return;  // not ours (should not happen)
   --ts->depth;
-  if (f.hidden) return 0;
+  if (f.hidden) return;
   if (!f.written) {
-    if (time - f.time < g_min_ticks) return 0;  // shorter than -t: dropped whole
+    if (time - f.time < g_min_ticks) return;  // shorter than -t: dropped whole
     flush_pending(ts, d);  // the ancestors' entries (this frame is already popped)
     write_entry(ts, d);
   }
-  const auto* rec = reinterpret_cast<const FuncRecord*>(ctx[-3]);
-  const trace::ValueFormat rf = rec ? rec->ret : trace::ValueFormat::none;
+  const trace::ValueFormat rf = rec && ctx ? rec->ret : trace::ValueFormat::none;
   const uint64_t ret = rf != trace::ValueFormat::none ? ctx[ctx[-1]] : 0;
   emit(ts, trace::EventType::exit, time, f.func, ret, static_cast<uint16_t>(d),
        static_cast<uint8_t>(rf));
   if (rf == trace::ValueFormat::string) emit_string(ts, time, f.func, static_cast<uint16_t>(d), ret);
+}
+
+}  // namespace
+
+uint64_t graph_entry(uint64_t* ctx) {
+  if (ThreadTrace* ts = state())
+    do_entry(ts, ctx[-2], reinterpret_cast<uint64_t>(ctx), ctx[-4],
+             reinterpret_cast<const FuncRecord*>(ctx[-3]), ctx);
+  return 0;
+}
+
+uint64_t graph_exit(uint64_t* ctx) {
+  if (ThreadTrace* ts = state())
+    do_exit(ts, reinterpret_cast<uint64_t>(ctx), reinterpret_cast<const FuncRecord*>(ctx[-3]), ctx);
   return 0;
 }
 
@@ -246,6 +280,7 @@ void on_unwind(uint64_t func) {
 void after_fork_child() {
   // The next event of this thread (the child's only one) claims a new buffer.
   ++g_fork_gen;
+  if (t_trace) t_trace->path = Path::general;
 }
 
 void record_fork(uint32_t child_pid) {
@@ -260,6 +295,22 @@ void close_thread() {
   if (ts->overruns)
     emit(ts, trace::EventType::depth_overrun, now(), 0, ts->overruns, 0);
   ts->producer.close();
+  ts->path = Path::ignore;
 }
 
 }  // namespace utramp::ftrace
+
+using utramp::ftrace::detail::t_trace;
+using utramp::ftrace::detail::ThreadTrace;
+
+extern "C" __attribute__((visibility("hidden"))) void utramp_graph_entry_general(uint64_t func,
+                                                                                  uint64_t frame) {
+  if (ThreadTrace* ts = utramp::ftrace::state())
+    utramp::ftrace::do_entry(ts, func, frame, *reinterpret_cast<const uint64_t*>(frame + 8),
+                             nullptr, nullptr);
+}
+
+extern "C" __attribute__((visibility("hidden"))) void utramp_graph_exit_general(uint64_t,
+                                                                                 uint64_t frame) {
+  if (ThreadTrace* ts = utramp::ftrace::state()) utramp::ftrace::do_exit(ts, frame, nullptr, nullptr);
+}

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/image.hpp"
 #include "common/result.hpp"
 #include "trace/event.hpp"
 #include "trace/shm_buffers.hpp"
@@ -43,6 +44,11 @@ struct Options {
 
 // Sets up the tracer: where events go and how they are filtered. Call before attaching.
 void configure(trace::ShmBuffers* buffers, const Options& opts);
+
+// The hooks a tracer link takes (tramp::AttachType::tracer): the fast path inlined in
+// the image around each call. Functions whose arguments or return value are recorded
+// use the programs below instead (they need the ctx an image builds for programs).
+arch::TracerHooks hooks();
 
 // The programs (utramp_prog_t shape) to attach with a FuncRecord* as cookie.
 uint64_t graph_entry(uint64_t* ctx);

@@ -30,6 +30,7 @@ std::string_view attach_type_name(AttachType t) noexcept {
     case AttachType::fexit: return "fexit";
     case AttachType::fmod_ret: return "fmod_ret";
     case AttachType::freplace: return "freplace";
+    case AttachType::tracer: return "tracer";
   }
   return "?";
 }
@@ -285,12 +286,14 @@ void drop_image(std::unique_ptr<Manager::Image>& img);
 Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) {
   std::vector<Link*> fentry, fexit, fmod;
   Link* freplace = nullptr;
+  const arch::TracerHooks* hooks = nullptr;
   for (Link* l : links) {
     switch (l->type) {
       case AttachType::fentry: fentry.push_back(l); break;
       case AttachType::fexit: fexit.push_back(l); break;
       case AttachType::fmod_ret: fmod.push_back(l); break;
       case AttachType::freplace: freplace = l; break;
+      case AttachType::tracer: hooks = reinterpret_cast<const arch::TracerHooks*>(l->replacement); break;
     }
   }
   Plan plan;
@@ -317,7 +320,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     site_state = {sites::SiteOp::jmp, target};
     if (t.hop_target != t.pass()) patch.jmp(t.hop(), t.hop_target, t.pass(), label);
   } else if (!links.empty()) {
-    const bool calls_original = !fexit.empty() || !fmod.empty();
+    const bool calls_original = !fexit.empty() || !fmod.empty() || (hooks && hooks->exit);
     img = std::make_unique<Image>();
     img->calls_original = calls_original;
     img->site_slot = t.site_slot;
@@ -348,6 +351,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     for (Link* l : fentry) add(spec.fentry, l);
     for (Link* l : fmod) add(spec.fmod_ret, l);
     for (Link* l : fexit) add(spec.fexit, l);
+    if (hooks) spec.tracer = *hooks;
     // Within rel32 of the stub: the hop jumps to the image, the image to pass/exit.
     const auto w = arch::rel32_window(t.stub_block.addr);
     auto block = os::ExecArena::instance().allocate(arch::image_size_bound(spec), w.lo, w.hi);
@@ -511,6 +515,17 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
   if (type != AttachType::freplace && has_freplace)
     return make_error(Errc::busy, fmt::format("{}: the function is replaced (freplace); detach "
                                               "that first", what));
+  if (type == AttachType::tracer &&
+      std::any_of(links.begin(), links.end(), [](Link* l) { return l->type == AttachType::tracer; }))
+    return make_error(Errc::busy, fmt::format("{}: the function already has a tracer", what));
+  if (type == AttachType::tracer) {
+    const auto* h = reinterpret_cast<const arch::TracerHooks*>(prog);
+    if (!h || !h->entry || !h->entry_general || (h->exit && !h->exit_general))
+      return make_error(Errc::invalid_argument, fmt::format("{}: incomplete tracer hooks", what));
+    if (h->exit && t.sig.noreturn)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("{}: the function never returns (noreturn)", what));
+  }
   if ((type == AttachType::fexit || type == AttachType::fmod_ret) && t.sig.noreturn)
     return make_error(Errc::invalid_argument,
                       fmt::format("{}: the function never returns (noreturn)", what));
@@ -538,7 +553,7 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
   link->type = type;
   link->cookie = opts.cookie;
   link->id = next_link_id_++;
-  if (type == AttachType::freplace) {
+  if (type == AttachType::freplace || type == AttachType::tracer) {
     link->replacement = prog;
     return link;
   }

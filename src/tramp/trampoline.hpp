@@ -27,7 +27,11 @@ struct Site;
 
 namespace utramp::tramp {
 
-enum class AttachType : uint8_t { fentry, fexit, fmod_ret, freplace };
+// tracer: a function tracer's hooks (arch::TracerHooks, `prog` is their address, kept
+// alive by the caller), inlined in the image around the call; at most one per function,
+// alongside any fentry/fexit/fmod_ret programs (DESIGN §6: tracer ops and trampolines
+// on one site).
+enum class AttachType : uint8_t { fentry, fexit, fmod_ret, freplace, tracer };
 std::string_view attach_type_name(AttachType t) noexcept;
 
 inline constexpr size_t kMaxLinks = 38;  // the kernel's BPF_MAX_TRAMP_LINKS
@@ -54,7 +58,7 @@ struct Link {
   Trampoline* tramp = nullptr;
   AttachType type = AttachType::fentry;
   Prog* prog = nullptr;        // null for freplace
-  uint64_t replacement = 0;    // freplace
+  uint64_t replacement = 0;    // freplace: the function; tracer: its arch::TracerHooks
   uint64_t cookie = 0;
   uint64_t id = 0;
   bool attached = false;

@@ -367,6 +367,78 @@ void run_prog(ax::Assembler& a, const ImageSpec& sp, const Frame& f, const Image
   miss_progs.push_back(&p);
 }
 
+// A tracer's hooks (TracerHooks) around the call. They keep every register but rax,
+// and are entered with rdi = function, rsi = the image's frame (rbp); a non-zero return
+// sends the event to the general code, out of line, through a thunk that keeps every
+// register. rsp is 16-aligned where these are emitted, and stays so at the calls.
+struct HookSlow {
+  Label slow, back;
+  uint64_t fn;
+};
+
+void mov_imm(ax::Assembler& a, const ax::Gp& r, uint64_t v) {
+  if (v <= UINT32_MAX) a.mov(r.r32(), Imm(v));
+  else a.mov(r, Imm(v));
+}
+
+void hook_call(ax::Assembler& a, const ImageSpec& sp, uint64_t base, uint64_t fn,
+               uint64_t general, std::vector<HookSlow>& slow) {
+  mov_imm(a, ax::rdi, sp.func);
+  a.mov(ax::rsi, ax::rbp);
+  call_abs(a, fn, base);
+  HookSlow h{a.newLabel(), a.newLabel(), general};
+  a.test(ax::eax, ax::eax);
+  a.jnz(h.slow);
+  a.bind(h.back);
+  slow.push_back(h);
+}
+
+// On entry rax (al: vector registers of a variadic call), rdi and rsi carry the call.
+void hook_entry(ax::Assembler& a, const ImageSpec& sp, uint64_t base, std::vector<HookSlow>& slow) {
+  a.push(ax::rax);
+  a.push(ax::rdi);
+  a.push(ax::rsi);
+  a.push(ax::rsi);
+  hook_call(a, sp, base, sp.tracer.entry, sp.tracer.entry_general, slow);
+  a.pop(ax::rsi);
+  a.pop(ax::rsi);
+  a.pop(ax::rdi);
+  a.pop(ax::rax);
+}
+
+// After the call only rax of the three is live (rdi and rsi are not return registers).
+void hook_exit(ax::Assembler& a, const ImageSpec& sp, uint64_t base, std::vector<HookSlow>& slow) {
+  a.push(ax::rax);
+  a.push(ax::rax);
+  hook_call(a, sp, base, sp.tracer.exit, sp.tracer.exit_general, slow);
+  a.pop(ax::rax);
+  a.pop(ax::rax);
+}
+
+void hook_slow_paths(ax::Assembler& a, uint64_t base, const std::vector<HookSlow>& slow) {
+  for (const HookSlow& h : slow) {
+    a.bind(h.slow);
+    call_abs(a, h.fn, base);
+    a.long_().jmp(h.back);
+  }
+}
+
+// The stack arguments the original is called with (below rsp, which is 16-aligned).
+void call_original(ax::Assembler& a, const ImageSpec& sp, const Signature& sig, const Layout& l,
+                   uint64_t base) {
+  const int32_t window = copy_window(sig, l);
+  const int32_t wpad = (window + 15) / 16 * 16;
+  if (wpad) {
+    a.sub(ax::rsp, Imm(wpad));
+    for (int32_t k = 0; k < window; k += 8) {
+      a.mov(ax::r11, rbp_q(16 + k));
+      a.mov(ax::qword_ptr(ax::rsp, k), ax::r11);
+    }
+  }
+  call_abs(a, sp.original, base);
+  if (wpad) a.add(ax::rsp, Imm(wpad));
+}
+
 }  // namespace
 
 Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
@@ -452,7 +524,8 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
 size_t image_size_bound(const ImageSpec& spec) {
   const size_t progs = spec.fentry.size() + spec.fmod_ret.size() + spec.fexit.size();
   const size_t args = spec.sig ? spec.sig->args.size() * 2 + 8 : 16;
-  return 512 + progs * 128 + args * 24 + 64 * 8 /* stack window copy */ + 512;
+  return 512 + progs * 128 + args * 24 + 64 * 8 /* stack window copy */ + 512 +
+         (spec.tracer.entry ? 256 : 0);
 }
 
 // Image layout (calls_original; fentry-only images omit the marked parts and end with
@@ -472,7 +545,61 @@ size_t image_size_bound(const ImageSpec& spec) {
 //   <fexit programs>                                           |
 //   <restore return registers>                                 |
 //   leave ; mov r11d, I ; jmp exit      | exit: dec fs:[counters+4*r11]; ret
+namespace {
+
+// An image with a tracer and no program: no ctx, the hooks around the call.
+//
+//   push rbp ; mov rbp, rsp
+//   inc dword fs:[counters + 4*I] ; dec dword fs:[counters + 4*S]   | calls_original
+//   and rsp, -16
+//   <entry hook>
+//   <copy stack arguments; call original>                           | calls_original
+//   <exit hook>                                                     |
+//   leave ; mov r11d, I ; jmp exit       (entry-only: leave ; jmp pass)
+Result<ImageCode> emit_tracer_image(const ImageSpec& sp, uint64_t base) {
+  const Signature& sig = *sp.sig;
+  const Layout l = assign(sig);
+  ImageCode out;
+  std::vector<Label> leave_labels;
+  auto code = assemble(base, [&](ax::Assembler& a) {
+    std::vector<HookSlow> slow;
+    a.push(ax::rbp);
+    a.mov(ax::rbp, ax::rsp);
+    if (sp.calls_original) {
+      a.inc(fs_mem(sp.tls.counters + 4 * int64_t(sp.image_slot), 4));
+      a.dec(fs_mem(sp.tls.counters + 4 * int64_t(sp.site_slot), 4));
+    }
+    a.and_(ax::rsp, Imm(-16));
+    hook_entry(a, sp, base, slow);
+    Label lv = a.newLabel();
+    if (!sp.calls_original) {
+      a.bind(lv);
+      a.leave();
+      a.long_().jmp(Imm(sp.pass));
+    } else {
+      call_original(a, sp, sig, l, base);
+      if (sp.tracer.exit) hook_exit(a, sp, base, slow);
+      a.bind(lv);
+      a.leave();
+      a.mov(ax::r11d, Imm(sp.image_slot));
+      a.long_().jmp(Imm(sp.exit_fn));
+    }
+    leave_labels.push_back(lv);
+    hook_slow_paths(a, base, slow);
+  }, [&](asmjit::CodeHolder& c) {
+    for (const Label& lv : leave_labels) out.exits.push_back(static_cast<uint32_t>(c.labelOffset(lv)));
+  });
+  if (!code) return std::move(code).error();
+  out.code = std::move(*code);
+  out.exit_len = sp.calls_original ? 12 : 6;
+  return out;
+}
+
+}  // namespace
+
 Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
+  if (sp.tracer.entry && sp.fentry.empty() && sp.fmod_ret.empty() && sp.fexit.empty())
+    return emit_tracer_image(sp, base);
   const Signature& sig = *sp.sig;
   const Layout l = assign(sig);
   const Frame f = frame_for(sig, l);
@@ -481,6 +608,7 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
   auto code = assemble(base, [&](ax::Assembler& a) {
     std::vector<std::pair<Label, Label>> misses;
     std::vector<const ImageProg*> miss_progs;
+    std::vector<HookSlow> hook_slow;
     Label fexit = a.newLabel();
     a.push(ax::rbp);
     a.mov(ax::rbp, ax::rsp);
@@ -493,6 +621,7 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
     // alignment: gcc does not for local callees it knows need none. Programs and the
     // original are called with it aligned whatever it was.
     a.and_(ax::rsp, Imm(-16));
+    if (sp.tracer.entry) hook_entry(a, sp, base, hook_slow);
     save_args(a, sig, l, f);
     a.mov(ctx_slot(f, -1), Imm(f.nslots));
     if (static_cast<int64_t>(sp.func) == static_cast<int32_t>(sp.func)) {
@@ -521,21 +650,12 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
         a.jnz(fexit);
       }
       restore_args(a, sig, l, f);
-      const int32_t window = copy_window(sig, l);
-      const int32_t wpad = (window + 15) / 16 * 16;
-      if (wpad) {
-        a.sub(ax::rsp, Imm(wpad));
-        for (int32_t k = 0; k < window; k += 8) {
-          a.mov(ax::r11, rbp_q(16 + k));
-          a.mov(ax::qword_ptr(ax::rsp, k), ax::r11);
-        }
-      }
-      call_abs(a, sp.original, base);
-      if (wpad) a.add(ax::rsp, Imm(wpad));
+      call_original(a, sp, sig, l, base);
       save_ret(a, sig.ret, f);
       a.bind(fexit);
       for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses, miss_progs);
       restore_ret(a, sig.ret, f);
+      if (sp.tracer.exit) hook_exit(a, sp, base, hook_slow);
       Label lv = a.newLabel();
       a.bind(lv);
       leave_labels.push_back(lv);
@@ -551,6 +671,7 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       a.xor_(ax::eax, ax::eax);
       a.long_().jmp(misses[i].second);
     }
+    hook_slow_paths(a, base, hook_slow);
   }, [&](asmjit::CodeHolder& c) {
     for (const Label& lv : leave_labels) out.exits.push_back(static_cast<uint32_t>(c.labelOffset(lv)));
   });

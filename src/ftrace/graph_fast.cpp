@@ -1,0 +1,139 @@
+// The tracers' fast path: what an image runs around every traced call when nothing
+// unusual is going on (state set up, no -t, no arguments, no longjmp to detect, room in
+// the ring). Built with general registers only (CMake: -mgeneral-regs-only) and calling
+// nothing, so that the hooks can keep every register of the traced call — arguments on
+// entry, return values (rax:rdx, xmm0:xmm1, st0) on exit — by saving only the few
+// general registers they use (no_caller_saved_registers). A test decodes these functions
+// and fails on any call, indirect jump or vector register.
+//
+// Anything else returns non-zero, and the image calls the general code through a thunk
+// that saves the whole register file (utramp_graph_*_thunk below).
+#include <x86intrin.h>
+
+#include "ftrace/graph_state.hpp"
+
+#ifndef __GCC_HAVE_DWARF2_CFI_ASM
+#error "graph_fast.cpp needs the compiler's CFI directives"
+#endif
+#if defined(__SSE__) && !defined(UTRAMP_FAST_PATH_ALLOW_SSE)
+#error "graph_fast.cpp must be built with -mgeneral-regs-only"
+#endif
+
+namespace utramp::ftrace::detail {
+
+namespace {
+
+using trace::Event;
+using trace::EventType;
+
+UTRAMP_ALWAYS_INLINE Event make(uint64_t time, uint64_t addr, uint64_t data, uint32_t depth,
+                                EventType type) {
+  return Event{time, addr, data, static_cast<uint16_t>(depth), static_cast<uint8_t>(type), 0, 0};
+}
+
+// Non-zero: the general code must handle this event. Zero with `ts` null: ignored.
+UTRAMP_ALWAYS_INLINE uint64_t check(ThreadTrace* ts) {
+  if (__builtin_expect(ts == nullptr, 0)) return 1;
+  return ts->path == Path::fast ? 0 : ts->path == Path::ignore ? 2 : 1;
+}
+
+}  // namespace
+
+}  // namespace utramp::ftrace::detail
+
+using namespace utramp::ftrace::detail;
+
+extern "C" __attribute__((no_caller_saved_registers, visibility("hidden"))) uint64_t
+utramp_graph_fast_entry(uint64_t func, uint64_t frame) {
+  ThreadTrace* ts = t_trace;
+  if (const uint64_t c = check(ts)) return c == 2 ? 0 : 1;
+  if (g_fast.function_tracer) {
+    // One event per call: who called whom ([frame+8]: the caller's return address, the
+    // image being entered by jmp).
+    const uint64_t caller = *reinterpret_cast<const uint64_t*>(frame + 8);
+    ts->producer.write(make(__rdtsc(), func, caller, 0, utramp::trace::EventType::entry));
+    return 0;
+  }
+  const uint32_t d = ts->depth;
+  // A frame above this one on the shadow stack but deeper on the machine stack was
+  // left by a longjmp; the depth limits and overflow are counted: all general work.
+  if (d && ts->stack[d - 1].sp < frame) return 1;
+  if (d >= kMaxStack || ts->overflow) return 1;
+  if (g_fast.max_depth && d >= g_fast.max_depth) return 1;
+  const uint64_t t = __rdtsc();
+  Frame& f = ts->stack[d];
+  f.sp = frame;
+  f.func = func;
+  f.time = t;
+  f.written = 1;
+  f.hidden = 0;
+  ts->depth = d + 1;
+  // Staged: if the exit comes next, the two become one `leaf` event (half the bytes).
+  ts->producer.stage(make(t, func, 0, d, utramp::trace::EventType::entry));
+  return 0;
+}
+
+extern "C" __attribute__((no_caller_saved_registers, visibility("hidden"))) uint64_t
+utramp_graph_fast_exit(uint64_t func, uint64_t frame) {
+  (void)func;
+  ThreadTrace* ts = t_trace;
+  if (const uint64_t c = check(ts)) return c == 2 ? 0 : 1;
+  const uint32_t d = ts->depth;
+  if (ts->overflow || d == 0) return 1;
+  Frame& f = ts->stack[d - 1];
+  if (f.sp != frame || f.hidden || !f.written) return 1;
+  const uint64_t t = __rdtsc();
+  ts->depth = d - 1;
+  if (!ts->producer.complete_leaf(f.func, f.time, t))
+    ts->producer.write(make(t, f.func, 0, d - 1, utramp::trace::EventType::exit));
+  return 0;
+}
+
+// The thunks to the general code: entered by call from an image with rdi = function,
+// rsi = frame; save rax, rcx, rdx, rsi, rdi, r8-r11 and xmm0-15 (arguments on entry,
+// return values on exit), realign, call, restore. st0 (a long double return) is left
+// alone: the general code uses no x87 register.
+#define UTRAMP_THUNK(name, target)                                      \
+  ".globl " #name "\n"                                                  \
+  ".hidden " #name "\n"                                                 \
+  ".type " #name ", @function\n"                                        \
+  #name ":\n"                                                           \
+  ".cfi_startproc\n"                                                    \
+  "push %rbp\n"                                                         \
+  ".cfi_def_cfa_offset 16\n"                                            \
+  ".cfi_offset %rbp, -16\n"                                             \
+  "mov %rsp, %rbp\n"                                                    \
+  ".cfi_def_cfa_register %rbp\n"                                        \
+  "and $-16, %rsp\n"                                                    \
+  "push %rax\n push %rcx\n push %rdx\n push %rsi\n push %rdi\n"          \
+  "push %r8\n push %r9\n push %r10\n push %r11\n"                       \
+  "sub $264, %rsp\n"                                                    \
+  "movdqu %xmm0, 0(%rsp)\n movdqu %xmm1, 16(%rsp)\n"                    \
+  "movdqu %xmm2, 32(%rsp)\n movdqu %xmm3, 48(%rsp)\n"                   \
+  "movdqu %xmm4, 64(%rsp)\n movdqu %xmm5, 80(%rsp)\n"                   \
+  "movdqu %xmm6, 96(%rsp)\n movdqu %xmm7, 112(%rsp)\n"                  \
+  "movdqu %xmm8, 128(%rsp)\n movdqu %xmm9, 144(%rsp)\n"                 \
+  "movdqu %xmm10, 160(%rsp)\n movdqu %xmm11, 176(%rsp)\n"               \
+  "movdqu %xmm12, 192(%rsp)\n movdqu %xmm13, 208(%rsp)\n"               \
+  "movdqu %xmm14, 224(%rsp)\n movdqu %xmm15, 240(%rsp)\n"               \
+  "call " #target "\n"                                                  \
+  "movdqu 0(%rsp), %xmm0\n movdqu 16(%rsp), %xmm1\n"                    \
+  "movdqu 32(%rsp), %xmm2\n movdqu 48(%rsp), %xmm3\n"                   \
+  "movdqu 64(%rsp), %xmm4\n movdqu 80(%rsp), %xmm5\n"                   \
+  "movdqu 96(%rsp), %xmm6\n movdqu 112(%rsp), %xmm7\n"                  \
+  "movdqu 128(%rsp), %xmm8\n movdqu 144(%rsp), %xmm9\n"                 \
+  "movdqu 160(%rsp), %xmm10\n movdqu 176(%rsp), %xmm11\n"               \
+  "movdqu 192(%rsp), %xmm12\n movdqu 208(%rsp), %xmm13\n"               \
+  "movdqu 224(%rsp), %xmm14\n movdqu 240(%rsp), %xmm15\n"               \
+  "add $264, %rsp\n"                                                    \
+  "pop %r11\n pop %r10\n pop %r9\n pop %r8\n"                           \
+  "pop %rdi\n pop %rsi\n pop %rdx\n pop %rcx\n pop %rax\n"              \
+  "leave\n"                                                             \
+  ".cfi_def_cfa %rsp, 8\n"                                              \
+  "ret\n"                                                               \
+  ".cfi_endproc\n"                                                      \
+  ".size " #name ", .-" #name "\n"
+
+asm(".text\n"
+    UTRAMP_THUNK(utramp_graph_entry_thunk, utramp_graph_entry_general)
+    UTRAMP_THUNK(utramp_graph_exit_thunk, utramp_graph_exit_general));
