@@ -24,7 +24,10 @@ SEC("fentry/work")
 int BPF_PROG(count_work, int n) {
   __u32 zero = 0, k = (__u32)n % 4;
   __u64* c = bpf_map_lookup_elem(&calls, &zero);
-  if (c) *c += 1;  // this CPU's slot: a plain add, as per-CPU counters in the kernel
+  // This CPU's slot. The kernel runs a program with preemption off, so a plain add
+  // is enough there; in user space two threads can take turns on one CPU between the
+  // load and the store (or migrate after the lookup), so the add is atomic.
+  if (c) __sync_fetch_and_add(c, 1);
   __u64* m = bpf_map_lookup_elem(&by_mod4, &k);
   if (m) {
     __sync_fetch_and_add(m, 1);  // a thread may migrate between lookup and add
