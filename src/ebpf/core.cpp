@@ -333,8 +333,8 @@ Result<void> patch(const Relo& x, std::vector<Insn>& insns, uint64_t local, uint
     if (op::src_bit(n.code) == op::kX) return x.fail(Errc::bad_format, "an ALU instruction with a register source");
     if (static_cast<uint32_t>(n.imm) != static_cast<uint32_t>(local))
       return x.fail(Errc::bad_format, fmt::format("the instruction holds {}, the object's BTF says {}", n.imm, local));
-    if (value > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()) &&
-        static_cast<int64_t>(value) < std::numeric_limits<int32_t>::min())
+    const int64_t sv = static_cast<int64_t>(value);  // an s32, or a u32 written as its bits
+    if (sv < std::numeric_limits<int32_t>::min() || sv > int64_t(std::numeric_limits<uint32_t>::max()))
       return x.fail(Errc::out_of_range, fmt::format("{} does not fit an immediate", value));
     n.imm = static_cast<int32_t>(value);
     return {};
