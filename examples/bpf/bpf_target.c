@@ -1,6 +1,6 @@
-// The program the eBPF examples trace: THREADS threads (default 4) each call work(i)
-// and may_fail(i) for i = 0..CALLS-1 (default 1000), then it prints how many
-// may_fail() calls failed. Every count the examples' maps hold follows from these two
+// The program the eBPF examples trace: THREADS threads (default 4) each call work(i),
+// may_fail(i) and take_order({id i, qty i % 3, price i % 7}) for i = 0..CALLS-1
+// (default 1000), then it prints how many may_fail() calls failed. Every count the examples' maps hold follows from these two
 // numbers, which is how the end-to-end tests check them exactly.
 #include <pthread.h>
 #include <stdio.h>
@@ -27,12 +27,28 @@ __attribute__((noinline)) int may_fail(int x) {
 }
 UTRAMP_ALLOW_ERROR_INJECTION(may_fail);
 
+// CO-RE's fixture (core_order.bpf.c is compiled with another layout of both types).
+struct order {
+  long id;
+  int qty;
+  int price;
+};
+enum order_state { ORDER_NEW = 10, ORDER_PAID = 11, ORDER_SHIPPED = 12 };
+static volatile enum order_state last_state;
+
+__attribute__((noinline)) long take_order(struct order* o) {
+  last_state = o->qty ? ORDER_PAID : ORDER_NEW;
+  return o->id + o->qty * o->price;
+}
+
 static void* thread_main(void* arg) {
   (void)arg;
   int failed = 0;
   for (int i = 0; i < calls; ++i) {
     work(i);
     if (may_fail(i) != 0) ++failed;
+    struct order o = {i, i % 3, i % 7};
+    sink = (unsigned long)take_order(&o);
   }
   pthread_mutex_lock(&mu);
   failures += failed;

@@ -7,11 +7,14 @@
 #include <memory>
 #include <vector>
 
+#include "arch/probe.hpp"
+#include "ebpf/core.hpp"
 #include "ebpf/engine.hpp"
 #include "ebpf/helpers.hpp"
 #include "ebpf/loader.hpp"
 #include "ebpf/maps.hpp"
 #include "os/dwarf.hpp"
+#include "probe/probe.hpp"
 #include "sites/table.hpp"
 #include "tramp/trampoline.hpp"
 
@@ -19,18 +22,52 @@ namespace utramp::agent {
 
 namespace {
 
+// What a uprobe's handler needs: the program and what bpf_get_func_ip says.
+struct UprobeProg {
+  ebpf::NativeFn fn = nullptr;
+  uint64_t ip = 0;  // the probed address (uprobe), the function's entry (uretprobe)
+};
+
 // Live for the whole process: programs may run until exit (images are not torn down).
 struct BpfState {
   ebpf::MapFile maps;
   std::vector<std::unique_ptr<ebpf::Executable>> progs;
+  std::vector<std::unique_ptr<UprobeProg>> uprobes;
 };
 BpfState* g_bpf = nullptr;
+
+// A uprobe program's context: the kernel's x86-64 struct pt_regs (what bpf_tracing.h's
+// PT_REGS_PARM1..6, PT_REGS_RC, PT_REGS_IP and PT_REGS_SP read), preceded by the words
+// the helpers find below a tracing context (helpers.cpp): ctx[-3] the attach cookie
+// (0), ctx[-2] the function IP, ctx[-1] the argument count (0: a pt_regs program has
+// none for bpf_get_func_arg).
+struct UprobeCtx {
+  uint64_t cookie, func_ip, nargs;
+  uint64_t r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
+};
+static_assert(sizeof(UprobeCtx) == (3 + 21) * 8);
+constexpr uint64_t kPtRegsSize = 21 * 8;
+constexpr uint64_t kUserCs = 0x33, kUserSs = 0x2b;  // the x86-64 user segment selectors
+
+// The probe handler of every uprobe and uretprobe program (hit path: no allocation; the
+// program's own faults are counted in its status). The program sees a copy: like the
+// kernel's, it cannot change the registers.
+int run_uprobe(arch::PtRegs* r, uint64_t cookie) {
+  const auto* u = reinterpret_cast<const UprobeProg*>(cookie);
+  UprobeCtx c{0,      u->ip,  0,      r->r15, r->r14, r->r13, r->r12, r->rbp, r->rbx, r->r11, r->r10, r->r9,
+              r->r8,  r->rax, r->rcx, r->rdx, r->rsi, r->rdi, ~0ull,  r->rip, kUserCs, r->eflags, r->rsp,
+              kUserSs};
+  (void)u->fn(&c.r15);
+  return 0;
+}
 
 tramp::AttachType attach_type(ebpf::ProgKind k) {
   switch (k) {
     case ebpf::ProgKind::fentry: return tramp::AttachType::fentry;
     case ebpf::ProgKind::fexit: return tramp::AttachType::fexit;
     case ebpf::ProgKind::fmod_ret: return tramp::AttachType::fmod_ret;
+    case ebpf::ProgKind::uprobe:
+    case ebpf::ProgKind::uretprobe: break;
   }
   return tramp::AttachType::fentry;
 }
@@ -48,11 +85,13 @@ Result<void> bpf_start(const Config& cfg) {
 
   auto& table = sites::SiteTable::instance();
   if (auto r = table.discover(); !r) return std::move(r).error();
-  (void)table.canonicalize(sites::Quiescence::live);
 
   const ebpf::HelperTable& helpers = ebpf::runtime_helpers();
   std::vector<tramp::Manager::AttachRequest> reqs;
   std::vector<std::string> what;
+  std::vector<probe::ProbeSpec> uprobes;
+  std::vector<probe::RetprobeSpec> uretprobes;
+  std::vector<std::string> uprobe_what, uretprobe_what;
   size_t map_base = 0;
   for (const std::string& path : cfg.bpf_objects) {
     auto obj = ebpf::load_object_file(path, helpers);
@@ -79,20 +118,81 @@ Result<void> bpf_start(const Config& cfg) {
       if (!s)
         return make_error(Errc::not_found, fmt::format("{}: program '{}' ({}): no function '{}' in the target",
                                                        path, p.name, p.section, p.target));
+      if (p.offset >= s->info.size && s->info.size)
+        return make_error(Errc::out_of_range, fmt::format("{}: program '{}' ({}): offset {:#x} is beyond {} ({} "
+                                                          "bytes)",
+                                                          path, p.name, p.section, p.offset, p.target, s->info.size));
+      auto types = ebpf::TargetTypes::open(s->object);
+      if (auto c = ebpf::apply_core(p, obj->local_btf.get(), types ? types->get() : nullptr); !c)
+        return make_error(c.error().code, fmt::format("{}: {}", path, c.error().message));
       auto sig = os::signature_from_dwarf(s->object, s->info.func - s->bias);
       tramp::Signature sg = sig ? *sig : tramp::Signature::fallback();
       if (sig) UTRAMP_TRY(ebpf::check_prototype(p, sg));
       ebpf::resolve(p, hdr, val);
       ebpf::ExecOptions po = o;
-      po.ctx_size = 8 * static_cast<uint64_t>(sg.arg_slots() + (p.kind == ebpf::ProgKind::fentry ? 0 : std::max(1, sg.ret.slots())));
+      po.ctx_size = ebpf::is_uprobe(p.kind)
+                        ? kPtRegsSize
+                        : 8 * static_cast<uint64_t>(sg.arg_slots() +
+                                                    (p.kind == ebpf::ProgKind::fentry ? 0 : std::max(1, sg.ret.slots())));
       ebpf::Program prog{p.name, p.section, std::move(p.insns)};
       auto ex = ebpf::load(std::move(prog), po, ebpf::EngineKind::jit);
       if (!ex) return make_error(ex.error().code, fmt::format("{}: program '{}': {}", path, p.name, ex.error().message));
-      tramp::AttachOptions ao;
-      reqs.push_back({s->info.func, attach_type(p.kind), reinterpret_cast<uint64_t>((*ex)->native()), ao});
-      what.push_back(fmt::format("{} ({} {})", p.name, prog_kind_name(p.kind), p.target));
+      const std::string w = fmt::format("{} ({} {}{})", p.name, prog_kind_name(p.kind), p.target,
+                                        p.offset ? fmt::format("+{:#x}", p.offset) : "");
+      if (ebpf::is_uprobe(p.kind)) {
+        auto u = std::make_unique<UprobeProg>();
+        u->fn = (*ex)->native();
+        u->ip = s->info.func + p.offset;
+        const uint64_t cookie = reinterpret_cast<uint64_t>(u.get());
+        if (p.kind == ebpf::ProgKind::uprobe) {
+          uprobes.push_back({u->ip, run_uprobe, nullptr, cookie, false});
+          uprobe_what.push_back(w);
+        } else {
+          probe::RetprobeSpec rs;
+          rs.func = s->info.func;
+          rs.ret = run_uprobe;
+          rs.cookie = cookie;
+          uretprobes.push_back(rs);
+          uretprobe_what.push_back(w);
+        }
+        st->uprobes.push_back(std::move(u));
+      } else {
+        tramp::AttachOptions ao;
+        reqs.push_back({s->info.func, attach_type(p.kind), reinterpret_cast<uint64_t>((*ex)->native()), ao});
+        what.push_back(w);
+      }
       st->progs.push_back(std::move(*ex));
     }
+  }
+  // Trampolines want canonical sites (a NOP sled made one 5-byte NOP while no thread can
+  // be inside it: before main). The probe layer compares code with the file, so the
+  // sites are canonicalised only when trampolines are attached: then a uprobe at the
+  // entry of a function with a compiler NOP site is refused as changed code.
+  if (!reqs.empty()) (void)table.canonicalize(sites::Quiescence::live);
+  // Probes first (one batch, all or none; then each return probe), trampolines last;
+  // on any failure everything attached so far is detached again.
+  auto& pm = probe::Manager::instance();
+  std::vector<probe::Probe*> probes;
+  auto undo_probes = [&] {
+    if (!probes.empty()) (void)pm.detach_batch(probes);
+  };
+  if (!uprobes.empty()) {
+    auto b = pm.attach_batch(uprobes);
+    if (!b) {
+      // Name the probe at fault: the batch's message gives the address.
+      std::string names;
+      for (const auto& w : uprobe_what) names += (names.empty() ? "" : ", ") + w;
+      return make_error(b.error().code, fmt::format("cannot attach {}: {}", names, b.error().message));
+    }
+    probes = std::move(*b);
+  }
+  for (size_t i = 0; i < uretprobes.size(); ++i) {
+    auto r = pm.attach_retprobe(uretprobes[i]);
+    if (!r) {
+      undo_probes();
+      return make_error(r.error().code, fmt::format("cannot attach {}: {}", uretprobe_what[i], r.error().message));
+    }
+    probes.push_back(*r);
   }
   auto& mgr = tramp::Manager::instance();
   auto res = mgr.attach_many(reqs);
@@ -102,6 +202,7 @@ Result<void> bpf_start(const Config& cfg) {
   if (!errors.empty()) {
     for (auto& r : res)
       if (r) (void)mgr.detach(*r);
+    undo_probes();
     return make_error(Errc::invalid_argument, "cannot attach " + errors);
   }
   g_bpf = st.release();

@@ -3,16 +3,20 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <elf.h>
+#include <linux/bpf.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
 
 #include "ebpf/check.hpp"
+#include "ebpf/core.hpp"
+#include "ebpf/object_dwarf.hpp"
 #include "tramp/signature.hpp"
 
 namespace utramp::ebpf {
@@ -37,9 +41,6 @@ struct Sym {
   uint8_t type = 0, bind = 0;
 };
 
-struct BtfDeleter {
-  void operator()(btf* b) const { btf__free(b); }
-};
 
 class Parser {
  public:
@@ -58,6 +59,9 @@ class Parser {
   Result<void> relocate(size_t sec, uint64_t lo, uint64_t hi, size_t base, LoadedProgram& p,
                         bool* needs_text);
   std::optional<Prototype> prototype(const std::string& fn) const;
+  Result<void> read_core_relos();
+  Result<void> parse_target(const Sec& s, LoadedProgram& p) const;
+  Result<void> take_core(size_t sec, uint64_t lo, uint64_t hi, size_t base, LoadedProgram& p) const;
 
   std::span<const uint8_t> bytes_;
   std::string name_;
@@ -65,7 +69,10 @@ class Parser {
   std::vector<Sec> secs_;
   std::vector<Sym> syms_;
   std::map<size_t, size_t> rel_for_;  // section index -> its SHT_REL section index
-  std::unique_ptr<btf, BtfDeleter> btf_;
+  std::shared_ptr<btf> btf_;
+  std::unique_ptr<ObjectDwarf> dwarf_;
+  // CO-RE records by section index: (byte offset of the instruction, record).
+  std::map<size_t, std::vector<std::pair<uint64_t, CoreRelo>>> core_;
   std::map<std::string, size_t> maps_by_sym_;  // .maps symbol -> map index
   int maps_sec_ = -1, text_sec_ = -1;
   Object obj_;
@@ -156,7 +163,9 @@ Result<void> Parser::classify() {
     const uint64_t f = s.sh->sh_flags;
     if (s.sh->sh_type == SHT_REL) s.role = Sec::Role::rel;
     else if (n == ".text") s.role = Sec::Role::text, text_sec_ = static_cast<int>(i);
-    else if (starts(n, "fentry/") || starts(n, "fexit/") || starts(n, "fmod_ret/")) s.role = Sec::Role::prog;
+    else if (starts(n, "fentry/") || starts(n, "fexit/") || starts(n, "fmod_ret/") || starts(n, "uprobe/") ||
+             starts(n, "uretprobe/"))
+      s.role = Sec::Role::prog;
     else if (n == ".maps") s.role = Sec::Role::maps, maps_sec_ = static_cast<int>(i);
     else if (n == "maps")
       return err(Errc::unsupported, "section 'maps': legacy map definitions are not supported; declare "
@@ -168,7 +177,7 @@ Result<void> Parser::classify() {
     else if (f & SHF_EXECINSTR)
       return err(Errc::unsupported,
                  fmt::format("section '{}': unknown program type (supported: fentry/FUNC, fexit/FUNC, "
-                             "fmod_ret/FUNC)",
+                             "fmod_ret/FUNC, uprobe/FUNC[+OFFSET], uretprobe/FUNC)",
                              n));
     else if (f & SHF_ALLOC)
       return err(Errc::unsupported, fmt::format("section '{}': unknown section", n));
@@ -342,6 +351,8 @@ Result<void> Parser::relocate(size_t sec, uint64_t lo, uint64_t hi, size_t base,
 }
 
 std::optional<Prototype> Parser::prototype(const std::string& fn) const {
+  if (dwarf_)
+    if (auto p = dwarf_->prototype("____" + fn)) return p;
   if (!btf_) return std::nullopt;
   // BPF_PROG(name, args...) wraps `____name(ctx, args...)`: its BTF, when it was not
   // inlined away, has the typed arguments after ctx.
@@ -364,13 +375,125 @@ std::optional<Prototype> Parser::prototype(const std::string& fn) const {
   return p;
 }
 
+// SEC("kind/rest"): fentry/fexit/fmod_ret take a function name; uprobe and uretprobe
+// libbpf's [BINARY:]FUNC[+OFFSET] (offset decimal or 0x hex; a return probe has none).
+Result<void> Parser::parse_target(const Sec& s, LoadedProgram& p) const {
+  const size_t slash = s.name.find('/');
+  const std::string kind = s.name.substr(0, slash);
+  std::string rest = s.name.substr(slash + 1);
+  p.kind = kind == "fentry"   ? ProgKind::fentry
+           : kind == "fexit"  ? ProgKind::fexit
+           : kind == "uprobe" ? ProgKind::uprobe
+           : kind == "uretprobe" ? ProgKind::uretprobe
+                                 : ProgKind::fmod_ret;
+  if (is_uprobe(p.kind)) {
+    if (const size_t colon = rest.rfind(':'); colon != std::string::npos) {
+      p.binary = rest.substr(0, colon);
+      rest = rest.substr(colon + 1);
+      if (p.binary.empty())
+        return err(Errc::invalid_argument, fmt::format("section '{}': empty binary before ':' (a path, or *)", s.name));
+    }
+    if (const size_t plus = rest.rfind('+'); plus != std::string::npos) {
+      const std::string off = rest.substr(plus + 1);
+      rest = rest.substr(0, plus);
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long v = off.empty() || off[0] == '-' ? 0 : std::strtoull(off.c_str(), &end, 0);
+      if (off.empty() || off[0] == '-' || errno || !end || *end)
+        return err(Errc::invalid_argument,
+                   fmt::format("section '{}': offset '{}' is not a number (decimal or 0x hex)", s.name, off));
+      p.offset = v;
+      if (p.kind == ProgKind::uretprobe && p.offset != 0)
+        return err(Errc::invalid_argument,
+                   fmt::format("section '{}': a return probe attaches at the function's entry, not at +{:#x}",
+                               s.name, p.offset));
+    }
+  }
+  if (rest.empty()) return err(Errc::invalid_argument, fmt::format("section '{}': no function named", s.name));
+  p.target = rest;
+  return {};
+}
+
+// .BTF.ext's CO-RE records (struct bpf_core_relo of linux/bpf.h), by section. libbpf's
+// btf_ext__new checks the header and the bounds of every subsection; it has no public
+// accessor for the records, so they are read here from the subsection it checked.
+Result<void> Parser::read_core_relos() {
+  int ext = -1;
+  for (size_t i = 1; i < secs_.size(); ++i)
+    if (secs_[i].name == ".BTF.ext") ext = static_cast<int>(i);
+  if (ext < 0) return {};
+  if (!btf_) return err(Errc::bad_format, "section '.BTF.ext' but no .BTF");
+  const auto d = secs_[ext].data;
+  errno = 0;
+  btf_ext* e = btf_ext__new(d.data(), static_cast<uint32_t>(d.size()));
+  if (!e) return err(Errc::bad_format, fmt::format("section '.BTF.ext': libbpf cannot parse it ({})", strerror(errno)));
+  btf_ext__free(e);
+  auto u32_at = [&](size_t o) {
+    uint32_t v;
+    std::memcpy(&v, d.data() + o, 4);
+    return v;
+  };
+  // Header: magic(2) version(1) flags(1) hdr_len, func_info off/len, line_info off/len,
+  // core_relo off/len (u32 each; offsets from the end of the header).
+  constexpr size_t kCoreLenEnd = 32;
+  if (d.size() < 8) return {};
+  const uint32_t hdr_len = u32_at(4);
+  if (hdr_len < kCoreLenEnd || hdr_len > d.size()) return {};
+  const uint64_t off = u32_at(24), len = u32_at(28);
+  if (len == 0) return {};
+  const auto bad = [&](const std::string& why) {
+    return err(Errc::bad_format, "section '.BTF.ext': CO-RE records: " + why);
+  };
+  size_t pos = hdr_len + off;
+  const size_t end = pos + len;
+  if (end > d.size() || len < 4) return bad("outside the section");
+  const uint32_t rec = u32_at(pos);
+  pos += 4;
+  if (rec < sizeof(bpf_core_relo)) return bad(fmt::format("record size {} < {}", rec, sizeof(bpf_core_relo)));
+  while (pos < end) {
+    if (end - pos < 8) return bad("truncated section header");
+    const char* sn = btf__name_by_offset(btf_.get(), u32_at(pos));
+    const uint32_t n = u32_at(pos + 4);
+    pos += 8;
+    if ((end - pos) / rec < n) return bad(fmt::format("{} records past the end", n));
+    size_t sec = 0;
+    for (size_t i = 1; i < secs_.size() && sn; ++i)
+      if (secs_[i].name == sn) sec = i;
+    if (!sec) return bad(fmt::format("section '{}' not in the object", sn ? sn : "?"));
+    for (uint32_t k = 0; k < n; ++k, pos += rec) {
+      bpf_core_relo r;
+      std::memcpy(&r, d.data() + pos, sizeof r);
+      const char* a = btf__name_by_offset(btf_.get(), r.access_str_off);
+      if (!a || r.insn_off % 8) return bad(fmt::format("section '{}' offset {:#x}: bad record", sn, r.insn_off));
+      core_[sec].push_back({r.insn_off, CoreRelo{0, static_cast<uint32_t>(r.kind), r.type_id, a}});
+    }
+  }
+  return {};
+}
+
+// The CO-RE records of section `sec` in [lo, hi) (bytes), on p.insns from `base`.
+Result<void> Parser::take_core(size_t sec, uint64_t lo, uint64_t hi, size_t base, LoadedProgram& p) const {
+  auto it = core_.find(sec);
+  if (it == core_.end()) return {};
+  for (const auto& [off, r] : it->second) {
+    if (off < lo || off >= hi) continue;
+    CoreRelo c = r;
+    c.insn = static_cast<uint32_t>(base + (off - lo) / 8);
+    if (!core_kind_supported(c.kind))
+      return err(Errc::unsupported,
+                 fmt::format("program '{}' insn {} (section '{}' offset {:#x}): CO-RE relocation {} (kind {}) is "
+                             "not supported (supported: {})",
+                             p.name, c.insn, secs_[sec].name, off, core_kind_name(c.kind), c.kind,
+                             core_supported_kinds()));
+    p.core.push_back(std::move(c));
+  }
+  return {};
+}
+
 Result<void> Parser::read_programs() {
   for (size_t i = 1; i < secs_.size(); ++i) {
     const Sec& s = secs_[i];
     if (s.role != Sec::Role::prog) continue;
-    const size_t slash = s.name.find('/');
-    const std::string kind = s.name.substr(0, slash), target = s.name.substr(slash + 1);
-    if (target.empty()) return err(Errc::invalid_argument, fmt::format("section '{}': no function named", s.name));
     std::vector<const Sym*> fns;
     for (const Sym& sym : syms_)
       if (sym.shndx == i && sym.type == STT_FUNC && sym.bind == STB_GLOBAL) fns.push_back(&sym);
@@ -384,11 +507,11 @@ Result<void> Parser::read_programs() {
       LoadedProgram p;
       p.name = fs->name;
       p.section = s.name;
-      p.target = target;
-      p.kind = kind == "fentry" ? ProgKind::fentry : kind == "fexit" ? ProgKind::fexit : ProgKind::fmod_ret;
+      UTRAMP_TRY(parse_target(s, p));
       p.insns = insns_from_bytes(s.data.subspan(fs->value, fs->size));
       bool needs_text = false;
       UTRAMP_TRY(relocate(i, fs->value, fs->value + fs->size, 0, p, &needs_text));
+      UTRAMP_TRY(take_core(i, fs->value, fs->value + fs->size, 0, p));
       if (needs_text) {
         const size_t tbase = p.insns.size();
         const auto text = insns_from_bytes(secs_[text_sec_].data);
@@ -402,6 +525,7 @@ Result<void> Parser::read_programs() {
         p.insns.insert(p.insns.end(), text.begin(), text.end());
         bool unused = false;
         UTRAMP_TRY(relocate(static_cast<size_t>(text_sec_), 0, secs_[text_sec_].data.size(), tbase, p, &unused));
+        UTRAMP_TRY(take_core(static_cast<size_t>(text_sec_), 0, secs_[text_sec_].data.size(), tbase, p));
       }
       // The structural check, with placeholder addresses in the map references.
       std::vector<Insn> probe = p.insns;
@@ -418,7 +542,8 @@ Result<void> Parser::read_programs() {
     }
   }
   if (obj_.programs.empty())
-    return err(Errc::not_found, "no programs (sections fentry/FUNC, fexit/FUNC or fmod_ret/FUNC)");
+    return err(Errc::not_found, "no programs (sections fentry/FUNC, fexit/FUNC, fmod_ret/FUNC, uprobe/FUNC or "
+                                "uretprobe/FUNC)");
   return {};
 }
 
@@ -436,11 +561,15 @@ Result<Object> Parser::run() {
     errno = 0;
     btf* b = btf__new(secs_[i].data.data(), static_cast<uint32_t>(secs_[i].data.size()));
     if (!b) return err(Errc::bad_format, fmt::format("section '.BTF': libbpf cannot parse it ({})", strerror(errno)));
-    btf_.reset(b);
+    btf_.reset(b, btf__free);
   }
+  // The object's DWARF gives BPF_PROG's prototypes; without it (no -g) BTF does.
+  if (auto d = ObjectDwarf::open(bytes_); d) dwarf_ = std::move(*d);
+  UTRAMP_TRY(read_core_relos());
   UTRAMP_TRY(read_maps());
   UTRAMP_TRY(read_programs());
   obj_.path = name_;
+  obj_.local_btf = btf_;
   return std::move(obj_);
 }
 
@@ -451,9 +580,13 @@ const char* prog_kind_name(ProgKind k) {
     case ProgKind::fentry: return "fentry";
     case ProgKind::fexit: return "fexit";
     case ProgKind::fmod_ret: return "fmod_ret";
+    case ProgKind::uprobe: return "uprobe";
+    case ProgKind::uretprobe: return "uretprobe";
   }
   return "?";
 }
+
+bool is_uprobe(ProgKind k) { return k == ProgKind::uprobe || k == ProgKind::uretprobe; }
 
 Result<Object> parse_object(std::span<const uint8_t> bytes, const std::string& name, const HelperTable& helpers) {
   return Parser(bytes, name, helpers).run();
@@ -476,7 +609,8 @@ void resolve(LoadedProgram& p, std::span<const uint64_t> header_addr, std::span<
 }
 
 Result<void> check_prototype(const LoadedProgram& p, const tramp::Signature& sig) {
-  if (!p.proto || !sig.known) return {};
+  // BPF_UPROBE's arguments are registers read from pt_regs, as in the kernel: unchecked.
+  if (!p.proto || !sig.known || is_uprobe(p.kind)) return {};
   std::vector<uint32_t> want;
   for (const auto& a : sig.args) want.push_back(a.kind == tramp::ArgType::Kind::memory ? 8 : a.size);
   std::vector<uint32_t> have = p.proto->arg_sizes;

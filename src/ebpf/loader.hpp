@@ -4,11 +4,16 @@
 // What an object may hold:
 //   SEC("fentry/FUNC"), SEC("fexit/FUNC"), SEC("fmod_ret/FUNC")   programs (each global
 //                           function of such a section is one program attached to FUNC)
+//   SEC("uprobe/FUNC[+OFF]"), SEC("uretprobe/FUNC")   probes with a struct pt_regs
+//                           context; libbpf's "uprobe/BINARY:FUNC[+OFF]" too (BINARY is
+//                           kept for the caller to compare with the traced program, or *)
 //   .text                   BPF-to-BPF callees: appended to each program that calls
 //                           them (calls relocated), their own relocations applied too
 //   .maps                   BTF-defined maps (__uint(type, ...), __type(key, ...) ...),
 //                           read with libbpf's BTF API from .BTF
 //   .data* .rodata* .bss*   global data: one-entry array maps whose value is the section
+//   .BTF.ext                CO-RE relocation records: kept per program (core.hpp applies
+//                           them against the target's DWARF); unsupported kinds refused
 //   license, version, .BTF*, .debug*, .rel*, .symtab, .strtab, .llvm_addrsig  ignored
 // Anything else allocated is refused, as are legacy `maps` sections.
 //
@@ -25,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -35,13 +41,15 @@
 #include "ebpf/insn.hpp"
 #include "ebpf/maps.hpp"
 
+struct btf;
+
 namespace utramp::tramp {
 struct Signature;
 }
 
 namespace utramp::ebpf {
 
-enum class ProgKind : uint8_t { fentry, fexit, fmod_ret };
+enum class ProgKind : uint8_t { fentry, fexit, fmod_ret, uprobe, uretprobe };
 const char* prog_kind_name(ProgKind k);
 
 struct MapRef {
@@ -51,11 +59,20 @@ struct MapRef {
   uint64_t offset = 0;
 };
 
-// The program's typed prototype (from BTF, when the object has it: BPF_PROG's inner
-// function when it was not inlined, or a function taking typed arguments).
+// The program's typed prototype: BPF_PROG's inner function `____NAME(ctx, args...)`,
+// read from the object's DWARF (which keeps it, as an abstract instance, even when
+// clang inlined it away), else from its BTF (only when it was not inlined).
 struct Prototype {
   std::vector<uint32_t> arg_sizes;  // bytes of each argument after ctx
-  std::string text;                 // "int (int n, int ret)"
+  std::string text;                 // "(int n, int ret)"
+};
+
+// One CO-RE relocation (a bpf_core_relo of .BTF.ext) on a program's instruction.
+struct CoreRelo {
+  uint32_t insn = 0;     // index in LoadedProgram::insns
+  uint32_t kind = 0;     // enum bpf_core_relo_kind
+  uint32_t type_id = 0;  // root type in the object's BTF
+  std::string access;    // "0:1:2"
 };
 
 struct LoadedProgram {
@@ -63,16 +80,22 @@ struct LoadedProgram {
   std::string section;  // fentry/work
   ProgKind kind = ProgKind::fentry;
   std::string target;   // work
+  std::string binary;   // uprobe/BINARY:FUNC: BINARY ("" when not given)
+  uint64_t offset = 0;  // uprobe/FUNC+OFFSET: OFFSET
   std::vector<Insn> insns;
   std::vector<MapRef> refs;
+  std::vector<CoreRelo> core;
   std::optional<Prototype> proto;
 };
+
+bool is_uprobe(ProgKind k);
 
 struct Object {
   std::string path;
   std::string license;
   std::vector<MapSpec> maps;
   std::vector<LoadedProgram> programs;
+  std::shared_ptr<const btf> local_btf;  // the object's .BTF (CO-RE's local types), or null
 };
 
 // Parses and checks an object from memory (`name` for messages) against `helpers`.

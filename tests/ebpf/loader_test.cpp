@@ -6,7 +6,9 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 
+#include "ebpf/core.hpp"
 #include "ebpf/helpers.hpp"
 #include "ebpf/loader.hpp"
 #include "tramp/signature.hpp"
@@ -69,7 +71,8 @@ TEST(Loader, LatencyExample) {
 }
 
 TEST(Loader, EveryExampleLoads) {
-  for (const char* n : {"latency", "percpu_count", "fexit_ret", "fault_inject", "ringbuf_events"}) {
+  for (const char* n :
+       {"latency", "percpu_count", "fexit_ret", "fault_inject", "ringbuf_events", "uprobe_args", "core_order"}) {
     auto o = load_object_file(example(n), runtime_helpers());
     EXPECT_TRUE(o) << n << ": " << error_of(o);
   }
@@ -182,8 +185,7 @@ TEST(LoaderBad, PrototypeMismatch) {
   sig.source = "DWARF";
   auto r = check_prototype(o->programs[0], sig);
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("program 'typed' declares (8 bytes a, 8 bytes b) but work is"),
-            std::string::npos)
+  EXPECT_NE(r.error().message.find("program 'typed' declares (long a, long b) but work is"), std::string::npos)
       << r.error().message;
   sig.args = {tramp::ArgType::integer(8), tramp::ArgType::integer(8)};
   EXPECT_TRUE(check_prototype(o->programs[0], sig));
@@ -199,6 +201,123 @@ TEST(LoaderBad, LegacyMapsSection) {
   std::copy_n("maps\0\0", 6, it);
   const std::string e = error_of(parse(b));
   EXPECT_NE(e.find("section 'maps': legacy map definitions"), std::string::npos) << e;
+}
+
+tramp::Signature work_signature() {
+  tramp::Signature sig;
+  sig.args = {tramp::ArgType::integer(4)};
+  sig.ret = tramp::RetType::integer(4);
+  sig.source = "DWARF";
+  return sig;
+}
+
+// BPF_PROG's inner function inlined away: no BTF for it, the prototype from DWARF.
+TEST(LoaderProto, InlinedPrototypeFromDwarf) {
+  auto bad_o = load_object_file(bad("proto_inlined_mismatch"), runtime_helpers());
+  ASSERT_TRUE(bad_o) << bad_o.error().message;
+  ASSERT_TRUE(bad_o->programs[0].proto.has_value());
+  EXPECT_EQ(bad_o->programs[0].proto->text, "(long a, long b)");
+  auto r = check_prototype(bad_o->programs[0], work_signature());
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("program 'typed' declares (long a, long b) but work is (i32) -> i32 (1 argument)"),
+            std::string::npos)
+      << r.error().message;
+
+  auto good = load_object_file(bad("proto_inlined_match"), runtime_helpers());
+  ASSERT_TRUE(good) << good.error().message;
+  ASSERT_TRUE(good->programs[0].proto.has_value());
+  EXPECT_EQ(good->programs[0].proto->text, "(int n, int ret)");
+  EXPECT_TRUE(check_prototype(good->programs[0], work_signature()));
+}
+
+TEST(LoaderProto, OutOfLinePrototype) {
+  auto o = load_object_file(bad("proto_match"), runtime_helpers());
+  ASSERT_TRUE(o) << o.error().message;
+  ASSERT_TRUE(o->programs[0].proto.has_value());
+  EXPECT_EQ(o->programs[0].proto->text, "(int n)");
+  EXPECT_TRUE(check_prototype(o->programs[0], work_signature()));
+}
+
+TEST(LoaderUprobe, Sections) {
+  auto o = load_object_file(example("uprobe_args"), runtime_helpers());
+  ASSERT_TRUE(o) << o.error().message;
+  std::map<std::string, const LoadedProgram*> by;
+  for (const auto& p : o->programs) by[p.name] = &p;
+  ASSERT_EQ(by.size(), 4u);
+  EXPECT_EQ(by["work_args"]->kind, ProgKind::uprobe);
+  EXPECT_EQ(by["work_args"]->target, "work");
+  EXPECT_EQ(by["work_args"]->offset, 0u);
+  EXPECT_EQ(by["work_ret"]->kind, ProgKind::uretprobe);
+  EXPECT_EQ(by["work_body"]->binary, "bpf_target");
+  EXPECT_EQ(by["work_body"]->target, "work");
+  EXPECT_EQ(by["work_body"]->offset, 5u);
+  EXPECT_EQ(by["may_fail_odd"]->binary, "*");
+  EXPECT_EQ(by["may_fail_odd"]->target, "may_fail");
+}
+
+TEST(LoaderUprobe, BadSections) {
+  auto b = read_all(example("uprobe_args"));
+  auto rename = [&](const std::string& from, const std::string& to) {
+    auto c = b;
+    auto it = std::find_end(c.begin(), c.end(), from.begin(), from.end());
+    EXPECT_NE(it, c.end()) << from;
+    EXPECT_EQ(from.size(), to.size());
+    std::copy(to.begin(), to.end(), it);
+    return error_of(parse(c));
+  };
+  EXPECT_NE(rename("uprobe/bpf_target:work+5", "uprobe/bpf_target:work+z").find("offset 'z' is not a number"),
+            std::string::npos);
+  EXPECT_NE(rename("uretprobe/work", "uretprobe/w+12").find("a return probe attaches at the function's entry"),
+            std::string::npos);
+  EXPECT_NE(rename("uprobe/*:may_fail", "uprobe/:may_faill").find("empty binary"), std::string::npos);
+}
+
+// CO-RE: the records are kept per program; applied against bpf_target's DWARF, the
+// offsets become the target's layout.
+TEST(LoaderCore, ResolvedAgainstTargetDwarf) {
+  auto o = load_object_file(example("core_order"), runtime_helpers());
+  ASSERT_TRUE(o) << o.error().message;
+  ASSERT_EQ(o->programs.size(), 1u);
+  LoadedProgram p = o->programs[0];
+  ASSERT_FALSE(p.core.empty());
+  std::map<std::string, int> kinds;
+  for (const auto& r : p.core) kinds[core_kind_name(r.kind)]++;
+  EXPECT_EQ(kinds["field_byte_offset"], 2);
+  EXPECT_EQ(kinds["field_exists"], 1);
+  EXPECT_EQ(kinds["type_exists"], 1);
+  EXPECT_EQ(kinds["type_size"], 1);
+  EXPECT_EQ(kinds["enumval_value"], 1);
+  auto imm_of = [](const LoadedProgram& q, uint32_t kind) {
+    std::vector<int64_t> v;
+    for (const auto& r : q.core)
+      if (r.kind == kind) {
+        const Insn& n = q.insns[r.insn];
+        v.push_back(n.code == op::kLddw ? int64_t(uint32_t(n.imm)) | int64_t(q.insns[r.insn + 1].imm) << 32 : n.imm);
+      }
+    return v;
+  };
+  // Without the target's DWARF: the object's own layout stays.
+  LoadedProgram local = p;
+  ASSERT_TRUE(apply_core(local, o->local_btf.get(), nullptr));
+  EXPECT_EQ(imm_of(local, 0), (std::vector<int64_t>{4, 0}));  // price, qty
+  EXPECT_EQ(imm_of(local, 9), (std::vector<int64_t>{24}));
+  EXPECT_EQ(imm_of(local, 11), (std::vector<int64_t>{2}));
+
+  auto t = TargetTypes::open(UTRAMP_BPF_TARGET);
+  ASSERT_TRUE(t) << t.error().message;
+  ASSERT_TRUE(apply_core(p, o->local_btf.get(), t->get()));
+  EXPECT_EQ(imm_of(p, 0), (std::vector<int64_t>{12, 8}));     // struct order { long id; int qty; int price; }
+  EXPECT_EQ(imm_of(p, 2), (std::vector<int64_t>{0}));         // no `discount` in the target
+  EXPECT_EQ(imm_of(p, 8), (std::vector<int64_t>{1}));
+  EXPECT_EQ(imm_of(p, 9), (std::vector<int64_t>{16}));
+  EXPECT_EQ(imm_of(p, 11), (std::vector<int64_t>{12}));       // ORDER_SHIPPED = 12 there
+}
+
+TEST(LoaderCore, UnsupportedKindNamesInstructionAndKind) {
+  const std::string e = error_of(load_object_file(bad("core_bitfield"), runtime_helpers()));
+  EXPECT_NE(e.find("program 'bits' insn "), std::string::npos) << e;
+  EXPECT_NE(e.find("CO-RE relocation field_"), std::string::npos) << e;
+  EXPECT_NE(e.find("is not supported (supported: field_byte_offset"), std::string::npos) << e;
 }
 
 }  // namespace

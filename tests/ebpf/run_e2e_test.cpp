@@ -130,8 +130,54 @@ TEST(RunE2E, BadObjectsNeverStartTheTarget) {
   expect_refused(bad("unknown_section"), "section 'kprobe/work': unknown program type");
   expect_refused(bad("unsupported_map"), "map type 7 (stack_trace) is not supported");
   expect_refused(bad("unknown_helper"), "unknown helper 27 (bpf_get_stackid)");
-  expect_refused(bad("proto_mismatch"), "program 'typed' declares (8 bytes a, 8 bytes b) but work is (i32) -> i32");
+  expect_refused(bad("proto_mismatch"), "program 'typed' declares (long a, long b) but work is (i32) -> i32");
+  expect_refused(bad("proto_inlined_mismatch"),
+                 "program 'typed' declares (long a, long b) but work is (i32) -> i32 (1 argument)");
   expect_refused("/nonexistent.bpf.o", "/nonexistent.bpf.o: cannot open");
+}
+
+TEST(RunE2E, InlinedPrototypeThatMatchesRuns) {
+  auto r = run(bad("proto_inlined_match"), {"1", "10"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("bpf_target: 1 threads x 10 calls"), std::string::npos) << r.out;
+}
+
+// Arguments and return values through pt_regs: exact counts for 4 threads x 1000
+// calls of work(i), may_fail(i), i = 0..999.
+TEST(RunE2E, UprobesAndUretprobes) {
+  auto r = run(example("uprobe_args"), {"4", "1000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("bpf_target: 4 threads x 1000 calls, 0 failures"), std::string::npos) << r.out;
+  auto m = maps_of(r.out);
+  EXPECT_EQ(entries(m["args_mod4"]), (std::map<uint64_t, uint64_t>{{0, 1000}, {1, 1000}, {2, 1000}, {3, 1000}}));
+  EXPECT_EQ(entries(m["rets"]), (std::map<uint64_t, uint64_t>{{0, 800}, {1, 800}, {2, 800}, {3, 800}, {4, 800}}));
+  // work+5: even n (500 per thread); *:may_fail: odd x (500 per thread).
+  EXPECT_EQ(entries(m["inside"]), (std::map<uint64_t, uint64_t>{{0, 2000}, {1, 2000}}));
+}
+
+TEST(RunE2E, UprobeBadInputNeverStartsTheTarget) {
+  expect_refused(bad("uprobe_bad_offset"),
+                 "program 'inside_insn' (section 'uprobe/may_fail+6'): offset 0x6 is not an instruction boundary "
+                 "of may_fail: it is inside");
+  expect_refused(bad("uprobe_beyond"),
+                 "program 'beyond' (section 'uprobe/may_fail+0x10000'): offset 0x10000 is beyond may_fail");
+  expect_refused(bad("uprobe_other_binary"),
+                 "program 'other' (section 'uprobe/not_the_target:work'): binary 'not_the_target' is not the "
+                 "traced program");
+  expect_refused(bad("uprobe_unknown_func"),
+                 "program 'unknown' (section 'uretprobe/no_such_function'): no function 'no_such_function' in");
+}
+
+// CO-RE: core_order.bpf.c is compiled with struct order { int qty; int price; long id;
+// long discount; }; bpf_target has { long id; int qty; int price; }. Per thread, prices
+// i % 7 sum to 2997 and quantities i % 3 to 999 over i = 0..999.
+TEST(RunE2E, CoreReadsTheTargetsLayout) {
+  auto r = run(example("core_order"), {"4", "1000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto m = maps_of(r.out);
+  EXPECT_EQ(entries(m["order_stats"]),
+            (std::map<uint64_t, uint64_t>{{0, 4 * 2997}, {1, 4 * 999}, {3, 4000}, {4, 4000 * 16}, {5, 4000 * 12},
+                                          {6, 4000}}));
 }
 
 TEST(RunE2E, AttachFailureInTheAgentEndsTheTargetBeforeMain) {

@@ -4,9 +4,10 @@
 // (and every SEC seconds with --interval).
 //
 // Before the target starts, each object is loaded and checked here (sections, maps,
-// instructions, helpers), every target function is looked up in PROGRAM and each
-// program's BTF prototype checked against the function's DWARF signature: bad input
-// never starts the target. The agent in the target loads the objects again against the
+// instructions, helpers), every target function is looked up in PROGRAM, each
+// program's prototype (the object's DWARF or BTF) checked against the function's DWARF
+// signature, each uprobe's binary, offset and instruction boundary checked, and the
+// CO-RE relocations resolved against PROGRAM's DWARF: bad input never starts the target. The agent in the target loads the objects again against the
 // map file made here, JITs and attaches; if that fails it ends the target before main
 // (exit status 125) and says why in a status file read here.
 //
@@ -40,6 +41,8 @@
 
 #include "agent/config.hpp"
 #include "commands.hpp"
+#include "arch/arch.hpp"
+#include "ebpf/core.hpp"
 #include "ebpf/helpers.hpp"
 #include "ebpf/loader.hpp"
 #include "ebpf/maps.hpp"
@@ -217,6 +220,31 @@ size_t drain_rings(const ebpf::MapFile& mf, bool as_json) {
   return n;
 }
 
+// A uprobe's place: the binary it names (BINARY:FUNC) is the traced program (same path,
+// same file name, or *), and FUNC+OFFSET is an instruction boundary inside FUNC, proven
+// by decoding FUNC from its start in the file.
+std::string check_uprobe(const ebpf::LoadedProgram& p, const sites::SiteInfo& fn, const os::ElfFile* elf,
+                         const std::string& prog) {
+  const auto base = [](const std::string& x) { return x.substr(x.rfind('/') + 1); };
+  if (!p.binary.empty() && p.binary != "*" && p.binary != prog && base(p.binary) != base(prog))
+    return fmt::format("binary '{}' is not the traced program {} (name it, or use *)", p.binary, prog);
+  if (p.offset == 0) return {};
+  if (fn.size && p.offset >= fn.size)
+    return fmt::format("offset {:#x} is beyond {} ({} bytes)", p.offset, p.target, fn.size);
+  if (!elf) return {};
+  const auto code = elf->bytes_at(fn.func, fn.size);
+  uint64_t at = 0;
+  while (at < p.offset && at < code.size()) {
+    auto insn = arch::decode(code.data() + at, code.size() - at, fn.func + at);
+    if (!insn) return fmt::format("cannot decode {}+{:#x}: {}", p.target, at, insn.error().message);
+    if (at + insn->length > p.offset)
+      return fmt::format("offset {:#x} is not an instruction boundary of {}: it is inside '{}' at +{:#x} ({} bytes)",
+                         p.offset, p.target, insn->text(), at, insn->length);
+    at += insn->length;
+  }
+  return {};
+}
+
 int run(const RunFlags& f) {
   const std::string me = "utramp run";
   if (f.command.empty()) {
@@ -234,6 +262,8 @@ int run(const RunFlags& f) {
     fmt::print(stderr, "{}: {}: {}\n", me, prog, target.error().message);
     return 2;
   }
+  auto elf = os::ElfFile::open(prog);
+  auto types = ebpf::TargetTypes::open(prog);  // none: CO-RE keeps the object's own layouts
   // Load and check everything before anything runs.
   std::vector<ebpf::MapSpec> specs;
   std::vector<std::string> abs_objects;
@@ -243,7 +273,7 @@ int run(const RunFlags& f) {
       fmt::print(stderr, "{}: {}\n", me, obj.error().message);
       return 2;
     }
-    for (const auto& p : obj->programs) {
+    for (auto& p : obj->programs) {
       const auto* fn = [&]() -> const sites::SiteInfo* {
         for (const auto& x : target->functions)
           if (x.name == p.target) return &x;
@@ -252,6 +282,16 @@ int run(const RunFlags& f) {
       if (!fn) {
         fmt::print(stderr, "{}: {}: program '{}' (section '{}'): no function '{}' in {}\n", me, path, p.name,
                    p.section, p.target, prog);
+        return 2;
+      }
+      if (ebpf::is_uprobe(p.kind)) {
+        if (auto why = check_uprobe(p, *fn, elf ? elf->get() : nullptr, prog); !why.empty()) {
+          fmt::print(stderr, "{}: {}: program '{}' (section '{}'): {}\n", me, path, p.name, p.section, why);
+          return 2;
+        }
+      }
+      if (auto c = ebpf::apply_core(p, obj->local_btf.get(), types ? types->get() : nullptr); !c) {
+        fmt::print(stderr, "{}: {}: {}\n", me, path, c.error().message);
         return 2;
       }
       if (auto sig = os::signature_from_dwarf(prog, p.target); sig) {
