@@ -222,7 +222,11 @@ void attach_new_sites() {
 void discover_and_attach(const std::string& fresh = {}) {
   std::lock_guard lock(g_agent->mu);
   auto& table = sites::SiteTable::instance();
-  if (auto r = table.discover(); !r) logf("discover: %s", r.error().message.c_str());
+  // Without --libs only the program's own functions are traced: the libraries are not
+  // even analysed (most of the start-up cost otherwise).
+  std::function<bool(std::string_view)> want;
+  if (!g_agent->cfg.libraries) want = [](std::string_view path) { return path == g_agent->exe; };
+  if (auto r = table.discover(want); !r) logf("discover: %s", r.error().message.c_str());
   if (!fresh.empty()) (void)table.canonicalize(sites::Quiescence::stopped, fresh);
   auto left = table.canonicalize(sites::Quiescence::live);
   if (!left) logf("canonicalize: %s", left.error().message.c_str());

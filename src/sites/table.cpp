@@ -81,7 +81,7 @@ SiteTable& SiteTable::instance() {
   return *t;
 }
 
-Result<size_t> SiteTable::discover() {
+Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& want) {
   std::lock_guard lock(mu_);
   std::vector<LoadedObject> objs;
   dl_iterate_phdr(
@@ -125,6 +125,7 @@ Result<size_t> SiteTable::discover() {
     auto& o = objs[oi];
     const std::string& key = now[oi];
     if (std::find(seen_objects_.begin(), seen_objects_.end(), key) != seen_objects_.end()) continue;
+    if (want && !o.path.empty() && !want(o.path)) continue;  // later, if ever asked for
     seen_objects_.push_back(key);
     if (o.path.empty() || o.path.starts_with("linux-vdso") || o.path.starts_with("linux-gate"))
       continue;

@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -60,8 +61,10 @@ class SiteTable {
   static SiteTable& instance();
 
   // Adds the functions of every object loaded since the last call (main program,
-  // shared libraries, dlopen'ed objects). Returns how many sites were added.
-  Result<size_t> discover();
+  // shared libraries, dlopen'ed objects). Returns how many sites were added. With
+  // `want`, only the objects it accepts (by path) are analysed now; the others are
+  // left for a later call (analysing every library costs most of a tracer's start-up).
+  Result<size_t> discover(const std::function<bool(std::string_view path)>& want = {});
   // Rewrites compiler sites into one 5-byte NOP. Sites that need quiescence are left
   // alone (and stay unusable) under Quiescence::live when other threads exist; the
   // number left is returned.

@@ -260,6 +260,21 @@ Producer ShmBuffers::claim(uint32_t pid, uint32_t tid) noexcept {
   return p;
 }
 
+std::vector<uint32_t> ShmBuffers::producer_pids() const {
+  std::vector<uint32_t> pids;
+  if (base_ == nullptr) return pids;
+  Header* hdr = header_of(base_);
+  const uint32_t used = std::min(hdr->next.load(std::memory_order_acquire), hdr->max_buffers);
+  for (uint32_t i = 0; i < used; ++i) {
+    Control* c = control_of(base_, i);
+    const uint32_t st = c->state.load(std::memory_order_acquire);
+    if (st != kActive && st != kClaiming) continue;
+    const uint32_t pid = c->pid.load(std::memory_order_relaxed);
+    if (pid && std::find(pids.begin(), pids.end(), pid) == pids.end()) pids.push_back(pid);
+  }
+  return pids;
+}
+
 size_t ShmBuffers::drain(
     const std::function<void(uint32_t, uint32_t, std::span<const Event>, uint64_t)>& fn,
     bool final) {

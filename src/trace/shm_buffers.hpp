@@ -104,6 +104,8 @@ class ShmBuffers {
   size_t drain(const std::function<void(uint32_t pid, uint32_t tid, std::span<const Event>,
                                         uint64_t lost)>& fn,
                bool final = false);
+  // CLI side: the processes owning rings still open (not closed by their thread).
+  std::vector<uint32_t> producer_pids() const;
   // Buffers that could not be claimed (threads untraced for lack of buffers).
   uint64_t unclaimed() const noexcept;
   BufferMode mode() const noexcept;

@@ -161,7 +161,8 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   // The time base: TSC ticks, rated against the monotonic clock over the whole run
   // (a first rate over 20 ms for the agent's -t filter).
   const uint64_t ns0 = mono_ns(), tsc0 = __rdtsc();
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Only the -t filter needs a good rate before the target starts.
+  std::this_thread::sleep_for(std::chrono::milliseconds(o.agent.min_duration_ns ? 20 : 2));
   const double rate0 = static_cast<double>(__rdtsc() - tsc0) / static_cast<double>(mono_ns() - ns0);
 
   agent::Config cfg = o.agent;
@@ -227,14 +228,20 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     // Busy rings are drained back to back; an idle trace is polled every millisecond.
     if (drain() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  // Children the target forked may still be writing: drain until quiet (bounded).
-  for (int quiet = 0, rounds = 0; quiet < 10 && rounds < 400; ++rounds) {
-    if (drain() == 0) {
-      ++quiet;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    } else {
+  // Children the target forked may still be writing: drain until no process that
+  // owns a ring is left (bounded: 2 s without an event, 10 s in all).
+  const uint64_t give_up = mono_ns() + 10'000'000'000ull;
+  for (int quiet = 0; quiet < 400 && mono_ns() < give_up;) {
+    if (drain() != 0) {
       quiet = 0;
+      continue;
     }
+    bool alive = false;
+    for (uint32_t pid : shm->producer_pids())
+      if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) alive = true;
+    if (!alive) break;
+    ++quiet;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   drain(true);  // losses still pending at the end are marked where they happened
   sigaction(SIGINT, &old_int, nullptr);
