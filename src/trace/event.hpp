@@ -6,7 +6,8 @@
 
 namespace utramp::trace {
 
-inline constexpr uint32_t kFormatVersion = 1;
+// 2: `leaf` events (an entry and its exit in one record).
+inline constexpr uint32_t kFormatVersion = 2;
 
 enum class EventType : uint8_t {
   none = 0,
