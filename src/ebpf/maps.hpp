@@ -70,6 +70,17 @@ enum class MapType : uint32_t {
 const char* map_type_name(uint32_t type);  // "hash", or "" when unknown
 bool map_type_supported(uint32_t type);
 
+// A named global variable of a data section (.data/.rodata/.bss), from the object's BTF
+// (the section's DATASEC), for printing: where it is in the section's value and how to
+// show it.
+struct GlobalVar {
+  enum class Kind : uint8_t { signed_int, unsigned_int, boolean, chars, bytes };
+  std::string name;
+  uint32_t offset = 0;
+  uint32_t size = 0;
+  Kind kind = Kind::bytes;
+};
+
 struct MapSpec {
   std::string name;
   uint32_t type = 0;
@@ -80,6 +91,7 @@ struct MapSpec {
   std::vector<uint8_t> init;  // global data (.data/.rodata): the value of entry 0
   bool global_data = false;   // .data/.rodata/.bss (not printed as a user map)
   bool readonly = false;      // .rodata: programs may not store into it
+  std::vector<GlobalVar> vars;  // global data: its named variables, by offset (not in the file)
 };
 
 // Checks a spec's sizes against its type; the message names the map.
