@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds, and runs the whole test suite through ctest: the
-# regular build, then the unit and stress tests again under AddressSanitizer.
+# regular build, then the unit and stress tests again under AddressSanitizer, then the
+# eBPF loader fuzzer for a minute (scripts/fuzz.sh; UTRAMP_FUZZ_SECONDS changes it,
+# UTRAMP_SKIP_FUZZ=1 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -14,4 +16,7 @@ if [ "${UTRAMP_SKIP_ASAN:-0}" != 1 ]; then
   cmake --build build-asan -j "$jobs"
   ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure -j "$jobs" \
     --timeout 600 -L 'unit|stress'
+fi
+if [ "${UTRAMP_SKIP_FUZZ:-0}" != 1 ]; then
+  ./scripts/fuzz.sh "${UTRAMP_FUZZ_SECONDS:-60}"
 fi

@@ -107,7 +107,7 @@ Result<void> bpf_start(const Config& cfg) {
         return make_error(Errc::bad_format, fmt::format("{}: map {} is '{}' in the map file, '{}' in the object",
                                                         path, i, maps.spec(k).name, obj->maps[i].name));
       hdr.push_back(reinterpret_cast<uint64_t>(maps.header(k)));
-      auto d = maps.data(k);
+      auto d = maps.values(k);  // never the map's locks, links or positions
       val.push_back(reinterpret_cast<uint64_t>(d.data()));
       o.regions.push_back({reinterpret_cast<uint64_t>(d.data()), reinterpret_cast<uint64_t>(d.data() + d.size()),
                            !obj->maps[i].readonly});

@@ -57,7 +57,9 @@ std::string_view kernel_helper_name(uint32_t id);
 // source gives -EFAULT and a zeroed destination), trace_printk formatted here into the
 // printk ring (below) for the CLI to print, get_func_* from the trampoline's context
 // (ctx[-1] count, ctx[-2] function, ctx[-3] cookie). Destinations the program passes
-// are checked against the running program's writable memory (current_run()).
+// are checked against the running program's writable memory (current_run()); sources
+// (keys, values, formats, ringbuf_output data) are read directly when the program may
+// read them and through os::safe_read otherwise.
 const HelperTable& runtime_helpers();
 
 struct MapHeader;

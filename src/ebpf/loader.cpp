@@ -62,6 +62,7 @@ class Parser {
   Result<void> read_core_relos();
   Result<void> parse_target(const Sec& s, LoadedProgram& p) const;
   Result<void> take_core(size_t sec, uint64_t lo, uint64_t hi, size_t base, LoadedProgram& p) const;
+  std::vector<GlobalVar> data_vars(size_t sec, uint64_t size) const;
 
   std::span<const uint8_t> bytes_;
   std::string name_;
@@ -211,6 +212,59 @@ std::optional<uint32_t> btf_pointee_size(const btf* b, uint32_t type_id) {
   return static_cast<uint32_t>(sz);
 }
 
+GlobalVar::Kind var_kind(const btf* b, uint32_t type_id) {
+  const int id = btf__resolve_type(b, type_id);  // through typedefs and qualifiers
+  const btf_type* t = id > 0 ? btf__type_by_id(b, static_cast<uint32_t>(id)) : nullptr;
+  if (!t) return GlobalVar::Kind::bytes;
+  if (btf_is_int(t)) {
+    const uint8_t enc = btf_int_encoding(t);
+    if (enc & BTF_INT_BOOL) return GlobalVar::Kind::boolean;
+    return enc & BTF_INT_SIGNED ? GlobalVar::Kind::signed_int : GlobalVar::Kind::unsigned_int;
+  }
+  if (btf_is_enum(t)) return GlobalVar::Kind::signed_int;
+  if (btf_is_ptr(t)) return GlobalVar::Kind::unsigned_int;
+  if (btf_is_array(t)) {
+    const int e = btf__resolve_type(b, btf_array(t)->type);
+    const btf_type* et = e > 0 ? btf__type_by_id(b, static_cast<uint32_t>(e)) : nullptr;
+    if (et && btf_is_int(et) && et->size == 1) return GlobalVar::Kind::chars;  // char[], u8[]
+  }
+  return GlobalVar::Kind::bytes;
+}
+
+// The named variables of data section `sec` (`size` bytes), from its BTF DATASEC. The
+// offset comes from the variable's symbol (clang leaves DATASEC offsets for libbpf to
+// fix up); a variable that does not fit in the section is left out, never trusted.
+std::vector<GlobalVar> Parser::data_vars(size_t sec, uint64_t size) const {
+  std::vector<GlobalVar> out;
+  if (!btf_) return out;
+  const int id = btf__find_by_name_kind(btf_.get(), secs_[sec].name.c_str(), BTF_KIND_DATASEC);
+  const btf_type* ds = id > 0 ? btf__type_by_id(btf_.get(), static_cast<uint32_t>(id)) : nullptr;
+  if (!ds) return out;
+  const btf_var_secinfo* vs = btf_var_secinfos(ds);
+  for (uint16_t k = 0; k < btf_vlen(ds); ++k) {
+    const btf_type* v = btf__type_by_id(btf_.get(), vs[k].type);
+    if (!v || !btf_is_var(v)) continue;
+    const char* n = btf__name_by_offset(btf_.get(), v->name_off);
+    const long sz = btf__resolve_size(btf_.get(), v->type);
+    if (!n || !*n || sz <= 0) continue;
+    GlobalVar g;
+    g.name = n;
+    uint64_t off = vs[k].offset;
+    for (const Sym& y : syms_)
+      if (y.shndx == sec && y.name == g.name) {
+        off = y.value;
+        break;
+      }
+    if (off > size || static_cast<uint64_t>(sz) > size - off) continue;
+    g.offset = static_cast<uint32_t>(off);
+    g.size = static_cast<uint32_t>(sz);
+    g.kind = var_kind(btf_.get(), v->type);
+    out.push_back(std::move(g));
+  }
+  std::sort(out.begin(), out.end(), [](const GlobalVar& a, const GlobalVar& b) { return a.offset < b.offset; });
+  return out;
+}
+
 Result<void> Parser::read_maps() {
   // Global data sections first: a one-entry array each.
   for (size_t i = 1; i < secs_.size(); ++i) {
@@ -229,6 +283,7 @@ Result<void> Parser::read_maps() {
     m.global_data = true;
     m.readonly = starts(s.name, ".rodata");
     m.init.assign(s.data.begin(), s.data.end());
+    m.vars = data_vars(i, size);
     s.map = static_cast<int>(obj_.maps.size());
     obj_.maps.push_back(std::move(m));
   }

@@ -19,7 +19,7 @@ namespace {
 
 constexpr uint64_t kFileMagic = 0x314d504642525455ull;  // "UTRBPFM1"
 constexpr uint32_t kMapMagic = 0x4d415042;              // "BPAM"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: hash values apart from the entries
 constexpr size_t kPage = 4096;
 constexpr uint32_t kBusy = 1u << 31, kDiscard = 1u << 30;
 constexpr uint32_t kLruWindow = 32;
@@ -43,8 +43,9 @@ struct MapHeader {
   uint32_t cpus;         // per-CPU slots (1 for other maps)
   uint64_t self_off;     // this header's offset in the file
   uint64_t data_off, data_size;
+  uint64_t values_off, values_size;  // what programs may store into (MapFile::values)
   uint32_t nbuckets;     // hash: power of two
-  uint32_t entry_size;   // hash: Entry + key (rounded) + values
+  uint32_t entry_size;   // hash: Entry + key (rounded)
   uint8_t global_data, readonly, pad[6];
   char name[kMapNameMax + 1];
   // Runtime state, in the file.
@@ -69,7 +70,7 @@ struct Entry {
   uint32_t next;  // entry index + 1
   uint32_t used;
   uint64_t stamp;
-  // key (rounded up to 8), then `cpus` values of `stride` bytes
+  // key (rounded up to 8); the entry's `cpus` values are in the value area
 };
 // Ringbuf layout.
 struct RingCtl {
@@ -125,8 +126,12 @@ Entry* entry(const MapHeader* m, uint32_t idx) {
                                   size_t(idx) * m->entry_size);
 }
 uint8_t* entry_key(Entry* e) { return reinterpret_cast<uint8_t*>(e + 1); }
+uint32_t entry_index(const MapHeader* m, const Entry* e) {
+  return static_cast<uint32_t>((reinterpret_cast<const uint8_t*>(e) - reinterpret_cast<const uint8_t*>(entry(m, 0))) /
+                               m->entry_size);
+}
 uint8_t* entry_value(const MapHeader* m, Entry* e, uint32_t cpu) {
-  return entry_key(e) + round8(m->key_size) + size_t(cpu) * m->stride;
+  return file_base(m) + m->values_off + (size_t(entry_index(m, e)) * m->cpus + cpu) * m->stride;
 }
 
 uint64_t hash_key(const void* key, uint32_t n) {
@@ -403,12 +408,19 @@ Result<MapFile> MapFile::create(const std::string& path, const std::vector<MapSp
     size_t bytes = 0;
     if (s.type == uint32_t(MapType::ringbuf)) {
       bytes = kRingCtl + s.max_entries;
+      h.values_off = off + kRingCtl;
+      h.values_size = s.max_entries;
     } else if (is_hash(s.type)) {
       h.nbuckets = std::bit_ceil(s.max_entries);
-      h.entry_size = static_cast<uint32_t>(sizeof(Entry) + round8(s.key_size) + size_t(h.stride) * h.cpus);
-      bytes = size_t(h.nbuckets) * sizeof(Bucket) + size_t(s.max_entries) * h.entry_size;
+      h.entry_size = static_cast<uint32_t>(sizeof(Entry) + round8(s.key_size));
+      const size_t control = (size_t(h.nbuckets) * sizeof(Bucket) + size_t(s.max_entries) * h.entry_size + 63) & ~size_t{63};
+      h.values_off = off + control;
+      h.values_size = size_t(s.max_entries) * h.stride * h.cpus;
+      bytes = control + h.values_size;
     } else {
       bytes = size_t(s.max_entries) * h.stride * h.cpus;
+      h.values_off = off;
+      h.values_size = bytes;
     }
     h.data_off = off;
     h.data_size = bytes;
@@ -467,7 +479,8 @@ Result<MapFile> MapFile::attach(const std::string& path) {
     return make_error(Errc::bad_format, fmt::format("map file {}: not a utramp map file", path));
   for (size_t i = 0; i < fh->nmaps; ++i) {
     const MapHeader* h = f.header(i);
-    if (h->magic != kMapMagic || h->data_off + h->data_size > f.size_)
+    if (h->magic != kMapMagic || h->data_off + h->data_size > f.size_ || h->values_off < h->data_off ||
+        h->values_off + h->values_size > h->data_off + h->data_size)
       return make_error(Errc::bad_format, fmt::format("map file {}: map {} is corrupt", path, i));
   }
   register_file(f.base_, f.size_);
@@ -483,6 +496,10 @@ MapHeader* MapFile::header(size_t i) const {
 std::span<uint8_t> MapFile::data(size_t i) const {
   const MapHeader* h = header(i);
   return {base_ + h->data_off, h->data_size};
+}
+std::span<uint8_t> MapFile::values(size_t i) const {
+  const MapHeader* h = header(i);
+  return {base_ + h->values_off, h->values_size};
 }
 MapSpec MapFile::spec(size_t i) const {
   const MapHeader* h = header(i);

@@ -17,8 +17,9 @@
 // Layouts (stride = value size rounded up to 8; C = per-CPU slots, sched_getcpu() % C):
 //   array          value[max_entries]
 //   percpu_array   value[max_entries][C]
-//   hash/lru_hash  Bucket[nb] (nb = power of two >= max_entries), then Entry[max_entries]
-//   percpu_hash    as hash, each entry holding C values
+//   hash/lru_hash  Bucket[nb] (nb = power of two >= max_entries), Entry[max_entries]
+//                  (link, LRU stamp, key), then value[max_entries] apart from them
+//   percpu_hash    as hash, value[max_entries][C]
 //   ringbuf        producer/consumer positions (own cache lines), then max_entries
 //                  bytes of records
 //
@@ -33,6 +34,15 @@
 // header carries a busy bit until submit or discard clears it (store-release, pairs
 // with the consumer's load-acquire), and the consumer stops at the first busy record.
 // A record never wraps: the producer pads to the ring's end with a discarded record.
+//
+// What programs may store into (MapFile::values, the regions the loader registers):
+// array values, hash values and ring buffer records, never a header, bucket, entry link,
+// key, lock or ring position. Until a verifier proves pointers, programs are untrusted,
+// and a lock word a program could write would let one stray store hang every thread
+// that takes it; the engines refuse such a store (FaultKind::bad_store) instead.
+// (Record headers inside a ring are the exception: reserve hands out the bytes just
+// after one. The consumer bounds every length it reads, so a corrupt header stops the
+// consumer, never makes it read outside the ring.)
 //
 // Everything a program calls is async-signal-safe: no allocation, no syscalls but
 // sched_getcpu (a vDSO call), spinlocks held for a bounded walk only.
@@ -60,6 +70,17 @@ enum class MapType : uint32_t {
 const char* map_type_name(uint32_t type);  // "hash", or "" when unknown
 bool map_type_supported(uint32_t type);
 
+// A named global variable of a data section (.data/.rodata/.bss), from the object's BTF
+// (the section's DATASEC), for printing: where it is in the section's value and how to
+// show it.
+struct GlobalVar {
+  enum class Kind : uint8_t { signed_int, unsigned_int, boolean, chars, bytes };
+  std::string name;
+  uint32_t offset = 0;
+  uint32_t size = 0;
+  Kind kind = Kind::bytes;
+};
+
 struct MapSpec {
   std::string name;
   uint32_t type = 0;
@@ -70,6 +91,7 @@ struct MapSpec {
   std::vector<uint8_t> init;  // global data (.data/.rodata): the value of entry 0
   bool global_data = false;   // .data/.rodata/.bss (not printed as a user map)
   bool readonly = false;      // .rodata: programs may not store into it
+  std::vector<GlobalVar> vars;  // global data: its named variables, by offset (not in the file)
 };
 
 // Checks a spec's sizes against its type; the message names the map.
@@ -93,8 +115,12 @@ class MapFile {
   size_t count() const;
   uint32_t cpus() const;
   MapHeader* header(size_t i) const;
-  // The value memory of map i (what programs may load from and store into).
+  // The whole data area of map i (values and, for hash maps and ring buffers, their
+  // control words).
   std::span<uint8_t> data(size_t i) const;
+  // The part of it programs may store into: array values, hash values (apart from the
+  // buckets and entries), ring buffer records (after the positions and lock).
+  std::span<uint8_t> values(size_t i) const;
   MapSpec spec(size_t i) const;
 
  private:

@@ -5,12 +5,15 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <thread>
 
 #include "ebpf/asm.hpp"
 #include "ebpf/engine.hpp"
 #include "ebpf/jit.hpp"
+#include "ebpf/maps.hpp"
 
 namespace {
 
@@ -301,6 +304,94 @@ TEST_P(Engines, ConcurrentRuns) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(e->default_status().faults.load(), 0u);
+}
+
+// A program that stores into a map's internals (its header, a hash map's buckets with
+// their locks and its entries' links and keys, a ring buffer's positions and lock)
+// fails as any bad store does, and changes nothing: a lock word set by a program would
+// hang every thread that takes it. Stores into the value a lookup handed out still go
+// through, and afterwards the map works, with exact counts from several threads.
+TEST_P(Engines, MapInternalsAreNotWritable) {
+  char path[] = "/tmp/utramp-engine-test-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  auto spec = [](const char* name, MapType t, uint32_t k, uint32_t v, uint32_t n) {
+    MapSpec s;
+    s.name = name;
+    s.type = uint32_t(t);
+    s.key_size = k;
+    s.value_size = v;
+    s.max_entries = n;
+    return s;
+  };
+  auto created = MapFile::create(path, {spec("h", MapType::hash, 4, 8, 8), spec("r", MapType::ringbuf, 0, 0, 4096)});
+  ASSERT_TRUE(created) << created.error().message;
+  auto mf = MapFile::attach(path);  // registered: helpers accept its headers
+  unlink(path);
+  ASSERT_TRUE(mf) << mf.error().message;
+  MapHeader* h = mf->header(0);
+  ExecOptions o;
+  o.helpers = &runtime_helpers();
+  for (size_t i = 0; i < mf->count(); ++i) {
+    auto v = mf->values(i);
+    o.regions.push_back({reinterpret_cast<uint64_t>(v.data()), reinterpret_cast<uint64_t>(v.data() + v.size()), true});
+  }
+  const uint32_t key = 1;
+  const uint64_t zero = 0;
+  ASSERT_EQ(map_update(h, &key, &zero, 0), 0);
+
+  // The value handed out by a lookup is the program's to write.
+  auto lookup = [&](const char* then) {
+    return fmt::format("stw [%r10-4], 1\nlddw %r1, {:#x}\nmov %r2, %r10\nadd %r2, -4\ncall 1\n{}\nmov %r0, 1\nexit\n",
+                       reinterpret_cast<uint64_t>(h), then);
+  };
+  auto set = load_text(lookup("stdw [%r0+0], 42"), o);
+  EXPECT_EQ(run_ok(*set), 1u);
+  EXPECT_EQ(*static_cast<uint64_t*>(map_lookup(h, &key)), 42u);
+
+  // Every word outside the values: refused, and nothing changed.
+  auto poke = load_text("ldxdw %r2, [%r1+0]\nstw [%r2+0], 1\nmov %r0, 1\nexit\n", o);
+  std::vector<std::pair<uint64_t, uint64_t>> internals;  // [lo, hi)
+  for (size_t i = 0; i < mf->count(); ++i) {
+    const uint64_t hdr = reinterpret_cast<uint64_t>(mf->header(i));
+    internals.push_back({hdr, hdr + 256});
+    auto d = mf->data(i);
+    auto v = mf->values(i);
+    internals.push_back({reinterpret_cast<uint64_t>(d.data()), reinterpret_cast<uint64_t>(v.data())});
+    internals.push_back({reinterpret_cast<uint64_t>(v.data() + v.size()), reinterpret_cast<uint64_t>(d.data() + d.size())});
+  }
+  size_t tried = 0;
+  for (auto [lo, hi] : internals) {
+    const std::vector<uint8_t> before(reinterpret_cast<uint8_t*>(lo), reinterpret_cast<uint8_t*>(hi));
+    for (uint64_t a = lo; a + 4 <= hi; a += 4, ++tried) {
+      uint64_t ctx = a;
+      run_fault(*poke, FaultKind::bad_store, 1, &ctx, sizeof ctx);
+    }
+    EXPECT_EQ(std::memcmp(before.data(), reinterpret_cast<void*>(lo), hi - lo), 0)
+        << "map internals at " << std::hex << lo << " changed";
+  }
+  EXPECT_GT(tried, 100u);
+
+  // Still a working map: four threads each add 1000 through the program.
+  auto add = load_text(lookup("mov %r3, 1\nlock add [%r0+0], %r3"), o);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&] {
+      for (int i = 0; i < 1000; ++i) add->run(nullptr, 0, &add->default_status());
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(add->default_status().faults.load(), 0u);
+  EXPECT_EQ(*static_cast<uint64_t*>(map_lookup(h, &key)), 42u + 4000u);
+  const uint32_t other = 2;
+  EXPECT_EQ(map_update(h, &other, &zero, 1), 0);
+  EXPECT_EQ(map_count(h), 2u);
+  EXPECT_EQ(map_delete(h, &key), 0);
+  EXPECT_EQ(map_lookup(h, &key), nullptr);
+  void* rec = ringbuf_reserve(mf->header(1), 16);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_TRUE(ringbuf_commit(mf->header(1), rec, false));
+  EXPECT_EQ(ringbuf_consume(mf->header(1), [](std::span<const uint8_t>) {}), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Both, Engines, ::testing::Values(EngineKind::interpreter, EngineKind::jit),

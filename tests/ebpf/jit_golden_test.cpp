@@ -124,4 +124,15 @@ TEST(EbpfJitGolden, DivisionShiftsAndBudget) {
                 jit_listing("l: sdiv %r3, %r1\nlsh32 %r2, %r5\njne %r2, 0, l\nexit\n", o));
 }
 
+TEST(EbpfJitGolden, LeanPrograms) {
+  // A program that cannot fault and calls nothing gets no run state: an empty one is
+  // xor and ret; one using r6 and its frame saves rbx and rbp only, keeps r10 16-byte
+  // aligned and exits through one epilogue.
+  ExecOptions o;
+  o.ctx_size = 8;
+  expect_golden("jit_lean",
+                jit_listing("mov %r0, 0\nexit\n", o) +
+                    jit_listing("mov %r6, %r1\nstxdw [%r10-8], %r6\nldxdw %r0, [%r10-8]\njeq %r0, 0, +1\nexit\nmov %r0, 1\nexit\n", o));
+}
+
 }  // namespace

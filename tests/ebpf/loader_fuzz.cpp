@@ -1,7 +1,9 @@
-// libFuzzer target over the loader: any bytes are parsed and checked as an eBPF object;
-// the loader must return an error or an object, never crash, hang or leak.
-//   clang build: ninja fuzz_ebpf_loader && ./fuzz_ebpf_loader -max_total_time=600 CORPUS
-// Seed the corpus with examples/bpf's objects.
+// libFuzzer target over the loader: any bytes are parsed and checked as an eBPF object
+// (ELF, sections, relocations, BTF maps and globals, every program's instructions); the
+// loader must return an error or an object, never crash, hang or leak.
+//   scripts/fuzz.sh [SECONDS]    builds it (clang, -DUTRAMP_FUZZ=ON, build-fuzz/) and
+//                                runs it seeded with examples/bpf's and bpf/'s objects
+// CI runs it for 60 s (scripts/test.sh).
 #include <cstddef>
 #include <cstdint>
 

@@ -64,6 +64,36 @@ TEST(RunE2E, LatencyHistogramTextDrawsBars) {
   EXPECT_NE(r.out.find("@hist_ns:\n["), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("|@@@@"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("@start: (empty)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("@calls: 100\n"), std::string::npos) << r.out;  // the .bss global
+}
+
+TEST(RunE2E, GlobalsPrintedByName) {
+  // One thread, n = 0..99: every value follows from that.
+  auto r = run(example("globals"), {"1", "100"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, json> g;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    json j = json::parse(line);
+    if (j["type"] == "global") g[j["name"]] = j;
+  }
+  ASSERT_EQ(g.size(), 6u) << r.out;
+  EXPECT_EQ(g["calls"]["value"], 100);
+  EXPECT_EQ(g["calls"]["section"], ".bss");
+  EXPECT_EQ(g["saw_zero"]["value"], true);
+  EXPECT_EQ(g["lowest"]["value"], -5);
+  EXPECT_EQ(g["last_parity"]["value"], "odd");
+  EXPECT_EQ(g["pair"]["value"], "0100000002000000");
+  EXPECT_EQ(g["threshold"]["value"], -5);
+  EXPECT_EQ(g["threshold"]["section"], ".rodata");
+
+  auto t = run(example("globals"), {"1", "100"}, false);
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("@calls: 100\n@saw_zero: true\n@lowest: -5\n@last_parity: \"odd\"\n"
+                       "@pair: 0100000002000000\n@threshold: -5\n"),
+            std::string::npos)
+      << t.out;
 }
 
 TEST(RunE2E, PercpuCounters) {

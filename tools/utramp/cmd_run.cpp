@@ -19,10 +19,15 @@
 //   [4, 8)    12 |@@@@@  |   or per-CPU array of u32 keys and u64 values whose name
 //                            contains "hist": slot i counts values in [2^i, 2^(i+1)),
 //                            slot 0 counts 0 and 1 ("[0, 2)")
-// Global data (.data, .rodata, .bss) and ring buffers are not printed as maps.
+// Ring buffers are not printed as maps; global data (.data, .rodata, .bss) is printed
+// after the maps as its named variables (from the object's BTF), one per line:
+//   @name: value             integers as numbers (signed as declared), bools as
+//                            true/false, char arrays as a quoted string (up to the
+//                            first NUL), anything else as hex bytes
 // --json: one JSON object per line: {"type":"printk","msg":...},
 // {"type":"ringbuf","map":...,"data":"hex"}, {"type":"map","name":...,"map_type":...,
-// "entries":[{"key":K,"value":V[,"percpu":[...]]}...]} (histograms add "hist":[counts]).
+// "entries":[{"key":K,"value":V[,"percpu":[...]]}...]} (histograms add "hist":[counts]),
+// {"type":"global","name":...,"section":".bss","value":V} (V a number, bool or string).
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -137,7 +142,50 @@ void print_hist(const std::string& name, const std::vector<uint64_t>& slots) {
   fmt::print("\n");
 }
 
-void print_maps(const ebpf::MapFile& mf, bool as_json) {
+// One global variable's value: integers as numbers, bools as true/false, char arrays
+// as the string up to their first NUL, anything else as hex bytes.
+json global_value(const ebpf::GlobalVar& g, std::span<const uint8_t> b) {
+  using K = ebpf::GlobalVar::Kind;
+  if ((g.kind == K::signed_int || g.kind == K::unsigned_int || g.kind == K::boolean) && is_int_size(b.size())) {
+    uint64_t v = 0;
+    std::memcpy(&v, b.data(), b.size());
+    if (g.kind == K::boolean) return v != 0;
+    if (g.kind == K::unsigned_int) return v;
+    const unsigned shift = 64 - 8 * static_cast<unsigned>(b.size());
+    return static_cast<int64_t>(v << shift) >> shift;  // sign-extended
+  }
+  if (g.kind == K::chars) {
+    size_t n = 0;
+    while (n < b.size() && b[n]) ++n;
+    return std::string(reinterpret_cast<const char*>(b.data()), n);
+  }
+  return hex(b, "");
+}
+
+// The named globals of every .data/.rodata/.bss section, bpftrace-style: `@name: value`
+// (strings quoted as JSON quotes them); --json: {"type":"global",...} per variable.
+void print_globals(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs, bool as_json) {
+  bool any = false;
+  for (size_t i = 0; i < mf.count() && i < specs.size(); ++i) {
+    const ebpf::MapSpec& s = specs[i];
+    if (!s.global_data || s.vars.empty()) continue;
+    const auto data = mf.data(i);
+    for (const ebpf::GlobalVar& g : s.vars) {
+      if (uint64_t(g.offset) + g.size > s.value_size || uint64_t(g.offset) + g.size > data.size()) continue;
+      const json v = global_value(g, data.subspan(g.offset, g.size));
+      if (as_json) {
+        fmt::print("{}\n", json{{"type", "global"}, {"name", g.name}, {"section", s.name}, {"value", v}}.dump());
+      } else {
+        const bool raw = g.kind == ebpf::GlobalVar::Kind::bytes && v.is_string();  // hex, unquoted
+        fmt::print("@{}: {}\n", g.name, raw ? v.get<std::string>() : v.dump());
+        any = true;
+      }
+    }
+  }
+  if (any) fmt::print("\n");
+}
+
+void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs, bool as_json) {
   for (size_t i = 0; i < mf.count(); ++i) {
     const ebpf::MapSpec s = mf.spec(i);
     if (s.global_data || s.type == uint32_t(ebpf::MapType::ringbuf)) continue;
@@ -183,6 +231,7 @@ void print_maps(const ebpf::MapFile& mf, bool as_json) {
     if (rows.empty()) fmt::print("@{}: (empty)\n", s.name);
     fmt::print("\n");
   }
+  print_globals(mf, specs, as_json);
   std::fflush(stdout);
 }
 
@@ -378,7 +427,7 @@ int run(const RunFlags& f) {
     if (r == child) break;
     if (drain_rings(*mf, f.json) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (f.interval > 0 && clock::now() >= next_print) {
-      print_maps(*mf, f.json);
+      print_maps(*mf, specs, f.json);
       next_print += std::chrono::duration<double>(f.interval);
     }
   }
@@ -394,7 +443,7 @@ int run(const RunFlags& f) {
     return 2;
   }
   drain_rings(*mf, f.json);
-  print_maps(*mf, f.json);
+  print_maps(*mf, specs, f.json);
   cleanup();
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) {
