@@ -85,7 +85,7 @@ ThreadTrace* state() {
   if (forked)
     for (uint32_t i = 0; i < ts->depth; ++i) {
       const Frame& f = ts->stack[i];
-      if (f.written && !f.hidden)
+      if (f.written() && !f.hidden())
         emit(ts, trace::EventType::entry, f.time, f.func, 0, static_cast<uint16_t>(i));
     }
   return ts;
@@ -132,9 +132,9 @@ void emit_string(ThreadTrace* ts, uint64_t time, uint64_t addr, uint16_t depth, 
 
 void write_entry(ThreadTrace* ts, uint32_t i) {
   Frame& f = ts->stack[i];
-  if (f.written || f.hidden) return;
+  if (f.written() || f.hidden()) return;
   emit(ts, trace::EventType::entry, f.time, f.func, 0, static_cast<uint16_t>(i));
-  f.written = 1;
+  f.flags |= Frame::kWritten;
 }
 
 // With -t, entries are written when their call turns out long enough, or when a call
@@ -147,7 +147,7 @@ void flush_pending(ThreadTrace* ts, uint32_t upto) {
 void close_stale(ThreadTrace* ts, uint64_t sp, uint64_t time) {
   while (ts->depth && ts->stack[ts->depth - 1].sp < sp) {
     Frame& f = ts->stack[ts->depth - 1];
-    if (f.written)
+    if (f.written())
       emit(ts, trace::EventType::exit_longjmp, time, f.func, 0, static_cast<uint16_t>(ts->depth - 1));
     --ts->depth;
   }
@@ -196,9 +196,8 @@ void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
   f.sp = sp;
   f.func = func;
   f.time = time;
-  f.written = 0;
-  f.hidden = g_opts.max_depth && d >= g_opts.max_depth;
-  if (f.hidden) {
+  f.flags = g_opts.max_depth && d >= g_opts.max_depth ? Frame::kHidden : 0;
+  if (f.hidden()) {
     ++ts->overruns;
     return;
   }
@@ -234,8 +233,8 @@ void do_exit(ThreadTrace* ts, uint64_t sp, const FuncRecord* rec, const uint64_t
   Frame& f = ts->stack[d];
   if (f.sp != sp) return;  // not ours (should not happen)
   --ts->depth;
-  if (f.hidden) return;
-  if (!f.written) {
+  if (f.hidden()) return;
+  if (!f.written()) {
     if (time - f.time < g_min_ticks) return;  // shorter than -t: dropped whole
     flush_pending(ts, d);  // the ancestors' entries (this frame is already popped)
     write_entry(ts, d);
@@ -271,7 +270,7 @@ void on_unwind(uint64_t func) {
   while (ts->depth) {
     Frame& f = ts->stack[ts->depth - 1];
     --ts->depth;
-    if (f.written)
+    if (f.written())
       emit(ts, trace::EventType::exit_unwound, time, f.func, 0, static_cast<uint16_t>(ts->depth));
     if (f.func == func) break;
   }

@@ -23,13 +23,6 @@ namespace utramp::ftrace::detail {
 
 namespace {
 
-using trace::Event;
-using trace::EventType;
-
-UTRAMP_ALWAYS_INLINE Event make(uint64_t time, uint64_t addr, uint64_t data, uint32_t depth,
-                                EventType type) {
-  return Event{time, addr, data, static_cast<uint16_t>(depth), static_cast<uint8_t>(type), 0, 0};
-}
 
 // Non-zero: the general code must handle this event. Zero with `ts` null: ignored.
 UTRAMP_ALWAYS_INLINE uint64_t check(ThreadTrace* ts) {
@@ -42,6 +35,7 @@ UTRAMP_ALWAYS_INLINE uint64_t check(ThreadTrace* ts) {
 }  // namespace utramp::ftrace::detail
 
 using namespace utramp::ftrace::detail;
+using utramp::trace::EventType;
 
 extern "C" __attribute__((no_caller_saved_registers, visibility("hidden"))) uint64_t
 utramp_graph_fast_entry(uint64_t func, uint64_t frame) {
@@ -51,8 +45,7 @@ utramp_graph_fast_entry(uint64_t func, uint64_t frame) {
     // One event per call: who called whom ([frame+8]: the caller's return address, the
     // image being entered by jmp).
     const uint64_t caller = *reinterpret_cast<const uint64_t*>(frame + 8);
-    ts->producer.write(make(__rdtsc(), func, caller, 0, utramp::trace::EventType::entry));
-    return 0;
+    return ts->producer.put_fast(__rdtsc(), func, caller, 0, EventType::entry, false) ? 0 : 1;
   }
   const uint32_t d = ts->depth;
   // A frame above this one on the shadow stack but deeper on the machine stack was
@@ -61,15 +54,14 @@ utramp_graph_fast_entry(uint64_t func, uint64_t frame) {
   if (d >= kMaxStack || ts->overflow) return 1;
   if (g_fast.max_depth && d >= g_fast.max_depth) return 1;
   const uint64_t t = __rdtsc();
+  // Staged: if the exit comes next, the two become one `leaf` event (half the bytes).
+  if (!ts->producer.put_fast(t, func, 0, static_cast<uint16_t>(d), EventType::entry, true)) return 1;
   Frame& f = ts->stack[d];
   f.sp = frame;
   f.func = func;
   f.time = t;
-  f.written = 1;
-  f.hidden = 0;
+  f.flags = Frame::kWritten;
   ts->depth = d + 1;
-  // Staged: if the exit comes next, the two become one `leaf` event (half the bytes).
-  ts->producer.stage(make(t, func, 0, d, utramp::trace::EventType::entry));
   return 0;
 }
 
@@ -81,11 +73,12 @@ utramp_graph_fast_exit(uint64_t func, uint64_t frame) {
   const uint32_t d = ts->depth;
   if (ts->overflow || d == 0) return 1;
   Frame& f = ts->stack[d - 1];
-  if (f.sp != frame || f.hidden || !f.written) return 1;
+  if (f.sp != frame || f.flags != Frame::kWritten) return 1;
   const uint64_t t = __rdtsc();
+  if (!ts->producer.complete_leaf(f.func, f.time, t) &&
+      !ts->producer.put_fast(t, f.func, 0, static_cast<uint16_t>(d - 1), EventType::exit, false))
+    return 1;
   ts->depth = d - 1;
-  if (!ts->producer.complete_leaf(f.func, f.time, t))
-    ts->producer.write(make(t, f.func, 0, d - 1, utramp::trace::EventType::exit));
   return 0;
 }
 

@@ -16,8 +16,12 @@ struct Frame {
   uint64_t sp;      // the image frame of the call: deeper calls have lower addresses
   uint64_t func;
   uint64_t time;
-  uint8_t written;  // its entry event is in the buffer (with -t, written lazily)
-  uint8_t hidden;   // deeper than -D: never written
+  // kWritten: its entry event is in the buffer (with -t, written lazily); kHidden:
+  // deeper than -D, never written.
+  uint8_t flags;
+  static constexpr uint8_t kWritten = 1, kHidden = 2;
+  bool written() const { return flags & kWritten; }
+  bool hidden() const { return flags & kHidden; }
 };
 
 // What the fast path may do on this thread: the general code decides, on every event

@@ -31,17 +31,26 @@ struct Control {
 };
 static_assert(sizeof(Control) <= 4096);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
-static_assert(offsetof(Event, depth) == 24 && offsetof(Event, type) == 26,
-              "complete_leaf() rewrites the type inside the fourth word");
+static_assert(offsetof(Event, depth) == 24 && offsetof(Event, type) == 26 &&
+                  offsetof(Event, flags) == 27 && offsetof(Event, aux) == 28,
+              "event_word3() and complete_leaf() assemble the fourth word");
 
 #define UTRAMP_ALWAYS_INLINE inline __attribute__((always_inline))
 
+// The fourth word of an Event (depth, type, flags, aux), assembled in a register: a
+// memcpy of the Event made the compiler store depth as 16 bits and reload the word as 64,
+// a failed store-to-load forward that cost more than the rest of a traced call.
+UTRAMP_ALWAYS_INLINE uint64_t event_word3(const Event& e) noexcept {
+  return uint64_t{e.depth} | uint64_t{e.type} << 16 | uint64_t{e.flags} << 24 |
+         uint64_t{e.aux} << 32;
+}
+
 UTRAMP_ALWAYS_INLINE void store_slot(Event* slot, const Event& e) noexcept {
-  uint64_t w[4];
-  std::memcpy(w, &e, sizeof w);
   auto* p = reinterpret_cast<uint64_t*>(slot);
-  for (int i = 0; i < 4; ++i)
-    std::atomic_ref<uint64_t>(p[i]).store(w[i], std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(p[0]).store(e.time, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(p[1]).store(e.addr, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(p[2]).store(e.data, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(p[3]).store(event_word3(e), std::memory_order_relaxed);
 }
 
 UTRAMP_ALWAYS_INLINE Event lost_event(uint64_t n, uint64_t time, uint16_t depth) noexcept {
@@ -151,6 +160,33 @@ UTRAMP_ALWAYS_INLINE bool Producer::complete_leaf(uint64_t func, uint64_t time,
   std::atomic_signal_fence(std::memory_order_seq_cst);
   c->busy.store(0, std::memory_order_relaxed);
   return ours;
+}
+
+UTRAMP_ALWAYS_INLINE bool Producer::put_fast(uint64_t time, uint64_t addr, uint64_t data,
+                                             uint16_t depth, EventType type, bool stage) noexcept {
+  Control* c = ctl_;
+  if ((c->busy.load(std::memory_order_relaxed) | c->pending.load(std::memory_order_relaxed)) != 0)
+    return false;
+  const uint64_t h =
+      c->head.load(std::memory_order_relaxed) + c->staged.load(std::memory_order_relaxed);
+  const bool discard = mode_ == 0;
+  if (discard && h - tail_seen_ > mask_) return false;  // may be full: tail is re-read there
+  stage = stage && discard;
+  c->busy.store(1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  c->head.store(h, std::memory_order_release);  // publishes a staged entry, if any
+  std::atomic_thread_fence(std::memory_order_release);  // overwrite mode: see write()
+  auto* p = reinterpret_cast<uint64_t*>(&ring_[h & mask_]);
+  std::atomic_ref<uint64_t>(p[0]).store(time, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(p[1]).store(addr, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(p[2]).store(data, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(p[3]).store(uint64_t{depth} | uint64_t{static_cast<uint8_t>(type)} << 16,
+                                        std::memory_order_relaxed);
+  c->staged.store(stage ? 1 : 0, std::memory_order_relaxed);
+  if (!stage) c->head.store(h + 1, std::memory_order_release);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  c->busy.store(0, std::memory_order_relaxed);
+  return true;
 }
 
 }  // namespace utramp::trace

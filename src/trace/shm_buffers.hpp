@@ -64,6 +64,12 @@ class Producer {
   // with `exit_time` and is published. False (nothing written) when the staged slot is
   // not that entry; the caller then writes an ordinary exit.
   inline bool complete_leaf(uint64_t func, uint64_t time, uint64_t exit_time) noexcept;
+  // The common case of write() (stage: of stage()) for the tracer's fast path, which must
+  // stay small: no flags, no aux. False, with nothing written and nothing counted,
+  // when anything is unusual (a write in progress, a loss to mark, a ring that looks
+  // full); the caller then takes the general path.
+  inline bool put_fast(uint64_t time, uint64_t addr, uint64_t data, uint16_t depth,
+                       EventType type, bool stage) noexcept;
   bool valid() const noexcept { return ctl_ != nullptr; }
   uint64_t lost() const noexcept;
   // Marks the ring as finished (thread exit).
