@@ -65,9 +65,31 @@ struct ImageProg {
 // function, rsi = the image's frame. `entry`/`exit` keep every register but rax and
 // return non-zero when the general code must run: then the image calls `entry_general`/
 // `exit_general`, which keep every register. No exit: the tracer records entries only.
+//
+// `inline_path`, when set, describes the tracer's thread state so that images do the
+// common case of the hooks themselves (ftrace/graph_fast.cpp is the reference: same
+// checks, same ring protocol as trace::Producer::put_fast/complete_leaf), and call the
+// hooks only when it does not apply.
+struct TracerInline {
+  int64_t tls_state = 0;    // fs-relative offset of the thread's state pointer
+  // The state: offsets of its fields, the value of `path` that allows the fast path.
+  int32_t path = 0, depth = 0, overflow = 0, producer = 0, stack = 0;
+  uint8_t path_fast = 0;
+  // One shadow-stack frame: size and fields; the flags value of an ordinary frame.
+  int32_t frame_size = 0, f_sp = 0, f_func = 0, f_time = 0, f_flags = 0;
+  uint8_t written = 0;
+  // A producer (ring pointer, mask, tail seen, control page) and its control page.
+  int32_t p_ctl = 0, p_ring = 0, p_mask = 0, p_tail_seen = 0;
+  int32_t c_head = 0, c_busy = 0, c_pending = 0, c_staged = 0;
+  uint32_t depth_limit = 0;  // depth >= this: the hooks decide (-D, the stack's size)
+  uint8_t type_entry = 0, type_exit = 0, type_leaf = 0;
+};
+
 struct TracerHooks {
   uint64_t entry = 0, exit = 0;
   uint64_t entry_general = 0, exit_general = 0;
+  bool inline_path = false;  // see TracerInline
+  TracerInline fast;
 };
 
 struct ImageSpec {

@@ -8,7 +8,10 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
 
 namespace utramp::ftrace {
@@ -166,11 +169,49 @@ void configure(trace::ShmBuffers* buffers, const Options& opts) {
 }
 
 arch::TracerHooks hooks() {
-  return arch::TracerHooks{
-      reinterpret_cast<uint64_t>(&utramp_graph_fast_entry),
-      g_opts.tracer == Tracer::function ? 0 : reinterpret_cast<uint64_t>(&utramp_graph_fast_exit),
-      reinterpret_cast<uint64_t>(&utramp_graph_entry_thunk),
-      reinterpret_cast<uint64_t>(&utramp_graph_exit_thunk)};
+  arch::TracerHooks h;
+  h.entry = reinterpret_cast<uint64_t>(&utramp_graph_fast_entry);
+  h.exit = g_opts.tracer == Tracer::function ? 0 : reinterpret_cast<uint64_t>(&utramp_graph_fast_exit);
+  h.entry_general = reinterpret_cast<uint64_t>(&utramp_graph_entry_thunk);
+  h.exit_general = reinterpret_cast<uint64_t>(&utramp_graph_exit_thunk);
+  // The images do the hooks' common case themselves: function_graph into discard-mode
+  // rings (leaves are made in discard mode only; see put_fast()).
+  h.inline_path = g_opts.tracer == Tracer::function_graph && g_buffers &&
+                  g_buffers->mode() == trace::BufferMode::discard &&
+                  !std::getenv("UTRAMP_NO_INLINE_TRACER");
+  if (h.inline_path) {
+    arch::TracerInline& f = h.fast;
+    // t_trace is initial-exec TLS: the same offset from every thread's pointer.
+    f.tls_state = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&t_trace) -
+                                       reinterpret_cast<uintptr_t>(__builtin_thread_pointer()));
+    f.path = offsetof(ThreadTrace, path);
+    f.depth = offsetof(ThreadTrace, depth);
+    f.overflow = offsetof(ThreadTrace, overflow);
+    f.producer = offsetof(ThreadTrace, producer);
+    f.stack = offsetof(ThreadTrace, stack);
+    f.path_fast = static_cast<uint8_t>(Path::fast);
+    f.frame_size = sizeof(Frame);
+    f.f_sp = offsetof(Frame, sp);
+    f.f_func = offsetof(Frame, func);
+    f.f_time = offsetof(Frame, time);
+    f.f_flags = offsetof(Frame, flags);
+    f.written = Frame::kWritten;
+    const trace::Producer::Layout pl = trace::Producer::layout();
+    f.p_ctl = pl.ctl;
+    f.p_ring = pl.ring;
+    f.p_mask = pl.mask;
+    f.p_tail_seen = pl.tail_seen;
+    f.c_head = pl.head;
+    f.c_busy = pl.busy;
+    f.c_pending = pl.pending;
+    f.c_staged = pl.staged;
+    f.depth_limit = g_opts.max_depth ? std::min(g_opts.max_depth, kMaxStack) : kMaxStack;
+    f.type_entry = static_cast<uint8_t>(trace::EventType::entry);
+    f.type_exit = static_cast<uint8_t>(trace::EventType::exit);
+    f.type_leaf = static_cast<uint8_t>(trace::EventType::leaf);
+    static_assert(sizeof(trace::Event) == 32, "images index slots with a shift of 5");
+  }
+  return h;
 }
 
 namespace {

@@ -40,6 +40,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <new>
 
@@ -101,6 +102,17 @@ bool overflows_size(const ShmConfig& cfg, uint64_t* size, uint64_t* stride) {
 
 // ---------------------------------------------------------------------------------
 // Producer
+
+Producer::Layout Producer::layout() noexcept {
+  return Layout{static_cast<int32_t>(offsetof(Producer, ctl_)),
+                static_cast<int32_t>(offsetof(Producer, ring_)),
+                static_cast<int32_t>(offsetof(Producer, mask_)),
+                static_cast<int32_t>(offsetof(Producer, tail_seen_)),
+                static_cast<int32_t>(offsetof(Control, head)),
+                static_cast<int32_t>(offsetof(Control, busy)),
+                static_cast<int32_t>(offsetof(Control, pending)),
+                static_cast<int32_t>(offsetof(Control, staged))};
+}
 
 uint64_t Producer::lost() const noexcept {
   return ctl_ ? ctl_->lost.load(std::memory_order_relaxed) : 0;

@@ -72,6 +72,13 @@ class Producer {
                        EventType type, bool stage) noexcept;
   bool valid() const noexcept { return ctl_ != nullptr; }
   uint64_t lost() const noexcept;
+  // Where its fields are, for code generated to do put_fast()'s work inline (the
+  // tracer's images): byte offsets in a Producer, and in the control page.
+  struct Layout {
+    int32_t ctl, ring, mask, tail_seen;                    // Producer
+    int32_t head, busy, pending, staged;                   // Control
+  };
+  static Layout layout() noexcept;
   // Marks the ring as finished (thread exit).
   void close() noexcept;
 

@@ -321,6 +321,29 @@ TEST_P(Matrix, Basic) {
   r.expect_golden(golden("basic"), standard(r));
 }
 
+// The same recordings with the tracer's common case done by the hooks (C) instead of
+// inline in the images: both paths write the same trace. (Overwrite-mode tests always
+// take the hooks; inline code is made for discard mode only.)
+class NoInlineTracer {
+ public:
+  NoInlineTracer() { setenv("UTRAMP_NO_INLINE_TRACER", "1", 1); }
+  ~NoInlineTracer() { unsetenv("UTRAMP_NO_INLINE_TRACER"); }
+};
+
+TEST_P(Matrix, BasicThroughTheHooks) {
+  NoInlineTracer hooks;
+  Recording r(fx(), {}, {"basic"});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  r.expect_golden(golden("basic"), standard(r));
+}
+
+TEST_P(Matrix, LongjmpThroughTheHooks) {
+  NoInlineTracer hooks;
+  Recording r(fx(), {}, {"longjmp"});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  r.expect_golden(golden("longjmp"), without_relocation_note(r.show_record()) + r.cli({"replay"}));
+}
+
 // -A/-R: integers, strings (short and longer than one 16-byte event), pointers.
 TEST_P(Matrix, ArgsAndReturnValues) {
   Recording r(fx(),

@@ -415,6 +415,200 @@ void hook_exit(ax::Assembler& a, const ImageSpec& sp, uint64_t base, std::vector
   a.pop(ax::rax);
 }
 
+// The hooks' common case, inline (TracerInline; the reference is ftrace/graph_fast.cpp
+// and trace::Producer::put_fast/complete_leaf): any check that fails jumps to `bail`,
+// always before the first store, and the hooks then do the work. Registers: rax, rcx,
+// rdx, rdi, rsi, r11 (the caller saves what is live).
+void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail) {
+  const TracerInline& L = sp.tracer.fast;
+  const int32_t P = L.producer;
+  Label no_stale = a.newLabel();
+  a.mov(ax::rsi, fs_mem(L.tls_state, 8));  // the thread's state
+  a.test(ax::rsi, ax::rsi);
+  a.jz(bail);
+  a.cmp(ax::byte_ptr(ax::rsi, L.path), Imm(L.path_fast));
+  a.jne(bail);
+  a.mov(ax::edi, ax::dword_ptr(ax::rsi, L.depth));  // d
+  a.cmp(ax::edi, Imm(L.depth_limit));
+  a.jae(bail);
+  a.cmp(ax::qword_ptr(ax::rsi, L.overflow), Imm(0));
+  a.jne(bail);
+  // A frame above on the shadow stack but deeper on the machine stack: a longjmp.
+  a.test(ax::edi, ax::edi);
+  a.jz(no_stale);
+  a.imul(ax::r11d, ax::edi, Imm(L.frame_size));
+  a.cmp(ax::qword_ptr(ax::rsi, ax::r11, 0, L.stack - L.frame_size + L.f_sp), ax::rbp);
+  a.jb(bail);
+  a.bind(no_stale);
+  a.mov(ax::r11, ax::qword_ptr(ax::rsi, P + L.p_ctl));  // the control page
+  a.test(ax::r11, ax::r11);
+  a.jz(bail);
+  a.mov(ax::eax, ax::dword_ptr(ax::r11, L.c_busy));
+  a.or_(ax::rax, ax::qword_ptr(ax::r11, L.c_pending));
+  a.jnz(bail);
+  a.mov(ax::rcx, ax::qword_ptr(ax::r11, L.c_head));
+  a.mov(ax::edx, ax::dword_ptr(ax::r11, L.c_staged));
+  a.add(ax::rcx, ax::rdx);  // h: the slot after a staged entry
+  a.mov(ax::rdx, ax::rcx);
+  a.sub(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_tail_seen));
+  a.cmp(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_mask));
+  a.ja(bail);  // may be full: the hook re-reads the tail
+  // Committed from here on.
+  a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(1));
+  a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::rcx);  // publishes a staged entry
+  a.rdtsc();
+  a.shl(ax::rdx, Imm(32));
+  a.or_(ax::rax, ax::rdx);  // the time
+  a.and_(ax::rcx, ax::qword_ptr(ax::rsi, P + L.p_mask));
+  a.shl(ax::rcx, Imm(5));  // sizeof(Event)
+  a.add(ax::rcx, ax::qword_ptr(ax::rsi, P + L.p_ring));
+  a.mov(ax::qword_ptr(ax::rcx, 0), ax::rax);
+  mov_imm(a, ax::rdx, sp.func);
+  a.mov(ax::qword_ptr(ax::rcx, 8), ax::rdx);
+  a.mov(ax::qword_ptr(ax::rcx, 16), Imm(0));
+  a.mov(ax::edx, ax::edi);
+  a.or_(ax::edx, Imm(uint32_t{L.type_entry} << 16));
+  a.mov(ax::qword_ptr(ax::rcx, 24), ax::rdx);  // depth, type
+  a.mov(ax::dword_ptr(ax::r11, L.c_staged), Imm(1));
+  a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
+  // The shadow-stack frame.
+  a.imul(ax::edx, ax::edi, Imm(L.frame_size));
+  a.add(ax::rdx, ax::rsi);
+  a.mov(ax::qword_ptr(ax::rdx, L.stack + L.f_sp), ax::rbp);
+  mov_imm(a, ax::rcx, sp.func);
+  a.mov(ax::qword_ptr(ax::rdx, L.stack + L.f_func), ax::rcx);
+  a.mov(ax::qword_ptr(ax::rdx, L.stack + L.f_time), ax::rax);
+  a.mov(ax::byte_ptr(ax::rdx, L.stack + L.f_flags), Imm(L.written));
+  a.inc(ax::edi);
+  a.mov(ax::dword_ptr(ax::rsi, L.depth), ax::edi);
+}
+
+// After the call: rcx, rdi, rsi, r8 and r11 are dead (not return registers); rax and
+// rdx are saved by the caller.
+void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label done) {
+  const TracerInline& L = sp.tracer.fast;
+  const int32_t P = L.producer;
+  const int32_t F = L.stack - L.frame_size;  // frame d-1 from rcx = state + d * size
+  Label plain = a.newLabel();
+  a.mov(ax::rsi, fs_mem(L.tls_state, 8));
+  a.test(ax::rsi, ax::rsi);
+  a.jz(bail);
+  a.cmp(ax::byte_ptr(ax::rsi, L.path), Imm(L.path_fast));
+  a.jne(bail);
+  a.cmp(ax::qword_ptr(ax::rsi, L.overflow), Imm(0));
+  a.jne(bail);
+  a.mov(ax::edi, ax::dword_ptr(ax::rsi, L.depth));
+  a.test(ax::edi, ax::edi);
+  a.jz(bail);
+  a.imul(ax::ecx, ax::edi, Imm(L.frame_size));
+  a.add(ax::rcx, ax::rsi);
+  a.cmp(ax::qword_ptr(ax::rcx, F + L.f_sp), ax::rbp);
+  a.jne(bail);
+  a.cmp(ax::byte_ptr(ax::rcx, F + L.f_flags), Imm(L.written));
+  a.jne(bail);
+  a.mov(ax::r11, ax::qword_ptr(ax::rsi, P + L.p_ctl));
+  a.test(ax::r11, ax::r11);
+  a.jz(bail);
+  a.mov(ax::eax, ax::dword_ptr(ax::r11, L.c_busy));
+  a.or_(ax::rax, ax::qword_ptr(ax::r11, L.c_pending));
+  a.jnz(bail);
+  a.cmp(ax::dword_ptr(ax::r11, L.c_staged), Imm(0));
+  a.je(plain);
+  // This call's entry staged in slot `head`: it becomes a leaf.
+  a.mov(ax::rdx, ax::qword_ptr(ax::r11, L.c_head));
+  a.and_(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_mask));
+  a.shl(ax::rdx, Imm(5));
+  a.add(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_ring));
+  a.mov(ax::rax, ax::qword_ptr(ax::rcx, F + L.f_time));
+  a.cmp(ax::qword_ptr(ax::rdx, 0), ax::rax);
+  a.jne(plain);
+  a.mov(ax::rax, ax::qword_ptr(ax::rcx, F + L.f_func));
+  a.cmp(ax::qword_ptr(ax::rdx, 8), ax::rax);
+  a.jne(plain);
+  a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(1));
+  a.dec(ax::edi);
+  a.mov(ax::dword_ptr(ax::rsi, L.depth), ax::edi);
+  a.mov(ax::r8, ax::rdx);
+  a.rdtsc();
+  a.shl(ax::rdx, Imm(32));
+  a.or_(ax::rax, ax::rdx);
+  a.mov(ax::qword_ptr(ax::r8, 16), ax::rax);  // data: the exit's time
+  a.mov(ax::byte_ptr(ax::r8, 26), Imm(L.type_leaf));
+  a.mov(ax::rax, ax::qword_ptr(ax::r11, L.c_head));
+  a.inc(ax::rax);
+  a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::rax);
+  a.mov(ax::dword_ptr(ax::r11, L.c_staged), Imm(0));
+  a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
+  a.jmp(done);
+  // An exit event of its own (publishing a staged entry of another call first).
+  a.bind(plain);
+  a.mov(ax::r8, ax::qword_ptr(ax::r11, L.c_head));
+  a.mov(ax::edx, ax::dword_ptr(ax::r11, L.c_staged));
+  a.add(ax::r8, ax::rdx);
+  a.mov(ax::rdx, ax::r8);
+  a.sub(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_tail_seen));
+  a.cmp(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_mask));
+  a.ja(bail);
+  a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(1));
+  a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::r8);
+  a.dec(ax::edi);
+  a.mov(ax::dword_ptr(ax::rsi, L.depth), ax::edi);
+  a.rdtsc();
+  a.shl(ax::rdx, Imm(32));
+  a.or_(ax::rax, ax::rdx);
+  a.mov(ax::rdx, ax::r8);
+  a.and_(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_mask));
+  a.shl(ax::rdx, Imm(5));
+  a.add(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_ring));
+  a.mov(ax::qword_ptr(ax::rdx, 0), ax::rax);
+  a.mov(ax::rax, ax::qword_ptr(ax::rcx, F + L.f_func));
+  a.mov(ax::qword_ptr(ax::rdx, 8), ax::rax);
+  a.mov(ax::qword_ptr(ax::rdx, 16), Imm(0));
+  a.mov(ax::eax, ax::edi);
+  a.or_(ax::eax, Imm(uint32_t{L.type_exit} << 16));
+  a.mov(ax::qword_ptr(ax::rdx, 24), ax::rax);
+  a.mov(ax::dword_ptr(ax::r11, L.c_staged), Imm(0));
+  a.inc(ax::r8);
+  a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::r8);
+  a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
+}
+
+void hook_entry_inline(ax::Assembler& a, const ImageSpec& sp, uint64_t base,
+                       std::vector<HookSlow>& slow) {
+  Label bail = a.newLabel(), done = a.newLabel();
+  a.push(ax::rax);
+  a.push(ax::rdi);
+  a.push(ax::rsi);
+  a.push(ax::rdx);
+  a.push(ax::rcx);
+  a.push(ax::rcx);
+  inline_entry(a, sp, bail);
+  a.jmp(done);
+  a.bind(bail);
+  hook_call(a, sp, base, sp.tracer.entry, sp.tracer.entry_general, slow);
+  a.bind(done);
+  a.pop(ax::rcx);
+  a.pop(ax::rcx);
+  a.pop(ax::rdx);
+  a.pop(ax::rsi);
+  a.pop(ax::rdi);
+  a.pop(ax::rax);
+}
+
+void hook_exit_inline(ax::Assembler& a, const ImageSpec& sp, uint64_t base,
+                      std::vector<HookSlow>& slow) {
+  Label bail = a.newLabel(), done = a.newLabel();
+  a.push(ax::rax);
+  a.push(ax::rdx);
+  inline_exit(a, sp, bail, done);
+  a.jmp(done);
+  a.bind(bail);
+  hook_call(a, sp, base, sp.tracer.exit, sp.tracer.exit_general, slow);
+  a.bind(done);
+  a.pop(ax::rdx);
+  a.pop(ax::rax);
+}
+
 void hook_slow_paths(ax::Assembler& a, uint64_t base, const std::vector<HookSlow>& slow) {
   for (const HookSlow& h : slow) {
     a.bind(h.slow);
@@ -525,7 +719,7 @@ size_t image_size_bound(const ImageSpec& spec) {
   const size_t progs = spec.fentry.size() + spec.fmod_ret.size() + spec.fexit.size();
   const size_t args = spec.sig ? spec.sig->args.size() * 2 + 8 : 16;
   return 512 + progs * 128 + args * 24 + 64 * 8 /* stack window copy */ + 512 +
-         (spec.tracer.entry ? 256 : 0);
+         (spec.tracer.entry ? 256 : 0) + (spec.tracer.inline_path ? 768 : 0);
 }
 
 // Image layout (calls_original; fentry-only images omit the marked parts and end with
@@ -570,7 +764,8 @@ Result<ImageCode> emit_tracer_image(const ImageSpec& sp, uint64_t base) {
       a.dec(fs_mem(sp.tls.counters + 4 * int64_t(sp.site_slot), 4));
     }
     a.and_(ax::rsp, Imm(-16));
-    hook_entry(a, sp, base, slow);
+    if (sp.tracer.inline_path) hook_entry_inline(a, sp, base, slow);
+    else hook_entry(a, sp, base, slow);
     Label lv = a.newLabel();
     if (!sp.calls_original) {
       a.bind(lv);
@@ -578,7 +773,8 @@ Result<ImageCode> emit_tracer_image(const ImageSpec& sp, uint64_t base) {
       a.long_().jmp(Imm(sp.pass));
     } else {
       call_original(a, sp, sig, l, base);
-      if (sp.tracer.exit) hook_exit(a, sp, base, slow);
+      if (sp.tracer.exit && sp.tracer.inline_path) hook_exit_inline(a, sp, base, slow);
+      else if (sp.tracer.exit) hook_exit(a, sp, base, slow);
       a.bind(lv);
       a.leave();
       a.mov(ax::r11d, Imm(sp.image_slot));
