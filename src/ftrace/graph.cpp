@@ -166,6 +166,9 @@ void configure(trace::ShmBuffers* buffers, const Options& opts) {
   g_min_ticks = static_cast<uint64_t>(static_cast<double>(opts.min_duration_ns) * opts.ticks_per_ns);
   detail::g_fast.function_tracer = opts.tracer == Tracer::function;
   detail::g_fast.max_depth = opts.max_depth;
+  // The calling thread's state (if any) is renewed on its next event, as after a fork.
+  ++g_fork_gen;
+  if (t_trace) t_trace->path = Path::general;
 }
 
 arch::TracerHooks hooks() {

@@ -42,7 +42,8 @@ struct Options {
   std::vector<uint32_t> tids;      // thread filter (empty: all)
 };
 
-// Sets up the tracer: where events go and how they are filtered. Call before attaching.
+// Sets up the tracer: where events go and how they are filtered. Call before attaching,
+// while no other thread traces (the calling thread's state is renewed).
 void configure(trace::ShmBuffers* buffers, const Options& opts);
 
 // The hooks a tracer link takes (tramp::AttachType::tracer): the fast path inlined in

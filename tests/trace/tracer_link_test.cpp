@@ -1,0 +1,107 @@
+// A tracer link in process (AttachType::tracer with the function_graph hooks), alone and
+// with fentry/fexit programs on the same function: arguments and return values (integer
+// and floating) pass through intact, every call is recorded exactly once, the programs
+// still run, and detaching leaves the function as it was. Both ways of doing the
+// tracer's common case: inline in the image, and in the hooks.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <map>
+#include <vector>
+
+#include "ftrace/graph.hpp"
+#include "ring_util.hpp"
+#include "tramp/trampoline.hpp"
+#include "trace/shm_buffers.hpp"
+
+extern "C" {
+int64_t tt_add(int64_t, int64_t);
+double tt_mix(int, double, float, long);
+}
+
+using namespace utramp;
+
+namespace {
+
+template <class F>
+auto call(F* f, auto... args) {
+  F* volatile p = f;  // the compiler must not inline or fold the call
+  return p(args...);
+}
+
+uint64_t g_fexit_runs = 0;
+uint64_t count_fexit(uint64_t*) {
+  ++g_fexit_runs;
+  return 0;
+}
+
+struct Calls {
+  std::map<uint64_t, uint64_t> entries, exits;  // by function
+  uint64_t events = 0;
+};
+
+Calls drain(trace::ShmBuffers& b) {
+  Calls c;
+  b.drain([&](uint32_t, uint32_t, std::span<const trace::Event> ev, uint64_t lost) {
+    EXPECT_EQ(lost, 0u);
+    for (const auto& e : ev) {
+      ++c.events;
+      const auto t = static_cast<trace::EventType>(e.type);
+      if (t == trace::EventType::entry || t == trace::EventType::leaf) ++c.entries[e.addr];
+      if (t == trace::EventType::exit || t == trace::EventType::leaf) ++c.exits[e.addr];
+      if (t == trace::EventType::leaf) EXPECT_GE(e.data, e.time);
+    }
+  }, /*final=*/true);
+  return c;
+}
+
+void run(bool inline_path) {
+  if (!inline_path) setenv("UTRAMP_NO_INLINE_TRACER", "1", 1);
+  test::TempDir dir;
+  auto buffers = trace::ShmBuffers::create(dir / "buffers.shm",
+                                           trace::ShmConfig{4, 1u << 16, trace::BufferMode::discard});
+  ASSERT_TRUE(buffers.ok()) << buffers.error().message;
+  ftrace::Options opts;
+  ftrace::configure(&*buffers, opts);
+  const arch::TracerHooks hooks = ftrace::hooks();
+  unsetenv("UTRAMP_NO_INLINE_TRACER");
+  EXPECT_EQ(hooks.inline_path, inline_path);
+
+  auto& mgr = tramp::Manager::instance();
+  const auto add = reinterpret_cast<uint64_t>(&tt_add), mix = reinterpret_cast<uint64_t>(&tt_mix);
+  auto t1 = mgr.attach(add, tramp::AttachType::tracer, reinterpret_cast<uint64_t>(&hooks), {});
+  ASSERT_TRUE(t1.ok()) << t1.error().message;
+  auto t2 = mgr.attach(mix, tramp::AttachType::tracer, reinterpret_cast<uint64_t>(&hooks), {});
+  ASSERT_TRUE(t2.ok()) << t2.error().message;
+  auto again = mgr.attach(add, tramp::AttachType::tracer, reinterpret_cast<uint64_t>(&hooks), {});
+  EXPECT_FALSE(again.ok()) << "a second tracer on one function";
+
+  constexpr int kCalls = 1000;
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_EQ(call(&tt_add, int64_t(i), int64_t(2)), i + 2);
+    ASSERT_EQ(call(&tt_mix, i, 0.5, 0.25f, 3L), i + 1.0 + 0.75 + 12.0);
+  }
+  // A program on the same function as the tracer: both run.
+  g_fexit_runs = 0;
+  auto p = mgr.attach(mix, tramp::AttachType::fexit, reinterpret_cast<uint64_t>(&count_fexit), {});
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  for (int i = 0; i < kCalls; ++i) ASSERT_EQ(call(&tt_mix, i, 1.5, 2.0f, -1L), i + 3.0 + 6.0 - 4.0);
+  EXPECT_EQ(g_fexit_runs, uint64_t(kCalls));
+
+  ASSERT_TRUE(mgr.detach(*t1).ok());
+  ASSERT_TRUE(mgr.detach(*t2).ok());
+  ASSERT_TRUE(mgr.detach(*p).ok());
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(call(&tt_add, int64_t(i), int64_t(1)), i + 1);
+  ftrace::close_thread();
+  Calls c = drain(*buffers);
+  EXPECT_EQ(c.entries[add], uint64_t(kCalls));
+  EXPECT_EQ(c.exits[add], uint64_t(kCalls));
+  EXPECT_EQ(c.entries[mix], uint64_t(2 * kCalls));
+  EXPECT_EQ(c.exits[mix], uint64_t(2 * kCalls));
+  mgr.reclaim_now();
+}
+
+}  // namespace
+
+TEST(TracerLink, InlineInTheImage) { run(true); }
+TEST(TracerLink, ThroughTheHooks) { run(false); }
