@@ -429,10 +429,8 @@ void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail) {
   a.cmp(ax::byte_ptr(ax::rsi, L.path), Imm(L.path_fast));
   a.jne(bail);
   a.mov(ax::edi, ax::dword_ptr(ax::rsi, L.depth));  // d
-  a.cmp(ax::edi, Imm(L.depth_limit));
+  a.cmp(ax::edi, Imm(L.depth_limit));  // (calls over the stack's size only when it is full)
   a.jae(bail);
-  a.cmp(ax::qword_ptr(ax::rsi, L.overflow), Imm(0));
-  a.jne(bail);
   // A frame above on the shadow stack but deeper on the machine stack: a longjmp.
   a.test(ax::edi, ax::edi);
   a.jz(no_stale);
@@ -440,9 +438,7 @@ void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail) {
   a.cmp(ax::qword_ptr(ax::rsi, ax::r11, 0, L.stack - L.frame_size + L.f_sp), ax::rbp);
   a.jb(bail);
   a.bind(no_stale);
-  a.mov(ax::r11, ax::qword_ptr(ax::rsi, P + L.p_ctl));  // the control page
-  a.test(ax::r11, ax::r11);
-  a.jz(bail);
+  a.mov(ax::r11, ax::qword_ptr(ax::rsi, P + L.p_ctl));  // the control page (path fast: set)
   a.mov(ax::eax, ax::dword_ptr(ax::r11, L.c_busy));
   a.or_(ax::rax, ax::qword_ptr(ax::r11, L.c_pending));
   a.jnz(bail);
@@ -507,8 +503,6 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label done) 
   a.cmp(ax::byte_ptr(ax::rcx, F + L.f_flags), Imm(L.written));
   a.jne(bail);
   a.mov(ax::r11, ax::qword_ptr(ax::rsi, P + L.p_ctl));
-  a.test(ax::r11, ax::r11);
-  a.jz(bail);
   a.mov(ax::eax, ax::dword_ptr(ax::r11, L.c_busy));
   a.or_(ax::rax, ax::qword_ptr(ax::r11, L.c_pending));
   a.jnz(bail);
