@@ -434,23 +434,33 @@ void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail) {
   // A frame above on the shadow stack but deeper on the machine stack: a longjmp.
   a.test(ax::edi, ax::edi);
   a.jz(no_stale);
+  // A call's frame is strictly below its caller's: one at this address or deeper on
+  // the machine stack was left by a longjmp.
   a.imul(ax::r11d, ax::edi, Imm(L.frame_size));
   a.cmp(ax::qword_ptr(ax::rsi, ax::r11, 0, L.stack - L.frame_size + L.f_sp), ax::rbp);
-  a.jb(bail);
+  a.jbe(bail);
   a.bind(no_stale);
   a.mov(ax::r11, ax::qword_ptr(ax::rsi, P + L.p_ctl));  // the control page (path fast: set)
-  a.mov(ax::eax, ax::dword_ptr(ax::r11, L.c_busy));
-  a.or_(ax::rax, ax::qword_ptr(ax::r11, L.c_pending));
-  a.jnz(bail);
+  // busy is taken before the ring's state is read: a signal handler running between the
+  // check and the store writes its events first, and its head is the one read below.
+  Label release = a.newLabel(), go = a.newLabel();
+  a.cmp(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
+  a.jne(bail);
+  a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(1));
+  a.cmp(ax::qword_ptr(ax::r11, L.c_pending), Imm(0));
+  a.jne(release);
   a.mov(ax::rcx, ax::qword_ptr(ax::r11, L.c_head));
   a.mov(ax::edx, ax::dword_ptr(ax::r11, L.c_staged));
   a.add(ax::rcx, ax::rdx);  // h: the slot after a staged entry
   a.mov(ax::rdx, ax::rcx);
   a.sub(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_tail_seen));
   a.cmp(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_mask));
-  a.ja(bail);  // may be full: the hook re-reads the tail
+  a.jbe(go);  // else it may be full: the hook re-reads the tail
+  a.bind(release);
+  a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
+  a.jmp(bail);
   // Committed from here on.
-  a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(1));
+  a.bind(go);
   a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::rcx);  // publishes a staged entry
   a.rdtsc();
   a.shl(ax::rdx, Imm(32));
@@ -503,9 +513,13 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label done) 
   a.cmp(ax::byte_ptr(ax::rcx, F + L.f_flags), Imm(L.written));
   a.jne(bail);
   a.mov(ax::r11, ax::qword_ptr(ax::rsi, P + L.p_ctl));
-  a.mov(ax::eax, ax::dword_ptr(ax::r11, L.c_busy));
-  a.or_(ax::rax, ax::qword_ptr(ax::r11, L.c_pending));
-  a.jnz(bail);
+  // busy first, then the ring's state (see inline_entry).
+  Label release = a.newLabel();
+  a.cmp(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
+  a.jne(bail);
+  a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(1));
+  a.cmp(ax::qword_ptr(ax::r11, L.c_pending), Imm(0));
+  a.jne(release);
   a.cmp(ax::dword_ptr(ax::r11, L.c_staged), Imm(0));
   a.je(plain);
   // This call's entry staged in slot `head`: it becomes a leaf.
@@ -519,7 +533,6 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label done) 
   a.mov(ax::rax, ax::qword_ptr(ax::rcx, F + L.f_func));
   a.cmp(ax::qword_ptr(ax::rdx, 8), ax::rax);
   a.jne(plain);
-  a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(1));
   a.dec(ax::edi);
   a.mov(ax::dword_ptr(ax::rsi, L.depth), ax::edi);
   a.mov(ax::r8, ax::rdx);
@@ -542,8 +555,7 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label done) 
   a.mov(ax::rdx, ax::r8);
   a.sub(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_tail_seen));
   a.cmp(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_mask));
-  a.ja(bail);
-  a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(1));
+  a.ja(release);
   a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::r8);
   a.dec(ax::edi);
   a.mov(ax::dword_ptr(ax::rsi, L.depth), ax::edi);
@@ -565,6 +577,10 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label done) 
   a.inc(ax::r8);
   a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::r8);
   a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
+  a.jmp(done);
+  a.bind(release);
+  a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
+  a.jmp(bail);
 }
 
 void hook_entry_inline(ax::Assembler& a, const ImageSpec& sp, uint64_t base,
@@ -594,8 +610,7 @@ void hook_exit_inline(ax::Assembler& a, const ImageSpec& sp, uint64_t base,
   Label bail = a.newLabel(), done = a.newLabel();
   a.push(ax::rax);
   a.push(ax::rdx);
-  inline_exit(a, sp, bail, done);
-  a.jmp(done);
+  inline_exit(a, sp, bail, done);  // leaves by `done` or `bail`
   a.bind(bail);
   hook_call(a, sp, base, sp.tracer.exit, sp.tracer.exit_general, slow);
   a.bind(done);
