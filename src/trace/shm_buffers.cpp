@@ -354,7 +354,10 @@ size_t ShmBuffers::drain(
       for (size_t k = runs[r].size(); k-- > 0;)
         if (runs[r][k].type != static_cast<uint8_t>(EventType::arg) &&
             runs[r][k].type != static_cast<uint8_t>(EventType::string)) {
-          c->last_time = runs[r][k].time;
+          // A leaf ends at its exit's time (data): a `lost` marker put behind it at the
+          // end must not go back before it.
+          const Event& e = runs[r][k];
+          c->last_time = e.type == static_cast<uint8_t>(EventType::leaf) ? e.data : e.time;
           found = true;
           break;
         }
