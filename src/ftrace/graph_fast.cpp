@@ -1,13 +1,17 @@
 // The tracers' fast path: what an image runs around every traced call when nothing
 // unusual is going on (state set up, no -t, no arguments, no longjmp to detect, room in
-// the ring). Built with general registers only (CMake: -mgeneral-regs-only) and calling
-// nothing, so that the hooks can keep every register of the traced call — arguments on
-// entry, return values (rax:rdx, xmm0:xmm1, st0) on exit — by saving only the few
-// general registers they use (no_caller_saved_registers). A test decodes these functions
-// and fails on any call, indirect jump or vector register.
+// the ring, not called from inside the tracer). Built with general registers only
+// (CMake: -mgeneral-regs-only) and calling nothing, so that the hooks can keep every
+// register of the traced call — arguments on entry, return values (rax:rdx, xmm0:xmm1,
+// st0) on exit — by saving only the few general registers they use
+// (no_caller_saved_registers). A test decodes these functions and fails on any call,
+// indirect jump or vector register.
 //
 // Anything else returns non-zero, and the image calls the general code through a thunk
-// that saves the whole register file (utramp_graph_*_thunk below).
+// that saves the whole register file (utramp_graph_*_thunk below). Each hook holds
+// t_in_tracer (graph_state.hpp) from before it reads the thread's state until it has
+// updated it: a signal handler's traced call in between goes to the general code, which
+// drops it and counts it lost.
 #include <x86intrin.h>
 
 #include "ftrace/graph_state.hpp"
@@ -41,6 +45,8 @@ extern "C" __attribute__((no_caller_saved_registers, visibility("hidden"))) uint
 utramp_graph_fast_entry(uint64_t func, uint64_t frame) {
   ThreadTrace* ts = t_trace;
   if (const uint64_t c = check(ts)) return c == 2 ? 0 : 1;
+  if (t_in_tracer) return 1;  // inside the tracer: the general code counts it lost
+  InTracer in;
   if (g_fast.function_tracer) {
     // One event per call: who called whom ([frame+8]: the caller's return address, the
     // image being entered by jmp).
@@ -70,6 +76,8 @@ utramp_graph_fast_exit(uint64_t func, uint64_t frame) {
   (void)func;
   ThreadTrace* ts = t_trace;
   if (const uint64_t c = check(ts)) return c == 2 ? 0 : 1;
+  if (t_in_tracer) return 1;  // inside the tracer: the general code counts it lost
+  InTracer in;
   const uint32_t d = ts->depth;
   if (ts->overflow || d == 0) return 1;
   Frame& f = ts->stack[d - 1];

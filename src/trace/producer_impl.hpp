@@ -123,6 +123,12 @@ UTRAMP_ALWAYS_INLINE bool producer_put(Control* c, Event* ring, uint64_t mask, u
   return put;
 }
 
+UTRAMP_ALWAYS_INLINE void Producer::drop() noexcept {
+  if (ctl_ == nullptr) return;
+  ctl_->lost.fetch_add(1, std::memory_order_relaxed);
+  ctl_->pending.fetch_add(1, std::memory_order_relaxed);  // marked by the next write
+}
+
 UTRAMP_ALWAYS_INLINE void Producer::write(const Event& e) noexcept {
   if (ctl_ != nullptr) producer_put(ctl_, ring_, mask_, mode_, tail_seen_, e, false);
 }
