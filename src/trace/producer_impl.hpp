@@ -19,7 +19,7 @@ namespace utramp::trace {
 struct Control {
   std::atomic<uint64_t> head;     // events [0, head) are published (indices, not slots)
   std::atomic<uint64_t> lost;     // events the producer dropped, cumulative
-  std::atomic<uint64_t> pending;  // drops not yet marked by a `lost` event
+  std::atomic<uint64_t> pending;  // drops not yet marked by a `lost` event (discard mode)
   std::atomic<uint32_t> busy;     // a write() is in progress on this ring
   std::atomic<uint32_t> staged;   // slot `head` holds an entry not yet published
   alignas(64) std::atomic<uint32_t> state;
@@ -76,7 +76,7 @@ UTRAMP_ALWAYS_INLINE bool producer_put(Control* c, Event* ring, uint64_t mask, u
     // A signal handler interrupted a write() on this ring: writing now would race with
     // the interrupted one for the same slot, so the event is dropped and counted.
     c->lost.fetch_add(1, std::memory_order_relaxed);
-    c->pending.fetch_add(1, std::memory_order_relaxed);
+    if (mode == 0 /* BufferMode::discard */) c->pending.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
   c->busy.store(1, std::memory_order_relaxed);
@@ -106,12 +106,10 @@ UTRAMP_ALWAYS_INLINE bool producer_put(Control* c, Event* ring, uint64_t mask, u
       else c->head.store(h + 1, std::memory_order_release);  // pairs with drain()'s acquire
     }
   } else {
-    if (mark) {
-      const uint64_t n = c->pending.exchange(0, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_release);  // pairs with drain()'s acquire fence
-      store_slot(&ring[h & mask], lost_event(n, e.time, e.depth));
-      c->head.store(++h, std::memory_order_release);
-    }
+    // Overwrite mode writes no `lost` markers (`pending` stays 0): the consumer counts an
+    // overwritten slot as one lost event, so a slot must always hold one event — a
+    // marker overwritten in turn would count as one while the drops it carried went
+    // unmarked. The consumer marks the drops (`lost`) with what was overwritten.
     std::atomic_thread_fence(std::memory_order_release);  // pairs with drain()'s acquire fence
     store_slot(&ring[h & mask], e);
     if (stage) c->staged.store(1, std::memory_order_relaxed);
@@ -126,7 +124,8 @@ UTRAMP_ALWAYS_INLINE bool producer_put(Control* c, Event* ring, uint64_t mask, u
 UTRAMP_ALWAYS_INLINE void Producer::drop() noexcept {
   if (ctl_ == nullptr) return;
   ctl_->lost.fetch_add(1, std::memory_order_relaxed);
-  ctl_->pending.fetch_add(1, std::memory_order_relaxed);  // marked by the next write
+  // Discard mode: marked by the next write. Overwrite mode: by the consumer.
+  if (mode_ == 0 /* BufferMode::discard */) ctl_->pending.fetch_add(1, std::memory_order_relaxed);
 }
 
 UTRAMP_ALWAYS_INLINE void Producer::write(const Event& e) noexcept {
