@@ -157,9 +157,14 @@ void flush_pending(ThreadTrace* ts, uint32_t upto) {
   for (uint32_t i = 0; i <= upto && i < ts->depth; ++i) write_entry(ts, i);
 }
 
-// Frames left open by a longjmp over them: everything deeper than `sp`.
-void close_stale(ThreadTrace* ts, uint64_t sp, uint64_t time) {
-  while (ts->depth && ts->stack[ts->depth - 1].sp < sp) {
+// Frames left open by a longjmp over them. `sp` is the frame of the event: an exit's
+// own frame is on the stack (stale: everything deeper), a new call's is not, and since
+// a call's frame is strictly below its caller's, a frame at the same address is stale
+// too (the function longjmp returned to calling again from where it called the frame
+// that was left).
+void close_stale(ThreadTrace* ts, uint64_t sp, uint64_t time, bool entry) {
+  while (ts->depth && (ts->stack[ts->depth - 1].sp < sp ||
+                       (entry && ts->stack[ts->depth - 1].sp == sp))) {
     Frame& f = ts->stack[ts->depth - 1];
     if (f.written())
       emit(ts, trace::EventType::exit_longjmp, time, f.func, 0, static_cast<uint16_t>(ts->depth - 1));
@@ -199,7 +204,7 @@ void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
     emit(ts, trace::EventType::entry, time, func, caller, 0);
     return;
   }
-  close_stale(ts, sp, time);
+  close_stale(ts, sp, time, true);
   if (ts->depth >= kMaxStack) {
     ++ts->overflow;
     ++ts->overruns;
@@ -241,7 +246,7 @@ void do_exit(ThreadTrace* ts, uint64_t sp, const FuncRecord* rec, const uint64_t
     --ts->overflow;
     return;
   }
-  close_stale(ts, sp, time);
+  close_stale(ts, sp, time, false);
   if (!ts->depth) return;  // entered before tracing started on this thread
   const uint32_t d = ts->depth - 1;
   Frame& f = ts->stack[d];

@@ -54,9 +54,11 @@ utramp_graph_fast_entry(uint64_t func, uint64_t frame) {
     return ts->producer.put_fast(__rdtsc(), func, caller, 0, EventType::entry, false) ? 0 : 1;
   }
   const uint32_t d = ts->depth;
-  // A frame above this one on the shadow stack but deeper on the machine stack was
-  // left by a longjmp; the depth limits and overflow are counted: all general work.
-  if (d && ts->stack[d - 1].sp < frame) return 1;
+  // A call's frame is strictly below its caller's: a frame on the shadow stack at this
+  // address or deeper on the machine stack was left by a longjmp (at the same address
+  // when the function longjmp returned to calls again from where it called the frame
+  // left); the depth limits and overflow are counted: all general work.
+  if (d && ts->stack[d - 1].sp <= frame) return 1;
   if (d >= kMaxStack || ts->overflow) return 1;
   if (g_fast.max_depth && d >= g_fast.max_depth) return 1;
   const uint64_t t = __rdtsc();
