@@ -19,13 +19,16 @@ namespace utramp::ftrace {
 namespace detail {
 FastConfig g_fast;
 __thread ThreadTrace* t_trace = nullptr;
+__thread uint32_t t_in_tracer = 0;
 }  // namespace detail
 
 namespace {
 
 using detail::Frame;
+using detail::InTracer;
 using detail::kMaxStack;
 using detail::Path;
+using detail::t_in_tracer;
 using detail::t_trace;
 using detail::ThreadTrace;
 
@@ -65,11 +68,14 @@ ThreadTrace* state() {
     ts = new (p) ThreadTrace();
     t_trace = ts;
   }
+  // No ring until one is claimed, before the generation says the state is this
+  // process's: a nested_drop() meanwhile must not count into the parent's ring.
+  ts->producer = trace::Producer();
+  ts->path = Path::ignore;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   ts->pid = pid;
   ts->fork_gen = g_fork_gen;
   ts->tid = static_cast<uint32_t>(syscall(SYS_gettid));
-  ts->producer = trace::Producer();
-  ts->path = Path::ignore;
   if (!forked) {
     ts->depth = 0;
     ts->overflow = 0;
@@ -98,6 +104,14 @@ void emit(ThreadTrace* ts, trace::EventType type, uint64_t time, uint64_t addr, 
           uint16_t depth, uint8_t flags, uint32_t aux) {
   trace::Event e{time, addr, data, depth, static_cast<uint8_t>(type), flags, aux};
   ts->producer.write(e);
+}
+
+// An event of a call made inside the tracer (t_in_tracer): dropped, and counted lost
+// in this thread's ring when it has one. Both events of such a call are (its exit comes
+// before the interrupted tracer code resumes), so what is recorded stays nested.
+void nested_drop() {
+  ThreadTrace* ts = t_trace;
+  if (ts && ts->fork_gen == g_fork_gen && ts->path != Path::ignore) ts->producer.drop();
 }
 
 // Strings are copied with a fault-safe read: a bad pointer gives "<bad pointer>".
@@ -146,9 +160,14 @@ void flush_pending(ThreadTrace* ts, uint32_t upto) {
   for (uint32_t i = 0; i <= upto && i < ts->depth; ++i) write_entry(ts, i);
 }
 
-// Frames left open by a longjmp over them: everything deeper than `sp`.
-void close_stale(ThreadTrace* ts, uint64_t sp, uint64_t time) {
-  while (ts->depth && ts->stack[ts->depth - 1].sp < sp) {
+// Frames left open by a longjmp over them. `sp` is the frame of the event: an exit's
+// own frame is on the stack (stale: everything deeper), a new call's is not, and since
+// a call's frame is strictly below its caller's, a frame at the same address is stale
+// too (the function longjmp returned to calling again from where it called the frame
+// that was left).
+void close_stale(ThreadTrace* ts, uint64_t sp, uint64_t time, bool entry) {
+  while (ts->depth && (ts->stack[ts->depth - 1].sp < sp ||
+                       (entry && ts->stack[ts->depth - 1].sp == sp))) {
     Frame& f = ts->stack[ts->depth - 1];
     if (f.written())
       emit(ts, trace::EventType::exit_longjmp, time, f.func, 0, static_cast<uint16_t>(ts->depth - 1));
@@ -229,7 +248,7 @@ void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
     emit(ts, trace::EventType::entry, time, func, caller, 0);
     return;
   }
-  close_stale(ts, sp, time);
+  close_stale(ts, sp, time, true);
   if (ts->depth >= kMaxStack) {
     ++ts->overflow;
     ++ts->overruns;
@@ -271,7 +290,7 @@ void do_exit(ThreadTrace* ts, uint64_t sp, const FuncRecord* rec, const uint64_t
     --ts->overflow;
     return;
   }
-  close_stale(ts, sp, time);
+  close_stale(ts, sp, time, false);
   if (!ts->depth) return;  // entered before tracing started on this thread
   const uint32_t d = ts->depth - 1;
   Frame& f = ts->stack[d];
@@ -293,6 +312,11 @@ void do_exit(ThreadTrace* ts, uint64_t sp, const FuncRecord* rec, const uint64_t
 }  // namespace
 
 uint64_t graph_entry(uint64_t* ctx) {
+  if (t_in_tracer) {
+    nested_drop();
+    return 0;
+  }
+  InTracer in;
   if (ThreadTrace* ts = state())
     do_entry(ts, ctx[-2], reinterpret_cast<uint64_t>(ctx), ctx[-4],
              reinterpret_cast<const FuncRecord*>(ctx[-3]), ctx);
@@ -300,12 +324,19 @@ uint64_t graph_entry(uint64_t* ctx) {
 }
 
 uint64_t graph_exit(uint64_t* ctx) {
+  if (t_in_tracer) {
+    nested_drop();
+    return 0;
+  }
+  InTracer in;
   if (ThreadTrace* ts = state())
     do_exit(ts, reinterpret_cast<uint64_t>(ctx), reinterpret_cast<const FuncRecord*>(ctx[-3]), ctx);
   return 0;
 }
 
 void on_unwind(uint64_t func) {
+  if (t_in_tracer) return;  // an exception out of a handler that interrupted the tracer
+  InTracer in;
   ThreadTrace* ts = t_trace;
   if (!ts || !ts->producer.valid() || ts->pid != static_cast<uint32_t>(getpid())) return;
   const uint64_t time = now();
@@ -327,12 +358,19 @@ void after_fork_child() {
 }
 
 void record_fork(uint32_t child_pid) {
+  if (t_in_tracer) {
+    nested_drop();
+    return;
+  }
+  InTracer in;
   ThreadTrace* ts = state();
   if (!ts) return;
   emit(ts, trace::EventType::fork, now(), 0, child_pid, static_cast<uint16_t>(ts->depth));
 }
 
 void close_thread() {
+  if (t_in_tracer) return;  // the final drain publishes what is staged
+  InTracer in;
   ThreadTrace* ts = t_trace;
   if (!ts || ts->pid != static_cast<uint32_t>(getpid()) || !ts->producer.valid()) return;
   if (ts->overruns)
@@ -343,11 +381,18 @@ void close_thread() {
 
 }  // namespace utramp::ftrace
 
+using utramp::ftrace::detail::InTracer;
+using utramp::ftrace::detail::t_in_tracer;
 using utramp::ftrace::detail::t_trace;
 using utramp::ftrace::detail::ThreadTrace;
 
 extern "C" __attribute__((visibility("hidden"))) void utramp_graph_entry_general(uint64_t func,
                                                                                   uint64_t frame) {
+  if (t_in_tracer) {
+    utramp::ftrace::nested_drop();
+    return;
+  }
+  InTracer in;
   if (ThreadTrace* ts = utramp::ftrace::state())
     utramp::ftrace::do_entry(ts, func, frame, *reinterpret_cast<const uint64_t*>(frame + 8),
                              nullptr, nullptr);
@@ -355,5 +400,10 @@ extern "C" __attribute__((visibility("hidden"))) void utramp_graph_entry_general
 
 extern "C" __attribute__((visibility("hidden"))) void utramp_graph_exit_general(uint64_t,
                                                                                  uint64_t frame) {
+  if (t_in_tracer) {
+    utramp::ftrace::nested_drop();
+    return;
+  }
+  InTracer in;
   if (ThreadTrace* ts = utramp::ftrace::state()) utramp::ftrace::do_exit(ts, frame, nullptr, nullptr);
 }

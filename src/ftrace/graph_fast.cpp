@@ -1,13 +1,17 @@
 // The tracers' fast path: what an image runs around every traced call when nothing
 // unusual is going on (state set up, no -t, no arguments, no longjmp to detect, room in
-// the ring). Built with general registers only (CMake: -mgeneral-regs-only) and calling
-// nothing, so that the hooks can keep every register of the traced call — arguments on
-// entry, return values (rax:rdx, xmm0:xmm1, st0) on exit — by saving only the few
-// general registers they use (no_caller_saved_registers). A test decodes these functions
-// and fails on any call, indirect jump or vector register.
+// the ring, not called from inside the tracer). Built with general registers only
+// (CMake: -mgeneral-regs-only) and calling nothing, so that the hooks can keep every
+// register of the traced call — arguments on entry, return values (rax:rdx, xmm0:xmm1,
+// st0) on exit — by saving only the few general registers they use
+// (no_caller_saved_registers). A test decodes these functions and fails on any call,
+// indirect jump or vector register.
 //
 // Anything else returns non-zero, and the image calls the general code through a thunk
-// that saves the whole register file (utramp_graph_*_thunk below).
+// that saves the whole register file (utramp_graph_*_thunk below). Each hook holds
+// t_in_tracer (graph_state.hpp) from before it reads the thread's state until it has
+// updated it: a signal handler's traced call in between goes to the general code, which
+// drops it and counts it lost.
 #include <x86intrin.h>
 
 #include "ftrace/graph_state.hpp"
@@ -41,6 +45,8 @@ extern "C" __attribute__((no_caller_saved_registers, visibility("hidden"))) uint
 utramp_graph_fast_entry(uint64_t func, uint64_t frame) {
   ThreadTrace* ts = t_trace;
   if (const uint64_t c = check(ts)) return c == 2 ? 0 : 1;
+  if (t_in_tracer) return 1;  // inside the tracer: the general code counts it lost
+  InTracer in;
   if (g_fast.function_tracer) {
     // One event per call: who called whom ([frame+8]: the caller's return address, the
     // image being entered by jmp).
@@ -48,9 +54,11 @@ utramp_graph_fast_entry(uint64_t func, uint64_t frame) {
     return ts->producer.put_fast(__rdtsc(), func, caller, 0, EventType::entry, false) ? 0 : 1;
   }
   const uint32_t d = ts->depth;
-  // A frame above this one on the shadow stack but deeper on the machine stack was
-  // left by a longjmp; the depth limits and overflow are counted: all general work.
-  if (d && ts->stack[d - 1].sp < frame) return 1;
+  // A call's frame is strictly below its caller's: a frame on the shadow stack at this
+  // address or deeper on the machine stack was left by a longjmp (at the same address
+  // when the function longjmp returned to calls again from where it called the frame
+  // left); the depth limits and overflow are counted: all general work.
+  if (d && ts->stack[d - 1].sp <= frame) return 1;
   if (d >= kMaxStack || ts->overflow) return 1;
   if (g_fast.max_depth && d >= g_fast.max_depth) return 1;
   const uint64_t t = __rdtsc();
@@ -70,6 +78,8 @@ utramp_graph_fast_exit(uint64_t func, uint64_t frame) {
   (void)func;
   ThreadTrace* ts = t_trace;
   if (const uint64_t c = check(ts)) return c == 2 ? 0 : 1;
+  if (t_in_tracer) return 1;  // inside the tracer: the general code counts it lost
+  InTracer in;
   const uint32_t d = ts->depth;
   if (ts->overflow || d == 0) return 1;
   Frame& f = ts->stack[d - 1];

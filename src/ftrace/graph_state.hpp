@@ -2,6 +2,7 @@
 // path (graph_fast.cpp: no calls, general registers only). Internal to src/ftrace.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "ftrace/graph.hpp"
@@ -52,6 +53,33 @@ extern FastConfig g_fast __attribute__((visibility("hidden")));
 
 // __thread, not thread_local: no TLS wrapper function to call on access.
 extern __thread ThreadTrace* t_trace __attribute__((tls_model("initial-exec"), visibility("hidden")));
+
+// Non-zero while this thread runs tracer code that changes its tracing state: the
+// hooks, the general code, the unwind hook, the fork and thread-exit records. A traced
+// call made meanwhile — by a signal handler that interrupted that code, or by the
+// tracer itself (a traced library function) — would find the state half updated: an
+// entry written and its frame not pushed yet, an exit written and its frame not popped,
+// a time taken and not written yet. Its events would be misnested or go back in time,
+// so they are dropped and counted lost instead (graph.cpp: nested_drop), like a nested
+// write of the ring. The ring's own `busy` flag covers only the write itself.
+extern __thread uint32_t t_in_tracer __attribute__((tls_model("initial-exec"), visibility("hidden")));
+
+// Holds t_in_tracer for a scope; the caller checked it was 0. A plain store is enough:
+// only this thread and its signal handlers use it, and a handler that runs between the
+// check and the store returns with it 0 again (signal handlers nest). No calls, so the
+// fast path can use it.
+struct InTracer {
+  __attribute__((always_inline)) InTracer() {
+    t_in_tracer = 1;
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // before any state is touched
+  }
+  __attribute__((always_inline)) ~InTracer() {
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // after the last state change
+    t_in_tracer = 0;
+  }
+  InTracer(const InTracer&) = delete;
+  InTracer& operator=(const InTracer&) = delete;
+};
 
 }  // namespace utramp::ftrace::detail
 

@@ -19,7 +19,7 @@ namespace utramp::trace {
 struct Control {
   std::atomic<uint64_t> head;     // events [0, head) are published (indices, not slots)
   std::atomic<uint64_t> lost;     // events the producer dropped, cumulative
-  std::atomic<uint64_t> pending;  // drops not yet marked by a `lost` event
+  std::atomic<uint64_t> pending;  // drops not yet marked by a `lost` event (discard mode)
   std::atomic<uint32_t> busy;     // a write() is in progress on this ring
   std::atomic<uint32_t> staged;   // slot `head` holds an entry not yet published
   alignas(64) std::atomic<uint32_t> state;
@@ -76,7 +76,7 @@ UTRAMP_ALWAYS_INLINE bool producer_put(Control* c, Event* ring, uint64_t mask, u
     // A signal handler interrupted a write() on this ring: writing now would race with
     // the interrupted one for the same slot, so the event is dropped and counted.
     c->lost.fetch_add(1, std::memory_order_relaxed);
-    c->pending.fetch_add(1, std::memory_order_relaxed);
+    if (mode == 0 /* BufferMode::discard */) c->pending.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
   c->busy.store(1, std::memory_order_relaxed);
@@ -106,12 +106,10 @@ UTRAMP_ALWAYS_INLINE bool producer_put(Control* c, Event* ring, uint64_t mask, u
       else c->head.store(h + 1, std::memory_order_release);  // pairs with drain()'s acquire
     }
   } else {
-    if (mark) {
-      const uint64_t n = c->pending.exchange(0, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_release);  // pairs with drain()'s acquire fence
-      store_slot(&ring[h & mask], lost_event(n, e.time, e.depth));
-      c->head.store(++h, std::memory_order_release);
-    }
+    // Overwrite mode writes no `lost` markers (`pending` stays 0): the consumer counts an
+    // overwritten slot as one lost event, so a slot must always hold one event — a
+    // marker overwritten in turn would count as one while the drops it carried went
+    // unmarked. The consumer marks the drops (`lost`) with what was overwritten.
     std::atomic_thread_fence(std::memory_order_release);  // pairs with drain()'s acquire fence
     store_slot(&ring[h & mask], e);
     if (stage) c->staged.store(1, std::memory_order_relaxed);
@@ -121,6 +119,13 @@ UTRAMP_ALWAYS_INLINE bool producer_put(Control* c, Event* ring, uint64_t mask, u
   std::atomic_signal_fence(std::memory_order_seq_cst);
   c->busy.store(0, std::memory_order_relaxed);
   return put;
+}
+
+UTRAMP_ALWAYS_INLINE void Producer::drop() noexcept {
+  if (ctl_ == nullptr) return;
+  ctl_->lost.fetch_add(1, std::memory_order_relaxed);
+  // Discard mode: marked by the next write. Overwrite mode: by the consumer.
+  if (mode_ == 0 /* BufferMode::discard */) ctl_->pending.fetch_add(1, std::memory_order_relaxed);
 }
 
 UTRAMP_ALWAYS_INLINE void Producer::write(const Event& e) noexcept {
@@ -137,16 +142,18 @@ UTRAMP_ALWAYS_INLINE bool Producer::stage(const Event& entry) noexcept {
 UTRAMP_ALWAYS_INLINE bool Producer::complete_leaf(uint64_t func, uint64_t time,
                                                   uint64_t exit_time) noexcept {
   Control* c = ctl_;
-  if (c == nullptr || c->staged.load(std::memory_order_relaxed) == 0 ||
-      c->busy.load(std::memory_order_relaxed) != 0)
-    return false;
+  if (c == nullptr || c->busy.load(std::memory_order_relaxed) != 0) return false;
   c->busy.store(1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
+  // The ring's state is read only now that busy is held: a signal handler that ran
+  // between the check of busy and its store may have published the staged entry and
+  // written more.
   const uint64_t h = c->head.load(std::memory_order_relaxed);
   auto* w = reinterpret_cast<uint64_t*>(&ring_[h & mask_]);
   // Ours only if it is the entry of this call (a signal handler's call that was left by
   // longjmp could have staged its own).
-  const bool ours = std::atomic_ref<uint64_t>(w[0]).load(std::memory_order_relaxed) == time &&
+  const bool ours = c->staged.load(std::memory_order_relaxed) != 0 &&
+                    std::atomic_ref<uint64_t>(w[0]).load(std::memory_order_relaxed) == time &&
                     std::atomic_ref<uint64_t>(w[1]).load(std::memory_order_relaxed) == func;
   if (ours) {
     // Word 3 holds depth (16 bits), type, flags and aux: only the type changes.
@@ -165,15 +172,23 @@ UTRAMP_ALWAYS_INLINE bool Producer::complete_leaf(uint64_t func, uint64_t time,
 UTRAMP_ALWAYS_INLINE bool Producer::put_fast(uint64_t time, uint64_t addr, uint64_t data,
                                              uint16_t depth, EventType type, bool stage) noexcept {
   Control* c = ctl_;
-  if ((c->busy.load(std::memory_order_relaxed) | c->pending.load(std::memory_order_relaxed)) != 0)
-    return false;
+  if (c->busy.load(std::memory_order_relaxed) != 0) return false;
+  c->busy.store(1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  // head, staged and pending are read only now that busy is held: a signal handler
+  // that ran between the check of busy and its store may have written events, and a
+  // head read before it would be stored back below it (events overwritten, a head
+  // going backwards that the consumer has already passed).
   const uint64_t h =
       c->head.load(std::memory_order_relaxed) + c->staged.load(std::memory_order_relaxed);
   const bool discard = mode_ == 0;
-  if (discard && h - tail_seen_ > mask_) return false;  // may be full: tail is re-read there
+  // A loss to mark, or a ring that may be full (tail is re-read there): write() does it.
+  if (c->pending.load(std::memory_order_relaxed) != 0 || (discard && h - tail_seen_ > mask_)) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    c->busy.store(0, std::memory_order_relaxed);
+    return false;
+  }
   stage = stage && discard;
-  c->busy.store(1, std::memory_order_relaxed);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
   c->head.store(h, std::memory_order_release);  // publishes a staged entry, if any
   std::atomic_thread_fence(std::memory_order_release);  // overwrite mode: see write()
   auto* p = reinterpret_cast<uint64_t*>(&ring_[h & mask_]);

@@ -13,6 +13,8 @@
 //                before the stores into slot k, which clobber index k - N: a consumer
 //                that read any word of the new slot k sees head >= k after its own
 //                acquire fence, and so knows that index k - N is suspect.
+//                No `lost` markers: a slot is always one event (a dropped one is only
+//                counted, lost++), so that an overwritten slot is one lost event.
 //     busy = 0
 //
 //   consumer (the CLI, one at a time):
@@ -21,7 +23,9 @@
 //     overwrite: copy [max(tail, h1 - N + 1), h1)    index h1 - N may be being written
 //                acquire fence (pairs with the producer's release fence); h2 = head
 //                keep only indices i > h2 - N: the rest may have been overwritten
-//                during the copy; everything skipped since tail is counted lost
+//                during the copy; everything skipped since tail is counted lost and
+//                marked in front of what is kept, with the producer's drops since the
+//                last drain
 //     tail = h1 (release)
 //
 // Slots are written and read as four relaxed 64-bit atomics (std::atomic_ref), so the
@@ -315,6 +319,12 @@ size_t ShmBuffers::drain(
     }
     uint64_t lost = 0;
     if (h1 < tail) h1 = tail;  // a scribbled head: never go back
+    // Events the producer dropped since the last drain (a full ring, a nested write):
+    // discard mode has marked them in the ring, overwrite mode has not (see below).
+    const uint64_t produced_lost = c->lost.load(std::memory_order_relaxed);
+    const uint64_t dropped = produced_lost - c->lost_reported;
+    c->lost_reported = produced_lost;
+    lost += dropped;
     // What is handed to fn: up to two runs of events (a wrapped ring read in place, or
     // the scratch copy) and a `lost` marker at the end.
     std::span<const Event> runs[2];
@@ -343,7 +353,10 @@ size_t ShmBuffers::drain(
       out += valid - start;
       count -= valid - start;
       lost += valid - tail;
-      if (valid > tail) {
+      // One marker for what was overwritten and what the producer dropped: it writes no
+      // markers in this mode (a marker's slot could be overwritten and then count as
+      // one event). Where a drop happened is known only to be since the last drain.
+      if (const uint64_t unmarked = valid - tail + dropped) {
         // The marker takes the time of the first delivered event that has one (arg and
         // string events carry values, not times).
         const Event* first = nullptr;
@@ -352,21 +365,21 @@ size_t ShmBuffers::drain(
               out[k].type != static_cast<uint8_t>(EventType::string))
             first = &out[k];
         const Event marker =
-            lost_event(valid - tail, first ? first->time : c->last_time, first ? first->depth : 0);
+            lost_event(unmarked, first ? first->time : c->last_time, first ? first->depth : 0);
         *--out = marker;
         ++count;
       }
       runs[0] = std::span<const Event>(out, count);
     }
-    const uint64_t produced_lost = c->lost.load(std::memory_order_relaxed);
-    lost += produced_lost - c->lost_reported;
-    c->lost_reported = produced_lost;
     for (int r = 1; r >= 0; --r) {
       bool found = false;
       for (size_t k = runs[r].size(); k-- > 0;)
         if (runs[r][k].type != static_cast<uint8_t>(EventType::arg) &&
             runs[r][k].type != static_cast<uint8_t>(EventType::string)) {
-          c->last_time = runs[r][k].time;
+          // A leaf ends at its exit's time (data): a `lost` marker put behind it at the
+          // end must not go back before it.
+          const Event& e = runs[r][k];
+          c->last_time = e.type == static_cast<uint8_t>(EventType::leaf) ? e.data : e.time;
           found = true;
           break;
         }

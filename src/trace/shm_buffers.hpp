@@ -70,6 +70,9 @@ class Producer {
   // full); the caller then takes the general path.
   inline bool put_fast(uint64_t time, uint64_t addr, uint64_t data, uint16_t depth,
                        EventType type, bool stage) noexcept;
+  // Counts one event lost without writing it (an event the tracer cannot record where
+  // it happened: a call inside the tracer's own code). Async-signal-safe: atomic adds.
+  inline void drop() noexcept;
   bool valid() const noexcept { return ctl_ != nullptr; }
   uint64_t lost() const noexcept;
   // Where its fields are, for code generated to do put_fast()'s work inline (the

@@ -3,11 +3,13 @@
 // recycling buffers, and signal handlers writing into the ring they interrupted.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -195,6 +197,91 @@ TEST(RingRace, SignalHandlerWritingIntoTheInterruptedRing) {
               static_cast<unsigned long long>(main_written),
               static_cast<unsigned long long>(g_sig_seq.load()),
               static_cast<unsigned long long>(lost));
+}
+
+// The same with the tracer's fast path as the interrupted writer: put_fast() (falling
+// back to write() as the tracer does) in the thread, write() in its handler. put_fast()
+// once read head before it took busy, so a handler that wrote between the two had its
+// events overwritten and the head went back under what the consumer had taken.
+std::atomic<uint64_t> g_fast_sig_seq{0};
+
+void on_alarm_fast(int) {
+  const uint64_t s = g_fast_sig_seq.fetch_add(1, std::memory_order_relaxed);
+  g_sig_producer->write(seq_event((1ull << 40) + s, 9));
+}
+
+TEST(RingRace, SignalHandlerWritingIntoARingThePutFastIsWriting) {
+  TempDir dir;
+  auto b = ShmBuffers::create(dir / "buffers.shm", ShmConfig{2, 1u << 16, BufferMode::discard});
+  ASSERT_TRUE(b.ok());
+  Producer p = b->claim(1, 1);
+  g_sig_producer = &p;
+  struct sigaction sa {
+  }, old{};
+  sa.sa_handler = on_alarm_fast;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ASSERT_EQ(sigaction(SIGPROF, &sa, &old), 0);
+  // A high-resolution timer aimed at this thread (ITIMER_PROF fires per scheduler tick).
+  sigevent sev{};
+  sev.sigev_notify = SIGEV_THREAD_ID;
+  sev.sigev_signo = SIGPROF;
+  sev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
+  timer_t timer{};
+  ASSERT_EQ(timer_create(CLOCK_MONOTONIC, &sev, &timer), 0);
+  itimerspec its{{0, 20000}, {0, 20000}};
+  ASSERT_EQ(timer_settime(timer, 0, &its, nullptr), 0);
+
+  // Main events: what put_fast can write (no flags, no aux), every word from seq.
+  auto main_ok = [](const Event& e) {
+    return e.addr == test::mix(e.time) && e.data == test::mix(e.time ^ 0x5555555555555555ull) &&
+           e.depth == static_cast<uint16_t>(e.time) && e.flags == 0 && e.aux == 0 &&
+           e.type == static_cast<uint8_t>(EventType::entry);
+  };
+  uint64_t main_written = 0, delivered_main = 0, delivered_sig = 0, torn = 0, lost = 0;
+  uint64_t next_main = 0, reordered = 0;
+  auto take = [&](uint32_t, uint32_t, std::span<const Event> ev, uint64_t l) {
+    lost += l;
+    for (const auto& e : ev) {
+      if (test::is_lost(e)) continue;
+      if (e.time >= (1ull << 40)) {
+        test::intact(e, 9) ? ++delivered_sig : ++torn;
+      } else if (!main_ok(e)) {
+        ++torn;
+      } else {
+        if (e.time < next_main) ++reordered;
+        next_main = e.time + 1;
+        ++delivered_main;
+      }
+    }
+  };
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < until) {
+    for (int i = 0; i < 1000; ++i) {
+      const uint64_t s = main_written++;
+      const uint64_t a = test::mix(s), d = test::mix(s ^ 0x5555555555555555ull);
+      if (!p.put_fast(s, a, d, static_cast<uint16_t>(s), EventType::entry, false)) {
+        Event e{};
+        e.time = s;
+        e.addr = a;
+        e.data = d;
+        e.depth = static_cast<uint16_t>(s);
+        e.type = static_cast<uint8_t>(EventType::entry);
+        p.write(e);
+      }
+    }
+    b->drain(take);
+  }
+  timer_delete(timer);
+  sigaction(SIGPROF, &old, nullptr);
+  b->drain(take, true);
+  g_sig_producer = nullptr;
+  EXPECT_EQ(torn, 0u);
+  EXPECT_EQ(reordered, 0u);
+  EXPECT_EQ(delivered_main + delivered_sig + lost, main_written + g_fast_sig_seq.load())
+      << "main " << delivered_main << "/" << main_written << ", handler " << delivered_sig << "/"
+      << g_fast_sig_seq.load() << ", lost " << lost;
+  EXPECT_GT(g_fast_sig_seq.load(), 0u) << "no signal arrived";
 }
 
 TEST(RingRace, ForkedChildrenRacingTheConsumer) {

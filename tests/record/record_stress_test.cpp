@@ -1,0 +1,628 @@
+// The function_graph tracer under live threads, end to end: stress_fixture.cpp (g++ and
+// clang++) is recorded through the real `utramp record` CLI and agent while its threads
+// make calls of known shapes, take timer signals whose handler calls traced functions,
+// fork from inside traced frames, throw exceptions through them and longjmp over them;
+// the test then reads every thread's events file record by record and checks exact
+// properties (docs/trace-format.md):
+//
+//   - every record is well formed: a known type, no flags or aux (nothing captured), a
+//     traced function's address, a sane depth, a leaf's exit time after its entry's;
+//   - times never decrease within a thread;
+//   - nesting: an entry at depth d has exactly d frames open, each exit closes the top
+//     frame with the same function, each function is called by the one the fixture
+//     calls it from, and exits have the kind expected (unwound, longjmp, normal);
+//   - counts: per thread and function, entries and exits as the fixture made them;
+//   - accounting: per thread, events delivered + events reported lost = events written,
+//     and info.json and record's summary say the same.
+//
+// When a ring is small enough to drop events (discard mode) or lose them to the
+// flight recorder (overwrite mode), nesting can only be checked loosely after the
+// first loss and counts become bounds; the accounting stays exact.
+//
+// Labelled `stress`, so scripts/test.sh also runs it in the AddressSanitizer build (the
+// agent instrumented inside the uninstrumented fixture, see SetUp). Each test takes a
+// few seconds at most; every process is reaped, the trace directory removed, and no
+// ring file may be left in /dev/shm.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_runner.hpp"
+#include "trace/event.hpp"
+#include "trace/trace_dir.hpp"
+
+namespace fs = std::filesystem;
+using utramp::trace::Event;
+using utramp::trace::EventType;
+
+namespace {
+
+struct StressFixture {
+  const char *file, *cc, *missing;
+};
+
+void PrintTo(const StressFixture& f, std::ostream* os) { *os << f.file; }
+
+const StressFixture kFixtures[] = {
+#define STRESS_FIXTURE(file, cc, missing) {file, cc, missing},
+#include "stress_matrix.inc"
+#undef STRESS_FIXTURE
+};
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/utramp-stress-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+std::set<std::string> shm_files() {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/dev/shm", ec))
+    if (e.path().filename().string().starts_with("utramp-")) names.insert(e.path().filename());
+  return names;
+}
+
+// ---- what the fixture does (see stress_fixture.cpp) ----
+
+enum class Scenario { threads, signals, fork, unwind };
+
+const char* scenario_name(Scenario s) {
+  switch (s) {
+    case Scenario::threads: return "threads";
+    case Scenario::signals: return "signals";
+    case Scenario::fork: return "fork";
+    case Scenario::unwind: return "unwind";
+  }
+  return "?";
+}
+
+struct Calls {
+  uint64_t entries = 0, exits = 0, unwound = 0, longjmp = 0;
+  uint64_t events() const { return entries + exits + unwound + longjmp; }
+  bool operator==(const Calls&) const = default;
+};
+
+std::ostream& operator<<(std::ostream& os, const Calls& c) {
+  return os << "{entries " << c.entries << ", exits " << c.exits << ", unwound " << c.unwound
+            << ", longjmp " << c.longjmp << "}";
+}
+
+using CallMap = std::map<std::string, Calls>;
+
+// Thread k of the fixture's parent process, `iters` iterations.
+CallMap expected_worker(Scenario s, int k, long iters) {
+  CallMap m;
+  auto add = [&](const char* f, uint64_t n, char how = 'x') {
+    Calls& c = m[f];
+    c.entries += n;
+    if (how == 'x') c.exits += n;
+    else if (how == 'u') c.unwound += n;
+    else if (how == 'j') c.longjmp += n;
+  };
+  // Iteration 0 is s_top alone (it claims the thread's ring before the timer starts).
+  uint64_t rec = 0, m4 = 0;
+  for (long i = 0; i < iters; ++i) {
+    rec += 1 + static_cast<uint64_t>((i + k) % 7);
+    if (i > 0) m4 += 1 + static_cast<uint64_t>(i % 4);
+  }
+  add("s_top", iters);
+  add("s_rec", rec);
+  add("s_leaf", iters);
+  add("s_leaf2", iters);
+  if (s == Scenario::fork) {
+    add("s_fork_a", 1);
+    add("s_fork_b", 1);
+  }
+  if (s == Scenario::unwind) {
+    add("s_catcher", iters - 1);
+    add("s_thrower", iters - 1, 'u');
+    add("s_throw_rec", m4, 'u');
+    add("s_jumper", iters - 1);
+    add("s_jump_rec", m4, 'j');
+    add("s_after", iters - 1);
+  }
+  return m;
+}
+
+// The only thread of a child forked by the fork scenario: the frames it inherited
+// (entries re-emitted, never exited: it _exits), then s_child_work.
+CallMap expected_child() {
+  CallMap m;
+  m["s_top"].entries = m["s_fork_a"].entries = m["s_fork_b"].entries = 1;
+  m["s_child_work"] = {1, 1, 0, 0};
+  m["s_rec"] = {30, 30, 0, 0};
+  m["s_leaf"] = {10, 10, 0, 0};
+  return m;
+}
+
+// Who calls each function ("" = no traced caller), and how its frames end.
+struct Shape {
+  std::set<std::string> callers;
+  char exit_kind;  // 'x' normal, 'u' unwound, 'j' longjmp
+};
+
+const std::map<std::string, Shape>& shapes() {
+  static const std::map<std::string, Shape> m = {
+      {"s_top", {{""}, 'x'}},
+      {"s_rec", {{"s_top", "s_rec", "s_child_work"}, 'x'}},
+      {"s_leaf", {{"s_rec"}, 'x'}},
+      {"s_leaf2", {{"s_top"}, 'x'}},
+      {"s_sig_leaf", {{"s_sig_outer"}, 'x'}},
+      {"s_child_work", {{"s_fork_b"}, 'x'}},
+      {"s_fork_a", {{"s_top"}, 'x'}},
+      {"s_fork_b", {{"s_fork_a"}, 'x'}},
+      {"s_catcher", {{""}, 'x'}},
+      {"s_thrower", {{"s_catcher"}, 'u'}},
+      {"s_throw_rec", {{"s_thrower", "s_throw_rec"}, 'u'}},
+      {"s_jumper", {{""}, 'x'}},
+      {"s_jump_rec", {{"s_jumper", "s_jump_rec"}, 'j'}},
+      {"s_after", {{"s_jumper"}, 'x'}},
+      // s_sig_outer: the handler runs wherever the thread was (any caller)
+  };
+  return m;
+}
+
+// ---- reading and checking one thread's events ----
+
+std::vector<Event> read_events(const std::string& path, std::string* err) {
+  std::vector<Event> out;
+  std::ifstream in(path, std::ios::binary);
+  utramp::trace::EventFileHeader h{};
+  if (!in.read(reinterpret_cast<char*>(&h), sizeof h)) {
+    *err = path + ": no header";
+    return out;
+  }
+  if (memcmp(h.magic, utramp::trace::kEventFileMagic, 8) != 0 || h.record_size != sizeof(Event)) {
+    *err = path + ": bad header";
+    return out;
+  }
+  Event e;
+  while (in.read(reinterpret_cast<char*>(&e), sizeof e)) out.push_back(e);
+  if (in.gcount() != 0) *err = path + ": partial record at the end";
+  return out;
+}
+
+struct ThreadCheck {
+  CallMap calls;          // by function name
+  uint64_t delivered = 0;  // events (a leaf is two), `lost` markers not counted
+  uint64_t lost = 0;       // sum of `lost` markers
+  uint64_t leaves = 0, forks = 0;
+  std::vector<std::string> open;  // frames still open at the end, outermost first
+  std::vector<std::string> errors;
+  uint64_t mismatches = 0;  // nesting errors after a loss (tolerated when loose)
+};
+
+// `loose`: after a `lost` marker, nesting is resynchronised from the depths instead of
+// failing (a ring that dropped single events); before one, it is strict.
+ThreadCheck check_thread(const std::vector<Event>& evs, const utramp::trace::SymbolTable& syms,
+                         bool loose) {
+  ThreadCheck r;
+  auto error = [&](size_t i, const std::string& what) {
+    if (r.errors.size() < 20) r.errors.push_back("event " + std::to_string(i) + ": " + what);
+  };
+  struct Open {
+    std::string func;  // "" = unknown (its entry was lost)
+  };
+  std::vector<Open> stack;
+  uint64_t last_time = 0;
+  bool seen_loss = false;
+  for (size_t i = 0; i < evs.size(); ++i) {
+    const Event& e = evs[i];
+    const auto type = static_cast<EventType>(e.type);
+    if (e.time < last_time)
+      error(i, "time went back by " + std::to_string(last_time - e.time) + " ticks");
+    last_time = e.time;
+    if (e.flags != 0 || e.aux != 0) error(i, "flags/aux set (nothing is captured)");
+    if (type == EventType::lost) {
+      if (e.data == 0 || e.addr != 0) error(i, "malformed lost marker");
+      r.lost += e.data;
+      seen_loss = true;
+      continue;
+    }
+    if (type == EventType::fork) {
+      ++r.forks;
+      ++r.delivered;
+      continue;
+    }
+    const bool is_entry = type == EventType::entry || type == EventType::leaf;
+    const bool is_exit = type == EventType::exit || type == EventType::exit_unwound ||
+                         type == EventType::exit_longjmp;
+    if (!is_entry && !is_exit) {
+      error(i, "unexpected type " + std::to_string(e.type));
+      continue;
+    }
+    const utramp::trace::Function* f = syms.find(e.addr);
+    if (f == nullptr || f->addr != e.addr || !f->name.starts_with("s_")) {
+      error(i, "address " + std::to_string(e.addr) + " is no traced function");
+      continue;
+    }
+    if (e.depth > 64) error(i, "depth " + std::to_string(e.depth));
+    const std::string& name = f->name;
+    auto nest_error = [&](const std::string& what) {
+      if (loose && seen_loss) ++r.mismatches;
+      else error(i, name + " depth " + std::to_string(e.depth) + ": " + what);
+    };
+    if (is_entry) {
+      Calls& c = r.calls[name];
+      ++c.entries;
+      ++r.delivered;
+      if (e.depth != stack.size()) {
+        nest_error("entry with " + std::to_string(stack.size()) + " frames open");
+        stack.resize(e.depth);
+      }
+      const std::string caller = stack.empty() ? "" : stack.back().func;
+      if (auto it = shapes().find(name); it != shapes().end() && !it->second.callers.count(caller))
+        if (!(loose && seen_loss && caller.empty()))
+          nest_error("called by '" + caller + "'");
+      if (type == EventType::leaf) {
+        ++r.leaves;
+        ++r.delivered;
+        ++c.exits;
+        if (e.data < e.time) error(i, "leaf exits before it enters");
+        last_time = e.data;
+        if (auto it = shapes().find(name); it != shapes().end() && it->second.exit_kind != 'x')
+          nest_error("returned normally");
+      } else {
+        stack.push_back({name});
+      }
+      continue;
+    }
+    Calls& c = r.calls[name];
+    ++r.delivered;
+    char kind = 'x';
+    if (type == EventType::exit) ++c.exits;
+    else if (type == EventType::exit_unwound) ++c.unwound, kind = 'u';
+    else ++c.longjmp, kind = 'j';
+    if (auto it = shapes().find(name); it != shapes().end() && it->second.exit_kind != kind)
+      nest_error(std::string("exit of kind ") + kind);
+    if (stack.empty() || e.depth != stack.size() - 1 ||
+        (stack.back().func != name && !stack.back().func.empty())) {
+      nest_error("exit does not close the top frame (" +
+                 (stack.empty() ? std::string("none") : stack.back().func) + " at depth " +
+                 std::to_string(stack.size()) + ")");
+      stack.resize(std::min<size_t>(stack.size(), e.depth));
+      continue;
+    }
+    stack.pop_back();
+  }
+  for (const auto& o : stack) r.open.push_back(o.func);
+  return r;
+}
+
+// ---- one recording ----
+
+struct Recorded {
+  utramp::test::RunResult rec;
+  std::string dir;
+  std::map<int, long> tid_of;          // fixture thread k -> tid
+  std::map<int, long> handler_runs;    // k -> signal handler runs
+  std::map<int, long> child_pid;       // k -> pid of its forked child
+  std::map<std::pair<uint32_t, uint32_t>, ThreadCheck> checks;  // (pid, tid)
+  std::map<std::pair<uint32_t, uint32_t>, utramp::trace::ThreadInfo> infos;
+  uint64_t summary_events = 0, summary_lost = 0;
+  bool summary_found = false;
+  double seconds = 0;
+};
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+constexpr bool kAsan = __has_feature(address_sanitizer);
+#else
+constexpr bool kAsan = false;
+#endif
+
+class StressTest : public testing::TestWithParam<StressFixture> {
+ protected:
+  void SetUp() override {
+    if (*GetParam().missing)
+      GTEST_SKIP() << GetParam().file << " not built: " << GetParam().missing;
+    if (kAsan) {
+      // The AddressSanitizer build: the CLI and the agent are instrumented, the
+      // fixture is not. The agent is preloaded ahead of the ASan runtime it needs, which
+      // ASan refuses unless told to: its checks still apply to the agent's code (stack
+      // and globals; the heap stays the program's, without redzones).
+      const char* o = getenv("ASAN_OPTIONS");
+      std::string opts = o ? o : "";
+      if (opts.find("verify_asan_link_order") == std::string::npos) {
+        opts += opts.empty() ? "verify_asan_link_order=0" : ":verify_asan_link_order=0";
+        setenv("ASAN_OPTIONS", opts.c_str(), 1);
+      }
+    }
+  }
+
+  // Records `fixture SCENARIO ARGS` with OPTS and checks every thread's events.
+  void record(Scenario s, const std::vector<std::string>& opts,
+              const std::vector<std::string>& args, bool loose, Recorded* out) {
+    const auto shm_before = shm_files();
+    std::vector<std::string> argv = {UTRAMP_CLI, "record", "-o", tmp_.path + "/trace", "-F", "s_*"};
+    argv.insert(argv.end(), opts.begin(), opts.end());
+    argv.push_back("--");
+    argv.push_back(std::string(UTRAMP_STRESS_DIR) + "/" + GetParam().file);
+    argv.push_back(scenario_name(s));
+    argv.insert(argv.end(), args.begin(), args.end());
+    const auto t0 = std::chrono::steady_clock::now();
+    out->rec = utramp::test::run_program(argv);
+    out->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    out->dir = tmp_.path + "/trace";
+    RecordProperty("seconds", std::to_string(out->seconds));
+    // No ring file left behind. Other recordings may run meanwhile (utramp-PID-N.buffers,
+    // PID: their CLI's): only a new file whose CLI is gone counts (ours is reaped).
+    for (const auto& f : shm_files()) {
+      if (shm_before.count(f)) continue;
+      const long owner = std::atol(f.c_str() + std::strlen("utramp-"));
+      if (owner > 0 && (::kill(static_cast<pid_t>(owner), 0) == 0 || errno == EPERM)) continue;
+      ADD_FAILURE() << "left in /dev/shm: " << f;
+    }
+
+    std::istringstream lines(out->rec.out);
+    std::string line;
+    static const std::regex thread_re(R"(thread (\d+) tid (\d+) handler (\d+))");
+    static const std::regex child_re(R"(child (\d+) pid (\d+) status (-?\d+))");
+    std::smatch m;
+    while (std::getline(lines, line)) {
+      if (std::regex_match(line, m, thread_re)) {
+        out->tid_of[std::stoi(m[1])] = std::stol(m[2]);
+        out->handler_runs[std::stoi(m[1])] = std::stol(m[3]);
+      } else if (std::regex_match(line, m, child_re)) {
+        out->child_pid[std::stoi(m[1])] = std::stol(m[2]);
+      }
+    }
+    static const std::regex summary(
+        R"(utramp: (\d+) events recorded in .*; target exited 0(; (\d+) events lost)?)");
+    if (std::regex_search(out->rec.err, m, summary)) {
+      out->summary_found = true;
+      out->summary_events = std::stoull(m[1]);
+      out->summary_lost = m[3].matched ? std::stoull(m[3]) : 0;
+    }
+
+    auto reader = utramp::trace::TraceReader::open(out->dir);
+    ASSERT_TRUE(reader.ok()) << reader.error().message;
+    for (const auto& w : reader->warnings()) ADD_FAILURE() << "reader: " << w;
+    for (const auto& t : reader->info().threads) out->infos[{t.pid, t.tid}] = t;
+    for (const auto& [pid, tid] : reader->threads()) {
+      std::string err;
+      const auto evs = read_events(
+          out->dir + "/events-" + std::to_string(pid) + "-" + std::to_string(tid) + ".bin", &err);
+      EXPECT_TRUE(err.empty()) << err;
+      out->checks[{pid, tid}] = check_thread(evs, reader->symbols(pid), loose);
+    }
+  }
+
+  // The common checks of one recording: exit, output, accounting, well-formedness.
+  void check_common(Scenario s, int nthreads, const Recorded& r) {
+    ASSERT_EQ(r.rec.exit_code, 0) << r.rec.err << r.rec.out;
+    ASSERT_EQ(r.tid_of.size(), static_cast<size_t>(nthreads)) << r.rec.out;
+    ASSERT_TRUE(r.summary_found) << r.rec.err;
+    uint64_t delivered = 0, lost = 0;
+    for (const auto& [id, c] : r.checks) {
+      SCOPED_TRACE("pid " + std::to_string(id.first) + " tid " + std::to_string(id.second));
+      for (const auto& e : c.errors) ADD_FAILURE() << e;
+      delivered += c.delivered;
+      lost += c.lost;
+      auto it = r.infos.find(id);
+      ASSERT_NE(it, r.infos.end()) << "not in info.json";
+      EXPECT_EQ(it->second.events, c.delivered) << "info.json events";
+      EXPECT_EQ(it->second.lost, c.lost) << "info.json lost";
+    }
+    EXPECT_EQ(r.summary_events, delivered) << r.rec.err;
+    EXPECT_EQ(r.summary_lost, lost) << r.rec.err;
+    // Every traced thread is one the fixture names (or, for fork, a child).
+    size_t expected_threads = static_cast<size_t>(nthreads);
+    if (s == Scenario::fork) expected_threads *= 2;
+    EXPECT_EQ(r.checks.size(), expected_threads);
+  }
+
+  const ThreadCheck* find(const Recorded& r, long tid) const {
+    for (const auto& [id, c] : r.checks)
+      if (id.second == tid) return &c;
+    return nullptr;
+  }
+
+  TempDir tmp_;
+};
+
+// Expected events of a thread whose calls are `m` (entries and exits each one event).
+uint64_t events_of(const CallMap& m) {
+  uint64_t n = 0;
+  for (const auto& [f, c] : m) n += c.events();
+  return n;
+}
+
+CallMap without(CallMap m, std::initializer_list<const char*> names) {
+  for (const char* n : names) m.erase(n);
+  return m;
+}
+
+// 1a. Eight threads, a ring big enough for everything: exact counts, strict nesting,
+// no loss at all.
+TEST_P(StressTest, ThreadsExact) {
+  constexpr int kThreads = 8;
+  constexpr long kIters = 4000;
+  Recorded r;
+  record(Scenario::threads, {"--buffer-size", "131072"},
+         {std::to_string(kThreads), std::to_string(kIters)}, false, &r);
+  check_common(Scenario::threads, kThreads, r);
+  for (const auto& [k, tid] : r.tid_of) {
+    SCOPED_TRACE("thread " + std::to_string(k));
+    const ThreadCheck* c = find(r, tid);
+    ASSERT_NE(c, nullptr);
+    const CallMap want = expected_worker(Scenario::threads, k, kIters);
+    EXPECT_EQ(c->calls, want);
+    EXPECT_EQ(c->lost, 0u);
+    EXPECT_EQ(c->delivered, events_of(want));
+    EXPECT_TRUE(c->open.empty());
+    EXPECT_GT(c->leaves, 0u) << "the fast path made no leaf";
+  }
+}
+
+// 1b. The same load into 64-event rings: most events are dropped, and every one of
+// them is counted where it happened.
+TEST_P(StressTest, ThreadsTinyRingAccounting) {
+  constexpr int kThreads = 8;
+  constexpr long kIters = 4000;
+  Recorded r;
+  record(Scenario::threads, {"--buffer-size", "64"},
+         {std::to_string(kThreads), std::to_string(kIters)}, true, &r);
+  check_common(Scenario::threads, kThreads, r);
+  uint64_t lost = 0;
+  for (const auto& [k, tid] : r.tid_of) {
+    SCOPED_TRACE("thread " + std::to_string(k));
+    const ThreadCheck* c = find(r, tid);
+    ASSERT_NE(c, nullptr);
+    const CallMap want = expected_worker(Scenario::threads, k, kIters);
+    EXPECT_EQ(c->delivered + c->lost, events_of(want))
+        << "delivered " << c->delivered << " lost " << c->lost;
+    for (const auto& [f, calls] : c->calls) {
+      ASSERT_TRUE(want.count(f)) << f;
+      EXPECT_LE(calls.entries, want.at(f).entries) << f;
+      EXPECT_LE(calls.exits, want.at(f).exits) << f;
+    }
+    lost += c->lost;
+  }
+  EXPECT_GT(lost, 0u) << "64-event rings lost nothing: the test tests nothing";
+}
+
+// 2. A timer per thread fires every 20 us; its handler calls s_sig_outer -> s_sig_leaf.
+// The main calls stay exact; each handler call is either recorded, properly nested
+// under whatever it interrupted, or counted lost with its exit (a handler that
+// interrupts a write drops everything it writes until it returns).
+TEST_P(StressTest, SignalsWhileTracing) {
+  constexpr int kThreads = 4;
+  constexpr long kIters = 30000;
+  Recorded r;
+  record(Scenario::signals, {"--buffer-size", "1048576"},
+         {std::to_string(kThreads), std::to_string(kIters), "20"}, false, &r);
+  check_common(Scenario::signals, kThreads, r);
+  uint64_t runs = 0, handler_lost = 0;
+  for (const auto& [k, tid] : r.tid_of) {
+    SCOPED_TRACE("thread " + std::to_string(k));
+    const ThreadCheck* c = find(r, tid);
+    ASSERT_NE(c, nullptr);
+    const CallMap want = expected_worker(Scenario::signals, k, kIters);
+    const uint64_t h = static_cast<uint64_t>(r.handler_runs.at(k));
+    runs += h;
+    EXPECT_EQ(without(c->calls, {"s_sig_outer", "s_sig_leaf"}), want);
+    const Calls none;
+    const Calls so = c->calls.count("s_sig_outer") ? c->calls.at("s_sig_outer") : none;
+    const Calls sl = c->calls.count("s_sig_leaf") ? c->calls.at("s_sig_leaf") : none;
+    // Recorded handler calls are whole (entry and exit), and whole ones are dropped.
+    EXPECT_EQ(so.entries, so.exits);
+    EXPECT_EQ(sl.entries, sl.exits);
+    EXPECT_EQ(so.entries, sl.entries);
+    EXPECT_LE(so.entries, h);
+    EXPECT_EQ(c->delivered + c->lost, events_of(want) + 4 * h)
+        << "delivered " << c->delivered << " lost " << c->lost << " handler runs " << h;
+    EXPECT_EQ(c->lost, 4 * (h - so.entries));
+    handler_lost += c->lost;
+    EXPECT_TRUE(c->open.empty());
+  }
+  RecordProperty("handler_runs", std::to_string(runs));
+  RecordProperty("handler_events_lost", std::to_string(handler_lost));
+  EXPECT_GT(runs, 100u) << "too few signals to test anything";
+}
+
+// 3. Every thread forks from three traced frames deep while the others run: the child's
+// stream starts with the inherited frames, its calls nest under them; the parent's
+// stream has a fork event; both are exact.
+TEST_P(StressTest, ForkFromTracedFrames) {
+  constexpr int kThreads = 6;
+  constexpr long kIters = 2000;
+  Recorded r;
+  record(Scenario::fork, {"--buffer-size", "131072"},
+         {std::to_string(kThreads), std::to_string(kIters)}, false, &r);
+  check_common(Scenario::fork, kThreads, r);
+  ASSERT_EQ(r.child_pid.size(), static_cast<size_t>(kThreads));
+  for (const auto& [k, tid] : r.tid_of) {
+    SCOPED_TRACE("thread " + std::to_string(k));
+    const ThreadCheck* c = find(r, tid);
+    ASSERT_NE(c, nullptr);
+    const CallMap want = expected_worker(Scenario::fork, k, kIters);
+    EXPECT_EQ(c->calls, want);
+    EXPECT_EQ(c->lost, 0u);
+    EXPECT_EQ(c->forks, 1u);
+    EXPECT_EQ(c->delivered, events_of(want) + 1);
+    EXPECT_TRUE(c->open.empty());
+    // The child: its only thread has its pid as tid.
+    const long child = r.child_pid.at(k);
+    const ThreadCheck* cc = find(r, child);
+    ASSERT_NE(cc, nullptr) << "child " << child << " has no events";
+    EXPECT_EQ(cc->calls, expected_child());
+    EXPECT_EQ(cc->lost, 0u);
+    EXPECT_EQ(cc->open, (std::vector<std::string>{"s_top", "s_fork_a", "s_fork_b"}));
+  }
+}
+
+// 4. Exceptions through traced frames (exits marked unwound) and longjmp over traced
+// frames (exit_longjmp), in every thread, mixed with the fast path's ordinary calls;
+// the first call after a longjmp nests under the frame longjmp returned to.
+TEST_P(StressTest, ExceptionsAndLongjmp) {
+  constexpr int kThreads = 6;
+  constexpr long kIters = 1500;
+  Recorded r;
+  record(Scenario::unwind, {"--buffer-size", "262144"},
+         {std::to_string(kThreads), std::to_string(kIters)}, false, &r);
+  check_common(Scenario::unwind, kThreads, r);
+  for (const auto& [k, tid] : r.tid_of) {
+    SCOPED_TRACE("thread " + std::to_string(k));
+    const ThreadCheck* c = find(r, tid);
+    ASSERT_NE(c, nullptr);
+    const CallMap want = expected_worker(Scenario::unwind, k, kIters);
+    EXPECT_EQ(c->calls, want);
+    EXPECT_EQ(c->lost, 0u);
+    EXPECT_EQ(c->delivered, events_of(want));
+    EXPECT_TRUE(c->open.empty());
+  }
+}
+
+// 5. The flight recorder: 64-event rings in overwrite mode under threads and signals.
+// What is kept is well formed, and everything else is reported lost, exactly.
+TEST_P(StressTest, FlightRecorderTinyRing) {
+  constexpr int kThreads = 4;
+  constexpr long kIters = 20000;
+  Recorded r;
+  record(Scenario::signals, {"--buffer-size", "64", "--mode", "overwrite"},
+         {std::to_string(kThreads), std::to_string(kIters), "20"}, true, &r);
+  check_common(Scenario::signals, kThreads, r);
+  uint64_t lost = 0;
+  for (const auto& [k, tid] : r.tid_of) {
+    SCOPED_TRACE("thread " + std::to_string(k));
+    const ThreadCheck* c = find(r, tid);
+    ASSERT_NE(c, nullptr);
+    const CallMap want = expected_worker(Scenario::signals, k, kIters);
+    const uint64_t h = static_cast<uint64_t>(r.handler_runs.at(k));
+    EXPECT_EQ(c->delivered + c->lost, events_of(want) + 4 * h)
+        << "delivered " << c->delivered << " lost " << c->lost << " handler runs " << h;
+    EXPECT_EQ(c->leaves, 0u) << "overwrite mode makes no leaves";
+    lost += c->lost;
+  }
+  EXPECT_GT(lost, 0u);
+}
+
+std::string fixture_name(const testing::TestParamInfo<StressFixture>& i) { return i.param.file; }
+
+INSTANTIATE_TEST_SUITE_P(Record, StressTest, testing::ValuesIn(kFixtures), fixture_name);
+
+}  // namespace
