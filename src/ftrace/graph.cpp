@@ -206,6 +206,9 @@ arch::TracerHooks hooks() {
     // t_trace is initial-exec TLS: the same offset from every thread's pointer.
     f.tls_state = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&t_trace) -
                                        reinterpret_cast<uintptr_t>(__builtin_thread_pointer()));
+    f.tls_in_tracer = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&t_in_tracer) -
+                                           reinterpret_cast<uintptr_t>(__builtin_thread_pointer()));
+    static_assert(sizeof(t_in_tracer) == 4);
     f.path = offsetof(ThreadTrace, path);
     f.depth = offsetof(ThreadTrace, depth);
     f.overflow = offsetof(ThreadTrace, overflow);

@@ -419,7 +419,7 @@ void hook_exit(ax::Assembler& a, const ImageSpec& sp, uint64_t base, std::vector
 // and trace::Producer::put_fast/complete_leaf): any check that fails jumps to `bail`,
 // always before the first store, and the hooks then do the work. Registers: rax, rcx,
 // rdx, rdi, rsi, r11 (the caller saves what is live).
-void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail) {
+void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out) {
   const TracerInline& L = sp.tracer.fast;
   const int32_t P = L.producer;
   Label no_stale = a.newLabel();
@@ -428,9 +428,15 @@ void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail) {
   a.jz(bail);
   a.cmp(ax::byte_ptr(ax::rsi, L.path), Imm(L.path_fast));
   a.jne(bail);
+  // Inside the tracer (a signal handler's call interrupting it): the hooks count it lost.
+  // Else held until the state is updated; every later failure leaves by `out`, which
+  // releases it.
+  a.cmp(fs_mem(L.tls_in_tracer, 4), Imm(0));
+  a.jne(bail);
+  a.mov(fs_mem(L.tls_in_tracer, 4), Imm(1));
   a.mov(ax::edi, ax::dword_ptr(ax::rsi, L.depth));  // d
   a.cmp(ax::edi, Imm(L.depth_limit));  // (calls over the stack's size only when it is full)
-  a.jae(bail);
+  a.jae(out);
   // A frame above on the shadow stack but deeper on the machine stack: a longjmp.
   a.test(ax::edi, ax::edi);
   a.jz(no_stale);
@@ -438,14 +444,14 @@ void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail) {
   // the machine stack was left by a longjmp.
   a.imul(ax::r11d, ax::edi, Imm(L.frame_size));
   a.cmp(ax::qword_ptr(ax::rsi, ax::r11, 0, L.stack - L.frame_size + L.f_sp), ax::rbp);
-  a.jbe(bail);
+  a.jbe(out);
   a.bind(no_stale);
   a.mov(ax::r11, ax::qword_ptr(ax::rsi, P + L.p_ctl));  // the control page (path fast: set)
   // busy is taken before the ring's state is read: a signal handler running between the
   // check and the store writes its events first, and its head is the one read below.
   Label release = a.newLabel(), go = a.newLabel();
   a.cmp(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
-  a.jne(bail);
+  a.jne(out);
   a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(1));
   a.cmp(ax::qword_ptr(ax::r11, L.c_pending), Imm(0));
   a.jne(release);
@@ -458,7 +464,7 @@ void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail) {
   a.jbe(go);  // else it may be full: the hook re-reads the tail
   a.bind(release);
   a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
-  a.jmp(bail);
+  a.jmp(out);
   // Committed from here on.
   a.bind(go);
   a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::rcx);  // publishes a staged entry
@@ -487,11 +493,12 @@ void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail) {
   a.mov(ax::byte_ptr(ax::rdx, L.stack + L.f_flags), Imm(L.written));
   a.inc(ax::edi);
   a.mov(ax::dword_ptr(ax::rsi, L.depth), ax::edi);
+  a.mov(fs_mem(L.tls_in_tracer, 4), Imm(0));
 }
 
 // After the call: rcx, rdi, rsi, r8 and r11 are dead (not return registers); rax and
 // rdx are saved by the caller.
-void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label done) {
+void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, Label done) {
   const TracerInline& L = sp.tracer.fast;
   const int32_t P = L.producer;
   const int32_t F = L.stack - L.frame_size;  // frame d-1 from rcx = state + d * size
@@ -501,22 +508,25 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label done) 
   a.jz(bail);
   a.cmp(ax::byte_ptr(ax::rsi, L.path), Imm(L.path_fast));
   a.jne(bail);
-  a.cmp(ax::qword_ptr(ax::rsi, L.overflow), Imm(0));
+  a.cmp(fs_mem(L.tls_in_tracer, 4), Imm(0));  // as in inline_entry
   a.jne(bail);
+  a.mov(fs_mem(L.tls_in_tracer, 4), Imm(1));
+  a.cmp(ax::qword_ptr(ax::rsi, L.overflow), Imm(0));
+  a.jne(out);
   a.mov(ax::edi, ax::dword_ptr(ax::rsi, L.depth));
   a.test(ax::edi, ax::edi);
-  a.jz(bail);
+  a.jz(out);
   a.imul(ax::ecx, ax::edi, Imm(L.frame_size));
   a.add(ax::rcx, ax::rsi);
   a.cmp(ax::qword_ptr(ax::rcx, F + L.f_sp), ax::rbp);
-  a.jne(bail);
+  a.jne(out);
   a.cmp(ax::byte_ptr(ax::rcx, F + L.f_flags), Imm(L.written));
-  a.jne(bail);
+  a.jne(out);
   a.mov(ax::r11, ax::qword_ptr(ax::rsi, P + L.p_ctl));
   // busy first, then the ring's state (see inline_entry).
   Label release = a.newLabel();
   a.cmp(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
-  a.jne(bail);
+  a.jne(out);
   a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(1));
   a.cmp(ax::qword_ptr(ax::r11, L.c_pending), Imm(0));
   a.jne(release);
@@ -546,6 +556,7 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label done) 
   a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::rax);
   a.mov(ax::dword_ptr(ax::r11, L.c_staged), Imm(0));
   a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
+  a.mov(fs_mem(L.tls_in_tracer, 4), Imm(0));
   a.jmp(done);
   // An exit event of its own (publishing a staged entry of another call first).
   a.bind(plain);
@@ -577,23 +588,26 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label done) 
   a.inc(ax::r8);
   a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::r8);
   a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
+  a.mov(fs_mem(L.tls_in_tracer, 4), Imm(0));
   a.jmp(done);
   a.bind(release);
   a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
-  a.jmp(bail);
+  a.jmp(out);
 }
 
 void hook_entry_inline(ax::Assembler& a, const ImageSpec& sp, uint64_t base,
                        std::vector<HookSlow>& slow) {
-  Label bail = a.newLabel(), done = a.newLabel();
+  Label bail = a.newLabel(), out = a.newLabel(), done = a.newLabel();
   a.push(ax::rax);
   a.push(ax::rdi);
   a.push(ax::rsi);
   a.push(ax::rdx);
   a.push(ax::rcx);
   a.push(ax::rcx);
-  inline_entry(a, sp, bail);
+  inline_entry(a, sp, bail, out);
   a.jmp(done);
+  a.bind(out);
+  a.mov(fs_mem(sp.tracer.fast.tls_in_tracer, 4), Imm(0));
   a.bind(bail);
   hook_call(a, sp, base, sp.tracer.entry, sp.tracer.entry_general, slow);
   a.bind(done);
@@ -607,10 +621,12 @@ void hook_entry_inline(ax::Assembler& a, const ImageSpec& sp, uint64_t base,
 
 void hook_exit_inline(ax::Assembler& a, const ImageSpec& sp, uint64_t base,
                       std::vector<HookSlow>& slow) {
-  Label bail = a.newLabel(), done = a.newLabel();
+  Label bail = a.newLabel(), out = a.newLabel(), done = a.newLabel();
   a.push(ax::rax);
   a.push(ax::rdx);
-  inline_exit(a, sp, bail, done);  // leaves by `done` or `bail`
+  inline_exit(a, sp, bail, out, done);  // leaves by `done`, `out` or `bail`
+  a.bind(out);
+  a.mov(fs_mem(sp.tracer.fast.tls_in_tracer, 4), Imm(0));
   a.bind(bail);
   hook_call(a, sp, base, sp.tracer.exit, sp.tracer.exit_general, slow);
   a.bind(done);
