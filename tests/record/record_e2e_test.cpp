@@ -8,6 +8,7 @@
 // that its call tree does not depend on compiler or optimisation level. Threads are
 // compared as per-thread reports, sorted, never as an interleaving.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -449,6 +450,29 @@ TEST(PassThrough, StdioAndExitCode) {
   EXPECT_EQ(plain.exit_code, 3);
   EXPECT_EQ(plain.out, r.record().out);
   EXPECT_EQ(plain.err, r.record().err);
+}
+
+// ---- SIGTRAP stays deliverable ----
+
+// Threads that block SIGTRAP (pthread_sigmask, sigprocmask) while the function they call
+// is probed and re-patched, a program SIGTRAP handler, a handler mask holding SIGTRAP:
+// see sigtrap_fixture.c. Under the agent the process survives and utramp's traps and the
+// program's reach their handlers; alone, the kernel kills it (which shows the fixture
+// does block SIGTRAP where it traps).
+TEST(Signals, SigtrapStaysDeliverable) {
+  const char* name = "rec_sigtrap";
+  TempDir alone;
+  const RunResult plain = run_in({fixture_path(name)}, alone.path);
+  EXPECT_EQ(plain.exit_code, 128 + SIGTRAP) << plain.out << plain.err;
+
+  Recording r(name, {"-F", "main"}, {});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  EXPECT_EQ(r.record().out,
+            "blocked threads survived 200 probe attachments\n"
+            "mask read back shows SIGTRAP: sigprocmask 1, pthread_sigmask 1\n"
+            "probe hits in blocked threads: yes\n"
+            "after the program's own SIGTRAP handler: sigaction reports it yes, probe hits 2, "
+            "program handler ran 1, probed in a SIGUSR1 handler yes\n");
 }
 
 // ---- bad input ----
