@@ -137,7 +137,7 @@ class Recording {
     text = utramp::test::mask(mask_durations(text), mo);
     // Masked ids keep the width of the id, which depends on how high pids have got:
     // one width for all.
-    static const std::regex col(R"(\[ *(T\d+)\])"), word(R"((--tid|child) +(T\d+))");
+    static const std::regex col(R"(\[ *(T\d+)\])"), word(R"((--tid|--pid|child) +(T\d+))");
     text = std::regex_replace(text, col, "[ $1]");
     return std::regex_replace(text, word, "$1 $2");
   }
@@ -313,8 +313,8 @@ TEST_P(Matrix, Fork) {
   ASSERT_EQ(pids.size(), 2u) << r.info().dump();
   const uint32_t child = pids[0] == root ? pids[1] : pids[0];
   std::string out = without_relocation_note(r.show_record());
-  out += r.cli({"replay", "--tid", std::to_string(root)});
-  out += r.cli({"replay", "--tid", std::to_string(child)});
+  out += r.cli({"replay", "--pid", std::to_string(root)});
+  out += r.cli({"replay", "--pid", std::to_string(child)});
   r.expect_golden(golden("fork"), out);
 }
 
