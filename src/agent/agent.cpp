@@ -401,6 +401,13 @@ int mask(MaskFn real, int how, const sigset_t* set, sigset_t* old) {
   return r;
 }
 
+// The interposed sigprocmask/pthread_sigmask, called from CALLER.
+int mask_for(MaskFn* real, int how, const sigset_t* set, sigset_t* old, const void* caller) {
+  resolve();
+  if (!g_active || own_caller(caller)) return (*real)(how, set, old);
+  return mask(*real, how, set, old);
+}
+
 // sigaction for the program: SIGTRAP out of the handler's mask; SIGTRAP's own through
 // the patcher.
 int action(int signo, const struct sigaction* act, struct sigaction* old) {
@@ -427,19 +434,13 @@ int action(int signo, const struct sigaction* act, struct sigaction* old) {
 extern "C" {
 
 int sigprocmask(int how, const sigset_t* set, sigset_t* old) {
-  namespace sig = utramp::agent::sig;
-  sig::resolve();
-  if (!sig::g_active || sig::own_caller(__builtin_return_address(0)))
-    return sig::g_sigprocmask(how, set, old);
-  return sig::mask(sig::g_sigprocmask, how, set, old);
+  return utramp::agent::sig::mask_for(&utramp::agent::sig::g_sigprocmask, how, set, old,
+                                      __builtin_return_address(0));
 }
 
 int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
-  namespace sig = utramp::agent::sig;
-  sig::resolve();
-  if (!sig::g_active || sig::own_caller(__builtin_return_address(0)))
-    return sig::g_pthread_sigmask(how, set, old);
-  return sig::mask(sig::g_pthread_sigmask, how, set, old);
+  return utramp::agent::sig::mask_for(&utramp::agent::sig::g_pthread_sigmask, how, set, old,
+                                      __builtin_return_address(0));
 }
 
 int sigaction(int signo, const struct sigaction* act, struct sigaction* old) {
