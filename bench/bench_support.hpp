@@ -1,7 +1,8 @@
 // What every utramp benchmark binary shares: the machine it ran on (printed in the
 // benchmark context and again under the summary, since figures from this field mean
-// little without CPU and kernel), a reporter that keeps the runs for the summary, and
-// a way to give up loudly on a setup step that failed.
+// little without CPU and kernel), a reporter that keeps the runs for the summary, the
+// interleaved rounds and their medians, and a way to give up loudly on a setup step
+// that failed.
 //
 // A benchmark is not a test: nothing here compares a timing with a threshold. Setup
 // steps do check that patching worked (a stub that never counted would make every
@@ -16,7 +17,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -57,10 +60,14 @@ inline void print_machine() {
   fmt::print("cpu:    {}\nkernel: {}\n", cpu_model(), kernel_version());
 }
 
-[[noreturn]] inline void die(std::string_view what, const Error& e) {
+[[noreturn]] inline void fail(std::string_view what) {
   std::fflush(stdout);
-  fmt::print(stderr, "benchmark setup failed: {}: {} ({})\n", what, e.message, errc_name(e.code));
+  fmt::print(stderr, "benchmark setup failed: {}\n", what);
   std::exit(2);
+}
+
+[[noreturn]] inline void die(std::string_view what, const Error& e) {
+  fail(fmt::format("{}: {} ({})", what, e.message, errc_name(e.code)));
 }
 
 template <class T>
@@ -110,6 +117,95 @@ inline double median(std::vector<double> v) {
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+
+// Reports the time per call as the counter "per_call", CALLS calls per iteration.
+inline void count_calls(benchmark::State& state, int calls) {
+  state.counters["per_call"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * calls,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+// CALLS dependent calls (acc = fn(acc)) per iteration through a volatile function
+// pointer, so that the compiler can neither inline nor overlap them: the one loop
+// every configuration of a *_cost benchmark is timed with.
+inline void dependent_calls(benchmark::State& state, int (*fn)(int), int calls) {
+  int (*volatile fp)(int) = fn;
+  int acc = 0;
+  for (auto _ : state) {
+    for (int i = 0; i < calls; ++i) acc = fp(acc);
+    benchmark::DoNotOptimize(acc);
+  }
+  count_calls(state, calls);
+}
+
+// Interleaved rounds: every configuration is registered once per round, as
+// "PREFIX/NAME/round:R", in an order that rotates by one each round, so that each one
+// meets the same machine conditions as the baseline it is compared with. Figures are
+// medians over the rounds (see RoundMedians).
+class Rounds {
+ public:
+  Rounds(std::string prefix, int count) : prefix_(std::move(prefix)), count_(count) {}
+
+  int count() const { return count_; }
+  std::string run_name(const std::string& config, int round) const {
+    return fmt::format("{}/{}/round:{}", prefix_, config, round);
+  }
+  // For each round and each item, rotated: reg(run name, item).
+  template <class T, class Register>
+  void register_all(const std::vector<T>& items, Register reg) const {
+    for (int r = 0; r < count_; ++r)
+      for (size_t k = 0; k < items.size(); ++k) {
+        const T& item = items[(k + static_cast<size_t>(r)) % items.size()];
+        reg(run_name(item.name, r), item);
+      }
+  }
+
+ private:
+  std::string prefix_;
+  int count_;
+};
+
+// "--rounds=N" (at least 1) into *rounds; false for any other argument.
+inline bool parse_rounds(const char* arg, int* rounds) {
+  if (std::strncmp(arg, "--rounds=", 9) != 0) return false;
+  *rounds = std::max(1, std::atoi(arg + 9));
+  return true;
+}
+
+// CPU time per unit of the runs a KeepingReporter kept, combined per round and reduced
+// to the median over the rounds.
+class RoundMedians {
+ public:
+  // units(config name): units of work per iteration (calls, usually).
+  RoundMedians(const KeepingReporter& rep, const Rounds& rounds,
+               std::function<double(const std::string&)> units)
+      : rep_(rep), rounds_(rounds), units_(std::move(units)) {}
+
+  // ns per unit of NAME in round R, or -1 when that run is missing or failed.
+  double ns(const std::string& name, int r) const {
+    const auto* run = rep_.find(rounds_.run_name(name, r));
+    const double units = run ? units_(name) : 0;
+    return units > 0 ? per_unit_ns(*run, units, false) : -1;
+  }
+  // Median over the rounds of f(ns of each of NAMES in that round); a round in which
+  // one of them is missing is left out; -1 when none is left.
+  template <class F>
+  double med(const std::vector<std::string>& names, F f) const {
+    std::vector<double> v;
+    for (int r = 0; r < rounds_.count(); ++r) {
+      std::vector<double> x;
+      for (const auto& n : names) x.push_back(ns(n, r));
+      if (std::any_of(x.begin(), x.end(), [](double d) { return d <= 0; })) continue;
+      v.push_back(f(x));
+    }
+    return v.empty() ? -1 : median(v);
+  }
+
+ private:
+  const KeepingReporter& rep_;
+  const Rounds& rounds_;
+  std::function<double(const std::string&)> units_;
+};
 
 // argv with `--benchmark_min_time=<default>` put first, so that one given on the
 // command line (parsed later) still wins.

@@ -63,9 +63,7 @@ void BM_call(benchmark::State& state) {
     for (int i = 0; i < kCallsPerIter; ++i) acc = F(acc);
     benchmark::DoNotOptimize(acc);
   }
-  state.counters["per_call"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * kCallsPerIter,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  bench::count_calls(state, kCallsPerIter);
 }
 
 template <int (*F)(int), int Slot>
@@ -172,33 +170,27 @@ void setup(std::vector<Variant>& vars) {
   for (int s = 0; s < 2; ++s) g_stub_count[s] = 0;
 }
 
-void summary(const std::vector<Variant>& vars, const bench::KeepingReporter& rep, int rounds) {
+void summary(const std::vector<Variant>& vars, const bench::KeepingReporter& rep,
+             const bench::Rounds& rounds) {
   fmt::print("\n== utramp call cost: `return x + 1`, not inlined, {} dependent direct calls per "
              "iteration;\n   CPU time per call, medians over {} interleaved rounds; overhead and "
              "ratio against\n   the same compiler's copy with no site, from the same round.\n",
-             kCallsPerIter, rounds);
+             kCallsPerIter, rounds.count());
   bench::print_machine();
   fmt::print("\n{:<12} {:>9} {:>10} {:>7}   {}\n", "variant", "ns/call", "+ns/call", "ratio",
              "entry bytes: compiled -> after setup [kind at discovery]");
-  auto ns_of = [&](const std::string& name, int r) -> double {
-    const auto* run = rep.find(fmt::format("call/{}/round:{}", name, r));
-    return run ? bench::per_unit_ns(*run, kCallsPerIter, false) : -1;
-  };
+  const bench::RoundMedians m(rep, rounds, [](const std::string&) { return kCallsPerIter; });
   for (const Variant& v : vars) {
-    std::vector<double> ns, over, ratio;
-    for (int r = 0; r < rounds && v.enabled; ++r) {
-      const double a = ns_of(v.name, r), b = ns_of(v.baseline, r);
-      if (a < 0 || b <= 0) continue;
-      ns.push_back(a);
-      over.push_back(a - b);
-      ratio.push_back(a / b);
-    }
-    if (ns.empty()) {
+    // Rounds in which the variant and its baseline both ran.
+    const std::vector<std::string> pair = {v.name, v.baseline};
+    const double ns = v.enabled ? m.med(pair, [](auto& x) { return x[0]; }) : -1;
+    if (ns < 0) {
       fmt::print("{:<12} {:>9} {:>10} {:>7}   {}\n", v.name, "-", "-", "-", v.note);
       continue;
     }
-    fmt::print("{:<12} {:>9.3f} {:>+10.3f} {:>7.2f}   {}\n", v.name, bench::median(ns),
-               bench::median(over), bench::median(ratio), v.note);
+    fmt::print("{:<12} {:>9.3f} {:>+10.3f} {:>7.2f}   {}\n", v.name, ns,
+               m.med(pair, [](auto& x) { return x[0] - x[1]; }),
+               m.med(pair, [](auto& x) { return x[0] / x[1]; }), v.note);
   }
   for (const Variant& v : vars)
     if (v.enabled && v.stub_slot >= 0)
@@ -212,12 +204,8 @@ int main(int argc, char** argv) {
   int rounds = 5;
   // Our one flag, taken out before benchmark sees the rest.
   std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--rounds=", 9) == 0)
-      rounds = std::max(1, std::atoi(argv[i] + 9));
-    else
-      args.push_back(argv[i]);
-  }
+  for (int i = 0; i < argc; ++i)
+    if (!bench::parse_rounds(argv[i], &rounds)) args.push_back(argv[i]);
   auto full = bench::with_default_min_time(static_cast<int>(args.size()), args.data(),
                                            "--benchmark_min_time=0.1");
   int n = static_cast<int>(full.size());
@@ -234,16 +222,13 @@ int main(int argc, char** argv) {
       "{} dependent calls of a tiny non-inlined function per iteration; variants "
       "interleaved over {} rounds; ratios against the no-site copy of the same round",
       kCallsPerIter, rounds));
-  for (int r = 0; r < rounds; ++r) {
-    for (size_t k = 0; k < vars.size(); ++k) {
-      const Variant& v = vars[(k + static_cast<size_t>(r)) % vars.size()];
-      if (!v.enabled) continue;
-      benchmark::RegisterBenchmark(fmt::format("call/{}/round:{}", v.name, r).c_str(), v.bench);
-    }
-  }
+  const bench::Rounds rs("call", rounds);
+  rs.register_all(vars, [](const std::string& name, const Variant& v) {
+    if (v.enabled) benchmark::RegisterBenchmark(name.c_str(), v.bench);
+  });
   bench::KeepingReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
-  summary(vars, rep, rounds);
+  summary(vars, rep, rs);
   benchmark::Shutdown();
   return 0;
 }

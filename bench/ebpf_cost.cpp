@@ -86,16 +86,11 @@ __attribute__((noinline)) int utramp_ec_profile_loop(int (*fn)(int), long calls)
 namespace {
 
 using namespace utramp;
+using bench::fail;
 using bench::must;
 
 constexpr int kCallsPerIter = 1000;
 constexpr const char* kSignature = "i32 -> i32";
-
-[[noreturn]] void fail(const std::string& what) {
-  std::fflush(stdout);
-  fmt::print(stderr, "benchmark setup failed: {}\n", what);
-  std::exit(2);
-}
 
 // ---- eBPF objects, loaded in this process as the agent loads them ---------------------
 
@@ -238,49 +233,13 @@ Setup setup(const std::string& cost_obj, const std::string& latency_obj) {
 
 // ---- benchmarks and summary -------------------------------------------------------------
 
-void BM_calls(benchmark::State& state, int (*fn)(int)) {
-  int (*volatile fp)(int) = fn;
-  int acc = 0;
-  for (auto _ : state) {
-    for (int i = 0; i < kCallsPerIter; ++i) acc = fp(acc);
-    benchmark::DoNotOptimize(acc);
-  }
-  state.counters["per_call"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * kCallsPerIter,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-}
-
-std::string run_name(const std::string& config, int round) {
-  return fmt::format("ebpf/{}/round:{}", config, round);
-}
-
-struct Measured {
-  const bench::KeepingReporter& rep;
-  int rounds;
-  double ns(const std::string& name, int r) const {
-    const auto* run = rep.find(run_name(name, r));
-    return run ? bench::per_unit_ns(*run, kCallsPerIter, false) : -1;
-  }
-  template <class F>
-  double med(const std::vector<std::string>& names, F f) const {
-    std::vector<double> v;
-    for (int r = 0; r < rounds; ++r) {
-      std::vector<double> x;
-      for (const auto& n : names) x.push_back(ns(n, r));
-      if (std::any_of(x.begin(), x.end(), [](double d) { return d <= 0; })) continue;
-      v.push_back(f(x));
-    }
-    return v.empty() ? -1 : bench::median(v);
-  }
-};
-
-void summary(const bench::KeepingReporter& rep, int rounds) {
-  const Measured m{rep, rounds};
+void summary(const bench::KeepingReporter& rep, const bench::Rounds& rounds) {
+  const bench::RoundMedians m(rep, rounds, [](const std::string&) { return kCallsPerIter; });
   fmt::print("\n== utramp eBPF cost: `return x + 1`, not inlined, one copy per configuration,"
              "\n   {} dependent calls per iteration through a volatile function pointer; CPU time"
              "\n   per call, medians over {} interleaved rounds; differences against the plain"
              "\n   copy of the same round. eBPF programs JIT-compiled; signature \"{}\".\n",
-             kCallsPerIter, rounds, kSignature);
+             kCallsPerIter, rounds.count(), kSignature);
   bench::print_machine();
   fmt::print("\n{:<34} {:>8} {:>10} {:>8}\n", "configuration", "ns/call", "+ns plain", "x (b)");
   for (const Config& c : configs()) {
@@ -476,9 +435,8 @@ int main(int argc, char** argv) {
   bool bpftrace = true;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--rounds=", 9) == 0) {
-      rounds = std::max(1, std::atoi(argv[i] + 9));
-    } else if (std::strncmp(argv[i], "--profile=", 10) == 0) {
+    if (bench::parse_rounds(argv[i], &rounds)) continue;
+    if (std::strncmp(argv[i], "--profile=", 10) == 0) {
       profile = argv[i] + 10;
       if (auto colon = profile.find(':'); colon != std::string::npos) {
         profile_calls = std::atol(profile.c_str() + colon + 1);
@@ -519,15 +477,14 @@ int main(int argc, char** argv) {
       "no-site copy of the same round",
       kCallsPerIter, rounds));
   const auto& cfgs = configs();
-  for (int r = 0; r < rounds; ++r)
-    for (size_t k = 0; k < cfgs.size(); ++k) {
-      const Config& c = cfgs[(k + static_cast<size_t>(r)) % cfgs.size()];
-      benchmark::RegisterBenchmark(run_name(c.name, r).c_str(), BM_calls, c.fn);
-    }
+  const bench::Rounds rs("ebpf", rounds);
+  rs.register_all(cfgs, [](const std::string& name, const Config& c) {
+    benchmark::RegisterBenchmark(name.c_str(), bench::dependent_calls, c.fn, kCallsPerIter);
+  });
   bench::KeepingReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
   if (s.cost->faults() || s.latency->faults()) fail("a program faulted while timed");
-  summary(rep, rounds);
+  summary(rep, rs);
   if (bpftrace) bench_bpftrace(rounds);
   else fmt::print("\n(f) bpftrace: skipped (--no-bpftrace)\n");
   fmt::print("\nJIT against interpreter on the looping conformance programs: bench_ebpf_engines.\n");

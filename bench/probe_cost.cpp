@@ -52,6 +52,7 @@ int utramp_pc_uprobe(int);
 namespace {
 
 using namespace utramp;
+using bench::fail;
 using bench::must;
 
 std::atomic<uint64_t> g_handler_runs{0};
@@ -81,12 +82,6 @@ const std::vector<Config>& configs() {
   return v;
 }
 
-[[noreturn]] void fail(const std::string& what) {
-  std::fflush(stdout);
-  fmt::print(stderr, "benchmark setup failed: {}\n", what);
-  std::exit(2);
-}
-
 void raw_handler(int) {}  // returns at once: execution resumes after the int3
 
 // The raw trap runs with its own handler, installed around its runs only (probes need
@@ -106,19 +101,7 @@ struct RawTrapHandler {
 void BM_calls(benchmark::State& state, const Config* c) {
   std::optional<RawTrapHandler> raw;
   if (c->name == "raw_trap") raw.emplace();
-  int (*volatile fp)(int) = c->fn;
-  int acc = 0;
-  for (auto _ : state) {
-    for (int i = 0; i < c->calls; ++i) acc = fp(acc);
-    benchmark::DoNotOptimize(acc);
-  }
-  state.counters["per_call"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * c->calls,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-}
-
-std::string run_name(const std::string& config, int round) {
-  return fmt::format("probe/{}/round:{}", config, round);
+  bench::dependent_calls(state, c->fn, c->calls);
 }
 
 void attach(const Config& c, bool retprobe, bool optimise) {
@@ -148,29 +131,6 @@ void check() {
   }
   g_counting = false;
 }
-
-struct Measured {
-  const bench::KeepingReporter& rep;
-  int rounds;
-  double ns(const std::string& name, int r) const {
-    const Config* c = nullptr;
-    for (const Config& x : configs())
-      if (x.name == name) c = &x;
-    const auto* run = rep.find(run_name(name, r));
-    return run && c ? bench::per_unit_ns(*run, c->calls, false) : -1;
-  }
-  template <class F>
-  double med(const std::vector<std::string>& names, F f) const {
-    std::vector<double> v;
-    for (int r = 0; r < rounds; ++r) {
-      std::vector<double> x;
-      for (const auto& n : names) x.push_back(ns(n, r));
-      if (std::any_of(x.begin(), x.end(), [](double d) { return d <= 0; })) continue;
-      v.push_back(f(x));
-    }
-    return v.empty() ? -1 : bench::median(v);
-  }
-};
 
 // A kernel uprobe on utramp_pc_uprobe through bpftrace, when possible: the comparison
 // the issue asks for. Returns ns per call (median of a few runs), or the reason it was
@@ -246,13 +206,17 @@ std::string kernel_uprobe(double* ns) {
   return "";
 }
 
-void summary(const bench::KeepingReporter& rep, int rounds) {
-  const Measured m{rep, rounds};
+void summary(const bench::KeepingReporter& rep, const bench::Rounds& rounds) {
+  const bench::RoundMedians m(rep, rounds, [](const std::string& name) {
+    for (const Config& c : configs())
+      if (c.name == name) return static_cast<double>(c.calls);
+    return 0.0;
+  });
   fmt::print("\n== utramp probe cost: `return x * 12345 + 7`, not inlined, one copy per "
              "configuration,\n   probes on its first instruction (imul, 6 bytes); CPU time "
              "per call (kernel time included),\n   medians over {} interleaved rounds; "
              "overheads against the plain copy of the same round.\n",
-             rounds);
+             rounds.count());
   bench::print_machine();
   fmt::print("\n{:<34} {:>10} {:>12}\n", "configuration", "ns/call", "+ns plain");
   for (const Config& c : configs()) {
@@ -289,8 +253,7 @@ int main(int argc, char** argv) {
   int rounds = 5;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--rounds=", 9) == 0) rounds = std::max(1, std::atoi(argv[i] + 9));
-    else args.push_back(argv[i]);
+    if (!bench::parse_rounds(argv[i], &rounds)) args.push_back(argv[i]);
   }
   auto full = bench::with_default_min_time(static_cast<int>(args.size()), args.data(),
                                            "--benchmark_min_time=0.1");
@@ -310,14 +273,13 @@ int main(int argc, char** argv) {
       "trap), one function copy per configuration; configurations interleaved over {} "
       "rounds; overheads against the plain copy of the same round",
       rounds));
-  for (int r = 0; r < rounds; ++r)
-    for (size_t k = 0; k < cfgs.size(); ++k) {
-      const Config& c = cfgs[(k + static_cast<size_t>(r)) % cfgs.size()];
-      benchmark::RegisterBenchmark(run_name(c.name, r).c_str(), BM_calls, &c);
-    }
+  const bench::Rounds rs("probe", rounds);
+  rs.register_all(cfgs, [](const std::string& name, const Config& c) {
+    benchmark::RegisterBenchmark(name.c_str(), BM_calls, &c);
+  });
   bench::KeepingReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
-  summary(rep, rounds);
+  summary(rep, rs);
   fmt::print("\n{}", probe::format_listing(probe::Manager::instance().list()));
   benchmark::Shutdown();
   return 0;

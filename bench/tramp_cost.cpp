@@ -100,6 +100,7 @@ __attribute__((noinline)) int utramp_tc_profile_loop(int (*fn)(int), long calls)
 namespace {
 
 using namespace utramp;
+using bench::fail;
 using bench::must;
 
 constexpr int kCallsPerIter = 1000;
@@ -163,12 +164,6 @@ std::vector<Config> make_configs() {
 uint64_t addr_of(int (*f)(int)) { return reinterpret_cast<uint64_t>(f); }
 const uint64_t kFloorStub = reinterpret_cast<uint64_t>(&utramp_tc_floor_stub);
 const uint64_t kFloorHandler = reinterpret_cast<uint64_t>(&utramp_tc_floor_handler);
-
-[[noreturn]] void fail(const std::string& what) {
-  std::fflush(stdout);
-  fmt::print(stderr, "benchmark setup failed: {}\n", what);
-  std::exit(2);
-}
 
 // Points the floor copy's site at utramp_tc_floor_stub with a 5-byte `call`.
 void install_floor(const Config& c) {
@@ -312,51 +307,15 @@ void print_path(const Config& c) {
 
 // ---- benchmarks and summary -------------------------------------------------------------
 
-void BM_calls(benchmark::State& state, int (*fn)(int)) {
-  int (*volatile fp)(int) = fn;
-  int acc = 0;
-  for (auto _ : state) {
-    for (int i = 0; i < kCallsPerIter; ++i) acc = fp(acc);
-    benchmark::DoNotOptimize(acc);
-  }
-  state.counters["per_call"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * kCallsPerIter,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-}
-
-std::string run_name(const std::string& config, int round) {
-  return fmt::format("tramp/{}/round:{}", config, round);
-}
-
-struct Measured {
-  const bench::KeepingReporter& rep;
-  int rounds;
-  double ns(const std::string& name, int r) const {
-    const auto* run = rep.find(run_name(name, r));
-    return run ? bench::per_unit_ns(*run, kCallsPerIter, false) : -1;
-  }
-  // Median over rounds of f(ns of `names` in that round).
-  template <class F>
-  double med(const std::vector<std::string>& names, F f) const {
-    std::vector<double> v;
-    for (int r = 0; r < rounds; ++r) {
-      std::vector<double> x;
-      for (const auto& n : names) x.push_back(ns(n, r));
-      if (std::any_of(x.begin(), x.end(), [](double d) { return d <= 0; })) continue;
-      v.push_back(f(x));
-    }
-    return v.empty() ? -1 : bench::median(v);
-  }
-};
-
-void summary(const std::vector<Config>& cfgs, const bench::KeepingReporter& rep, int rounds) {
-  const Measured m{rep, rounds};
+void summary(const std::vector<Config>& cfgs, const bench::KeepingReporter& rep,
+             const bench::Rounds& rounds) {
+  const bench::RoundMedians m(rep, rounds, [](const std::string&) { return kCallsPerIter; });
   fmt::print("\n== utramp trampoline cost: `return x + 1`, not inlined, one copy per configuration,"
              "\n   {} dependent calls per iteration through a volatile function pointer; CPU time"
              "\n   per call, medians over {} interleaved rounds; differences and ratios against the"
              "\n   plain copy (no site) and the NOP-site copy of the same round. Programs are empty"
              "\n   native functions; signature \"{}\" unless marked.\n",
-             kCallsPerIter, rounds, kSignature);
+             kCallsPerIter, rounds.count(), kSignature);
   bench::print_machine();
   fmt::print("\n{:<32} {:>8} {:>9} {:>7} {:>9} {:>6}\n", "configuration", "ns/call", "+ns plain",
              "ratio", "+ns NOP", "insns");
@@ -438,9 +397,8 @@ int main(int argc, char** argv) {
   // Our flags, taken out before benchmark sees the rest.
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--rounds=", 9) == 0) {
-      rounds = std::max(1, std::atoi(argv[i] + 9));
-    } else if (std::strncmp(argv[i], "--profile=", 10) == 0) {
+    if (bench::parse_rounds(argv[i], &rounds)) continue;
+    if (std::strncmp(argv[i], "--profile=", 10) == 0) {
       profile = argv[i] + 10;
       if (auto colon = profile.find(':'); colon != std::string::npos) {
         profile_calls = std::atol(profile.c_str() + colon + 1);
@@ -488,14 +446,13 @@ int main(int argc, char** argv) {
       "configuration; configurations interleaved over {} rounds; ratios against the "
       "no-site copy of the same round",
       kCallsPerIter, rounds));
-  for (int r = 0; r < rounds; ++r)
-    for (size_t k = 0; k < cfgs.size(); ++k) {
-      const Config& c = cfgs[(k + static_cast<size_t>(r)) % cfgs.size()];
-      benchmark::RegisterBenchmark(run_name(c.name, r).c_str(), BM_calls, c.fn);
-    }
+  const bench::Rounds rs("tramp", rounds);
+  rs.register_all(cfgs, [](const std::string& name, const Config& c) {
+    benchmark::RegisterBenchmark(name.c_str(), bench::dependent_calls, c.fn, kCallsPerIter);
+  });
   bench::KeepingReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
-  summary(cfgs, rep, rounds);
+  summary(cfgs, rep, rs);
   if (listing) print_listings(cfgs);
   benchmark::Shutdown();
   return 0;

@@ -1,15 +1,18 @@
 // The agent: preloaded into the traced program by `utramp record` (LD_PRELOAD), it reads
 // its configuration, discovers and canonicalises the program's sites before main runs,
 // attaches the tracer to the selected functions, follows dlopen and fork, and never
-// writes to the program's stdout or stderr (its log is DIR/agent-PID.log).
+// writes to the program's stdout or stderr (its log is DIR/agent-PID.log). It also keeps
+// SIGTRAP deliverable (see "SIGTRAP stays deliverable" below).
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fnmatch.h>
 #include <link.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdarg>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +24,7 @@
 #include "agent/bpf.hpp"
 #include "agent/config.hpp"
 #include "ftrace/graph.hpp"
+#include "patch/patcher.hpp"
 #include "sites/table.hpp"
 #include "trace/shm_buffers.hpp"
 #include "tramp/trampoline.hpp"
@@ -286,7 +290,184 @@ __attribute__((destructor)) void agent_fini() {
 
 }  // namespace
 
+// ---- SIGTRAP stays deliverable ----------------------------------------------------------
+//
+// The patcher's int3s (during a batch) and int3 probes reach utramp as SIGTRAP. A trap
+// raised by the CPU while SIGTRAP is blocked is forced by the kernel: the signal is
+// unblocked, its action reset to the default, and the process dumps core. So in a traced
+// process SIGTRAP is never blocked:
+//   - sigprocmask and pthread_sigmask pass the program's set on without SIGTRAP; the old
+//     set still shows SIGTRAP when the program had asked for it blocked (per thread; a new
+//     thread starts as not having asked);
+//   - sigaction drops SIGTRAP from every handler's sa_mask (it would be blocked while the
+//     handler runs), and sigaction/signal for SIGTRAP itself go to
+//     patch::set_program_trap_action: the program's handler becomes the one the
+//     patcher's handler forwards foreign traps to, instead of replacing it;
+//   - at start-up, a SIGTRAP blocked across exec is unblocked.
+// Calls made by utramp's own objects (the patcher installs its handler and, to dump core
+// on a foreign trap, blocks SIGTRAP) pass through untouched, as do the program's calls
+// before the agent is set up and after it declined to run. The real functions are
+// resolved in a constructor that runs before any other of ours; after it, the
+// interposers are async-signal-safe: no allocation, no lock, an initial-exec thread-local.
+namespace sig {
+
+using MaskFn = int (*)(int, const sigset_t*, sigset_t*);
+using ActionFn = int (*)(int, const struct sigaction*, struct sigaction*);
+using SignalFn = sighandler_t (*)(int, sighandler_t);
+
+MaskFn g_sigprocmask = nullptr, g_pthread_sigmask = nullptr;
+ActionFn g_sigaction = nullptr;
+SignalFn g_signal = nullptr;
+bool g_active = false;  // set once, before main; read-only after
+
+// The executable text of libutramp*.so: calls from there are utramp's own.
+struct Range {
+  uintptr_t lo, hi;
+};
+Range g_own[8];
+int g_own_count = 0;
+
+// Whether this thread's program asked for SIGTRAP blocked (what the old set reports).
+__attribute__((tls_model("initial-exec"))) thread_local bool t_asked_blocked = false;
+
+bool own_caller(const void* ret) {
+  const auto a = reinterpret_cast<uintptr_t>(ret);
+  for (int i = 0; i < g_own_count; ++i)
+    if (a >= g_own[i].lo && a < g_own[i].hi) return true;
+  return false;
+}
+
+int add_own_ranges(dl_phdr_info* info, size_t, void*) {
+  const char* name = info->dlpi_name ? info->dlpi_name : "";
+  const char* slash = strrchr(name, '/');
+  if (strncmp(slash ? slash + 1 : name, "libutramp", 9) != 0) return 0;
+  for (int i = 0; i < info->dlpi_phnum && g_own_count < 8; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
+      g_own[g_own_count++] = {info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz};
+  }
+  return 0;
+}
+
+template <class Fn>
+Fn next(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+
+// Before any other constructor of ours (agent_init is 200), and on first use if a
+// constructor of another object calls one of them earlier.
+void resolve() {
+  if (g_sigaction) return;
+  g_sigprocmask = next<MaskFn>("sigprocmask");
+  g_pthread_sigmask = next<MaskFn>("pthread_sigmask");
+  g_signal = next<SignalFn>("signal");
+  g_sigaction = next<ActionFn>("sigaction");
+}
+
+__attribute__((constructor(101))) void init() {
+  resolve();
+  const char* cfg = getenv("UTRAMP_AGENT");
+  if (!cfg || !*cfg) return;
+  dl_iterate_phdr(add_own_ranges, nullptr);
+  sigset_t trap, old;
+  sigemptyset(&trap);
+  sigaddset(&trap, SIGTRAP);
+  if (g_pthread_sigmask(SIG_UNBLOCK, &trap, &old) == 0 && sigismember(&old, SIGTRAP) == 1)
+    t_asked_blocked = true;
+  g_active = true;
+}
+
+// sigprocmask and pthread_sigmask for the program: REAL with SIGTRAP out of SET.
+int mask(MaskFn real, int how, const sigset_t* set, sigset_t* old) {
+  const bool asked = t_asked_blocked;
+  bool now_asked = asked;
+  sigset_t without;
+  if (set) {
+    const bool has = sigismember(set, SIGTRAP) == 1;
+    if (how == SIG_BLOCK) now_asked = asked || has;
+    else if (how == SIG_UNBLOCK) now_asked = asked && !has;
+    else if (how == SIG_SETMASK) now_asked = has;
+    if (has && how != SIG_UNBLOCK) {
+      without = *set;
+      sigdelset(&without, SIGTRAP);
+      set = &without;
+    }
+  }
+  const int r = real(how, set, old);  // 0 on success for both
+  if (r == 0) {
+    if (old && asked) sigaddset(old, SIGTRAP);
+    t_asked_blocked = now_asked;
+  }
+  return r;
+}
+
+// The interposed sigprocmask/pthread_sigmask, called from CALLER.
+int mask_for(MaskFn* real, int how, const sigset_t* set, sigset_t* old, const void* caller) {
+  resolve();
+  if (!g_active || own_caller(caller)) return (*real)(how, set, old);
+  return mask(*real, how, set, old);
+}
+
+// sigaction for the program: SIGTRAP out of the handler's mask; SIGTRAP's own through
+// the patcher.
+int action(int signo, const struct sigaction* act, struct sigaction* old) {
+  struct sigaction copy;
+  if (act && sigismember(&act->sa_mask, SIGTRAP) == 1) {
+    copy = *act;
+    sigdelset(&copy.sa_mask, SIGTRAP);
+    act = &copy;
+  }
+  if (signo != SIGTRAP) return g_sigaction(signo, act, old);
+  auto r = patch::set_program_trap_action(act, old);
+  if (!r) {
+    errno = EINVAL;
+    return -1;
+  }
+  return 0;
+}
+
+}  // namespace sig
+
 }  // namespace utramp::agent
+
+// Interposed: SIGTRAP stays deliverable (see above).
+extern "C" {
+
+int sigprocmask(int how, const sigset_t* set, sigset_t* old) {
+  return utramp::agent::sig::mask_for(&utramp::agent::sig::g_sigprocmask, how, set, old,
+                                      __builtin_return_address(0));
+}
+
+int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
+  return utramp::agent::sig::mask_for(&utramp::agent::sig::g_pthread_sigmask, how, set, old,
+                                      __builtin_return_address(0));
+}
+
+int sigaction(int signo, const struct sigaction* act, struct sigaction* old) {
+  namespace sig = utramp::agent::sig;
+  sig::resolve();
+  if (!sig::g_active || sig::own_caller(__builtin_return_address(0)))
+    return sig::g_sigaction(signo, act, old);
+  return sig::action(signo, act, old);
+}
+
+// glibc's signal() calls its internal sigaction, not the interposed one. As glibc's,
+// system calls are restarted (SIGTRAP itself is never added to its handler's mask).
+sighandler_t signal(int signo, sighandler_t handler) {
+  namespace sig = utramp::agent::sig;
+  sig::resolve();
+  if (signo != SIGTRAP || !sig::g_active || sig::own_caller(__builtin_return_address(0)))
+    return sig::g_signal(signo, handler);
+  struct sigaction act, old;
+  memset(&act, 0, sizeof act);
+  act.sa_handler = handler;
+  sigemptyset(&act.sa_mask);
+  act.sa_flags = SA_RESTART;
+  if (sig::action(signo, &act, &old) != 0) return SIG_ERR;
+  return old.sa_handler;
+}
+
+}  // extern "C"
 
 // Interposed: objects loaded later get traced too, and forks are recorded.
 extern "C" {

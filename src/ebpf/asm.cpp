@@ -181,6 +181,16 @@ class Assembler {
   Result<std::pair<uint8_t, int16_t>> memop(std::string_view tok) const;
   // A jump target: "+N"/"-N" now, or a label fixed up at the end.
   Result<int32_t> target(std::string_view tok, bool in_imm);
+
+  // Operands parsed straight into the instruction's fields, one per operand shape of
+  // the table above; each fails with the message reg/imm32/memop/target give.
+  enum class Base : uint8_t { dst, src };
+  Result<void> dst_reg(Insn& insn, std::string_view tok) const;
+  Result<void> src_reg(Insn& insn, std::string_view tok) const;
+  Result<void> imm(Insn& insn, std::string_view tok) const;
+  Result<void> src_or_imm(Insn& insn, std::string_view tok) const;  // %rN sets kX
+  Result<void> mem(Insn& insn, Base base, std::string_view tok) const;  // [%rN+off]
+  Result<void> jump(Insn& insn, std::string_view tok, bool in_imm);
   Result<void> line(std::vector<std::string> toks);
   Result<void> lock(const std::vector<std::string>& toks);
 
@@ -234,6 +244,50 @@ Result<int32_t> Assembler::target(std::string_view tok, bool in_imm) {
   return 0;
 }
 
+Result<void> Assembler::dst_reg(Insn& insn, std::string_view tok) const {
+  auto r = reg(tok);
+  if (!r) return std::move(r).error();
+  insn.dst = *r;
+  return {};
+}
+
+Result<void> Assembler::src_reg(Insn& insn, std::string_view tok) const {
+  auto r = reg(tok);
+  if (!r) return std::move(r).error();
+  insn.src = *r;
+  return {};
+}
+
+Result<void> Assembler::imm(Insn& insn, std::string_view tok) const {
+  auto v = imm32(tok);
+  if (!v) return std::move(v).error();
+  insn.imm = *v;
+  return {};
+}
+
+Result<void> Assembler::src_or_imm(Insn& insn, std::string_view tok) const {
+  if (!tok.starts_with('%')) return imm(insn, tok);
+  insn.code |= kX;
+  return src_reg(insn, tok);
+}
+
+Result<void> Assembler::mem(Insn& insn, Base base, std::string_view tok) const {
+  auto m = memop(tok);
+  if (!m) return std::move(m).error();
+  if (base == Base::dst) insn.dst = m->first;
+  else insn.src = m->first;
+  insn.off = m->second;
+  return {};
+}
+
+Result<void> Assembler::jump(Insn& insn, std::string_view tok, bool in_imm) {
+  auto t = target(tok, in_imm);
+  if (!t) return std::move(t).error();
+  if (in_imm) insn.imm = *t;
+  else insn.off = static_cast<int16_t>(*t);
+  return {};
+}
+
 Result<void> Assembler::lock(const std::vector<std::string>& toks) {
   // lock [fetch] OP[32] [dst+off], src
   size_t i = 1;
@@ -252,16 +306,11 @@ Result<void> Assembler::lock(const std::vector<std::string>& toks) {
   else if (name == "cmpxchg" && !fetch) imm = kCmpxchg;
   else return err(fmt::format("Invalid atomic operation: lock {}{}", fetch ? "fetch " : "", toks[i]));
   if (fetch) imm |= kFetch;
-  auto m = memop(toks[i + 1]);
-  if (!m) return std::move(m).error();
-  auto s = reg(toks[i + 2]);
-  if (!s) return std::move(s).error();
   Insn insn;
   insn.code = uint8_t(kStx | kAtomic | (w32 ? kW : kDW));
-  insn.dst = m->first;
-  insn.off = m->second;
-  insn.src = *s;
   insn.imm = imm;
+  UTRAMP_TRY(mem(insn, Base::dst, toks[i + 1]));
+  UTRAMP_TRY(src_reg(insn, toks[i + 2]));
   out_.push_back(insn);
   return {};
 }
@@ -282,91 +331,46 @@ Result<void> Assembler::line(std::vector<std::string> toks) {
   insn.off = f.off;
   insn.imm = f.imm;
   switch (f.kind) {
-    case Form::alu: {
+    case Form::alu:
       UTRAMP_TRY(count(2));
-      auto d = reg(toks[1]);
-      if (!d) return std::move(d).error();
-      insn.dst = *d;
-      if (toks[2].starts_with('%')) {
-        auto s = reg(toks[2]);
-        if (!s) return std::move(s).error();
-        insn.code |= kX;
-        insn.src = *s;
-      } else {
-        auto v = imm32(toks[2]);
-        if (!v) return std::move(v).error();
-        insn.imm = *v;
-      }
+      UTRAMP_TRY(dst_reg(insn, toks[1]));
+      UTRAMP_TRY(src_or_imm(insn, toks[2]));
       break;
-    }
-    case Form::alu_reg: {
+    case Form::alu_reg:
       UTRAMP_TRY(count(2));
-      auto d = reg(toks[1]);
-      if (!d) return std::move(d).error();
-      auto s = reg(toks[2]);
-      if (!s) return std::move(s).error();
-      insn.dst = *d;
-      insn.src = *s;
+      UTRAMP_TRY(dst_reg(insn, toks[1]));
+      UTRAMP_TRY(src_reg(insn, toks[2]));
       break;
-    }
-    case Form::unary: {
+    case Form::unary:
       UTRAMP_TRY(count(1));
-      auto d = reg(toks[1]);
-      if (!d) return std::move(d).error();
-      insn.dst = *d;
+      UTRAMP_TRY(dst_reg(insn, toks[1]));
       break;
-    }
     case Form::jump:
-    case Form::jump32: {
+    case Form::jump32:
       UTRAMP_TRY(count(1));
-      const bool in_imm = f.kind == Form::jump32;
-      auto t = target(toks[1], in_imm);
-      if (!t) return std::move(t).error();
-      if (in_imm) insn.imm = *t;
-      else insn.off = static_cast<int16_t>(*t);
+      UTRAMP_TRY(jump(insn, toks[1], f.kind == Form::jump32));
       break;
-    }
-    case Form::cond: {
+    case Form::cond:
       UTRAMP_TRY(count(3));
-      auto d = reg(toks[1]);
-      if (!d) return std::move(d).error();
-      insn.dst = *d;
-      if (toks[2].starts_with('%')) {
-        auto s = reg(toks[2]);
-        if (!s) return std::move(s).error();
-        insn.code |= kX;
-        insn.src = *s;
-      } else {
-        auto v = imm32(toks[2]);
-        if (!v) return std::move(v).error();
-        insn.imm = *v;
-      }
-      auto t = target(toks[3], false);
-      if (!t) return std::move(t).error();
-      insn.off = static_cast<int16_t>(*t);
+      UTRAMP_TRY(dst_reg(insn, toks[1]));
+      UTRAMP_TRY(src_or_imm(insn, toks[2]));
+      UTRAMP_TRY(jump(insn, toks[3], false));
       break;
-    }
     case Form::call: {
       if (nops == 2 && toks[1] == "local") {
         insn.src = kCallLocal;
-        auto t = target(toks[2], true);
-        if (!t) return std::move(t).error();
-        insn.imm = *t;
+        UTRAMP_TRY(jump(insn, toks[2], true));
         break;
       }
       if (nops == 2 && toks[1] == "helper") toks.erase(toks.begin() + 1);
       else if (nops == 2) return err(fmt::format("Invalid call mode: {}", toks[1]));
       if (toks.size() != 2) return err("Invalid number of operands for mnemonic: call");
       if (toks[1].starts_with('%')) {
-        auto d = reg(toks[1]);
-        if (!d) return std::move(d).error();
         insn.code = kCallxOp;
-        insn.dst = *d;
+        UTRAMP_TRY(dst_reg(insn, toks[1]));
         break;
       }
-      auto v = imm32(toks[1]);
-      if (!v) return std::move(v).error();
-      insn.imm = *v;
+      UTRAMP_TRY(imm(insn, toks[1]));
       break;
     }
     case Form::exit:
@@ -374,13 +378,11 @@ Result<void> Assembler::line(std::vector<std::string> toks) {
       break;
     case Form::lddw: {
       UTRAMP_TRY(count(2));
-      auto d = reg(toks[1]);
-      if (!d) return std::move(d).error();
+      UTRAMP_TRY(dst_reg(insn, toks[1]));
       auto n = parse_number(toks[2]);
       auto v = n ? fit(*n, 64) : std::nullopt;
       if (!v) return err(fmt::format("Invalid immediate: {} does not fit in 64 bits", toks[2]));
       const uint64_t u = static_cast<uint64_t>(*v);
-      insn.dst = *d;
       insn.imm = static_cast<int32_t>(static_cast<uint32_t>(u));
       Insn hi;
       hi.imm = static_cast<int32_t>(static_cast<uint32_t>(u >> 32));
@@ -388,39 +390,21 @@ Result<void> Assembler::line(std::vector<std::string> toks) {
       out_.push_back(hi);
       return {};
     }
-    case Form::ldx: {
+    case Form::ldx:
       UTRAMP_TRY(count(2));
-      auto d = reg(toks[1]);
-      if (!d) return std::move(d).error();
-      auto m = memop(toks[2]);
-      if (!m) return std::move(m).error();
-      insn.dst = *d;
-      insn.src = m->first;
-      insn.off = m->second;
+      UTRAMP_TRY(dst_reg(insn, toks[1]));
+      UTRAMP_TRY(mem(insn, Base::src, toks[2]));
       break;
-    }
-    case Form::st: {
+    case Form::st:
       UTRAMP_TRY(count(2));
-      auto m = memop(toks[1]);
-      if (!m) return std::move(m).error();
-      auto v = imm32(toks[2]);
-      if (!v) return std::move(v).error();
-      insn.dst = m->first;
-      insn.off = m->second;
-      insn.imm = *v;
+      UTRAMP_TRY(mem(insn, Base::dst, toks[1]));
+      UTRAMP_TRY(imm(insn, toks[2]));
       break;
-    }
-    case Form::stx: {
+    case Form::stx:
       UTRAMP_TRY(count(2));
-      auto m = memop(toks[1]);
-      if (!m) return std::move(m).error();
-      auto s = reg(toks[2]);
-      if (!s) return std::move(s).error();
-      insn.dst = m->first;
-      insn.off = m->second;
-      insn.src = *s;
+      UTRAMP_TRY(mem(insn, Base::dst, toks[1]));
+      UTRAMP_TRY(src_reg(insn, toks[2]));
       break;
-    }
   }
   out_.push_back(insn);
   return {};

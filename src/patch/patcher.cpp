@@ -21,8 +21,19 @@ namespace utramp::patch {
 namespace {
 
 std::mutex g_mu;  // serialises batches and handler installation
-struct sigaction g_prev;  // the handler the program had; read by the handler
-std::atomic<bool> g_prev_valid{false};
+// The handler the program had (or set since, through set_program_trap_action): where
+// traps that are not ours go. Two slots so that a new one is written while the handler
+// may be reading the other; g_prev points at the published slot (nullptr: none yet).
+// Writers hold g_mu.
+struct sigaction g_prev_slots[2];
+std::atomic<const struct sigaction*> g_prev{nullptr};
+
+void publish_prev(const struct sigaction& act) {
+  const struct sigaction* cur = g_prev.load(std::memory_order_relaxed);
+  struct sigaction* next = cur == &g_prev_slots[0] ? &g_prev_slots[1] : &g_prev_slots[0];
+  *next = act;
+  g_prev.store(next, std::memory_order_release);  // pairs with the acquire in forward()
+}
 std::atomic<TrapHook> g_hook{nullptr};
 
 struct Counters {
@@ -32,9 +43,12 @@ struct Counters {
 
 void forward(int sig, siginfo_t* si, void* uc) {
   g_stats.forwarded.fetch_add(1, std::memory_order_relaxed);
-  const struct sigaction& p = g_prev;
-  if (!g_prev_valid.load(std::memory_order_acquire) ||
-      (!(p.sa_flags & SA_SIGINFO) && p.sa_handler == SIG_DFL)) {
+  const struct sigaction* prev = g_prev.load(std::memory_order_acquire);
+  struct sigaction p {};
+  // One copy, of a slot a later publish does not write (a torn copy would need two
+  // publishes during it: programs set a SIGTRAP handler once, if ever).
+  if (prev) p = *prev;
+  if (!prev || (!(p.sa_flags & SA_SIGINFO) && p.sa_handler == SIG_DFL)) {
     // Not ours and nobody else's: the default action (core dump), as without us.
     signal(sig, SIG_DFL);
     sigset_t block;  // pending until we return (SA_NODEFER leaves it unblocked here)
@@ -101,9 +115,7 @@ Result<void> install_locked() {
   act.sa_sigaction = on_sigtrap;
   act.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
   sigemptyset(&act.sa_mask);
-  g_prev_valid.store(false, std::memory_order_release);
-  g_prev = cur;
-  g_prev_valid.store(true, std::memory_order_release);
+  publish_prev(cur);
   if (sigaction(SIGTRAP, &act, nullptr) != 0)
     return make_error(Errc::io, fmt::format("sigaction(SIGTRAP): {}", strerror(errno)));
   return {};
@@ -122,6 +134,30 @@ constexpr uint64_t kMaxGap = 512;
 Result<void> install_trap_handler() {
   std::lock_guard lock(g_mu);
   return install_locked();
+}
+
+Result<void> set_program_trap_action(const struct sigaction* act, struct sigaction* old) {
+  std::lock_guard lock(g_mu);
+  struct sigaction cur;
+  if (sigaction(SIGTRAP, nullptr, &cur) != 0)
+    return make_error(Errc::io, fmt::format("sigaction(SIGTRAP): {}", strerror(errno)));
+  if (!((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigtrap)) {
+    // Ours is not installed (yet): the program's handler is the kernel's, and
+    // install_locked() chains to it when a batch needs ours.
+    if (sigaction(SIGTRAP, act, old) != 0)
+      return make_error(Errc::io, fmt::format("sigaction(SIGTRAP): {}", strerror(errno)));
+    return {};
+  }
+  const struct sigaction* prev = g_prev.load(std::memory_order_relaxed);
+  if (old) {
+    if (prev) *old = *prev;
+    else {
+      memset(old, 0, sizeof *old);
+      old->sa_handler = SIG_DFL;
+    }
+  }
+  if (act) publish_prev(*act);
+  return {};
 }
 
 void set_trap_hook(TrapHook hook) { g_hook.store(hook, std::memory_order_release); }

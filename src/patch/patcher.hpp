@@ -57,6 +57,11 @@ Result<void> apply(std::span<const PatchOp> ops);
 // program had; re-installs itself if the program replaced it since.
 Result<void> install_trap_handler();
 
+// sigaction(SIGTRAP, ACT, OLD) on the program's behalf (the agent interposes it): while
+// our handler is installed, ACT becomes the handler that traps not ours are passed to and
+// ours stays; OLD gets the program's previous one. Without ours, the real sigaction.
+Result<void> set_program_trap_action(const struct sigaction* act, struct sigaction* old);
+
 // Consulted by the SIGTRAP handler for a trap that is not explained by a batch in
 // flight, before passing it to the program's previous handler; returns true when it
 // handled the trap. Async-signal-safe. The handler runs with SA_NODEFER, so a hook may

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,9 +18,18 @@ struct RunResult {
   std::string out, err;
 };
 
-// Runs argv[0] with argv (no shell), stdin from /dev/null; reads stdout and stderr
-// together so that neither pipe can fill up and block the child; reaps it.
-inline RunResult run_program(const std::vector<std::string>& args) {
+// How the child is started. The defaults are the plain case: stdin from /dev/null, the
+// caller's working directory, core dumps as the environment says.
+struct RunOptions {
+  std::string stdin_path = "/dev/null";
+  std::string cwd;        // empty: the caller's (a -pg target writes gmon.out there)
+  bool no_core = false;   // RLIMIT_CORE 0, for a child that is meant to crash
+};
+
+// Runs argv[0] with argv (no shell) as OPTS say; reads stdout and stderr together so
+// that neither pipe can fill up and block the child; reaps it. A child that cannot
+// change to OPTS.cwd exits 126, one that cannot be executed 127.
+inline RunResult run_program(const std::vector<std::string>& args, const RunOptions& opts = {}) {
   RunResult r;
   int out[2], err[2];
   if (pipe2(out, O_CLOEXEC) != 0) return r;
@@ -35,8 +45,13 @@ inline RunResult run_program(const std::vector<std::string>& args) {
   if (pid == 0) {
     dup2(out[1], STDOUT_FILENO);
     dup2(err[1], STDERR_FILENO);
-    int null = open("/dev/null", O_RDONLY);
-    if (null >= 0) dup2(null, STDIN_FILENO);
+    const int in = open(opts.stdin_path.c_str(), O_RDONLY);
+    if (in >= 0) dup2(in, STDIN_FILENO);
+    if (opts.no_core) {
+      const rlimit nocore{0, 0};
+      setrlimit(RLIMIT_CORE, &nocore);
+    }
+    if (!opts.cwd.empty() && chdir(opts.cwd.c_str()) != 0) _exit(126);
     execv(argv[0], argv.data());
     _exit(127);
   }
@@ -78,9 +93,9 @@ inline RunResult run_program(const std::vector<std::string>& args) {
   return r;
 }
 
-inline RunResult run_cli(std::vector<std::string> args) {
+inline RunResult run_cli(std::vector<std::string> args, const RunOptions& opts = {}) {
   args.insert(args.begin(), UTRAMP_CLI);
-  return run_program(args);
+  return run_program(args, opts);
 }
 
 }  // namespace utramp::test

@@ -295,6 +295,7 @@ TEST(CliGolden, ReplayThreadsAndFork) {
   golden("replay_threads_no_merge", {"replay", "--no-merge", dir}, dir);
   Synth s;
   golden("replay_threads_tid", {"replay", "--tid", std::to_string(s.id(2)), dir}, dir);
+  golden("replay_threads_tid_main", {"replay", "--tid", std::to_string(s.id(1)), dir}, dir);
 }
 
 TEST(CliGolden, ReplayExceptionAndLongjmp) {
@@ -333,6 +334,12 @@ TEST(CliGolden, Report) {
   golden("report_basic_name", {"report", "--sort", "name", dir}, dir);
   const auto tdir = write_trace(tmp, threads, "threads");
   golden("report_threads", {"report", tdir}, tdir);
+  // The main thread's id is its process's too: --tid is that thread only, --pid the
+  // process (its threads, not the forked child).
+  Synth s;
+  const std::string main_id = std::to_string(s.id(1));
+  golden("report_threads_tid_main", {"report", "--sort", "name", "--tid", main_id, tdir}, tdir);
+  golden("report_threads_pid", {"report", "--sort", "name", "--pid", main_id, tdir}, tdir);
   golden("report_exits", {"report", write_trace(tmp, exits, "exits")}, tmp / "exits");
 }
 

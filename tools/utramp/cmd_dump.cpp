@@ -207,6 +207,8 @@ const char* type_name(uint8_t t) {
       return "fork";
     case EventType::depth_overrun:
       return "depth_overrun";
+    case EventType::leaf:  // readers hand it out as entry + exit; kept for completeness
+      return "leaf";
   }
   return "unknown";
 }

@@ -32,7 +32,7 @@ constexpr uint64_t kLongBody = 4;
 
 struct Options {
   std::string dir = "utramp.data";
-  std::vector<uint32_t> tids;
+  std::vector<uint32_t> tids, pids;
   std::vector<std::string> filter, notrace;
   int depth = -1;
   bool no_merge = false;
@@ -58,9 +58,8 @@ const char* exit_note(ExitKind k) {
 
 class Replay final : public Walker::Handler {
  public:
-  Replay(const trace::TraceReader& r, const Options& o) : r_(r), o_(o), names_(r, !o.no_demangle) {
-    tids_.insert(o.tids.begin(), o.tids.end());
-  }
+  Replay(const trace::TraceReader& r, const Options& o)
+      : r_(r), o_(o), names_(r, !o.no_demangle), selection_(o.tids, o.pids) {}
 
   void header() { std::fputs("# DURATION     TID     FUNCTION\n", stdout); }
 
@@ -201,7 +200,7 @@ class Replay final : public Walker::Handler {
   };
 
   bool selected(const WalkThread& t) const {
-    return tids_.empty() || tids_.count(t.tid) || tids_.count(t.pid);
+    return selection_(t.pid, t.tid);
   }
 
   std::string call_text(const WalkThread& t, const Frame& f) {
@@ -232,7 +231,7 @@ class Replay final : public Walker::Handler {
   const trace::TraceReader& r_;
   const Options& o_;
   Names names_;
-  std::set<uint32_t> tids_;
+  ThreadSelection selection_;
   std::map<const WalkThread*, ThreadView> views_;
   std::map<const WalkThread*, uint64_t> corrupt_;
   WalkThread* pending_ = nullptr;  // its top frame's entry is not printed yet
@@ -262,7 +261,10 @@ void add_replay(CLI::App& app) {
   auto o = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("replay", "Show a recorded trace as a function call graph");
   sub->add_option("dir", o->dir, "trace directory")->capture_default_str();
-  sub->add_option("--tid", o->tids, "only these threads (or processes), by id")
+  sub->add_option("--tid", o->tids, "only these threads, by id")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  sub->add_option("--pid", o->pids, "only the threads of these processes, by id")
       ->delimiter(',')
       ->allow_extra_args(false);
   sub->add_option("-F,--filter", o->filter,

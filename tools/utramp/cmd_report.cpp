@@ -27,7 +27,7 @@ namespace {
 struct Options {
   std::string dir = "utramp.data";
   std::string sort = "total";
-  std::vector<uint32_t> tids;
+  std::vector<uint32_t> tids, pids;
   std::string unit;
   bool no_demangle = false;
   std::vector<std::string> hist;
@@ -41,9 +41,8 @@ struct Stat {
 
 class Report final : public Walker::Handler {
  public:
-  Report(const trace::TraceReader& r, const Options& o) : r_(r), names_(r, !o.no_demangle) {
-    tids_.insert(o.tids.begin(), o.tids.end());
-  }
+  Report(const trace::TraceReader& r, const Options& o)
+      : r_(r), names_(r, !o.no_demangle), selection_(o.tids, o.pids) {}
   void enter(WalkThread& t, const Frame& f) override {
     if (selected(t)) ++stats_[names_.get(t.pid, f.addr)].calls;
   }
@@ -112,7 +111,7 @@ class Report final : public Walker::Handler {
 
     uint64_t lost_info = 0;
     for (const auto& t : r_.info().threads)
-      if (tids_.empty() || tids_.count(t.tid) || tids_.count(t.pid)) lost_info += t.lost;
+      if (selection_(t.pid, t.tid)) lost_info += t.lost;
     const uint64_t lost = std::max(lost_, lost_info);
     if (lost) fmt::print("\n# lost events: {}\n", lost);
     if (overruns_) fmt::print("# calls below the depth limit, not recorded: {}\n", overruns_);
@@ -126,11 +125,11 @@ class Report final : public Walker::Handler {
 
  private:
   bool selected(const WalkThread& t) const {
-    return tids_.empty() || tids_.count(t.tid) || tids_.count(t.pid);
+    return selection_(t.pid, t.tid);
   }
   const trace::TraceReader& r_;
   Names names_;
-  std::set<uint32_t> tids_;
+  ThreadSelection selection_;
   std::map<std::string, Stat> stats_;
   uint64_t lost_ = 0, overruns_ = 0, untimed_ = 0, corrupt_ = 0;
 };
@@ -188,7 +187,10 @@ void add_report(CLI::App& app) {
       "report", "Per function: calls, total and self time, average and maximum of a call");
   sub->add_option("dir", o->dir, "trace directory")->capture_default_str();
   sub->add_option("-s,--sort", o->sort, "sort by total (default), self, calls, avg, max or name");
-  sub->add_option("--tid", o->tids, "only these threads (or processes), by id")
+  sub->add_option("--tid", o->tids, "only these threads, by id")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  sub->add_option("--pid", o->pids, "only the threads of these processes, by id")
       ->delimiter(',')
       ->allow_extra_args(false);
   sub->add_option("--unit", o->unit, "duration unit: auto (default), ns, us, ms, s");

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -72,6 +73,18 @@ struct WalkThread {
 // are known, an exit once its string return value is. Inconsistent input (lost events,
 // a ring that overwrote its start) is repaired visibly: frames whose exit is missing are
 // closed as not_recorded, exits without an entry get a synthetic frame.
+// --tid and --pid of replay and report: with neither, every thread; else the threads
+// named by id and every thread of the processes named. A process's main thread has the
+// process's id as its own: --tid shows that thread only.
+struct ThreadSelection {
+  std::set<uint32_t> tids, pids;
+  ThreadSelection(const std::vector<uint32_t>& t, const std::vector<uint32_t>& p)
+      : tids(t.begin(), t.end()), pids(p.begin(), p.end()) {}
+  bool operator()(uint32_t pid, uint32_t tid) const {
+    return (tids.empty() && pids.empty()) || tids.count(tid) || pids.count(pid);
+  }
+};
+
 class Walker {
  public:
   struct Handler {
