@@ -161,6 +161,23 @@ void write_functions_file(const std::vector<Attached>& fns, bool append) {
   close(fd);
 }
 
+// DIR/maps-PID.txt: the process's mappings, so that replay can name code that is not a
+// traced function (a caller in a library) from the mapped files' symbols.
+void write_maps_file() {
+  if (g_agent->cfg.trace_dir.empty()) return;
+  const int in = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (in < 0) return;
+  std::string text;
+  char buf[8192];
+  for (ssize_t n; (n = read(in, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  close(in);
+  const std::string path = fmt::format("{}/maps-{}.txt", g_agent->cfg.trace_dir, getpid());
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  (void)!write(fd, text.data(), text.size());
+  close(fd);
+}
+
 // Attaches the tracer to every selected function not traced yet.
 void attach_new_sites() {
   auto& table = sites::SiteTable::instance();
@@ -236,6 +253,7 @@ void discover_and_attach(const std::string& fresh = {}) {
   if (!left) logf("canonicalize: %s", left.error().message.c_str());
   else if (*left) logf("%zu sites left as five 1-byte NOPs: other threads were running", *left);
   attach_new_sites();
+  write_maps_file();
 }
 
 void atfork_child() {
@@ -243,6 +261,7 @@ void atfork_child() {
   // The child inherits every image; its threads claim new buffers on their first event.
   ftrace::after_fork_child();
   write_functions_file(g_agent->attached, false);
+  write_maps_file();
 }
 
 __attribute__((constructor(200))) void agent_init() {

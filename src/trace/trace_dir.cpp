@@ -2,9 +2,12 @@
 // The format is docs/trace-format.md; keep the two in step.
 #include "trace/trace_dir.hpp"
 
+#include "os/elf_file.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <elf.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -100,6 +103,7 @@ bool is_trace_file(const std::string& name) {
          parse_name(n, "events-", ".bin", true, &a, &b) ||
          parse_name(n, "functions-", ".tsv", false, &a, nullptr) ||
          parse_name(n, "process-", ".json", false, &a, nullptr) ||
+         parse_name(n, "maps-", ".txt", false, &a, nullptr) ||
          parse_name(n, "agent-", ".log", false, &a, nullptr);
 }
 
@@ -534,6 +538,15 @@ class MergedStream final : public EventStream {
 // ---------------------------------------------------------------------------------
 // TraceReader
 
+// The functions of one mapped file, by link-time address, and where its bytes go.
+struct FileSymbols {
+  SymbolTable functions;
+  struct Range {
+    uint64_t offset, size, addr;  // file offset -> link-time address
+  };
+  std::vector<Range> ranges;
+};
+
 struct TraceReader::Impl {
   struct Thread {
     uint32_t pid, tid;
@@ -547,6 +560,13 @@ struct TraceReader::Impl {
   std::map<uint32_t, SymbolTable> symbols;
   std::map<uint32_t, ProcessInfo> processes;
   SymbolTable empty;
+  // object_symbol(): mappings by process (loaded on first use), symbols by file.
+  struct Mapping {
+    uint64_t start, end, offset;
+    std::string path;
+  };
+  std::map<uint32_t, std::vector<Mapping>> maps;
+  std::map<std::string, std::shared_ptr<const FileSymbols>> file_symbols;  // by path
 };
 
 namespace {
@@ -775,6 +795,69 @@ const SymbolTable& TraceReader::symbols(uint32_t pid) const {
   }
   if (impl_->symbols.size() == 1) return impl_->symbols.begin()->second;
   return impl_->empty;
+}
+
+namespace {
+
+std::shared_ptr<const FileSymbols> read_file_symbols(const std::string& path) {
+  auto out = std::make_shared<FileSymbols>();
+  auto elf = os::ElfFile::open(path);
+  if (!elf) return out;  // unreadable: remembered as empty
+  for (const auto& sym : (*elf)->symbols()) {
+    if (sym.type != STT_FUNC && sym.type != STT_GNU_IFUNC) continue;
+    Function f;
+    f.addr = sym.value;
+    f.size = sym.size;
+    f.name = sym.name;
+    out->functions.add(std::move(f));
+  }
+  for (const auto& sec : (*elf)->sections())
+    if (sec.addr && sec.type != SHT_NOBITS) out->ranges.push_back({sec.offset, sec.size, sec.addr});
+  return out;
+}
+
+}  // namespace
+
+std::string TraceReader::object_symbol(uint32_t pid, uint64_t addr) const {
+  // A forked child without a maps file of its own has its parent's mappings.
+  auto maps = impl_->maps.find(pid);
+  for (uint32_t p = pid, hops = 0; maps == impl_->maps.end() && hops < 64; ++hops) {
+    std::vector<Impl::Mapping> m;
+    std::ifstream in(impl_->dir + "/maps-" + std::to_string(p) + ".txt");
+    for (std::string line; in && std::getline(in, line);) {
+      // start-end perms offset dev inode path: executable, file-backed mappings only
+      unsigned long long start = 0, end = 0, off = 0, inode = 0;
+      char perms[8] = {}, dev[16] = {};
+      int path_at = 0;
+      if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %15s %llu %n", &start, &end, perms, &off,
+                      dev, &inode, &path_at) < 6 ||
+          perms[2] != 'x' || path_at <= 0 || static_cast<size_t>(path_at) >= line.size() ||
+          line[static_cast<size_t>(path_at)] != '/')
+        continue;
+      m.push_back({start, end, off, line.substr(static_cast<size_t>(path_at))});
+    }
+    if (!m.empty()) {
+      maps = impl_->maps.emplace(pid, std::move(m)).first;
+      break;
+    }
+    auto pi = impl_->processes.find(p);
+    if (pi == impl_->processes.end() || pi->second.parent == 0) break;
+    p = pi->second.parent;
+  }
+  if (maps == impl_->maps.end()) return {};
+  for (const auto& mp : maps->second) {
+    if (addr < mp.start || addr >= mp.end) continue;
+    auto& fs = impl_->file_symbols[mp.path];
+    if (!fs) fs = read_file_symbols(mp.path);
+    const uint64_t file_off = addr - mp.start + mp.offset;
+    for (const auto& r : fs->ranges)
+      if (file_off >= r.offset && file_off - r.offset < r.size) {
+        const Function* f = fs->functions.find(r.addr + (file_off - r.offset));
+        return f ? f->name : std::string();
+      }
+    return {};
+  }
+  return {};
 }
 
 double TraceReader::to_ns(uint64_t ticks) const {

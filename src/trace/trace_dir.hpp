@@ -8,6 +8,7 @@
 //   DIR/functions-PID.tsv         "address<TAB>size<TAB>name<TAB>object" of every
 //                                 function the agent traced in process PID
 //   DIR/process-PID.json          parent pid (fork), exec'd command, start/end
+//   DIR/maps-PID.txt              /proc/PID/maps as the agent last saw it (start, dlopen)
 // and, from `utramp record`, agent.json, buffers.shm and agent-PID.log (TraceWriter::
 // create() removes these too, and refuses to empty a directory holding anything else).
 #pragma once
@@ -143,6 +144,11 @@ class TraceReader {
   const std::map<uint32_t, ProcessInfo>& processes() const;
   // Events stored for a thread (whole records in its file).
   uint64_t event_count(uint32_t pid, uint32_t tid) const;
+  // The function around a code address that is not a traced function's (a caller in a
+  // library, or a function -F left out): from maps-PID.txt (the process's mappings as
+  // the agent saw them) and the symbol tables of the mapped files, read now; "" when
+  // unknown (no maps file, a file that changed or is gone, no symbol there).
+  std::string object_symbol(uint32_t pid, uint64_t addr) const;
 
  private:
   struct Impl;

@@ -174,6 +174,9 @@ const std::string& Names::get(uint32_t pid, uint64_t addr) { return entry(pid, a
 
 std::string Names::containing(uint32_t pid, uint64_t addr) {
   if (const trace::Function* f = r_.symbols(pid).find(addr)) return get(pid, f->addr);
+  // Not a traced function: the symbol tables of the process's mapped files.
+  const std::string sym = r_.object_symbol(pid, addr);
+  if (!sym.empty()) return demangle_ ? demangle_short(sym) : sym;
   return fmt::format("{:#x}", addr);
 }
 
