@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "cli_runner.hpp"
+#include "temp_dir.hpp"
 #include "trace/event.hpp"
 #include "trace/trace_dir.hpp"
 
@@ -60,20 +61,6 @@ const StressFixture kFixtures[] = {
 #define STRESS_FIXTURE(file, cc, missing) {file, cc, missing},
 #include "stress_matrix.inc"
 #undef STRESS_FIXTURE
-};
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/utramp-stress-test-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
 };
 
 std::set<std::string> shm_files() {
@@ -441,7 +428,7 @@ class StressTest : public testing::TestWithParam<StressFixture> {
     return nullptr;
   }
 
-  TempDir tmp_;
+  utramp::test::TempDir tmp_{"utramp-stress-test"};
 };
 
 // Expected events of a thread whose calls are `m` (entries and exits each one event).
