@@ -2,7 +2,8 @@
 // benchmark context and again under the summary, since figures from this field mean
 // little without CPU and kernel), a reporter that keeps the runs for the summary, the
 // interleaved rounds and their medians, and a way to give up loudly on a setup step
-// that failed.
+// that failed; and what the *_cost binaries share besides: their command line, the
+// sites canonicalised before anything patches, `--profile`, and the timed run itself.
 //
 // A benchmark is not a test: nothing here compares a timing with a threshold. Setup
 // steps do check that patching worked (a stub that never counted would make every
@@ -20,12 +21,15 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/result.hpp"
+#include "sites/table.hpp"
 
 namespace utramp::bench {
 
@@ -138,6 +142,16 @@ inline void dependent_calls(benchmark::State& state, int (*fn)(int), int calls) 
   count_calls(state, calls);
 }
 
+// The same chain outside Google Benchmark: CALLS dependent calls, the accumulator
+// returned. The body of each *_cost binary's `--profile` loop, a function named for
+// that binary (callgrind's --toggle-collect), which this is inlined into.
+__attribute__((always_inline)) inline int call_chain(int (*fn)(int), long calls) {
+  int (*volatile fp)(int) = fn;
+  int acc = 0;
+  for (long i = 0; i < calls; ++i) acc = fp(acc);
+  return acc;
+}
+
 // Interleaved rounds: every configuration is registered once per round, as
 // "PREFIX/NAME/round:R", in an order that rotates by one each round, so that each one
 // meets the same machine conditions as the baseline it is compared with. Figures are
@@ -213,6 +227,88 @@ inline std::vector<char*> with_default_min_time(int argc, char** argv, const cha
   std::vector<char*> out(argv, argv + argc);
   out.insert(out.begin() + 1, const_cast<char*>(flag));
   return out;
+}
+
+// ---- what the *_cost binaries share -------------------------------------------------
+
+// The command line of a *_cost binary, less what Google Benchmark takes.
+struct CostOptions {
+  int rounds = 5;                            // --rounds=N
+  std::string profile;                       // --profile=NAME[:CALLS]: NAME, or empty
+  long profile_calls = 10'000'000;           // and CALLS
+  std::set<std::string, std::less<>> flags;  // the binary's own flags that were given
+
+  bool given(std::string_view flag) const { return flags.count(flag) != 0; }
+};
+
+// Takes `--rounds=N`, `--profile=NAME[:CALLS]` and the binary's OWN flags out of argv
+// into *O and initialises benchmark with the rest, `--benchmark_min_time=0.1` unless
+// the command line names another. False when benchmark did not recognise an argument
+// (it has said which).
+inline bool init_cost(int argc, char** argv, std::initializer_list<std::string_view> own,
+                      CostOptions* o) {
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (parse_rounds(argv[i], &o->rounds)) continue;
+    if (std::strncmp(argv[i], "--profile=", 10) == 0) {
+      o->profile = argv[i] + 10;
+      if (auto colon = o->profile.find(':'); colon != std::string::npos) {
+        o->profile_calls = std::atol(o->profile.c_str() + colon + 1);
+        o->profile.resize(colon);
+      }
+    } else if (std::find(own.begin(), own.end(), argv[i]) != own.end()) {
+      o->flags.insert(argv[i]);
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  auto full = with_default_min_time(static_cast<int>(args.size()), args.data(),
+                                    "--benchmark_min_time=0.1");
+  int n = static_cast<int>(full.size());
+  benchmark::Initialize(&n, full.data());
+  return !benchmark::ReportUnrecognizedArguments(n, full.data());
+}
+
+// Discovers this process's sites and rewrites them into one 5-byte NOP each; says how
+// many were left alone because other threads exist.
+inline void canonicalize_sites() {
+  auto& table = sites::SiteTable::instance();
+  must(table.discover(), "discovering sites");
+  const size_t left = must(table.canonicalize(sites::Quiescence::live), "canonicalising sites");
+  if (left) fmt::print("note: {} sites left uncanonicalised (other threads exist)\n", left);
+}
+
+// `--profile`: O.profile_calls calls of the copy of the configuration named O.profile,
+// made by LOOP (each binary has its own, by a name for callgrind's --toggle-collect);
+// returns main's exit code. fail()s when no configuration has that name.
+template <class Config>
+int run_profile(const CostOptions& o, const std::vector<Config>& cfgs,
+                int (*loop)(int (*)(int), long)) {
+  for (const Config& c : cfgs)
+    if (c.name == o.profile) {
+      const int r = loop(c.fn, o.profile_calls);
+      fmt::print("{}: {} calls, acc {}\n", c.name, o.profile_calls, r);
+      return 0;
+    }
+  fail("--profile: no configuration named " + o.profile);
+}
+
+// The timed part: every configuration's copy (its `fn`) called by dependent_calls, CALLS
+// per iteration, registered in the interleaved rounds RS and run; REP keeps the runs for
+// the summary. The method goes into the context, ending in how the summary compares
+// (COMPARED: "ratios", "differences").
+template <class Config>
+void run_rounds(const Rounds& rs, const std::vector<Config>& cfgs, int calls,
+                std::string_view compared, KeepingReporter& rep) {
+  add_context(fmt::format(
+      "{} dependent calls through a volatile pointer per iteration, one function copy per "
+      "configuration; configurations interleaved over {} rounds; {} against the "
+      "no-site copy of the same round",
+      calls, rs.count(), compared));
+  rs.register_all(cfgs, [calls](const std::string& name, const Config& c) {
+    benchmark::RegisterBenchmark(name.c_str(), dependent_calls, c.fn, calls);
+  });
+  benchmark::RunSpecifiedBenchmarks(&rep);
 }
 
 }  // namespace utramp::bench

@@ -62,7 +62,6 @@
 #include "ebpf/helpers.hpp"
 #include "ebpf/loader.hpp"
 #include "ebpf/maps.hpp"
-#include "sites/table.hpp"
 
 extern "C" {
 int utramp_ec_plain(int);
@@ -76,10 +75,7 @@ __attribute__((noinline)) uint64_t utramp_ec_native_prog(uint64_t*) { return 0; 
 
 // The loop `--profile` runs, by name for callgrind's --toggle-collect.
 __attribute__((noinline)) int utramp_ec_profile_loop(int (*fn)(int), long calls) {
-  int (*volatile fp)(int) = fn;
-  int acc = 0;
-  for (long i = 0; i < calls; ++i) acc = fp(acc);
-  return acc;
+  return utramp::bench::call_chain(fn, calls);
 }
 }
 
@@ -429,63 +425,22 @@ void bench_bpftrace(int rounds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rounds = 5;
-  std::string profile;
-  long profile_calls = 10'000'000;
-  bool bpftrace = true;
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (bench::parse_rounds(argv[i], &rounds)) continue;
-    if (std::strncmp(argv[i], "--profile=", 10) == 0) {
-      profile = argv[i] + 10;
-      if (auto colon = profile.find(':'); colon != std::string::npos) {
-        profile_calls = std::atol(profile.c_str() + colon + 1);
-        profile.resize(colon);
-      }
-    } else if (std::strcmp(argv[i], "--no-bpftrace") == 0) {
-      bpftrace = false;
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  auto full = bench::with_default_min_time(static_cast<int>(args.size()), args.data(),
-                                           "--benchmark_min_time=0.1");
-  int n = static_cast<int>(full.size());
-  benchmark::Initialize(&n, full.data());
-  if (benchmark::ReportUnrecognizedArguments(n, full.data())) return 1;
+  bench::CostOptions opts;
+  if (!bench::init_cost(argc, argv, {"--no-bpftrace"}, &opts)) return 1;
 
   // Everything that patches runs here, while this process has one thread.
-  auto& table = sites::SiteTable::instance();
-  must(table.discover(), "discovering sites");
-  const size_t left = must(table.canonicalize(sites::Quiescence::live), "canonicalising sites");
-  if (left) fmt::print("note: {} sites left uncanonicalised (other threads exist)\n", left);
+  bench::canonicalize_sites();
   Setup s = setup(UTRAMP_BENCH_EBPF_COST_OBJ, UTRAMP_BENCH_LATENCY_OBJ);
 
-  if (!profile.empty()) {
-    for (const Config& c : configs())
-      if (c.name == profile) {
-        const int r = utramp_ec_profile_loop(c.fn, profile_calls);
-        fmt::print("{}: {} calls, acc {}\n", c.name, profile_calls, r);
-        return 0;
-      }
-    fail("--profile: no configuration named " + profile);
-  }
-
-  bench::add_context(fmt::format(
-      "{} dependent calls through a volatile pointer per iteration, one function copy per "
-      "configuration; configurations interleaved over {} rounds; differences against the "
-      "no-site copy of the same round",
-      kCallsPerIter, rounds));
   const auto& cfgs = configs();
-  const bench::Rounds rs("ebpf", rounds);
-  rs.register_all(cfgs, [](const std::string& name, const Config& c) {
-    benchmark::RegisterBenchmark(name.c_str(), bench::dependent_calls, c.fn, kCallsPerIter);
-  });
+  if (!opts.profile.empty()) return bench::run_profile(opts, cfgs, utramp_ec_profile_loop);
+
+  const bench::Rounds rs("ebpf", opts.rounds);
   bench::KeepingReporter rep;
-  benchmark::RunSpecifiedBenchmarks(&rep);
+  bench::run_rounds(rs, cfgs, kCallsPerIter, "differences", rep);
   if (s.cost->faults() || s.latency->faults()) fail("a program faulted while timed");
   summary(rep, rs);
-  if (bpftrace) bench_bpftrace(rounds);
+  if (!opts.given("--no-bpftrace")) bench_bpftrace(opts.rounds);
   else fmt::print("\n(f) bpftrace: skipped (--no-bpftrace)\n");
   fmt::print("\nJIT against interpreter on the looping conformance programs: bench_ebpf_engines.\n");
   benchmark::Shutdown();

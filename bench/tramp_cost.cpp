@@ -32,7 +32,6 @@
 
 #include <array>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <set>
 #include <string>
@@ -90,10 +89,7 @@ utramp_tc_floor_stub:
 
 // The loop `--profile` runs, by name for callgrind's --toggle-collect.
 __attribute__((noinline)) int utramp_tc_profile_loop(int (*fn)(int), long calls) {
-  int (*volatile fp)(int) = fn;
-  int acc = 0;
-  for (long i = 0; i < calls; ++i) acc = fp(acc);
-  return acc;
+  return utramp::bench::call_chain(fn, calls);
 }
 }
 
@@ -390,70 +386,28 @@ void print_listings(const std::vector<Config>& cfgs) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rounds = 5;
-  std::string profile;
-  long profile_calls = 10'000'000;
-  bool listing = true;
-  // Our flags, taken out before benchmark sees the rest.
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (bench::parse_rounds(argv[i], &rounds)) continue;
-    if (std::strncmp(argv[i], "--profile=", 10) == 0) {
-      profile = argv[i] + 10;
-      if (auto colon = profile.find(':'); colon != std::string::npos) {
-        profile_calls = std::atol(profile.c_str() + colon + 1);
-        profile.resize(colon);
-      }
-    } else if (std::strcmp(argv[i], "--no-listing") == 0) {
-      listing = false;
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  auto full = bench::with_default_min_time(static_cast<int>(args.size()), args.data(),
-                                           "--benchmark_min_time=0.1");
-  int n = static_cast<int>(full.size());
-  benchmark::Initialize(&n, full.data());
-  if (benchmark::ReportUnrecognizedArguments(n, full.data())) return 1;
+  bench::CostOptions opts;
+  if (!bench::init_cost(argc, argv, {"--no-listing"}, &opts)) return 1;
 
   if (std::set<utramp_prog_t>(g_progs.begin(), g_progs.end()).size() != kMaxProgs)
     fail("the empty programs were merged into fewer functions (build with -fno-ipa-icf)");
 
   const std::vector<Config> cfgs = make_configs();
   // Everything that patches runs here, while this process has one thread.
-  auto& table = sites::SiteTable::instance();
-  must(table.discover(), "discovering sites");
-  const size_t left = must(table.canonicalize(sites::Quiescence::live), "canonicalising sites");
-  if (left) fmt::print("note: {} sites left uncanonicalised (other threads exist)\n", left);
+  bench::canonicalize_sites();
   for (const Config& c : cfgs) {
     if (c.kind == Kind::floor) install_floor(c);
     if (c.kind == Kind::tramp) attach_all(c);
   }
   check(cfgs);
 
-  if (!profile.empty()) {
-    for (const Config& c : cfgs)
-      if (c.name == profile) {
-        const int r = utramp_tc_profile_loop(c.fn, profile_calls);
-        fmt::print("{}: {} calls, acc {}\n", c.name, profile_calls, r);
-        return 0;
-      }
-    fail("--profile: no configuration named " + profile);
-  }
+  if (!opts.profile.empty()) return bench::run_profile(opts, cfgs, utramp_tc_profile_loop);
 
-  bench::add_context(fmt::format(
-      "{} dependent calls through a volatile pointer per iteration, one function copy per "
-      "configuration; configurations interleaved over {} rounds; ratios against the "
-      "no-site copy of the same round",
-      kCallsPerIter, rounds));
-  const bench::Rounds rs("tramp", rounds);
-  rs.register_all(cfgs, [](const std::string& name, const Config& c) {
-    benchmark::RegisterBenchmark(name.c_str(), bench::dependent_calls, c.fn, kCallsPerIter);
-  });
+  const bench::Rounds rs("tramp", opts.rounds);
   bench::KeepingReporter rep;
-  benchmark::RunSpecifiedBenchmarks(&rep);
+  bench::run_rounds(rs, cfgs, kCallsPerIter, "ratios", rep);
   summary(cfgs, rep, rs);
-  if (listing) print_listings(cfgs);
+  if (!opts.given("--no-listing")) print_listings(cfgs);
   benchmark::Shutdown();
   return 0;
 }

@@ -23,6 +23,7 @@
 
 #include "cli_runner.hpp"
 #include "golden.hpp"
+#include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using utramp::test::RunResult;
@@ -50,18 +51,9 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/utramp-record-test-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
+// This test's scratch directories: /tmp/utramp-record-test-XXXXXX.
+struct TempDir : utramp::test::TempDir {
+  TempDir() : utramp::test::TempDir("utramp-record-test") {}
 };
 
 // A child of these tests runs in the test's own directory (a -pg target writes

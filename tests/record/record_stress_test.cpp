@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "cli_runner.hpp"
+#include "temp_dir.hpp"
 #include "trace/event.hpp"
 #include "trace/trace_dir.hpp"
 
@@ -60,20 +61,6 @@ const StressFixture kFixtures[] = {
 #define STRESS_FIXTURE(file, cc, missing) {file, cc, missing},
 #include "stress_matrix.inc"
 #undef STRESS_FIXTURE
-};
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/utramp-stress-test-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
 };
 
 std::set<std::string> shm_files() {
@@ -313,7 +300,16 @@ ThreadCheck check_thread(const std::vector<Event>& evs, const utramp::trace::Sym
 
 // ---- one recording ----
 
+// What a test has the fixture do: SCENARIO in THREADS threads of ITERS iterations each.
+struct Load {
+  Scenario scenario;
+  int threads;
+  long iters;
+  long period_us = 0;  // the signal timer's period; 0 leaves the fixture's default
+};
+
 struct Recorded {
+  Load load;
   utramp::test::RunResult rec;
   std::string dir;
   std::map<int, long> tid_of;          // fixture thread k -> tid
@@ -353,16 +349,29 @@ class StressTest : public testing::TestWithParam<StressFixture> {
     }
   }
 
-  // Records `fixture SCENARIO ARGS` with OPTS and checks every thread's events.
-  void record(Scenario s, const std::vector<std::string>& opts,
-              const std::vector<std::string>& args, bool loose, Recorded* out) {
+  // Records LOAD with OPTS, checks every thread's events and makes the common checks.
+  Recorded run(const Load& load, const std::vector<std::string>& opts, bool loose) {
+    Recorded r;
+    record(load, opts, loose, &r);
+    check_common(r);
+    return r;
+  }
+
+ private:
+  // Records `fixture SCENARIO THREADS ITERS [PERIOD_US]` with OPTS and checks every
+  // thread's events.
+  void record(const Load& load, const std::vector<std::string>& opts, bool loose,
+              Recorded* out) {
+    out->load = load;
     const auto shm_before = shm_files();
     std::vector<std::string> argv = {UTRAMP_CLI, "record", "-o", tmp_.path + "/trace", "-F", "s_*"};
     argv.insert(argv.end(), opts.begin(), opts.end());
     argv.push_back("--");
     argv.push_back(std::string(UTRAMP_STRESS_DIR) + "/" + GetParam().file);
-    argv.push_back(scenario_name(s));
-    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back(scenario_name(load.scenario));
+    argv.push_back(std::to_string(load.threads));
+    argv.push_back(std::to_string(load.iters));
+    if (load.period_us) argv.push_back(std::to_string(load.period_us));
     const auto t0 = std::chrono::steady_clock::now();
     out->rec = utramp::test::run_program(argv);
     out->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -412,7 +421,8 @@ class StressTest : public testing::TestWithParam<StressFixture> {
   }
 
   // The common checks of one recording: exit, output, accounting, well-formedness.
-  void check_common(Scenario s, int nthreads, const Recorded& r) {
+  void check_common(const Recorded& r) {
+    const int nthreads = r.load.threads;
     ASSERT_EQ(r.rec.exit_code, 0) << r.rec.err << r.rec.out;
     ASSERT_EQ(r.tid_of.size(), static_cast<size_t>(nthreads)) << r.rec.out;
     ASSERT_TRUE(r.summary_found) << r.rec.err;
@@ -431,18 +441,19 @@ class StressTest : public testing::TestWithParam<StressFixture> {
     EXPECT_EQ(r.summary_lost, lost) << r.rec.err;
     // Every traced thread is one the fixture names (or, for fork, a child).
     size_t expected_threads = static_cast<size_t>(nthreads);
-    if (s == Scenario::fork) expected_threads *= 2;
+    if (r.load.scenario == Scenario::fork) expected_threads *= 2;
     EXPECT_EQ(r.checks.size(), expected_threads);
   }
 
-  const ThreadCheck* find(const Recorded& r, long tid) const {
-    for (const auto& [id, c] : r.checks)
-      if (id.second == tid) return &c;
-    return nullptr;
-  }
-
-  TempDir tmp_;
+  utramp::test::TempDir tmp_{"utramp-stress-test"};
 };
+
+// The events of thread TID (of any process), or null when it has none.
+const ThreadCheck* find(const Recorded& r, long tid) {
+  for (const auto& [id, c] : r.checks)
+    if (id.second == tid) return &c;
+  return nullptr;
+}
 
 // Expected events of a thread whose calls are `m` (entries and exits each one event).
 uint64_t events_of(const CallMap& m) {
@@ -456,52 +467,62 @@ CallMap without(CallMap m, std::initializer_list<const char*> names) {
   return m;
 }
 
-// 1a. Eight threads, a ring big enough for everything: exact counts, strict nesting,
-// no loss at all.
-TEST_P(StressTest, ThreadsExact) {
-  constexpr int kThreads = 8;
-  constexpr long kIters = 4000;
-  Recorded r;
-  record(Scenario::threads, {"--buffer-size", "131072"},
-         {std::to_string(kThreads), std::to_string(kIters)}, false, &r);
-  check_common(Scenario::threads, kThreads, r);
+// CHECK(k, events, want) for each thread k of the fixture's parent process, in order:
+// its events and the calls it made. A thread without events ends the loop (a fatal
+// failure); a fatal failure inside CHECK ends the checks of that thread only.
+template <class Check>
+void for_each_worker(const Recorded& r, Check check) {
   for (const auto& [k, tid] : r.tid_of) {
     SCOPED_TRACE("thread " + std::to_string(k));
     const ThreadCheck* c = find(r, tid);
     ASSERT_NE(c, nullptr);
-    const CallMap want = expected_worker(Scenario::threads, k, kIters);
-    EXPECT_EQ(c->calls, want);
-    EXPECT_EQ(c->lost, 0u);
-    EXPECT_EQ(c->delivered, events_of(want));
-    EXPECT_TRUE(c->open.empty());
-    EXPECT_GT(c->leaves, 0u) << "the fast path made no leaf";
+    check(k, *c, expected_worker(r.load.scenario, k, r.load.iters));
   }
+}
+
+// A thread recorded without loss: every call as the fixture made it, FORKS fork events
+// besides, nothing lost and no frame left open.
+void expect_exact(const ThreadCheck& c, const CallMap& want, uint64_t forks = 0) {
+  EXPECT_EQ(c.calls, want);
+  EXPECT_EQ(c.lost, 0u);
+  EXPECT_EQ(c.forks, forks);
+  EXPECT_EQ(c.delivered, events_of(want) + forks);
+  EXPECT_TRUE(c.open.empty());
+}
+
+// Every event the thread wrote was delivered or reported lost: those of the calls it
+// made, and four (s_sig_outer and s_sig_leaf, entry and exit) per run of its handler.
+void expect_accounted(const ThreadCheck& c, const CallMap& want, uint64_t handler_runs = 0) {
+  EXPECT_EQ(c.delivered + c.lost, events_of(want) + 4 * handler_runs)
+      << "delivered " << c.delivered << " lost " << c.lost << " handler runs " << handler_runs;
+}
+
+// 1a. Eight threads, a ring big enough for everything: exact counts, strict nesting,
+// no loss at all.
+TEST_P(StressTest, ThreadsExact) {
+  const Recorded r = run({.scenario = Scenario::threads, .threads = 8, .iters = 4000},
+                         {"--buffer-size", "131072"}, false);
+  for_each_worker(r, [](int, const ThreadCheck& c, const CallMap& want) {
+    expect_exact(c, want);
+    EXPECT_GT(c.leaves, 0u) << "the fast path made no leaf";
+  });
 }
 
 // 1b. The same load into 64-event rings: most events are dropped, and every one of
 // them is counted where it happened.
 TEST_P(StressTest, ThreadsTinyRingAccounting) {
-  constexpr int kThreads = 8;
-  constexpr long kIters = 4000;
-  Recorded r;
-  record(Scenario::threads, {"--buffer-size", "64"},
-         {std::to_string(kThreads), std::to_string(kIters)}, true, &r);
-  check_common(Scenario::threads, kThreads, r);
+  const Recorded r = run({.scenario = Scenario::threads, .threads = 8, .iters = 4000},
+                         {"--buffer-size", "64"}, true);
   uint64_t lost = 0;
-  for (const auto& [k, tid] : r.tid_of) {
-    SCOPED_TRACE("thread " + std::to_string(k));
-    const ThreadCheck* c = find(r, tid);
-    ASSERT_NE(c, nullptr);
-    const CallMap want = expected_worker(Scenario::threads, k, kIters);
-    EXPECT_EQ(c->delivered + c->lost, events_of(want))
-        << "delivered " << c->delivered << " lost " << c->lost;
-    for (const auto& [f, calls] : c->calls) {
+  for_each_worker(r, [&](int, const ThreadCheck& c, const CallMap& want) {
+    expect_accounted(c, want);
+    for (const auto& [f, calls] : c.calls) {
       ASSERT_TRUE(want.count(f)) << f;
       EXPECT_LE(calls.entries, want.at(f).entries) << f;
       EXPECT_LE(calls.exits, want.at(f).exits) << f;
     }
-    lost += c->lost;
-  }
+    lost += c.lost;
+  });
   EXPECT_GT(lost, 0u) << "64-event rings lost nothing: the test tests nothing";
 }
 
@@ -510,35 +531,27 @@ TEST_P(StressTest, ThreadsTinyRingAccounting) {
 // under whatever it interrupted, or counted lost with its exit (a handler that
 // interrupts a write drops everything it writes until it returns).
 TEST_P(StressTest, SignalsWhileTracing) {
-  constexpr int kThreads = 4;
-  constexpr long kIters = 30000;
-  Recorded r;
-  record(Scenario::signals, {"--buffer-size", "1048576"},
-         {std::to_string(kThreads), std::to_string(kIters), "20"}, false, &r);
-  check_common(Scenario::signals, kThreads, r);
+  const Recorded r =
+      run({.scenario = Scenario::signals, .threads = 4, .iters = 30000, .period_us = 20},
+          {"--buffer-size", "1048576"}, false);
   uint64_t runs = 0, handler_lost = 0;
-  for (const auto& [k, tid] : r.tid_of) {
-    SCOPED_TRACE("thread " + std::to_string(k));
-    const ThreadCheck* c = find(r, tid);
-    ASSERT_NE(c, nullptr);
-    const CallMap want = expected_worker(Scenario::signals, k, kIters);
+  for_each_worker(r, [&](int k, const ThreadCheck& c, const CallMap& want) {
     const uint64_t h = static_cast<uint64_t>(r.handler_runs.at(k));
     runs += h;
-    EXPECT_EQ(without(c->calls, {"s_sig_outer", "s_sig_leaf"}), want);
+    EXPECT_EQ(without(c.calls, {"s_sig_outer", "s_sig_leaf"}), want);
     const Calls none;
-    const Calls so = c->calls.count("s_sig_outer") ? c->calls.at("s_sig_outer") : none;
-    const Calls sl = c->calls.count("s_sig_leaf") ? c->calls.at("s_sig_leaf") : none;
+    const Calls so = c.calls.count("s_sig_outer") ? c.calls.at("s_sig_outer") : none;
+    const Calls sl = c.calls.count("s_sig_leaf") ? c.calls.at("s_sig_leaf") : none;
     // Recorded handler calls are whole (entry and exit), and whole ones are dropped.
     EXPECT_EQ(so.entries, so.exits);
     EXPECT_EQ(sl.entries, sl.exits);
     EXPECT_EQ(so.entries, sl.entries);
     EXPECT_LE(so.entries, h);
-    EXPECT_EQ(c->delivered + c->lost, events_of(want) + 4 * h)
-        << "delivered " << c->delivered << " lost " << c->lost << " handler runs " << h;
-    EXPECT_EQ(c->lost, 4 * (h - so.entries));
-    handler_lost += c->lost;
-    EXPECT_TRUE(c->open.empty());
-  }
+    expect_accounted(c, want, h);
+    EXPECT_EQ(c.lost, 4 * (h - so.entries));
+    handler_lost += c.lost;
+    EXPECT_TRUE(c.open.empty());
+  });
   RecordProperty("handler_runs", std::to_string(runs));
   RecordProperty("handler_events_lost", std::to_string(handler_lost));
   EXPECT_GT(runs, 100u) << "too few signals to test anything";
@@ -548,23 +561,11 @@ TEST_P(StressTest, SignalsWhileTracing) {
 // stream starts with the inherited frames, its calls nest under them; the parent's
 // stream has a fork event; both are exact.
 TEST_P(StressTest, ForkFromTracedFrames) {
-  constexpr int kThreads = 6;
-  constexpr long kIters = 2000;
-  Recorded r;
-  record(Scenario::fork, {"--buffer-size", "131072"},
-         {std::to_string(kThreads), std::to_string(kIters)}, false, &r);
-  check_common(Scenario::fork, kThreads, r);
-  ASSERT_EQ(r.child_pid.size(), static_cast<size_t>(kThreads));
-  for (const auto& [k, tid] : r.tid_of) {
-    SCOPED_TRACE("thread " + std::to_string(k));
-    const ThreadCheck* c = find(r, tid);
-    ASSERT_NE(c, nullptr);
-    const CallMap want = expected_worker(Scenario::fork, k, kIters);
-    EXPECT_EQ(c->calls, want);
-    EXPECT_EQ(c->lost, 0u);
-    EXPECT_EQ(c->forks, 1u);
-    EXPECT_EQ(c->delivered, events_of(want) + 1);
-    EXPECT_TRUE(c->open.empty());
+  const Recorded r = run({.scenario = Scenario::fork, .threads = 6, .iters = 2000},
+                         {"--buffer-size", "131072"}, false);
+  ASSERT_EQ(r.child_pid.size(), static_cast<size_t>(r.load.threads));
+  for_each_worker(r, [&](int k, const ThreadCheck& c, const CallMap& want) {
+    expect_exact(c, want, /*forks=*/1);
     // The child: its only thread has its pid as tid.
     const long child = r.child_pid.at(k);
     const ThreadCheck* cc = find(r, child);
@@ -572,52 +573,30 @@ TEST_P(StressTest, ForkFromTracedFrames) {
     EXPECT_EQ(cc->calls, expected_child());
     EXPECT_EQ(cc->lost, 0u);
     EXPECT_EQ(cc->open, (std::vector<std::string>{"s_top", "s_fork_a", "s_fork_b"}));
-  }
+  });
 }
 
 // 4. Exceptions through traced frames (exits marked unwound) and longjmp over traced
 // frames (exit_longjmp), in every thread, mixed with the fast path's ordinary calls;
 // the first call after a longjmp nests under the frame longjmp returned to.
 TEST_P(StressTest, ExceptionsAndLongjmp) {
-  constexpr int kThreads = 6;
-  constexpr long kIters = 1500;
-  Recorded r;
-  record(Scenario::unwind, {"--buffer-size", "262144"},
-         {std::to_string(kThreads), std::to_string(kIters)}, false, &r);
-  check_common(Scenario::unwind, kThreads, r);
-  for (const auto& [k, tid] : r.tid_of) {
-    SCOPED_TRACE("thread " + std::to_string(k));
-    const ThreadCheck* c = find(r, tid);
-    ASSERT_NE(c, nullptr);
-    const CallMap want = expected_worker(Scenario::unwind, k, kIters);
-    EXPECT_EQ(c->calls, want);
-    EXPECT_EQ(c->lost, 0u);
-    EXPECT_EQ(c->delivered, events_of(want));
-    EXPECT_TRUE(c->open.empty());
-  }
+  const Recorded r = run({.scenario = Scenario::unwind, .threads = 6, .iters = 1500},
+                         {"--buffer-size", "262144"}, false);
+  for_each_worker(r, [](int, const ThreadCheck& c, const CallMap& want) { expect_exact(c, want); });
 }
 
 // 5. The flight recorder: 64-event rings in overwrite mode under threads and signals.
 // What is kept is well formed, and everything else is reported lost, exactly.
 TEST_P(StressTest, FlightRecorderTinyRing) {
-  constexpr int kThreads = 4;
-  constexpr long kIters = 20000;
-  Recorded r;
-  record(Scenario::signals, {"--buffer-size", "64", "--mode", "overwrite"},
-         {std::to_string(kThreads), std::to_string(kIters), "20"}, true, &r);
-  check_common(Scenario::signals, kThreads, r);
+  const Recorded r =
+      run({.scenario = Scenario::signals, .threads = 4, .iters = 20000, .period_us = 20},
+          {"--buffer-size", "64", "--mode", "overwrite"}, true);
   uint64_t lost = 0;
-  for (const auto& [k, tid] : r.tid_of) {
-    SCOPED_TRACE("thread " + std::to_string(k));
-    const ThreadCheck* c = find(r, tid);
-    ASSERT_NE(c, nullptr);
-    const CallMap want = expected_worker(Scenario::signals, k, kIters);
-    const uint64_t h = static_cast<uint64_t>(r.handler_runs.at(k));
-    EXPECT_EQ(c->delivered + c->lost, events_of(want) + 4 * h)
-        << "delivered " << c->delivered << " lost " << c->lost << " handler runs " << h;
-    EXPECT_EQ(c->leaves, 0u) << "overwrite mode makes no leaves";
-    lost += c->lost;
-  }
+  for_each_worker(r, [&](int k, const ThreadCheck& c, const CallMap& want) {
+    expect_accounted(c, want, static_cast<uint64_t>(r.handler_runs.at(k)));
+    EXPECT_EQ(c.leaves, 0u) << "overwrite mode makes no leaves";
+    lost += c.lost;
+  });
   EXPECT_GT(lost, 0u);
 }
 

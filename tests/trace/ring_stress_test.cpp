@@ -147,141 +147,137 @@ TEST(RingRace, ManyThreadsClaimWriteCloseAndRecycle) {
 Producer* g_sig_producer = nullptr;
 std::atomic<uint64_t> g_sig_seq{0};
 
-void on_alarm(int) {
+void on_sigprof(int) {
   // Sequence numbers from 1<<40 on, owner 9, so the checks tell them apart.
   const uint64_t s = g_sig_seq.fetch_add(1, std::memory_order_relaxed);
   g_sig_producer->write(seq_event((1ull << 40) + s, 9));
 }
 
-TEST(RingRace, SignalHandlerWritingIntoTheInterruptedRing) {
+// How SIGPROF is made to come every 20 us.
+enum class SigTimer {
+  itimer_prof,   // setitimer(ITIMER_PROF): in practice once per scheduler tick
+  thread_timer,  // a CLOCK_MONOTONIC POSIX timer aimed at this thread (high resolution)
+};
+
+struct SignalRace {
+  uint64_t main_written = 0, handler_written = 0;
+  uint64_t delivered_main = 0, delivered_sig = 0, torn = 0, lost = 0;
+  uint64_t reordered = 0;  // main events delivered after a later one
+};
+
+// For 1.5 s the thread writes events 0, 1, 2... into its ring (MODE) with
+// WRITE_MAIN(p, seq), a thousand at a time between drains, while TIMER's SIGPROF handler
+// writes into the same ring; MAIN_INTACT(e) says whether a delivered main event is
+// exactly one that was written.
+void signal_race(BufferMode mode, SigTimer timer, void (*write_main)(Producer&, uint64_t),
+                 bool (*main_intact)(const Event&), SignalRace* out) {
   TempDir dir;
-  auto b = ShmBuffers::create(dir / "buffers.shm", ShmConfig{2, 1u << 16, BufferMode::overwrite});
+  auto b = ShmBuffers::create(dir / "buffers.shm", ShmConfig{2, 1u << 16, mode});
   ASSERT_TRUE(b.ok());
   Producer p = b->claim(1, 1);
   g_sig_producer = &p;
+  g_sig_seq.store(0);
   struct sigaction sa {
   }, old{};
-  sa.sa_handler = on_alarm;
+  sa.sa_handler = on_sigprof;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   ASSERT_EQ(sigaction(SIGPROF, &sa, &old), 0);
-  itimerval tv{{0, 20}, {0, 20}};
-  ASSERT_EQ(setitimer(ITIMER_PROF, &tv, nullptr), 0);
+  timer_t posix_timer{};
+  if (timer == SigTimer::itimer_prof) {
+    itimerval tv{{0, 20}, {0, 20}};
+    ASSERT_EQ(setitimer(ITIMER_PROF, &tv, nullptr), 0);
+  } else {
+    sigevent sev{};
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = SIGPROF;
+    sev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
+    ASSERT_EQ(timer_create(CLOCK_MONOTONIC, &sev, &posix_timer), 0);
+    itimerspec its{{0, 20000}, {0, 20000}};
+    ASSERT_EQ(timer_settime(posix_timer, 0, &its, nullptr), 0);
+  }
 
-  uint64_t main_written = 0, delivered_main = 0, delivered_sig = 0, torn = 0, lost = 0;
+  SignalRace& r = *out;
+  uint64_t next_main = 0;
   auto take = [&](uint32_t, uint32_t, std::span<const Event> ev, uint64_t l) {
-    lost += l;
+    r.lost += l;
     for (const auto& e : ev) {
       if (test::is_lost(e)) continue;
       if (e.time >= (1ull << 40)) {
-        test::intact(e, 9) ? ++delivered_sig : ++torn;
+        test::intact(e, 9) ? ++r.delivered_sig : ++r.torn;
+      } else if (!main_intact(e)) {
+        ++r.torn;
       } else {
-        test::intact(e, 0) ? ++delivered_main : ++torn;
+        if (e.time < next_main) ++r.reordered;
+        next_main = e.time + 1;
+        ++r.delivered_main;
       }
     }
   };
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
   while (std::chrono::steady_clock::now() < until) {
-    for (int i = 0; i < 1000; ++i) p.write(seq_event(main_written++));
+    for (int i = 0; i < 1000; ++i) write_main(p, r.main_written++);
     b->drain(take);
   }
-  itimerval off{};
-  setitimer(ITIMER_PROF, &off, nullptr);
+  if (timer == SigTimer::itimer_prof) {
+    itimerval off{};
+    setitimer(ITIMER_PROF, &off, nullptr);
+  } else {
+    timer_delete(posix_timer);
+  }
   sigaction(SIGPROF, &old, nullptr);
   b->drain(take, true);
   g_sig_producer = nullptr;
-  EXPECT_EQ(torn, 0u);
-  EXPECT_EQ(delivered_main + delivered_sig + lost, main_written + g_sig_seq.load());
-  EXPECT_GT(g_sig_seq.load(), 0u) << "no signal arrived";
+  r.handler_written = g_sig_seq.load();
+}
+
+TEST(RingRace, SignalHandlerWritingIntoTheInterruptedRing) {
+  SignalRace r;
+  ASSERT_NO_FATAL_FAILURE(signal_race(
+      BufferMode::overwrite, SigTimer::itimer_prof,
+      [](Producer& p, uint64_t s) { p.write(seq_event(s)); },
+      [](const Event& e) { return test::intact(e, 0); }, &r));
+  EXPECT_EQ(r.torn, 0u);
+  EXPECT_EQ(r.delivered_main + r.delivered_sig + r.lost, r.main_written + r.handler_written);
+  EXPECT_GT(r.handler_written, 0u) << "no signal arrived";
   std::printf("main %llu, handler %llu written; handler writes dropped as nested: %llu\n",
-              static_cast<unsigned long long>(main_written),
-              static_cast<unsigned long long>(g_sig_seq.load()),
-              static_cast<unsigned long long>(lost));
+              static_cast<unsigned long long>(r.main_written),
+              static_cast<unsigned long long>(r.handler_written),
+              static_cast<unsigned long long>(r.lost));
 }
 
 // The same with the tracer's fast path as the interrupted writer: put_fast() (falling
 // back to write() as the tracer does) in the thread, write() in its handler. put_fast()
 // once read head before it took busy, so a handler that wrote between the two had its
 // events overwritten and the head went back under what the consumer had taken.
-std::atomic<uint64_t> g_fast_sig_seq{0};
-
-void on_alarm_fast(int) {
-  const uint64_t s = g_fast_sig_seq.fetch_add(1, std::memory_order_relaxed);
-  g_sig_producer->write(seq_event((1ull << 40) + s, 9));
-}
-
 TEST(RingRace, SignalHandlerWritingIntoARingThePutFastIsWriting) {
-  TempDir dir;
-  auto b = ShmBuffers::create(dir / "buffers.shm", ShmConfig{2, 1u << 16, BufferMode::discard});
-  ASSERT_TRUE(b.ok());
-  Producer p = b->claim(1, 1);
-  g_sig_producer = &p;
-  struct sigaction sa {
-  }, old{};
-  sa.sa_handler = on_alarm_fast;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  ASSERT_EQ(sigaction(SIGPROF, &sa, &old), 0);
-  // A high-resolution timer aimed at this thread (ITIMER_PROF fires per scheduler tick).
-  sigevent sev{};
-  sev.sigev_notify = SIGEV_THREAD_ID;
-  sev.sigev_signo = SIGPROF;
-  sev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
-  timer_t timer{};
-  ASSERT_EQ(timer_create(CLOCK_MONOTONIC, &sev, &timer), 0);
-  itimerspec its{{0, 20000}, {0, 20000}};
-  ASSERT_EQ(timer_settime(timer, 0, &its, nullptr), 0);
-
   // Main events: what put_fast can write (no flags, no aux), every word from seq.
+  auto write_main = [](Producer& p, uint64_t s) {
+    const uint64_t a = test::mix(s), d = test::mix(s ^ 0x5555555555555555ull);
+    if (!p.put_fast(s, a, d, static_cast<uint16_t>(s), EventType::entry, false)) {
+      Event e{};
+      e.time = s;
+      e.addr = a;
+      e.data = d;
+      e.depth = static_cast<uint16_t>(s);
+      e.type = static_cast<uint8_t>(EventType::entry);
+      p.write(e);
+    }
+  };
   auto main_ok = [](const Event& e) {
     return e.addr == test::mix(e.time) && e.data == test::mix(e.time ^ 0x5555555555555555ull) &&
            e.depth == static_cast<uint16_t>(e.time) && e.flags == 0 && e.aux == 0 &&
            e.type == static_cast<uint8_t>(EventType::entry);
   };
-  uint64_t main_written = 0, delivered_main = 0, delivered_sig = 0, torn = 0, lost = 0;
-  uint64_t next_main = 0, reordered = 0;
-  auto take = [&](uint32_t, uint32_t, std::span<const Event> ev, uint64_t l) {
-    lost += l;
-    for (const auto& e : ev) {
-      if (test::is_lost(e)) continue;
-      if (e.time >= (1ull << 40)) {
-        test::intact(e, 9) ? ++delivered_sig : ++torn;
-      } else if (!main_ok(e)) {
-        ++torn;
-      } else {
-        if (e.time < next_main) ++reordered;
-        next_main = e.time + 1;
-        ++delivered_main;
-      }
-    }
-  };
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
-  while (std::chrono::steady_clock::now() < until) {
-    for (int i = 0; i < 1000; ++i) {
-      const uint64_t s = main_written++;
-      const uint64_t a = test::mix(s), d = test::mix(s ^ 0x5555555555555555ull);
-      if (!p.put_fast(s, a, d, static_cast<uint16_t>(s), EventType::entry, false)) {
-        Event e{};
-        e.time = s;
-        e.addr = a;
-        e.data = d;
-        e.depth = static_cast<uint16_t>(s);
-        e.type = static_cast<uint8_t>(EventType::entry);
-        p.write(e);
-      }
-    }
-    b->drain(take);
-  }
-  timer_delete(timer);
-  sigaction(SIGPROF, &old, nullptr);
-  b->drain(take, true);
-  g_sig_producer = nullptr;
-  EXPECT_EQ(torn, 0u);
-  EXPECT_EQ(reordered, 0u);
-  EXPECT_EQ(delivered_main + delivered_sig + lost, main_written + g_fast_sig_seq.load())
-      << "main " << delivered_main << "/" << main_written << ", handler " << delivered_sig << "/"
-      << g_fast_sig_seq.load() << ", lost " << lost;
-  EXPECT_GT(g_fast_sig_seq.load(), 0u) << "no signal arrived";
+  SignalRace r;
+  ASSERT_NO_FATAL_FAILURE(
+      signal_race(BufferMode::discard, SigTimer::thread_timer, write_main, main_ok, &r));
+  EXPECT_EQ(r.torn, 0u);
+  EXPECT_EQ(r.reordered, 0u);
+  EXPECT_EQ(r.delivered_main + r.delivered_sig + r.lost, r.main_written + r.handler_written)
+      << "main " << r.delivered_main << "/" << r.main_written << ", handler " << r.delivered_sig
+      << "/" << r.handler_written << ", lost " << r.lost;
+  EXPECT_GT(r.handler_written, 0u) << "no signal arrived";
 }
 
 TEST(RingRace, ForkedChildrenRacingTheConsumer) {
