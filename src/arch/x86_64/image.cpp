@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <span>
 
 #include "arch/arch.hpp"
 #include "arch/x86_64/asm_util.hpp"
@@ -125,7 +126,8 @@ int32_t copy_window(const Signature& sig, const Layout& l) {
 //   rbp-32-16*8 ...       full xmm0-7 (variadic and unknown signatures only)
 //   ... gpr save          rdi..r9 (variadic and unknown signatures, and any with an
 //                         argument register carrying fewer than 8 bytes)
-//   ctx-32                the caller's return address (utramp's extension)
+//   ctx-32                the caller's return address (utramp's extension; stored only
+//                         when a link asks: ImageSpec::store_caller)
 //   ctx-24, -16, -8       cookie, function address, slot count
 //   ctx+0 ...             argument slots, then two return slots
 struct Frame {
@@ -419,7 +421,7 @@ void hook_exit(ax::Assembler& a, const ImageSpec& sp, uint64_t base, std::vector
 // and trace::Producer::put_fast/complete_leaf): any check that fails jumps to `bail`,
 // always before the first store, and the hooks then do the work. Registers: rax, rcx,
 // rdx, rdi, rsi, r11 (the caller saves what is live).
-void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out) {
+void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, Label done) {
   const TracerInline& L = sp.tracer.fast;
   const int32_t P = L.producer;
   Label no_stale = a.newLabel();
@@ -494,6 +496,7 @@ void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out) 
   a.inc(ax::edi);
   a.mov(ax::dword_ptr(ax::rsi, L.depth), ax::edi);
   a.mov(fs_mem(L.tls_in_tracer, 4), Imm(0));
+  a.jmp(done);
 }
 
 // After the call: rcx, rdi, rsi, r8 and r11 are dead (not return registers); rax and
@@ -595,43 +598,26 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, L
   a.jmp(out);
 }
 
-void hook_entry_inline(ax::Assembler& a, const ImageSpec& sp, uint64_t base,
-                       std::vector<HookSlow>& slow) {
+// The inline common case around a hook call: registers the inline code uses are saved
+// (an even count keeps rsp 16-aligned), and it leaves by `done` (recorded), `out` (a
+// check failed while it held t_in_tracer, released here) or `bail` (the hook decides).
+void hook_inline(ax::Assembler& a, const ImageSpec& sp, uint64_t base,
+                 std::vector<HookSlow>& slow, bool entry) {
+  static const ax::Gp kEntrySaved[] = {ax::rax, ax::rdi, ax::rsi, ax::rdx, ax::rcx, ax::rcx};
+  static const ax::Gp kExitSaved[] = {ax::rax, ax::rdx};  // only return registers are live
+  const std::span<const ax::Gp> saved = entry ? std::span<const ax::Gp>(kEntrySaved)
+                                              : std::span<const ax::Gp>(kExitSaved);
   Label bail = a.newLabel(), out = a.newLabel(), done = a.newLabel();
-  a.push(ax::rax);
-  a.push(ax::rdi);
-  a.push(ax::rsi);
-  a.push(ax::rdx);
-  a.push(ax::rcx);
-  a.push(ax::rcx);
-  inline_entry(a, sp, bail, out);
-  a.jmp(done);
+  for (const ax::Gp& r : saved) a.push(r);
+  if (entry) inline_entry(a, sp, bail, out, done);
+  else inline_exit(a, sp, bail, out, done);
   a.bind(out);
   a.mov(fs_mem(sp.tracer.fast.tls_in_tracer, 4), Imm(0));
   a.bind(bail);
-  hook_call(a, sp, base, sp.tracer.entry, sp.tracer.entry_general, slow);
+  if (entry) hook_call(a, sp, base, sp.tracer.entry, sp.tracer.entry_general, slow);
+  else hook_call(a, sp, base, sp.tracer.exit, sp.tracer.exit_general, slow);
   a.bind(done);
-  a.pop(ax::rcx);
-  a.pop(ax::rcx);
-  a.pop(ax::rdx);
-  a.pop(ax::rsi);
-  a.pop(ax::rdi);
-  a.pop(ax::rax);
-}
-
-void hook_exit_inline(ax::Assembler& a, const ImageSpec& sp, uint64_t base,
-                      std::vector<HookSlow>& slow) {
-  Label bail = a.newLabel(), out = a.newLabel(), done = a.newLabel();
-  a.push(ax::rax);
-  a.push(ax::rdx);
-  inline_exit(a, sp, bail, out, done);  // leaves by `done`, `out` or `bail`
-  a.bind(out);
-  a.mov(fs_mem(sp.tracer.fast.tls_in_tracer, 4), Imm(0));
-  a.bind(bail);
-  hook_call(a, sp, base, sp.tracer.exit, sp.tracer.exit_general, slow);
-  a.bind(done);
-  a.pop(ax::rdx);
-  a.pop(ax::rax);
+  for (size_t i = saved.size(); i-- > 0;) a.pop(saved[i]);
 }
 
 void hook_slow_paths(ax::Assembler& a, uint64_t base, const std::vector<HookSlow>& slow) {
@@ -789,7 +775,7 @@ Result<ImageCode> emit_tracer_image(const ImageSpec& sp, uint64_t base) {
       a.dec(fs_mem(sp.tls.counters + 4 * int64_t(sp.site_slot), 4));
     }
     a.and_(ax::rsp, Imm(-16));
-    if (sp.tracer.inline_path) hook_entry_inline(a, sp, base, slow);
+    if (sp.tracer.inline_path) hook_inline(a, sp, base, slow, true);
     else hook_entry(a, sp, base, slow);
     Label lv = a.newLabel();
     if (!sp.calls_original) {
@@ -798,7 +784,7 @@ Result<ImageCode> emit_tracer_image(const ImageSpec& sp, uint64_t base) {
       a.long_().jmp(Imm(sp.pass));
     } else {
       call_original(a, sp, sig, l, base);
-      if (sp.tracer.exit && sp.tracer.inline_path) hook_exit_inline(a, sp, base, slow);
+      if (sp.tracer.exit && sp.tracer.inline_path) hook_inline(a, sp, base, slow, false);
       else if (sp.tracer.exit) hook_exit(a, sp, base, slow);
       a.bind(lv);
       a.leave();
@@ -851,8 +837,10 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       a.mov(ax::r11, Imm(sp.func));
       a.mov(ctx_slot(f, -2), ax::r11);
     }
-    a.mov(ax::r11, rbp_q(8));  // entered by jmp: [rbp+8] is the caller's return address
-    a.mov(ctx_slot(f, -4), ax::r11);
+    if (sp.store_caller) {
+      a.mov(ax::r11, rbp_q(8));  // entered by jmp: [rbp+8] is the caller's return address
+      a.mov(ctx_slot(f, -4), ax::r11);
+    }
     for (const ImageProg& p : sp.fentry) run_prog(a, sp, f, p, base, misses, miss_progs);
     if (!sp.calls_original) {
       restore_args(a, sig, l, f);
