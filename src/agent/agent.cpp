@@ -205,6 +205,7 @@ void attach_new_sites() {
     ftrace::FuncRecord* rec = record_for(s->info.name, shown, s->info.func);
     tramp::AttachOptions o;
     o.cookie = reinterpret_cast<uint64_t>(rec);
+    o.caller = cfg.tracer == "function";  // graph_entry records who called (ctx[-4])
     if (rec->nargs == 0 && rec->ret == trace::ValueFormat::none) {
       // Nothing to capture: the tracer's hooks, inlined in the image (no ctx).
       reqs.push_back({s->info.func, tramp::AttachType::tracer,

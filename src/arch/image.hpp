@@ -107,6 +107,7 @@ struct ImageSpec {
   uint64_t stats_begin = 0;   // uint64_t (*)(void): a timestamp
   uint64_t stats_end = 0;     // void (*)(uint64_t stats, uint64_t begin)
   TracerHooks tracer;         // entry == 0: no tracer on this function
+  bool store_caller = false;  // ctx[-4] = the caller's return address (a program reads it)
 };
 
 struct ImageCode {

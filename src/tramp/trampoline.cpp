@@ -352,6 +352,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     for (Link* l : fmod) add(spec.fmod_ret, l);
     for (Link* l : fexit) add(spec.fexit, l);
     if (hooks) spec.tracer = *hooks;
+    spec.store_caller = std::any_of(links.begin(), links.end(), [](Link* l) { return l->caller; });
     // Within rel32 of the stub: the hop jumps to the image, the image to pass/exit.
     const auto w = arch::rel32_window(t.stub_block.addr);
     auto block = os::ExecArena::instance().allocate(arch::image_size_bound(spec), w.lo, w.hi);
@@ -552,6 +553,7 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
   link->tramp = &t;
   link->type = type;
   link->cookie = opts.cookie;
+  link->caller = opts.caller;
   link->id = next_link_id_++;
   if (type == AttachType::freplace || type == AttachType::tracer) {
     link->replacement = prog;

@@ -62,11 +62,15 @@ struct Link {
   uint64_t cookie = 0;
   uint64_t id = 0;
   bool attached = false;
+  bool caller = false;         // AttachOptions::caller
 };
 
 struct AttachOptions {
   uint64_t cookie = 0;
   std::optional<Signature> signature;  // from the caller (C++ type, or options string)
+  // The program reads ctx[-4], the caller's return address (utramp's extension): the
+  // image stores it only when one of its links asks (two instructions per call).
+  bool caller = false;
 };
 
 struct LinkInfo {

@@ -412,6 +412,17 @@ TEST(Filters, FunctionTracer) {
                               r.show_record() + r.cli({"replay"}) + r.cli({"report", "--sort", "name"}));
 }
 
+// The function tracer on a function whose arguments are recorded: the program path
+// (not the tracer's hooks), which reads the caller from the image's ctx.
+TEST(Filters, FunctionTracerWithArguments) {
+  REQUIRE_FIXTURE(kMain);
+  Recording r(kMain, {"--tracer", "function", "-F", "add", "-F", "run_args", "-A", "add@arg1,arg2"},
+              {"args"});
+  EXPECT_EQ(r.record().exit_code, 0);
+  const std::string replay = r.cli({"replay"});
+  EXPECT_NE(replay.find("add() <- run_args"), std::string::npos) << replay;
+}
+
 // ---- buffers: a forced overflow in both modes is reported, never silent ----
 
 void check_overflow(const std::string& mode) {
