@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -232,6 +233,20 @@ std::vector<std::filesystem::path> data_files(const std::filesystem::path& dir) 
 }
 
 std::filesystem::path conformance_dir() { return UTRAMP_CONFORMANCE_DIR; }
+
+std::vector<std::string> case_names(const char* sub) {
+  std::vector<std::string> out;
+  if (!conformance_present()) return out;
+  for (const auto& p : data_files(conformance_dir() / sub)) out.push_back(p.stem().string());
+  return out;
+}
+
+std::string param_test_name(const std::string& case_name) {
+  std::string s = case_name;
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return s;
+}
 
 bool conformance_present() {
   std::error_code ec;

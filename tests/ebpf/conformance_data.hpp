@@ -69,4 +69,9 @@ std::vector<std::filesystem::path> data_files(const std::filesystem::path& dir);
 std::filesystem::path conformance_dir();
 bool conformance_present();
 
+// The case names (file stems) of the suite's `sub` directory ("tests", "negative"),
+// none when the suite is absent; and a gtest name for one (non-alphanumerics -> '_').
+std::vector<std::string> case_names(const char* sub);
+std::string param_test_name(const std::string& case_name);
+
 }  // namespace utramp::ebpf::testing

@@ -44,18 +44,10 @@ std::map<std::pair<std::string, std::string>, std::string> known_failures() {
   return out;
 }
 
-std::vector<std::string> case_names() {
-  std::vector<std::string> out;
-  if (!conformance_present()) return out;
-  for (const auto& p : data_files(conformance_dir() / "tests")) out.push_back(p.stem().string());
-  return out;
-}
+std::vector<std::string> case_names() { return utramp::ebpf::testing::case_names("tests"); }
 
 std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string s = info.param;
-  for (char& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return s;
+  return utramp::ebpf::testing::param_test_name(info.param);
 }
 
 TEST(ConformanceSuite, Present) {

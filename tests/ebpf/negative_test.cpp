@@ -46,18 +46,10 @@ std::map<std::string, Expect> expectations() {
   return out;
 }
 
-std::vector<std::string> negative_names() {
-  std::vector<std::string> out;
-  if (!conformance_present()) return out;
-  for (const auto& p : data_files(conformance_dir() / "negative")) out.push_back(p.stem().string());
-  return out;
-}
+std::vector<std::string> negative_names() { return utramp::ebpf::testing::case_names("negative"); }
 
 std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string s = info.param;
-  for (char& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return s;
+  return utramp::ebpf::testing::param_test_name(info.param);
 }
 
 class Negative : public ::testing::TestWithParam<std::string> {};
