@@ -158,6 +158,15 @@ Manager& Manager::instance() {
   return *m;
 }
 
+namespace {
+// Both managers are made when the library loads, not on first use: their constructors
+// register the fork handlers, and a fork() while another thread was in the middle of
+// the first instance() left the child waiting forever on the half-made static (seen as
+// ProbeStress.ForkWhileAnotherThreadAttaches hanging about one run in four). The
+// constructors only allocate and register handlers (threads start on first attach).
+__attribute__((constructor)) void make_managers_early() { (void)Manager::instance(); }
+}  // namespace
+
 Manager::Manager() : impl_(new Impl) {
   Impl* impl = impl_;
   static Impl* g_impl = impl;
