@@ -36,6 +36,7 @@ trap 'rm -rf "$WORK"' EXIT
 SRC=bench/record_target.c
 gcc -O2 -fcf-protection=none -fpatchable-function-entry=5 -o "$WORK/t_pfe" "$SRC"
 gcc -O2 -fcf-protection=none -pg -o "$WORK/t_pg" "$SRC"
+gcc -O2 -fcf-protection=none -o "$WORK/t_floor" bench/timestamp_floor.c
 have_xray=0
 if command -v clang >/dev/null &&
    clang -O2 -fcf-protection=none -fxray-instrument -fxray-instruction-threshold=1 \
@@ -98,6 +99,20 @@ if [ "$have_xray" = 1 ]; then
 else
   echo "XRay: clang cannot link an XRay program (libclang-rt-14-dev), skipped"
 fi
+# The clocks' floor: the same loop with two clock reads around each call and nothing
+# else (bench/timestamp_floor.c), against the plain loop. No function_graph tracer that
+# times entry and exit with that clock can cost less per call.
+floor_row() {  # floor_row NAME CLOCK
+  local u0 uN f0 fN
+  u0=$(best_ns "$WORK/t_pfe" 0); uN=$(best_ns "$WORK/t_pfe" "$N")
+  f0=$(best_ns "$WORK/t_floor" 0 "$2"); fN=$(best_ns "$WORK/t_floor" "$N" "$2")
+  per_call[$1]=$(awk -v a="$fN" -v b="$f0" -v c="$uN" -v d="$u0" -v n="$N" \
+                   'BEGIN { printf "%.1f", ((a - b) - (c - d)) / n }')
+  printf "%-28s %12s %12s %12s %12s %12s\n" "$1" "$(ms "$u0")" "$(ms "$uN")" \
+    "$(ms "$f0")" "$(ms "$fN")" "${per_call[$1]}"
+}
+floor_row "floor: 2 rdtsc per call" tsc
+floor_row "floor: 2 clock_gettime/call" clock
 echo
 # The per-call figure compared: the default ring's when it lost nothing, else the
 # larger ring's.
@@ -110,3 +125,8 @@ for k in "uftrace record (-pg)" "XRay xray-basic (clang)"; do
       'BEGIN { printf "utramp / %s per-call cost: %.2f (goal against uftrace: <= 0.20)\n", k, u / o }'
   fi
 done
+if [ -n "${per_call["uftrace record (-pg)"]:-}" ]; then
+  awk -v f="${per_call["floor: 2 rdtsc per call"]}" -v o="${per_call["uftrace record (-pg)"]}" \
+    -v u="${per_call[$ours]}" 'BEGIN {
+      printf "two rdtsc per call alone: %.1f ns = %.2f of uftrace; utramp is %.1f ns above that floor\n", f, f / o, u - f }'
+fi
