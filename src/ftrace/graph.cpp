@@ -2,6 +2,7 @@
 
 #include "ftrace/graph_state.hpp"
 
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -52,6 +53,36 @@ bool tid_selected(uint32_t tid) {
 void emit(ThreadTrace* ts, trace::EventType type, uint64_t time, uint64_t addr, uint64_t data,
           uint16_t depth, uint8_t flags = 0, uint32_t aux = 0);
 
+// What the fast path may do on a thread with a ring: ordinary events, unless -t defers
+// entries or a signal handler runs on its alternate stack (ThreadTrace::switched).
+Path fast_or_general(const ThreadTrace* ts) {
+  return g_min_ticks || ts->switched ? Path::general : Path::fast;
+}
+
+// The top frame leaves the shadow stack.
+void pop_frame(ThreadTrace* ts) {
+  const Frame& f = ts->stack[--ts->depth];
+  if ((f.flags & Frame::kSwitched) && ts->switched && --ts->switched == 0 &&
+      ts->path == Path::general)
+    ts->path = fast_or_general(ts);
+}
+
+bool on_alt(const ThreadTrace* ts, uint64_t sp) { return sp >= ts->alt_lo && sp < ts->alt_hi; }
+
+// An entry at `sp`, at or above the top frame `top`: a longjmp left that frame, unless
+// `sp` is on this thread's alternate signal stack and `top` is not — a handler's first
+// call there (the stack may lie anywhere, above the thread's included). One system call,
+// made only when the cheap address check already failed.
+bool onto_alt_stack(ThreadTrace* ts, uint64_t sp, uint64_t top) {
+  stack_t ss{};
+  if (sigaltstack(nullptr, &ss) != 0 || (ss.ss_flags & SS_DISABLE) || ss.ss_size == 0) return false;
+  const uint64_t lo = reinterpret_cast<uint64_t>(ss.ss_sp), hi = lo + ss.ss_size;
+  if (sp < lo || sp >= hi || (top >= lo && top < hi)) return false;
+  ts->alt_lo = lo;
+  ts->alt_hi = hi;
+  return true;
+}
+
 // This thread's state, made on its first event (mmap: async-signal-safe, no malloc),
 // and renewed on its first event in a forked child. Also decides what the fast path may
 // do on this thread (ThreadTrace::path).
@@ -79,15 +110,17 @@ ThreadTrace* state() {
   if (!forked) {
     ts->depth = 0;
     ts->overflow = 0;
+    ts->switched = 0;
   }
   if (!tid_selected(ts->tid)) {
     ts->depth = 0;
     ts->overflow = 0;
+    ts->switched = 0;
     return nullptr;
   }
   ts->producer = g_buffers->claim(ts->pid, ts->tid);
   if (!ts->producer.valid()) return nullptr;
-  ts->path = g_min_ticks ? Path::general : Path::fast;
+  ts->path = fast_or_general(ts);
   // A forked child returns through the calls its parent had open: its own stream
   // starts with their entries again (times from before the fork), so that its calls
   // nest under them and their exits have a match.
@@ -115,7 +148,7 @@ void nested_drop() {
 }
 
 // Strings are copied with a fault-safe read: a bad pointer gives "<bad pointer>".
-void emit_string(ThreadTrace* ts, uint64_t time, uint64_t addr, uint16_t depth, uint64_t ptr) {
+void emit_string(ThreadTrace* ts, uint64_t time, uint64_t /*func*/, uint16_t depth, uint64_t ptr) {
   char buf[64];
   iovec local{buf, sizeof buf};
   iovec remote{reinterpret_cast<void*>(ptr), sizeof buf};
@@ -171,7 +204,19 @@ void close_stale(ThreadTrace* ts, uint64_t sp, uint64_t time, bool entry) {
     Frame& f = ts->stack[ts->depth - 1];
     if (f.written())
       emit(ts, trace::EventType::exit_longjmp, time, f.func, 0, static_cast<uint16_t>(ts->depth - 1));
-    --ts->depth;
+    pop_frame(ts);
+  }
+}
+
+// An event at `sp`, off the alternate signal stack, while handler frames on it are open:
+// the handler was left by longjmp (a handler that returns closes its frames first).
+void close_left_handler(ThreadTrace* ts, uint64_t sp, uint64_t time) {
+  if (!ts->switched || on_alt(ts, sp)) return;
+  while (ts->depth && ts->switched) {
+    Frame& f = ts->stack[ts->depth - 1];
+    if (f.written())
+      emit(ts, trace::EventType::exit_longjmp, time, f.func, 0, static_cast<uint16_t>(ts->depth - 1));
+    pop_frame(ts);
   }
 }
 
@@ -251,7 +296,10 @@ void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
     emit(ts, trace::EventType::entry, time, func, caller, 0);
     return;
   }
-  close_stale(ts, sp, time, true);
+  close_left_handler(ts, sp, time);
+  const bool switching =
+      ts->depth && ts->stack[ts->depth - 1].sp <= sp && onto_alt_stack(ts, sp, ts->stack[ts->depth - 1].sp);
+  if (!switching) close_stale(ts, sp, time, true);
   if (ts->depth >= kMaxStack) {
     ++ts->overflow;
     ++ts->overruns;
@@ -263,6 +311,11 @@ void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
   f.func = func;
   f.time = time;
   f.flags = g_opts.max_depth && d >= g_opts.max_depth ? Frame::kHidden : 0;
+  if (switching) {
+    f.flags |= Frame::kSwitched;
+    ++ts->switched;
+    ts->path = fast_or_general(ts);
+  }
   if (f.hidden()) {
     ++ts->overruns;
     return;
@@ -293,12 +346,13 @@ void do_exit(ThreadTrace* ts, uint64_t sp, const FuncRecord* rec, const uint64_t
     --ts->overflow;
     return;
   }
+  close_left_handler(ts, sp, time);
   close_stale(ts, sp, time, false);
   if (!ts->depth) return;  // entered before tracing started on this thread
   const uint32_t d = ts->depth - 1;
   Frame& f = ts->stack[d];
   if (f.sp != sp) return;  // not ours (should not happen)
-  --ts->depth;
+  pop_frame(ts);
   if (f.hidden()) return;
   if (!f.written()) {
     if (time - f.time < g_min_ticks) return;  // shorter than -t: dropped whole
@@ -346,8 +400,8 @@ void on_unwind(uint64_t func) {
   // Frames deeper than the unwound one have their own images (and calls here) unless
   // they were not traced; close down to the first frame of `func`.
   while (ts->depth) {
-    Frame& f = ts->stack[ts->depth - 1];
-    --ts->depth;
+    const Frame f = ts->stack[ts->depth - 1];
+    pop_frame(ts);
     if (f.written())
       emit(ts, trace::EventType::exit_unwound, time, f.func, 0, static_cast<uint16_t>(ts->depth));
     if (f.func == func) break;

@@ -18,9 +18,11 @@ struct Frame {
   uint64_t func;
   uint64_t time;
   // kWritten: its entry event is in the buffer (with -t, written lazily); kHidden:
-  // deeper than -D, never written.
+  // deeper than -D, never written; kSwitched: the first frame of a signal handler on
+  // its alternate stack, at a higher address than the frames it interrupted (the fast
+  // path leaves its exit to the general code, which sees flags != kWritten).
   uint8_t flags;
-  static constexpr uint8_t kWritten = 1, kHidden = 2;
+  static constexpr uint8_t kWritten = 1, kHidden = 2, kSwitched = 4;
   bool written() const { return flags & kWritten; }
   bool hidden() const { return flags & kHidden; }
 };
@@ -41,6 +43,11 @@ struct ThreadTrace {
   uint32_t depth = 0;       // frames on the stack
   uint64_t overflow = 0;    // calls beyond kMaxStack not on the stack
   uint64_t overruns = 0;    // calls not recorded for the depth limit
+  // kSwitched frames on the stack, and the signal stack they are on. While there is
+  // one, every event goes to the general code (path general): frame addresses compare
+  // only within one stack, and a handler left by longjmp shows only as an event off it.
+  uint32_t switched = 0;
+  uint64_t alt_lo = 0, alt_hi = 0;
   Frame stack[kMaxStack];
 };
 

@@ -73,12 +73,13 @@ std::set<std::string> shm_files() {
 
 // ---- what the fixture does (see stress_fixture.cpp) ----
 
-enum class Scenario { threads, signals, fork, unwind };
+enum class Scenario { threads, signals, altstack, fork, unwind };
 
 const char* scenario_name(Scenario s) {
   switch (s) {
     case Scenario::threads: return "threads";
     case Scenario::signals: return "signals";
+    case Scenario::altstack: return "altstack";
     case Scenario::fork: return "fork";
     case Scenario::unwind: return "unwind";
   }
@@ -121,6 +122,12 @@ CallMap expected_worker(Scenario s, int k, long iters) {
   if (s == Scenario::fork) {
     add("s_fork_a", 1);
     add("s_fork_b", 1);
+  }
+  if (s == Scenario::altstack) {
+    add("s_alt_jumper", 1);
+    add("s_raiser", 1, 'j');
+    add("s_sig_jump", 1, 'j');
+    add("s_after", 1);
   }
   if (s == Scenario::unwind) {
     add("s_catcher", iters - 1);
@@ -165,7 +172,10 @@ const std::map<std::string, Shape>& shapes() {
       {"s_throw_rec", {{"s_thrower", "s_throw_rec"}, 'u'}},
       {"s_jumper", {{""}, 'x'}},
       {"s_jump_rec", {{"s_jumper", "s_jump_rec"}, 'j'}},
-      {"s_after", {{"s_jumper"}, 'x'}},
+      {"s_after", {{"s_jumper", "s_alt_jumper"}, 'x'}},
+      {"s_alt_jumper", {{""}, 'x'}},
+      {"s_raiser", {{"s_alt_jumper"}, 'j'}},
+      {"s_sig_jump", {{"s_raiser"}, 'j'}},
       // s_sig_outer: the handler runs wherever the thread was (any caller)
   };
   return m;
@@ -526,14 +536,12 @@ TEST_P(StressTest, ThreadsTinyRingAccounting) {
   EXPECT_GT(lost, 0u) << "64-event rings lost nothing: the test tests nothing";
 }
 
-// 2. A timer per thread fires every 20 us; its handler calls s_sig_outer -> s_sig_leaf.
-// The main calls stay exact; each handler call is either recorded, properly nested
-// under whatever it interrupted, or counted lost with its exit (a handler that
-// interrupts a write drops everything it writes until it returns).
-TEST_P(StressTest, SignalsWhileTracing) {
-  const Recorded r =
-      run({.scenario = Scenario::signals, .threads = 4, .iters = 30000, .period_us = 20},
-          {"--buffer-size", "1048576"}, false);
+// Signals: the main calls stay exact; each handler call is either recorded, properly
+// nested under whatever it interrupted, or counted lost with its exit (a handler that
+// interrupts a write drops everything it writes until it returns). The number of
+// handler calls recorded, per thread.
+std::map<int, uint64_t> expect_signals_accounted(const Recorded& r) {
+  std::map<int, uint64_t> recorded;
   uint64_t runs = 0, handler_lost = 0;
   for_each_worker(r, [&](int k, const ThreadCheck& c, const CallMap& want) {
     const uint64_t h = static_cast<uint64_t>(r.handler_runs.at(k));
@@ -551,10 +559,32 @@ TEST_P(StressTest, SignalsWhileTracing) {
     EXPECT_EQ(c.lost, 4 * (h - so.entries));
     handler_lost += c.lost;
     EXPECT_TRUE(c.open.empty());
+    recorded[k] = so.entries;
   });
-  RecordProperty("handler_runs", std::to_string(runs));
-  RecordProperty("handler_events_lost", std::to_string(handler_lost));
+  testing::Test::RecordProperty("handler_runs", std::to_string(runs));
+  testing::Test::RecordProperty("handler_events_lost", std::to_string(handler_lost));
   EXPECT_GT(runs, 100u) << "too few signals to test anything";
+  return recorded;
+}
+
+// 2a. A timer per thread fires every 20 us; its handler calls s_sig_outer -> s_sig_leaf.
+TEST_P(StressTest, SignalsWhileTracing) {
+  const Recorded r =
+      run({.scenario = Scenario::signals, .threads = 4, .iters = 30000, .period_us = 20},
+          {"--buffer-size", "1048576"}, false);
+  expect_signals_accounted(r);
+}
+
+// 2b. The same with the handler on an alternate signal stack, above the thread's stack
+// (odd threads) or below it (even ones). A handler's frames above the interrupted ones
+// are not a longjmp over them: nothing is closed early, nothing nests wrong.
+TEST_P(StressTest, SignalsOnAlternateStack) {
+  const Recorded r =
+      run({.scenario = Scenario::altstack, .threads = 4, .iters = 30000, .period_us = 50},
+          {"--buffer-size", "1048576"}, false);
+  const auto recorded = expect_signals_accounted(r);
+  for (const auto& [k, n] : recorded)
+    EXPECT_GT(n, 0u) << "thread " << k << ": no handler call recorded on its signal stack";
 }
 
 // 3. Every thread forks from three traced frames deep while the others run: the child's

@@ -8,6 +8,13 @@
 //   stress_fixture signals T N US       the same, and a per-thread timer firing every US
 //                                       microseconds whose handler calls traced
 //                                       functions (s_sig_outer -> s_sig_leaf)
+//   stress_fixture altstack T N US      signals, with the handler on an alternate signal
+//                                       stack (SA_ONSTACK): above the thread's stack for
+//                                       odd threads, below it for even ones; and first,
+//                                       once per thread, a handler left by siglongjmp:
+//                                       s_alt_jumper { sigsetjmp; s_raiser { SIGUSR1 ->
+//                                       handler -> s_sig_jump { siglongjmp } }; s_after }
+//                                       (s_raiser and s_sig_jump exit by longjmp)
 //   stress_fixture fork T N             the same as threads; in iteration N/2 every
 //                                       thread forks from three traced frames deep
 //                                       (s_top -> s_fork_a -> s_fork_b); the child runs
@@ -37,6 +44,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -57,7 +65,7 @@ namespace {
 
 volatile long sink;
 
-enum class Mode { threads, signals, fork, unwind };
+enum class Mode { threads, signals, altstack, fork, unwind };
 Mode g_mode = Mode::threads;
 long g_iters = 0;
 long g_period_us = 0;
@@ -72,6 +80,10 @@ struct ThreadResult {
 ThreadResult g_results[kMaxThreads];
 
 thread_local long t_handler_runs;  // written by this thread's handler only
+
+// altstack: each thread's stack and signal stack, one mapping (main sets them up).
+constexpr size_t kStackBytes = 1 << 20, kAltBytes = 256 << 10;
+void* g_altstacks[kMaxThreads];
 
 }  // namespace
 
@@ -104,6 +116,39 @@ void on_timer(int) {
 }
 
 }  // namespace
+
+// ---- altstack: a handler left by siglongjmp ----
+
+thread_local sigjmp_buf t_alt_jb;
+
+FX void s_sig_jump(void) {
+  sink = 9;
+  siglongjmp(t_alt_jb, 1);
+}
+
+namespace {
+
+void on_usr1(int) { s_sig_jump(); }
+
+}  // namespace
+
+FX void s_raiser(void) {
+  sink = 10;
+  pthread_kill(pthread_self(), SIGUSR1);  // delivered before it returns
+  sink = 10;
+}
+
+FX void s_after(void);
+
+FX int s_alt_jumper(void) {
+  sink = 11;
+  volatile int jumped = 0;
+  if (sigsetjmp(t_alt_jb, 1) == 0) s_raiser();
+  else jumped = 1;
+  s_after();
+  sink = 11;
+  return jumped;
+}
 
 FX void s_child_work(void) {
   sink = 8;
@@ -191,13 +236,26 @@ namespace {
 void* worker(void* arg) {
   const int k = static_cast<int>(reinterpret_cast<long>(arg));
   g_results[k].tid = syscall(SYS_gettid);
+  if (g_mode == Mode::altstack) {
+    stack_t ss{};
+    ss.ss_sp = g_altstacks[k];
+    ss.ss_size = kAltBytes;
+    if (sigaltstack(&ss, nullptr) != 0) {
+      perror("sigaltstack");
+      exit(3);
+    }
+  }
   // The first traced call claims the thread's ring; the timer starts after it, so
   // that every handler run lands in a thread that has one.
   long i = 0;
   s_top(k, i++);
+  if (g_mode == Mode::altstack && s_alt_jumper() != 1) {
+    fprintf(stderr, "thread %d: the handler did not longjmp\n", k);
+    exit(4);
+  }
   timer_t timer{};
   bool timing = false;
-  if (g_mode == Mode::signals) {
+  if (g_mode == Mode::signals || g_mode == Mode::altstack) {
     sigevent sev{};
     sev.sigev_notify = SIGEV_THREAD_ID;
     sev.sigev_signo = SIGALRM;
@@ -249,12 +307,13 @@ void* worker(void* arg) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: %s threads|signals|fork|unwind THREADS ITERS [PERIOD_US]\n", argv[0]);
+    fprintf(stderr, "usage: %s threads|signals|altstack|fork|unwind THREADS ITERS [PERIOD_US]\n", argv[0]);
     return 2;
   }
   const char* what = argv[1];
   if (!strcmp(what, "threads")) g_mode = Mode::threads;
   else if (!strcmp(what, "signals")) g_mode = Mode::signals;
+  else if (!strcmp(what, "altstack")) g_mode = Mode::altstack;
   else if (!strcmp(what, "fork")) g_mode = Mode::fork;
   else if (!strcmp(what, "unwind")) g_mode = Mode::unwind;
   else {
@@ -269,12 +328,16 @@ int main(int argc, char** argv) {
     fprintf(stderr, "bad arguments\n");
     return 2;
   }
-  if (g_mode == Mode::signals) {
+  if (g_mode == Mode::signals || g_mode == Mode::altstack) {
     struct sigaction sa {};
     sa.sa_handler = on_timer;
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = SA_RESTART | (g_mode == Mode::altstack ? SA_ONSTACK : 0);
     sigemptyset(&sa.sa_mask);
     sigaction(SIGALRM, &sa, nullptr);
+    if (g_mode == Mode::altstack) {
+      sa.sa_handler = on_usr1;
+      sigaction(SIGUSR1, &sa, nullptr);
+    }
     // Only the workers take it (their timers name them); main never does.
     sigset_t set;
     sigemptyset(&set);
@@ -285,6 +348,19 @@ int main(int argc, char** argv) {
   for (int k = 0; k < nthreads; ++k) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
+    if (g_mode == Mode::altstack) {
+      // One mapping per thread: its stack, and its signal stack above or below it.
+      void* m = mmap(nullptr, kStackBytes + kAltBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+      if (m == MAP_FAILED) {
+        perror("mmap");
+        return 3;
+      }
+      char* base = static_cast<char*>(m);
+      const bool above = k % 2 == 1;
+      g_altstacks[k] = above ? base + kStackBytes : base;
+      pthread_attr_setstack(&attr, above ? base : base + kAltBytes, kStackBytes);
+    }
     if (pthread_create(&t[k], &attr, worker, reinterpret_cast<void*>(static_cast<long>(k))) != 0) {
       perror("pthread_create");
       return 3;
