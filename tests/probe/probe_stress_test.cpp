@@ -211,6 +211,13 @@ TEST(ProbeStress, OptimisationToggledUnderLoad) {
 // fork() while another thread attaches and detaches: the child inherits no lock held
 // by a thread it does not have, and can probe (and unprobe) at once.
 TEST(ProbeStress, ForkWhileAnotherThreadAttaches) {
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer's allocator is not fork-safe: a child forked while the other
+  // thread allocates waits forever on the allocator's lock at its first allocation
+  // (gdb: __sanitizer::SizeClassAllocator64::GetFromAllocator, under operator new in the
+  // child's attach), in about half the runs. The regular build runs this test.
+  GTEST_SKIP() << "fork with another thread allocating deadlocks in ASan's allocator";
+#endif
   std::atomic<bool> stop{false};
   std::thread churn([&] {
     while (!stop.load()) {
