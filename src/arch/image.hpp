@@ -72,7 +72,7 @@ struct ImageProg {
 // hooks only when it does not apply.
 struct TracerInline {
   int64_t tls_state = 0;    // fs-relative offset of the thread's state pointer
-  int64_t tls_in_tracer = 0;  // ... of its "inside the tracer" word (u32), held meanwhile
+  int64_t tls_in_tracer = 0;  // ... of its "inside the tracer" word (u64: the holder's rsp)
   // The state: offsets of its fields, the value of `path` that allows the fast path.
   int32_t path = 0, depth = 0, overflow = 0, producer = 0, stack = 0;
   uint8_t path_fast = 0;

@@ -20,7 +20,7 @@ namespace utramp::ftrace {
 namespace detail {
 FastConfig g_fast;
 __thread ThreadTrace* t_trace = nullptr;
-__thread uint32_t t_in_tracer = 0;
+__thread uint64_t t_in_tracer = 0;
 }  // namespace detail
 
 namespace {
@@ -147,6 +147,74 @@ void nested_drop() {
   if (ts && ts->fork_gen == g_fork_gen && ts->path != Path::ignore) ts->producer.drop();
 }
 
+// A signal handler left tracer code by longjmp (tracer_held): the ring and the shadow
+// stack as that code left them, made consistent again. Every writer publishes an event
+// before it pops or after it pushes the frame the event is about, so what can be half
+// done is: a write (busy held, the staged flag stale or its slot half written), a frame
+// whose exit is published but which is still on the stack, a frame whose entry is
+// published but which is not marked written, a frame pushed for a call that never ran.
+void repair_abandoned(ThreadTrace* ts) {
+  trace::Producer& p = ts->producer;
+  Frame* top = ts->depth ? &ts->stack[ts->depth - 1] : nullptr;
+  const uint16_t top_depth = static_cast<uint16_t>(ts->depth - 1);
+  trace::Event e{};
+  // The staged slot is kept when it is the entry of the open call (perhaps half turned
+  // into its leaf); else it belongs to a call that never ran (an entry left before its
+  // frame was pushed), or the flag outlived a leaf already published.
+  const bool keep = p.staged_event(&e) && top && top->written() && e.time == top->time &&
+                    e.addr == top->func && e.depth == top_depth;
+  p.release_abandoned(keep);
+  if (keep || !top || top->hidden()) return;
+  const bool last = p.last_published(&e) && e.addr == top->func && e.depth == top_depth;
+  const auto type = static_cast<trace::EventType>(e.type);
+  if (top->written()) {
+    // Its exit published, the frame not popped yet.
+    const bool closed = last && (type == trace::EventType::leaf
+                                     ? e.time == top->time
+                                     : (type == trace::EventType::exit ||
+                                        type == trace::EventType::exit_longjmp ||
+                                        type == trace::EventType::exit_unwound) &&
+                                           e.time >= top->time);
+    if (closed) pop_frame(ts);
+  } else if (last && type == trace::EventType::entry && e.time == top->time) {
+    top->flags |= Frame::kWritten;  // its entry published, the frame not marked yet
+  } else if (!g_min_ticks) {
+    // Pushed by the general code, its entry never written (without -t it is written at
+    // once): the hook was left before the call ran.
+    pop_frame(ts);
+  }
+}
+
+// The holder of t_in_tracer was left: repairs what it left half done and releases it.
+void take_over() {
+  ThreadTrace* ts = t_trace;
+  if (ts && ts->fork_gen == g_fork_gen && ts->producer.valid() && ts->path != Path::ignore) {
+    InTracer in;
+    repair_abandoned(ts);
+  }
+  t_in_tracer = 0;
+}
+
+// Whether tracer code holds this thread (t_in_tracer), seen from a traced call whose
+// frame is `frame`: true when the holder still runs (it is below, interrupted by a
+// signal handler or calling a traced function itself: the event is dropped); false
+// when nothing holds it, or when a handler left the holder by longjmp — the call is
+// above the holder on the same stack — after which what the holder left half done is
+// repaired and the word released for the caller to take.
+bool tracer_held(uint64_t frame) {
+  const uint64_t holder = t_in_tracer;
+  if (holder == 0) return false;
+  if (frame < holder) return true;
+  // Above it: a handler on its signal stack (wherever that lies), or a holder left.
+  stack_t ss{};
+  if (sigaltstack(nullptr, &ss) == 0 && (ss.ss_flags & SS_ONSTACK)) {
+    const uint64_t lo = reinterpret_cast<uint64_t>(ss.ss_sp), hi = lo + ss.ss_size;
+    if (holder < lo || holder >= hi) return true;
+  }
+  take_over();
+  return false;
+}
+
 // Strings are copied with a fault-safe read: a bad pointer gives "<bad pointer>".
 void emit_string(ThreadTrace* ts, uint64_t time, uint64_t /*func*/, uint16_t depth, uint64_t ptr) {
   char buf[64];
@@ -253,7 +321,7 @@ arch::TracerHooks hooks() {
                                        reinterpret_cast<uintptr_t>(__builtin_thread_pointer()));
     f.tls_in_tracer = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&t_in_tracer) -
                                            reinterpret_cast<uintptr_t>(__builtin_thread_pointer()));
-    static_assert(sizeof(t_in_tracer) == 4);
+    static_assert(sizeof(t_in_tracer) == 8);
     f.path = offsetof(ThreadTrace, path);
     f.depth = offsetof(ThreadTrace, depth);
     f.overflow = offsetof(ThreadTrace, overflow);
@@ -305,14 +373,18 @@ void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
     ++ts->overruns;
     return;
   }
-  const uint32_t d = ts->depth++;
+  // The frame is filled in before depth makes it part of the stack: code left by a
+  // signal handler's longjmp in between must not leave a frame with a stale field.
+  const uint32_t d = ts->depth;
   Frame& f = ts->stack[d];
   f.sp = sp;
   f.func = func;
   f.time = time;
   f.flags = g_opts.max_depth && d >= g_opts.max_depth ? Frame::kHidden : 0;
+  if (switching) f.flags |= Frame::kSwitched;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  ts->depth = d + 1;
   if (switching) {
-    f.flags |= Frame::kSwitched;
     ++ts->switched;
     ts->path = fast_or_general(ts);
   }
@@ -352,24 +424,24 @@ void do_exit(ThreadTrace* ts, uint64_t sp, const FuncRecord* rec, const uint64_t
   const uint32_t d = ts->depth - 1;
   Frame& f = ts->stack[d];
   if (f.sp != sp) return;  // not ours (should not happen)
-  pop_frame(ts);
-  if (f.hidden()) return;
+  // The frame is popped after its exit is written, as everywhere (see tracer_held).
+  if (f.hidden()) return pop_frame(ts);
   if (!f.written()) {
-    if (time - f.time < g_min_ticks) return;  // shorter than -t: dropped whole
-    flush_pending(ts, d);  // the ancestors' entries (this frame is already popped)
-    write_entry(ts, d);
+    if (time - f.time < g_min_ticks) return pop_frame(ts);  // shorter than -t: dropped whole
+    flush_pending(ts, d);  // the ancestors' entries and its own
   }
   const trace::ValueFormat rf = rec && ctx ? rec->ret : trace::ValueFormat::none;
   const uint64_t ret = rf != trace::ValueFormat::none ? ctx[ctx[-1]] : 0;
   emit(ts, trace::EventType::exit, time, f.func, ret, static_cast<uint16_t>(d),
        static_cast<uint8_t>(rf));
   if (rf == trace::ValueFormat::string) emit_string(ts, time, f.func, static_cast<uint16_t>(d), ret);
+  pop_frame(ts);
 }
 
 }  // namespace
 
 uint64_t graph_entry(uint64_t* ctx) {
-  if (t_in_tracer) {
+  if (tracer_held(reinterpret_cast<uint64_t>(ctx))) {
     nested_drop();
     return 0;
   }
@@ -381,7 +453,7 @@ uint64_t graph_entry(uint64_t* ctx) {
 }
 
 uint64_t graph_exit(uint64_t* ctx) {
-  if (t_in_tracer) {
+  if (tracer_held(reinterpret_cast<uint64_t>(ctx))) {
     nested_drop();
     return 0;
   }
@@ -392,7 +464,8 @@ uint64_t graph_exit(uint64_t* ctx) {
 }
 
 void on_unwind(uint64_t func) {
-  if (t_in_tracer) return;  // an exception out of a handler that interrupted the tracer
+  // An exception out of a handler that interrupted the tracer.
+  if (tracer_held(detail::stack_pointer())) return;
   InTracer in;
   ThreadTrace* ts = t_trace;
   if (!ts || !ts->producer.valid() || ts->pid != static_cast<uint32_t>(getpid())) return;
@@ -401,9 +474,9 @@ void on_unwind(uint64_t func) {
   // they were not traced; close down to the first frame of `func`.
   while (ts->depth) {
     const Frame f = ts->stack[ts->depth - 1];
-    pop_frame(ts);
     if (f.written())
-      emit(ts, trace::EventType::exit_unwound, time, f.func, 0, static_cast<uint16_t>(ts->depth));
+      emit(ts, trace::EventType::exit_unwound, time, f.func, 0, static_cast<uint16_t>(ts->depth - 1));
+    pop_frame(ts);
     if (f.func == func) break;
   }
 }
@@ -415,7 +488,7 @@ void after_fork_child() {
 }
 
 void record_fork(uint32_t child_pid) {
-  if (t_in_tracer) {
+  if (tracer_held(detail::stack_pointer())) {
     nested_drop();
     return;
   }
@@ -426,7 +499,9 @@ void record_fork(uint32_t child_pid) {
 }
 
 void close_thread() {
-  if (t_in_tracer) return;  // the final drain publishes what is staged
+  // At its end no tracer code of this thread can resume: a holder was left by longjmp
+  // (or by a signal handler that ends the thread).
+  if (t_in_tracer) take_over();
   InTracer in;
   ThreadTrace* ts = t_trace;
   if (!ts || ts->pid != static_cast<uint32_t>(getpid()) || !ts->producer.valid()) return;
@@ -445,7 +520,7 @@ using utramp::ftrace::detail::ThreadTrace;
 
 extern "C" __attribute__((visibility("hidden"))) void utramp_graph_entry_general(uint64_t func,
                                                                                   uint64_t frame) {
-  if (t_in_tracer) {
+  if (utramp::ftrace::tracer_held(frame)) {
     utramp::ftrace::nested_drop();
     return;
   }
@@ -457,7 +532,7 @@ extern "C" __attribute__((visibility("hidden"))) void utramp_graph_entry_general
 
 extern "C" __attribute__((visibility("hidden"))) void utramp_graph_exit_general(uint64_t,
                                                                                  uint64_t frame) {
-  if (t_in_tracer) {
+  if (utramp::ftrace::tracer_held(frame)) {
     utramp::ftrace::nested_drop();
     return;
   }

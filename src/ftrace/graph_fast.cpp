@@ -69,6 +69,7 @@ utramp_graph_fast_entry(uint64_t func, uint64_t frame) {
   f.func = func;
   f.time = t;
   f.flags = Frame::kWritten;
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // filled in before it is pushed
   ts->depth = d + 1;
   return 0;
 }
@@ -88,7 +89,7 @@ utramp_graph_fast_exit(uint64_t func, uint64_t frame) {
   if (!ts->producer.complete_leaf(f.func, f.time, t) &&
       !ts->producer.put_fast(t, f.func, 0, static_cast<uint16_t>(d - 1), EventType::exit, false))
     return 1;
-  ts->depth = d - 1;
+  ts->depth = d - 1;  // popped after its exit is published (graph.cpp: repair_abandoned)
   return 0;
 }
 

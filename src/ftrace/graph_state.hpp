@@ -69,7 +69,19 @@ extern __thread ThreadTrace* t_trace __attribute__((tls_model("initial-exec"), v
 // a time taken and not written yet. Its events would be misnested or go back in time,
 // so they are dropped and counted lost instead (graph.cpp: nested_drop), like a nested
 // write of the ring. The ring's own `busy` flag covers only the write itself.
-extern __thread uint32_t t_in_tracer __attribute__((tls_model("initial-exec"), visibility("hidden")));
+//
+// The value is the holder's stack pointer when it took the word: such a call has its
+// frame below it (or on the signal stack). A call whose frame is above it, on the same
+// stack, comes after a signal handler left the holder by longjmp; the general code then
+// repairs what the holder left half done and takes the word over (graph.cpp:
+// tracer_held), so that the thread is not dropped for good.
+extern __thread uint64_t t_in_tracer __attribute__((tls_model("initial-exec"), visibility("hidden")));
+
+UTRAMP_ALWAYS_INLINE uint64_t stack_pointer() {
+  uint64_t sp;
+  asm volatile("mov %%rsp, %0" : "=r"(sp));
+  return sp;
+}
 
 // Holds t_in_tracer for a scope; the caller checked it was 0. A plain store is enough:
 // only this thread and its signal handlers use it, and a handler that runs between the
@@ -77,7 +89,7 @@ extern __thread uint32_t t_in_tracer __attribute__((tls_model("initial-exec"), v
 // fast path can use it.
 struct InTracer {
   __attribute__((always_inline)) InTracer() {
-    t_in_tracer = 1;
+    t_in_tracer = stack_pointer();
     std::atomic_signal_fence(std::memory_order_seq_cst);  // before any state is touched
   }
   __attribute__((always_inline)) ~InTracer() {

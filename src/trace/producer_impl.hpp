@@ -22,12 +22,15 @@ struct Control {
   std::atomic<uint64_t> pending;  // drops not yet marked by a `lost` event (discard mode)
   std::atomic<uint32_t> busy;     // a write() is in progress on this ring
   std::atomic<uint32_t> staged;   // slot `head` holds an entry not yet published
+  std::atomic<uint64_t> nested;   // of `lost`: events of calls made inside the tracer
   alignas(64) std::atomic<uint32_t> state;
   std::atomic<uint32_t> pid;
   std::atomic<uint32_t> tid;
   alignas(64) std::atomic<uint64_t> tail;  // consumer: events [0, tail) were taken
   uint64_t lost_reported;                  // consumer: `lost` already reported
   uint64_t last_time;                      // consumer: time of the last event seen
+  uint64_t marked_seen;                    // consumer: the last marker's running total
+  uint64_t nested_reported;                // consumer: `nested` already counted
 };
 static_assert(sizeof(Control) <= 4096);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -75,6 +78,7 @@ UTRAMP_ALWAYS_INLINE bool producer_put(Control* c, Event* ring, uint64_t mask, u
   if (c->busy.load(std::memory_order_relaxed) != 0) {
     // A signal handler interrupted a write() on this ring: writing now would race with
     // the interrupted one for the same slot, so the event is dropped and counted.
+    c->nested.fetch_add(1, std::memory_order_relaxed);
     c->lost.fetch_add(1, std::memory_order_relaxed);
     if (mode == 0 /* BufferMode::discard */) c->pending.fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -96,8 +100,14 @@ UTRAMP_ALWAYS_INLINE bool producer_put(Control* c, Event* ring, uint64_t mask, u
       put = false;
     } else {
       if (mark) {
-        const uint64_t n = c->pending.exchange(0, std::memory_order_relaxed);
-        store_slot(&ring[h & mask], lost_event(n, e.time, e.depth));
+        // A marker carries the running total of drops (`lost`), which the consumer turns
+        // into a count since the previous marker: however this write is cut short (a
+        // signal handler that longjmps out of it), a drop is never counted twice or
+        // left out — a marker published twice counts nothing the second time, and one
+        // never published is covered by the next or by the consumer at the end.
+        c->pending.store(0, std::memory_order_relaxed);
+        store_slot(&ring[h & mask],
+                   lost_event(c->lost.load(std::memory_order_relaxed), e.time, e.depth));
         ++h;
         if (stage) c->head.store(h, std::memory_order_release);
       }
@@ -123,6 +133,7 @@ UTRAMP_ALWAYS_INLINE bool producer_put(Control* c, Event* ring, uint64_t mask, u
 
 UTRAMP_ALWAYS_INLINE void Producer::drop() noexcept {
   if (ctl_ == nullptr) return;
+  ctl_->nested.fetch_add(1, std::memory_order_relaxed);
   ctl_->lost.fetch_add(1, std::memory_order_relaxed);
   // Discard mode: marked by the next write. Overwrite mode: by the consumer.
   if (mode_ == 0 /* BufferMode::discard */) ctl_->pending.fetch_add(1, std::memory_order_relaxed);

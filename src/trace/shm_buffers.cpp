@@ -5,7 +5,11 @@
 //     discard:   room = N - (head - tail)            tail: acquire, pairs with the
 //                                                    consumer's release after its copy
 //                no room → lost++, pending++ (the drop is marked later)
-//                pending → first a `lost` event carrying pending.exchange(0)
+//                pending → pending = 0, then first a `lost` event carrying `lost`
+//                (the running total; the consumer turns it into a count since its
+//                previous marker, so a write cut short by a signal handler's
+//                longjmp — the marker published twice, or not at all — still counts
+//                every drop once)
 //                store the slot(s); head += n (release: pairs with the consumer's
 //                acquire of head, which then sees the slots)
 //     overwrite: per slot: release fence; store slot head % N; head += 1 (release)
@@ -131,6 +135,39 @@ void Producer::close() noexcept {
   ring_ = nullptr;
 }
 
+bool Producer::staged_event(Event* out) const noexcept {
+  if (ctl_ == nullptr || ctl_->staged.load(std::memory_order_relaxed) == 0) return false;
+  load_slot(&ring_[ctl_->head.load(std::memory_order_relaxed) & mask_], out);
+  return true;
+}
+
+bool Producer::last_published(Event* out) const noexcept {
+  if (ctl_ == nullptr) return false;
+  const uint64_t h = ctl_->head.load(std::memory_order_relaxed);
+  if (h == 0) return false;
+  // The producer writes at head and beyond only: slot h - 1 still holds that event.
+  load_slot(&ring_[(h - 1) & mask_], out);
+  return true;
+}
+
+void Producer::release_abandoned(bool keep_staged) noexcept {
+  if (ctl_ == nullptr) return;
+  if (ctl_->staged.load(std::memory_order_relaxed) != 0) {
+    if (keep_staged) {
+      // It may be half turned into a leaf: an entry again (data 0, type entry).
+      auto* w = reinterpret_cast<uint64_t*>(&ring_[ctl_->head.load(std::memory_order_relaxed) & mask_]);
+      uint64_t w3 = std::atomic_ref<uint64_t>(w[3]).load(std::memory_order_relaxed);
+      w3 = (w3 & ~(uint64_t{0xff} << 16)) | (uint64_t{static_cast<uint8_t>(EventType::entry)} << 16);
+      std::atomic_ref<uint64_t>(w[2]).store(0, std::memory_order_relaxed);
+      std::atomic_ref<uint64_t>(w[3]).store(w3, std::memory_order_relaxed);
+    } else {
+      ctl_->staged.store(0, std::memory_order_relaxed);
+    }
+  }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  ctl_->busy.store(0, std::memory_order_relaxed);
+}
+
 // ---------------------------------------------------------------------------------
 // ShmBuffers
 
@@ -218,7 +255,7 @@ Result<ShmBuffers> ShmBuffers::attach(const std::string& path) {
 }
 
 ShmBuffers::ShmBuffers(ShmBuffers&& o) noexcept
-    : base_(o.base_), size_(o.size_), scratch_(std::move(o.scratch_)) {
+    : base_(o.base_), size_(o.size_), scratch_(std::move(o.scratch_)), nested_lost_(o.nested_lost_) {
   o.base_ = nullptr;
   o.size_ = 0;
 }
@@ -229,6 +266,7 @@ ShmBuffers& ShmBuffers::operator=(ShmBuffers&& o) noexcept {
     base_ = o.base_;
     size_ = o.size_;
     scratch_ = std::move(o.scratch_);
+    nested_lost_ = o.nested_lost_;
     o.base_ = nullptr;
     o.size_ = 0;
   }
@@ -291,6 +329,20 @@ std::vector<uint32_t> ShmBuffers::producer_pids() const {
   return pids;
 }
 
+namespace {
+
+// A slot staged by a producer that is gone: published only if it is a whole entry (or a
+// leaf) — a thread can end while the write was cut short by a signal handler's longjmp.
+bool staged_is_whole(const Event& slot, uint64_t last_time) {
+  Event e;
+  load_slot(&slot, &e);
+  if (e.addr == 0 || e.time < last_time) return false;
+  if (e.type == static_cast<uint8_t>(EventType::entry)) return true;
+  return e.type == static_cast<uint8_t>(EventType::leaf) && e.data >= e.time;
+}
+
+}  // namespace
+
 size_t ShmBuffers::drain(
     const std::function<void(uint32_t, uint32_t, std::span<const Event>, uint64_t)>& fn,
     bool final) {
@@ -312,7 +364,8 @@ size_t ShmBuffers::drain(
     const Event* ring = ring_of(c);
     uint64_t tail = c->tail.load(std::memory_order_relaxed);
     uint64_t h1 = c->head.load(std::memory_order_acquire);  // pairs with write()'s release
-    if (final && c->staged.exchange(0, std::memory_order_relaxed) != 0) {
+    if (final && c->staged.exchange(0, std::memory_order_relaxed) != 0 &&
+        staged_is_whole(ring[h1 & (n - 1)], c->last_time)) {
       // The producer is gone with an entry staged (its thread was inside a call with
       // no event since): that entry is recorded too.
       c->head.store(++h1, std::memory_order_relaxed);
@@ -324,6 +377,9 @@ size_t ShmBuffers::drain(
     const uint64_t produced_lost = c->lost.load(std::memory_order_relaxed);
     const uint64_t dropped = produced_lost - c->lost_reported;
     c->lost_reported = produced_lost;
+    const uint64_t nested = c->nested.load(std::memory_order_relaxed);
+    nested_lost_ += nested - c->nested_reported;
+    c->nested_reported = nested;
     lost += dropped;
     // What is handed to fn: up to two runs of events (a wrapped ring read in place, or
     // the scratch copy) and a `lost` marker at the end.
@@ -342,6 +398,27 @@ size_t ShmBuffers::drain(
       const uint64_t run1 = std::min(len, n - first);
       runs[0] = std::span<const Event>(ring + first, run1);
       runs[1] = std::span<const Event>(ring, len - run1);
+      // The producer's markers carry running totals: counts since the previous marker
+      // here, in place (the producer does not write [tail, h1) until tail moves). One
+      // that counts nothing new (published twice) is left out, from a copy.
+      bool empty_marker = false;
+      for (const auto& run : runs)
+        for (const Event& e : run)
+          if (e.type == static_cast<uint8_t>(EventType::lost)) {
+            Event& m = const_cast<Event&>(e);
+            const uint64_t total = m.data;
+            m.data = total > c->marked_seen ? total - c->marked_seen : 0;
+            if (total > c->marked_seen) c->marked_seen = total;
+            empty_marker |= m.data == 0;
+          }
+      if (empty_marker) {
+        size_t count = 0;
+        for (const auto& run : runs)
+          for (const Event& e : run)
+            if (e.type != static_cast<uint8_t>(EventType::lost) || e.data != 0) scratch_[count++] = e;
+        runs[0] = std::span<const Event>(scratch_.data(), count);
+        runs[1] = {};
+      }
     } else {
       Event* out = scratch_.data() + 1;
       size_t count = 0;
@@ -387,7 +464,9 @@ size_t ShmBuffers::drain(
     }
     if (final || st == kClosed) {
       // The producer is gone: drops it never got to mark are marked at the end.
-      const uint64_t p = c->pending.exchange(0, std::memory_order_relaxed);
+      c->pending.store(0, std::memory_order_relaxed);
+      const uint64_t p = overwrite || produced_lost < c->marked_seen ? 0 : produced_lost - c->marked_seen;
+      c->marked_seen = produced_lost;
       if (p) {
         tail_marker = lost_event(p, c->last_time, 0);
         has_tail_marker = true;
@@ -417,6 +496,9 @@ size_t ShmBuffers::drain(
       c->tail.store(0, std::memory_order_relaxed);
       c->lost_reported = 0;
       c->last_time = 0;
+      c->marked_seen = 0;
+      c->nested.store(0, std::memory_order_relaxed);
+      c->nested_reported = 0;
       c->state.store(kRecycled, std::memory_order_release);  // pairs with claim()'s acquire
     }
   }

@@ -85,6 +85,15 @@ class Producer {
   // Marks the ring as finished (thread exit).
   void close() noexcept;
 
+  // For repairing a write that a signal handler left by longjmp (ftrace/graph.cpp:
+  // tracer_held): the staged slot, if an entry is staged, and the last published event.
+  // Read by the ring's own thread only. Async-signal-safe.
+  bool staged_event(Event* out) const noexcept;
+  bool last_published(Event* out) const noexcept;
+  // Releases `busy`; keeps the staged slot (as an entry) when `keep_staged`, else
+  // forgets it (the next write takes that slot).
+  void release_abandoned(bool keep_staged) noexcept;
+
  private:
   friend class ShmBuffers;
   struct Control* ctl_ = nullptr;
@@ -124,16 +133,20 @@ class ShmBuffers {
   std::vector<uint32_t> producer_pids() const;
   // Buffers that could not be claimed (threads untraced for lack of buffers).
   uint64_t unclaimed() const noexcept;
+  // CLI side: of the events drain() reported lost, those of calls made while their thread
+  // ran the tracer's own code (Producer::drop(), a nested write), not for want of room.
+  uint64_t nested_lost() const noexcept { return nested_lost_; }
   BufferMode mode() const noexcept;
   ShmConfig config() const noexcept;
   size_t file_size() const noexcept { return size_; }
 
-  static constexpr uint32_t kShmVersion = 2;
+  static constexpr uint32_t kShmVersion = 3;  // 3: markers carry running totals
 
  private:
   void* base_ = nullptr;
   size_t size_ = 0;
   std::vector<Event> scratch_;  // drain()'s copy of one ring (consumer side only)
+  uint64_t nested_lost_ = 0;
 };
 
 }  // namespace utramp::trace

@@ -15,6 +15,10 @@
 //                                       s_alt_jumper { sigsetjmp; s_raiser { SIGUSR1 ->
 //                                       handler -> s_sig_jump { siglongjmp } }; s_after }
 //                                       (s_raiser and s_sig_jump exit by longjmp)
+//   stress_fixture sigjump T N US       signals, and the handler siglongjmps back to the
+//                                       worker's loop when it interrupted s_top(k, i)
+//                                       (often inside the tracer's own code), which then
+//                                       goes on with iteration i + 1
 //   stress_fixture fork T N             the same as threads; in iteration N/2 every
 //                                       thread forks from three traced frames deep
 //                                       (s_top -> s_fork_a -> s_fork_b); the child runs
@@ -40,6 +44,7 @@
 // Output (stdout, after every thread has joined): one line per thread,
 //   "thread K tid TID handler H"       H: signal handler runs on that thread
 // and for fork, one line per child: "child K pid PID status S".
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -65,7 +70,7 @@ namespace {
 
 volatile long sink;
 
-enum class Mode { threads, signals, altstack, fork, unwind };
+enum class Mode { threads, signals, altstack, sigjump, fork, unwind };
 Mode g_mode = Mode::threads;
 long g_iters = 0;
 long g_period_us = 0;
@@ -76,10 +81,17 @@ struct ThreadResult {
   long handler_runs = 0;
   long child_pid = 0;
   int child_status = -1;
+  long jumps = 0;
 };
 ThreadResult g_results[kMaxThreads];
 
 thread_local long t_handler_runs;  // written by this thread's handler only
+
+// sigjump: where the handler jumps to, whether it may, how often it did.
+void (*g_asan_no_return)() = nullptr;
+thread_local sigjmp_buf t_loop_jb;
+thread_local volatile sig_atomic_t t_armed;
+thread_local long t_jumps;
 
 // altstack: each thread's stack and signal stack, one mapping (main sets them up).
 constexpr size_t kStackBytes = 1 << 20, kAltBytes = 256 << 10;
@@ -113,6 +125,14 @@ void on_timer(int) {
   s_sig_outer();
   ++t_handler_runs;
   errno = saved;
+  if (g_mode == Mode::sigjump && t_armed) {
+    t_armed = 0;
+    // Under AddressSanitizer (the agent instrumented, this program not): what its
+    // siglongjmp interceptor would do, since this call binds to libc's — unpoison the
+    // stack left behind, or the redzones of the agent's frames stay poisoned.
+    if (g_asan_no_return) g_asan_no_return();
+    siglongjmp(t_loop_jb, 1);
+  }
 }
 
 }  // namespace
@@ -247,7 +267,7 @@ void* worker(void* arg) {
   }
   // The first traced call claims the thread's ring; the timer starts after it, so
   // that every handler run lands in a thread that has one.
-  long i = 0;
+  volatile long i = 0;  // volatile: kept across siglongjmp (sigjump)
   s_top(k, i++);
   if (g_mode == Mode::altstack && s_alt_jumper() != 1) {
     fprintf(stderr, "thread %d: the handler did not longjmp\n", k);
@@ -255,7 +275,7 @@ void* worker(void* arg) {
   }
   timer_t timer{};
   bool timing = false;
-  if (g_mode == Mode::signals || g_mode == Mode::altstack) {
+  if (g_mode == Mode::signals || g_mode == Mode::altstack || g_mode == Mode::sigjump) {
     sigevent sev{};
     sev.sigev_notify = SIGEV_THREAD_ID;
     sev.sigev_signo = SIGALRM;
@@ -276,6 +296,16 @@ void* worker(void* arg) {
   }
   int bad = 0;
   for (; i < g_iters; ++i) {
+    if (g_mode == Mode::sigjump) {
+      if (sigsetjmp(t_loop_jb, 1) == 0) {
+        t_armed = 1;
+        s_top(k, i);
+        t_armed = 0;
+      } else {
+        ++t_jumps;
+      }
+      continue;
+    }
     s_top(k, i);
     if (g_mode == Mode::unwind) {
       bad += s_catcher(i) != 1;
@@ -296,6 +326,7 @@ void* worker(void* arg) {
     }
   }
   g_results[k].handler_runs = t_handler_runs;
+  g_results[k].jumps = t_jumps;
   if (bad) {
     fprintf(stderr, "thread %d: %d wrong unwind results\n", k, bad);
     exit(4);
@@ -307,13 +338,14 @@ void* worker(void* arg) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: %s threads|signals|altstack|fork|unwind THREADS ITERS [PERIOD_US]\n", argv[0]);
+    fprintf(stderr, "usage: %s threads|signals|altstack|sigjump|fork|unwind THREADS ITERS [PERIOD_US]\n", argv[0]);
     return 2;
   }
   const char* what = argv[1];
   if (!strcmp(what, "threads")) g_mode = Mode::threads;
   else if (!strcmp(what, "signals")) g_mode = Mode::signals;
   else if (!strcmp(what, "altstack")) g_mode = Mode::altstack;
+  else if (!strcmp(what, "sigjump")) g_mode = Mode::sigjump;
   else if (!strcmp(what, "fork")) g_mode = Mode::fork;
   else if (!strcmp(what, "unwind")) g_mode = Mode::unwind;
   else {
@@ -328,7 +360,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "bad arguments\n");
     return 2;
   }
-  if (g_mode == Mode::signals || g_mode == Mode::altstack) {
+  g_asan_no_return = reinterpret_cast<void (*)()>(dlsym(RTLD_DEFAULT, "__asan_handle_no_return"));
+  if (g_mode == Mode::signals || g_mode == Mode::altstack || g_mode == Mode::sigjump) {
     struct sigaction sa {};
     sa.sa_handler = on_timer;
     sa.sa_flags = SA_RESTART | (g_mode == Mode::altstack ? SA_ONSTACK : 0);
@@ -371,6 +404,7 @@ int main(int argc, char** argv) {
   int failed = 0;
   for (int k = 0; k < nthreads; ++k) {
     printf("thread %d tid %ld handler %ld\n", k, g_results[k].tid, g_results[k].handler_runs);
+    if (g_mode == Mode::sigjump) printf("jumps %d %ld\n", k, g_results[k].jumps);
     if (g_mode == Mode::fork) {
       printf("child %d pid %ld status %d\n", k, g_results[k].child_pid, g_results[k].child_status);
       failed += !(g_results[k].child_pid > 0 && WIFEXITED(g_results[k].child_status) &&

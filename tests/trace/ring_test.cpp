@@ -372,3 +372,95 @@ TEST(Leaves, OverwriteModeMakesNoLeaves) {
   EXPECT_FALSE(p.complete_leaf(0x1000, 100, 110));
   EXPECT_EQ(drain_all(b).size(), 1u);
 }
+
+// ---- writes a signal handler's longjmp cut short (ftrace/graph.cpp: repair_abandoned) ----
+
+TEST(Abandoned, MarkersCarryRunningTotalsAndARepeatedOneCountsNothing) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard);
+  Producer p = b.claim(1, 2);
+  for (int i = 0; i < 3; ++i) p.drop();
+  p.write(seq_event(0));  // marker (running total 3), then the event
+  // The same marker again, as a write cut short after publishing it and before clearing
+  // `pending` would leave it: it brings nothing new and is left out.
+  p.write(Event{1, 0, 3, 0, static_cast<uint8_t>(EventType::lost), 0, 0});
+  p.drop();
+  p.write(seq_event(2));  // marker (running total 4)
+  uint64_t reported = 0;
+  const auto ev = drain_all(b, false, &reported);
+  std::vector<uint64_t> markers;
+  size_t events = 0;
+  for (const Event& e : ev) {
+    if (utramp::test::is_lost(e)) markers.push_back(e.data);
+    else ++events;
+  }
+  EXPECT_EQ(markers, (std::vector<uint64_t>{3, 1}));
+  EXPECT_EQ(events, 2u);
+  EXPECT_EQ(reported, 4u);
+}
+
+TEST(Abandoned, AMarkerNeverPublishedIsCoveredAtTheEnd) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard);
+  Producer p = b.claim(1, 2);
+  p.write(seq_event(0));
+  p.drop();
+  p.drop();
+  // No later write: the drops are marked when the producer is gone.
+  uint64_t marked = 0;
+  for (const Event& e : drain_all(b, /*final=*/true))
+    if (utramp::test::is_lost(e)) marked += e.data;
+  EXPECT_EQ(marked, 2u);
+}
+
+TEST(Abandoned, TheStagedSlotAndTheLastPublishedEventCanBeRead) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard);
+  Producer p = b.claim(1, 2);
+  Event e{};
+  EXPECT_FALSE(p.last_published(&e));
+  EXPECT_FALSE(p.staged_event(&e));
+  p.write(entry_of(0x1000, 90, 0));
+  ASSERT_TRUE(p.stage(entry_of(0x2000, 100, 1)));
+  ASSERT_TRUE(p.staged_event(&e));
+  EXPECT_EQ(e.addr, 0x2000u);
+  EXPECT_EQ(e.time, 100u);
+  ASSERT_TRUE(p.last_published(&e));
+  EXPECT_EQ(e.addr, 0x1000u);
+}
+
+TEST(Abandoned, ReleaseKeepsTheStagedEntryOrForgetsIt) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard);
+  Producer p = b.claim(1, 2);
+  // Forgotten: its call never ran; the next write takes the slot.
+  ASSERT_TRUE(p.stage(entry_of(0x1000, 100, 0)));
+  p.release_abandoned(false);
+  Event e{};
+  EXPECT_FALSE(p.staged_event(&e));
+  p.write(entry_of(0x2000, 110, 0));
+  auto ev = drain_all(b);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].addr, 0x2000u);
+  // Kept: published by the next write, as an entry.
+  ASSERT_TRUE(p.stage(entry_of(0x3000, 120, 1)));
+  p.release_abandoned(true);
+  p.write(Event{130, 0x3000, 0, 1, static_cast<uint8_t>(EventType::exit), 0, 0});
+  ev = drain_all(b);
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].addr, 0x3000u);
+  EXPECT_EQ(ev[0].type, static_cast<uint8_t>(EventType::entry));
+  EXPECT_EQ(ev[1].type, static_cast<uint8_t>(EventType::exit));
+}
+
+TEST(Abandoned, TheFinalDrainTakesOnlyAWholeStagedRecord) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard);
+  Producer p = b.claim(1, 2);
+  p.write(entry_of(0x1000, 90, 0));
+  // A staged slot that is no entry (as a write cut short can leave): not delivered.
+  ASSERT_TRUE(p.stage(Event{100, 0, 0, 1, static_cast<uint8_t>(EventType::entry), 0, 0}));
+  const auto ev = drain_all(b, /*final=*/true);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].addr, 0x1000u);
+}

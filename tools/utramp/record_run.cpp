@@ -12,6 +12,7 @@
 #include <utramp/utramp.h>
 #include <x86intrin.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -39,6 +40,17 @@ std::string agent_path() {
   std::string dir = info.dli_fname;
   dir = dir.substr(0, dir.rfind('/'));
   return dir + "/libutramp-agent.so";
+}
+
+// "; N events lost (why)": for want of room (the remedy is a larger ring), or because a
+// signal handler's calls came while its thread ran the tracer's own code.
+std::string lost_summary(uint64_t lost, uint64_t nested) {
+  if (lost == 0) return {};
+  constexpr const char* kFull = "buffers full: raise --buffer-size";
+  constexpr const char* kNested = "calls made by signal handlers that interrupted the tracer";
+  if (nested == 0) return fmt::format("; {} events lost ({})", lost, kFull);
+  if (nested == lost) return fmt::format("; {} events lost ({})", lost, kNested);
+  return fmt::format("; {} events lost ({}: {}; {}: {})", lost, lost - nested, kFull, nested, kNested);
 }
 
 std::string signal_name(int sig) {
@@ -268,10 +280,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   unlink(shm_path.c_str());
   if (!o.quiet) {
     fmt::print(stderr, "utramp: {} events recorded in {}; target {}{}\n", out->events, o.output,
-               out->ended,
-               out->lost ? fmt::format("; {} events lost (buffers full: raise --buffer-size)",
-                                       out->lost)
-                         : std::string());
+               out->ended, lost_summary(out->lost, std::min(shm->nested_lost(), out->lost)));
     if (info.unclaimed_threads)
       fmt::print(stderr, "utramp: {} threads were not traced: all {} buffers were in use "
                          "(--max-threads)\n",

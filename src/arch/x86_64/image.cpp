@@ -420,7 +420,10 @@ void hook_exit(ax::Assembler& a, const ImageSpec& sp, uint64_t base, std::vector
 // The hooks' common case, inline (TracerInline; the reference is ftrace/graph_fast.cpp
 // and trace::Producer::put_fast/complete_leaf): any check that fails jumps to `bail`,
 // always before the first store, and the hooks then do the work. Registers: rax, rcx,
-// rdx, rdi, rsi, r11 (the caller saves what is live).
+// rdx, rdi, rsi, r11 (the caller saves what is live). Store order matters to a signal
+// handler that leaves this code by longjmp: a frame is filled in before the depth
+// store pushes it, and popped only after its exit is published, so that the general
+// code can repair what was left half done (ftrace/graph.cpp: repair_abandoned).
 void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, Label done) {
   const TracerInline& L = sp.tracer.fast;
   const int32_t P = L.producer;
@@ -430,12 +433,13 @@ void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, 
   a.jz(bail);
   a.cmp(ax::byte_ptr(ax::rsi, L.path), Imm(L.path_fast));
   a.jne(bail);
-  // Inside the tracer (a signal handler's call interrupting it): the hooks count it lost.
-  // Else held until the state is updated; every later failure leaves by `out`, which
-  // releases it.
-  a.cmp(fs_mem(L.tls_in_tracer, 4), Imm(0));
+  // Inside the tracer (a signal handler's call interrupting it, or tracer code a
+  // handler left by longjmp): the hooks decide. Else held until the state is updated,
+  // with the stack pointer as the holder's mark (graph_state.hpp); every later failure
+  // leaves by `out`, which releases it.
+  a.cmp(fs_mem(L.tls_in_tracer, 8), Imm(0));
   a.jne(bail);
-  a.mov(fs_mem(L.tls_in_tracer, 4), Imm(1));
+  a.mov(fs_mem(L.tls_in_tracer, 8), ax::rsp);
   a.mov(ax::edi, ax::dword_ptr(ax::rsi, L.depth));  // d
   a.cmp(ax::edi, Imm(L.depth_limit));  // (calls over the stack's size only when it is full)
   a.jae(out);
@@ -495,7 +499,7 @@ void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, 
   a.mov(ax::byte_ptr(ax::rdx, L.stack + L.f_flags), Imm(L.written));
   a.inc(ax::edi);
   a.mov(ax::dword_ptr(ax::rsi, L.depth), ax::edi);
-  a.mov(fs_mem(L.tls_in_tracer, 4), Imm(0));
+  a.mov(fs_mem(L.tls_in_tracer, 8), Imm(0));
   a.jmp(done);
 }
 
@@ -511,9 +515,9 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, L
   a.jz(bail);
   a.cmp(ax::byte_ptr(ax::rsi, L.path), Imm(L.path_fast));
   a.jne(bail);
-  a.cmp(fs_mem(L.tls_in_tracer, 4), Imm(0));  // as in inline_entry
+  a.cmp(fs_mem(L.tls_in_tracer, 8), Imm(0));  // as in inline_entry
   a.jne(bail);
-  a.mov(fs_mem(L.tls_in_tracer, 4), Imm(1));
+  a.mov(fs_mem(L.tls_in_tracer, 8), ax::rsp);
   a.cmp(ax::qword_ptr(ax::rsi, L.overflow), Imm(0));
   a.jne(out);
   a.mov(ax::edi, ax::dword_ptr(ax::rsi, L.depth));
@@ -546,8 +550,6 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, L
   a.mov(ax::rax, ax::qword_ptr(ax::rcx, F + L.f_func));
   a.cmp(ax::qword_ptr(ax::rdx, 8), ax::rax);
   a.jne(plain);
-  a.dec(ax::edi);
-  a.mov(ax::dword_ptr(ax::rsi, L.depth), ax::edi);
   a.mov(ax::r8, ax::rdx);
   a.rdtsc();
   a.shl(ax::rdx, Imm(32));
@@ -559,7 +561,10 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, L
   a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::rax);
   a.mov(ax::dword_ptr(ax::r11, L.c_staged), Imm(0));
   a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
-  a.mov(fs_mem(L.tls_in_tracer, 4), Imm(0));
+  // The frame is popped only once its exit is published (see the note above inline_entry).
+  a.dec(ax::edi);
+  a.mov(ax::dword_ptr(ax::rsi, L.depth), ax::edi);
+  a.mov(fs_mem(L.tls_in_tracer, 8), Imm(0));
   a.jmp(done);
   // An exit event of its own (publishing a staged entry of another call first).
   a.bind(plain);
@@ -571,8 +576,6 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, L
   a.cmp(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_mask));
   a.ja(release);
   a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::r8);
-  a.dec(ax::edi);
-  a.mov(ax::dword_ptr(ax::rsi, L.depth), ax::edi);
   a.rdtsc();
   a.shl(ax::rdx, Imm(32));
   a.or_(ax::rax, ax::rdx);
@@ -584,14 +587,16 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, L
   a.mov(ax::rax, ax::qword_ptr(ax::rcx, F + L.f_func));
   a.mov(ax::qword_ptr(ax::rdx, 8), ax::rax);
   a.mov(ax::qword_ptr(ax::rdx, 16), Imm(0));
-  a.mov(ax::eax, ax::edi);
+  a.lea(ax::eax, ax::ptr(ax::rdi, -1));  // the exit's depth: d - 1
   a.or_(ax::eax, Imm(uint32_t{L.type_exit} << 16));
   a.mov(ax::qword_ptr(ax::rdx, 24), ax::rax);
   a.mov(ax::dword_ptr(ax::r11, L.c_staged), Imm(0));
   a.inc(ax::r8);
   a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::r8);
   a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
-  a.mov(fs_mem(L.tls_in_tracer, 4), Imm(0));
+  a.dec(ax::edi);
+  a.mov(ax::dword_ptr(ax::rsi, L.depth), ax::edi);
+  a.mov(fs_mem(L.tls_in_tracer, 8), Imm(0));
   a.jmp(done);
   a.bind(release);
   a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
@@ -612,7 +617,7 @@ void hook_inline(ax::Assembler& a, const ImageSpec& sp, uint64_t base,
   if (entry) inline_entry(a, sp, bail, out, done);
   else inline_exit(a, sp, bail, out, done);
   a.bind(out);
-  a.mov(fs_mem(sp.tracer.fast.tls_in_tracer, 4), Imm(0));
+  a.mov(fs_mem(sp.tracer.fast.tls_in_tracer, 8), Imm(0));
   a.bind(bail);
   if (entry) hook_call(a, sp, base, sp.tracer.entry, sp.tracer.entry_general, slow);
   else hook_call(a, sp, base, sp.tracer.exit, sp.tracer.exit_general, slow);
