@@ -334,10 +334,12 @@ namespace sig {
 using MaskFn = int (*)(int, const sigset_t*, sigset_t*);
 using ActionFn = int (*)(int, const struct sigaction*, struct sigaction*);
 using SignalFn = sighandler_t (*)(int, sighandler_t);
+using AltStackFn = int (*)(const stack_t*, stack_t*);
 
 MaskFn g_sigprocmask = nullptr, g_pthread_sigmask = nullptr;
 ActionFn g_sigaction = nullptr;
 SignalFn g_signal = nullptr;
+AltStackFn g_sigaltstack = nullptr;
 bool g_active = false;  // set once, before main; read-only after
 
 // The executable text of libutramp*.so: calls from there are utramp's own.
@@ -381,6 +383,7 @@ void resolve() {
   g_sigprocmask = next<MaskFn>("sigprocmask");
   g_pthread_sigmask = next<MaskFn>("pthread_sigmask");
   g_signal = next<SignalFn>("signal");
+  g_sigaltstack = next<AltStackFn>("sigaltstack");
   g_sigaction = next<ActionFn>("sigaction");
 }
 
@@ -505,6 +508,16 @@ void* dlopen(const char* file, int flags) {
     utramp::agent::discover_and_attach(path);
   }
   return h;
+}
+
+// The tracer keeps each thread's signal stack (ftrace::note_signal_stack) instead of
+// asking the kernel where it must tell a signal handler from a longjmp.
+int sigaltstack(const stack_t* ss, stack_t* old) {
+  namespace sig = utramp::agent::sig;
+  sig::resolve();
+  const int r = sig::g_sigaltstack(ss, old);
+  if (r == 0 && ss) utramp::ftrace::note_signal_stack(ss);
+  return r;
 }
 
 pid_t fork(void) {
