@@ -278,6 +278,16 @@ Event entry_of(uint64_t func, uint64_t time, uint16_t depth) {
   return Event{time, func, 0, depth, static_cast<uint8_t>(EventType::entry), 0, 0};
 }
 
+Event exit_of(uint64_t func, uint64_t time, uint16_t depth) {
+  return Event{time, func, 0, depth, static_cast<uint8_t>(EventType::exit), 0, 0};
+}
+
+std::vector<EventType> types_of(const std::vector<Event>& ev) {
+  std::vector<EventType> t;
+  for (const Event& e : ev) t.push_back(static_cast<EventType>(e.type));
+  return t;
+}
+
 std::vector<Event> drain_all(ShmBuffers& b, bool final = false, uint64_t* lost = nullptr) {
   std::vector<Event> out;
   b.drain(
@@ -316,12 +326,9 @@ TEST(Leaves, AnyOtherEventPublishesTheStagedEntryFirst) {
   // The inner one's exit makes a leaf; the outer's can no longer (not staged).
   ASSERT_TRUE(p.complete_leaf(0x2000, 110, 120));
   EXPECT_FALSE(p.complete_leaf(0x1000, 100, 130));
-  p.write(Event{130, 0x1000, 0, 0, static_cast<uint8_t>(EventType::exit), 0, 0});
-  const auto ev = drain_all(b);
-  ASSERT_EQ(ev.size(), 3u);
-  EXPECT_EQ(ev[0].type, static_cast<uint8_t>(EventType::entry));
-  EXPECT_EQ(ev[1].type, static_cast<uint8_t>(EventType::leaf));
-  EXPECT_EQ(ev[2].type, static_cast<uint8_t>(EventType::exit));
+  p.write(exit_of(0x1000, 130, 0));
+  EXPECT_EQ(types_of(drain_all(b)),
+            (std::vector<EventType>{EventType::entry, EventType::leaf, EventType::exit}));
 }
 
 TEST(Leaves, AStagedEntryOfAnotherCallIsNotCompleted) {
@@ -445,12 +452,10 @@ TEST(Abandoned, ReleaseKeepsTheStagedEntryOrForgetsIt) {
   // Kept: published by the next write, as an entry.
   ASSERT_TRUE(p.stage(entry_of(0x3000, 120, 1)));
   p.release_abandoned(true);
-  p.write(Event{130, 0x3000, 0, 1, static_cast<uint8_t>(EventType::exit), 0, 0});
+  p.write(exit_of(0x3000, 130, 1));
   ev = drain_all(b);
-  ASSERT_EQ(ev.size(), 2u);
-  EXPECT_EQ(ev[0].addr, 0x3000u);
-  EXPECT_EQ(ev[0].type, static_cast<uint8_t>(EventType::entry));
-  EXPECT_EQ(ev[1].type, static_cast<uint8_t>(EventType::exit));
+  EXPECT_EQ(types_of(ev), (std::vector<EventType>{EventType::entry, EventType::exit}));
+  EXPECT_EQ(ev.at(0).addr, 0x3000u);
 }
 
 TEST(Abandoned, TheFinalDrainTakesOnlyAWholeStagedRecord) {
