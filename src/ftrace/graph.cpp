@@ -59,12 +59,16 @@ Path fast_or_general(const ThreadTrace* ts) {
   return g_min_ticks || ts->switched ? Path::general : Path::fast;
 }
 
-// The top frame leaves the shadow stack.
+// The top frame leaves the shadow stack. `switched` is counted down before depth: cut
+// short in between (a handler's longjmp), it is one less than the marked frames, never
+// more (close_left_handler() pops while it is non-zero).
 void pop_frame(ThreadTrace* ts) {
-  const Frame& f = ts->stack[--ts->depth];
+  const Frame& f = ts->stack[ts->depth - 1];
   if ((f.flags & Frame::kSwitched) && ts->switched && --ts->switched == 0 &&
       ts->path == Path::general)
     ts->path = fast_or_general(ts);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  --ts->depth;
 }
 
 bool on_alt(const ThreadTrace* ts, uint64_t sp) { return sp >= ts->alt_lo && sp < ts->alt_hi; }
@@ -77,7 +81,7 @@ struct SignalStack {
   uint64_t lo = 0, hi = 0;
   bool holds(uint64_t a) const { return a >= lo && a < hi; }
 };
-__thread SignalStack t_sigstack;
+__thread SignalStack t_sigstack __attribute__((tls_model("initial-exec")));
 
 void set_signal_stack(const stack_t& ss) {
   const bool on = !(ss.ss_flags & SS_DISABLE) && ss.ss_size != 0;
@@ -122,13 +126,14 @@ ThreadTrace* state() {
     ts = new (p) ThreadTrace();
     t_trace = ts;
   }
-  // No ring until one is claimed, before the generation says the state is this
-  // process's: a nested_drop() meanwhile must not count into the parent's ring.
+  // No ring until one is claimed: a nested_drop() meanwhile must not count into the
+  // parent's ring. The generation, which says the state is this process's, is set
+  // last: set-up cut short by a signal handler's longjmp is done again at the next
+  // event instead of leaving the thread untraced for good.
   ts->producer = trace::Producer();
   ts->path = Path::ignore;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   ts->pid = pid;
-  ts->fork_gen = g_fork_gen;
   ts->tid = static_cast<uint32_t>(syscall(SYS_gettid));
   if (!forked) {
     ts->depth = 0;
@@ -139,10 +144,14 @@ ThreadTrace* state() {
     ts->depth = 0;
     ts->overflow = 0;
     ts->switched = 0;
+    ts->fork_gen = g_fork_gen;
     return nullptr;
   }
   ts->producer = g_buffers->claim(ts->pid, ts->tid);
-  if (!ts->producer.valid()) return nullptr;
+  if (!ts->producer.valid()) {
+    ts->fork_gen = g_fork_gen;
+    return nullptr;
+  }
   ts->path = fast_or_general(ts);
   // A forked child returns through the calls its parent had open: its own stream
   // starts with their entries again (times from before the fork), so that its calls
@@ -153,6 +162,8 @@ ThreadTrace* state() {
       if (f.written() && !f.hidden())
         emit(ts, trace::EventType::entry, f.time, f.func, 0, static_cast<uint16_t>(i));
     }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  ts->fork_gen = g_fork_gen;
   return ts;
 }
 
@@ -181,13 +192,19 @@ void repair_abandoned(ThreadTrace* ts) {
   Frame* top = ts->depth ? &ts->stack[ts->depth - 1] : nullptr;
   const uint16_t top_depth = static_cast<uint16_t>(ts->depth - 1);
   trace::Event e{};
-  // The staged slot is kept when it is the entry of the open call (perhaps half turned
-  // into its leaf); else it belongs to a call that never ran (an entry left before its
-  // frame was pushed), or the flag outlived a leaf already published.
-  const bool keep = p.staged_event(&e) && top && top->written() && e.time == top->time &&
-                    e.addr == top->func && e.depth == top_depth;
+  // The staged slot is kept when it is the entry of an open call — the top one (perhaps
+  // half turned into its leaf), or one below it when the frames above were pushed by
+  // the general code without writing (hidden by -D, or cut short before their entry);
+  // else it belongs to a call that never ran (an entry left before its frame was
+  // pushed), or the flag outlived a leaf already published.
+  bool keep = false;
+  if (p.staged_event(&e) && e.depth < ts->depth) {
+    const Frame& f = ts->stack[e.depth];
+    keep = f.written() && e.time == f.time && e.addr == f.func;
+  }
   p.release_abandoned(keep);
-  if (keep || !top || top->hidden()) return;
+  if (!top || top->hidden()) return;
+  if (keep && e.depth == top_depth) return;  // the top call's entry: it is running
   const bool last = p.last_published(&e) && e.addr == top->func && e.depth == top_depth;
   const auto type = static_cast<trace::EventType>(e.type);
   if (top->written()) {
@@ -227,10 +244,12 @@ void take_over() {
 bool tracer_held(uint64_t frame) {
   const uint64_t holder = t_in_tracer;
   if (holder == 0) return false;
-  if (frame < holder) return true;
-  // Above it: a handler on its signal stack (wherever that lies), or a holder left.
+  // Below it on the same stack: a handler that interrupted it, or its own call. On the
+  // signal stack while it is not: a handler that interrupted it. Anything else — above
+  // it on the same stack, or off the signal stack it is on — comes after it was left.
   const SignalStack& s = signal_stack();
-  if (s.holds(frame) && !s.holds(holder)) return true;
+  const bool same_stack = s.holds(frame) == s.holds(holder);
+  if (same_stack ? frame < holder : s.holds(frame)) return true;
   take_over();
   return false;
 }

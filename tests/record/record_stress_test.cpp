@@ -609,10 +609,7 @@ TEST_P(StressTest, SignalsOnAlternateStack) {
 // the thread's next call above it, repairs what it left half done and goes on: every
 // later iteration is recorded, nesting stays exact (frames left by a jump exit by
 // longjmp), and no event is garbage.
-TEST_P(StressTest, SignalHandlersLongjmpOutOfTheTracer) {
-  const Recorded r =
-      run({.scenario = Scenario::sigjump, .threads = 4, .iters = 30000, .period_us = 20},
-          {"--buffer-size", "1048576"}, false);
+void expect_tracing_goes_on(const Recorded& r) {
   long jumps = 0;
   for_each_worker(r, [&](int k, const ThreadCheck& c, const CallMap& want) {
     ASSERT_TRUE(r.jumps.count(k)) << r.rec.out;
@@ -628,8 +625,22 @@ TEST_P(StressTest, SignalHandlersLongjmpOutOfTheTracer) {
     EXPECT_LE(top.exits + top.longjmp, top.entries);
     EXPECT_GE(top.exits + top.longjmp + 1, top.entries);  // the last one may stay open
   });
-  RecordProperty("jumps", std::to_string(jumps));
+  testing::Test::RecordProperty("jumps", std::to_string(jumps));
   EXPECT_GT(jumps, 20) << "too few jumps to test anything";
+}
+
+TEST_P(StressTest, SignalHandlersLongjmpOutOfTheTracer) {
+  expect_tracing_goes_on(
+      run({.scenario = Scenario::sigjump, .threads = 4, .iters = 30000, .period_us = 20},
+          {"--buffer-size", "1048576"}, false));
+}
+
+// The same with -D 2: the calls below depth 2 take the general code without writing,
+// above an entry the fast path staged; a jump out of them must not lose that entry.
+TEST_P(StressTest, SignalHandlersLongjmpOutOfTheTracerWithDepthLimit) {
+  expect_tracing_goes_on(
+      run({.scenario = Scenario::sigjump, .threads = 4, .iters = 30000, .period_us = 20},
+          {"--buffer-size", "1048576", "-D", "2"}, false));
 }
 
 // 3. Every thread forks from three traced frames deep while the others run: the child's
