@@ -24,6 +24,7 @@
 #include "agent/bpf.hpp"
 #include "agent/config.hpp"
 #include "ftrace/graph.hpp"
+#include "os/signal_stack.hpp"
 #include "patch/patcher.hpp"
 #include "sites/table.hpp"
 #include "trace/shm_buffers.hpp"
@@ -510,13 +511,13 @@ void* dlopen(const char* file, int flags) {
   return h;
 }
 
-// The tracer keeps each thread's signal stack (ftrace::note_signal_stack) instead of
-// asking the kernel where it must tell a signal handler from a longjmp.
+// The tracer and the trampolines keep each thread's signal stack (os/signal_stack.hpp)
+// instead of asking the kernel where they must tell a signal handler from a longjmp.
 int sigaltstack(const stack_t* ss, stack_t* old) {
   namespace sig = utramp::agent::sig;
   sig::resolve();
   const int r = sig::g_sigaltstack(ss, old);
-  if (r == 0 && ss) utramp::ftrace::note_signal_stack(ss);
+  if (r == 0 && ss) utramp::os::note_signal_stack(*ss);
   return r;
 }
 

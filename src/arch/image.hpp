@@ -31,7 +31,8 @@ namespace utramp::arch {
 struct ThreadLayout {
   int64_t registered;  // fs-relative offset of the thread's "registered" word
   int64_t counters;    // fs-relative offset of counters[0] (uint32 each)
-  int64_t active;      // fs-relative offset of the program guards (uint8 each)
+  int64_t active;      // fs-relative offset of the program guards (uint64 each: 0, or
+                       // the stack pointer of the run that holds it)
 };
 
 struct StubSpec {
@@ -106,6 +107,7 @@ struct ImageSpec {
   uint64_t exit_fn = 0;       // the stub's exit (calls_original images leave through it)
   uint64_t stats_begin = 0;   // uint64_t (*)(void): a timestamp
   uint64_t stats_end = 0;     // void (*)(uint64_t stats, uint64_t begin)
+  uint64_t guard_left = 0;    // uint64_t (*)(uint64_t holder, uint64_t frame): see tramp/threads.hpp
   TracerHooks tracer;         // entry == 0: no tracer on this function
   bool store_caller = false;  // ctx[-4] = the caller's return address (a program reads it)
 };

@@ -1,6 +1,7 @@
 #include "ftrace/graph.hpp"
 
 #include "ftrace/graph_state.hpp"
+#include "os/signal_stack.hpp"
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -73,37 +74,11 @@ void pop_frame(ThreadTrace* ts) {
 
 bool on_alt(const ThreadTrace* ts, uint64_t sp) { return sp >= ts->alt_lo && sp < ts->alt_hi; }
 
-// This thread's signal stack, [lo, hi), empty when it has none: asked of the kernel once,
-// then kept up to date by note_signal_stack(). (A system call here would also be where a
-// pending signal is delivered: the paths that ask run when a handler may be about.)
-struct SignalStack {
-  bool known = false;
-  uint64_t lo = 0, hi = 0;
-  bool holds(uint64_t a) const { return a >= lo && a < hi; }
-};
-__thread SignalStack t_sigstack __attribute__((tls_model("initial-exec")));
-
-void set_signal_stack(const stack_t& ss) {
-  const bool on = !(ss.ss_flags & SS_DISABLE) && ss.ss_size != 0;
-  t_sigstack.lo = on ? reinterpret_cast<uint64_t>(ss.ss_sp) : 0;
-  t_sigstack.hi = on ? t_sigstack.lo + ss.ss_size : 0;
-  t_sigstack.known = true;
-}
-
-const SignalStack& signal_stack() {
-  if (!t_sigstack.known) {
-    stack_t ss{};
-    if (sigaltstack(nullptr, &ss) == 0) set_signal_stack(ss);
-    else t_sigstack.known = true;  // none
-  }
-  return t_sigstack;
-}
-
 // An entry at `sp`, at or above the top frame `top`: a longjmp left that frame, unless
 // `sp` is on this thread's alternate signal stack and `top` is not — a handler's first
 // call there (the stack may lie anywhere, above the thread's included).
 bool onto_alt_stack(ThreadTrace* ts, uint64_t sp, uint64_t top) {
-  const SignalStack& s = signal_stack();
+  const os::SignalStack s = os::signal_stack();
   if (!s.holds(sp) || s.holds(top)) return false;
   ts->alt_lo = s.lo;
   ts->alt_hi = s.hi;
@@ -244,12 +219,7 @@ void take_over() {
 bool tracer_held(uint64_t frame) {
   const uint64_t holder = t_in_tracer;
   if (holder == 0) return false;
-  // Below it on the same stack: a handler that interrupted it, or its own call. On the
-  // signal stack while it is not: a handler that interrupted it. Anything else — above
-  // it on the same stack, or off the signal stack it is on — comes after it was left.
-  const SignalStack& s = signal_stack();
-  const bool same_stack = s.holds(frame) == s.holds(holder);
-  if (same_stack ? frame < holder : s.holds(frame)) return true;
+  if (os::holder_still_runs(holder, frame)) return true;
   take_over();
   return false;
 }
@@ -518,10 +488,6 @@ void on_unwind(uint64_t func) {
     pop_frame(ts);
     if (f.func == func) break;
   }
-}
-
-void note_signal_stack(const void* stack_t_ptr) {
-  set_signal_stack(*static_cast<const stack_t*>(stack_t_ptr));
 }
 
 void after_fork_child() {

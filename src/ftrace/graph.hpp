@@ -65,10 +65,7 @@ void after_fork_child();
 void record_fork(uint32_t child_pid);
 // Marks this thread's buffer closed (thread exit, process exit).
 void close_thread();
-// The calling thread set its signal stack (the agent's sigaltstack(), after the real one
-// succeeded): the tracer tells a handler running there from a longjmp without asking
-// the kernel each time. Without the agent it asks once per thread, on first need.
-void note_signal_stack(const void* stack_t_ptr);
+
 
 // The time source of events (TSC ticks).
 uint64_t now() noexcept;

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <mutex>
 
+#include "os/signal_stack.hpp"
+
 namespace utramp::tramp {
 
 namespace {
@@ -116,6 +118,10 @@ void free_counter_slot(uint32_t slot) {
   std::lock_guard lock(g_mu);
   if (slot < g_counter_used.size()) g_counter_used[slot] = false;
 }
+extern "C" uint64_t utramp_guard_left(uint64_t holder, uint64_t frame) {
+  return os::holder_still_runs(holder, frame) ? 0 : 1;
+}
+
 Result<uint32_t> alloc_prog_slot() { return alloc_in(g_prog_used, 0, "program guard"); }
 void free_prog_slot(uint32_t slot) {
   std::lock_guard lock(g_mu);

@@ -5,7 +5,9 @@
 // (initial-exec TLS), so it costs a segment-relative memory operand and nothing else:
 //   counters[slot]  how many times this thread is inside what `slot` guards (a site's
 //                   stub window, or one image); non-atomic: only the owner writes it
-//   active[prog]    the recursion guard of each program on this thread
+//   active[prog]    the recursion guard of each program on this thread: 0, or the stack
+//                   pointer of the image run that holds it (a holder a signal handler
+//                   left by longjmp is told from a nested run by it: utramp_guard_left)
 //   registered      whether the registry knows this block (the stub checks it)
 //
 // Reclamation (DESIGN §5) reads other threads' counters through the registry with a
@@ -26,7 +28,7 @@ inline constexpr uint32_t kProgSlots = 1024;
 struct ThreadBlock {
   uint32_t registered;
   uint32_t counters[kCounterSlots];
-  uint8_t active[kProgSlots];
+  uint64_t active[kProgSlots];
 };
 
 // Offsets of this thread's fields from the thread pointer (%fs base); the same for
@@ -35,6 +37,13 @@ struct TlsLayout {
   int64_t registered, counters, active;
 };
 TlsLayout tls_layout();
+
+// Called by an image whose program guard (active[prog]) is held, `holder` being its
+// value and `frame` the image's frame: non-zero when the run that holds it was left by a
+// signal handler's longjmp (the image then takes the guard over and runs the program),
+// zero when it still runs below (a nested run: a miss). Keeps rbx, rbp, r12-r15 (the
+// ABI's), and is called where the image holds nothing in other registers.
+extern "C" uint64_t utramp_guard_left(uint64_t holder, uint64_t frame);
 
 // Adds the calling thread's block to the registry (idempotent). Called by generated
 // code on a thread's first entry into any stub, and safe from signal handlers.

@@ -340,6 +340,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     spec.tls = {tl.registered, tl.counters, tl.active};
     spec.site_slot = t.site_slot;
     spec.image_slot = img->slot;
+    spec.guard_left = reinterpret_cast<uint64_t>(&utramp_guard_left);
     spec.stats_begin = reinterpret_cast<uint64_t>(&utramp_stats_begin);
     spec.stats_end = reinterpret_cast<uint64_t>(&utramp_stats_end);
     const bool stats = stats_.load();

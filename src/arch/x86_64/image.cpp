@@ -326,24 +326,31 @@ void restore_ret(ax::Assembler& a, const RetType& r, const Frame& f) {
   }
 }
 
+struct ProgMiss {
+  Label held, after, take;
+  const ImageProg* prog;
+};
+
 // One program run, guarded against re-entry on this thread:
 //
-//   cmp  byte fs:[active + guard], 0 ; jne miss
-//   mov  byte fs:[active + guard], 1
+//   cmp  qword fs:[active + 8*guard], 0 ; jne held
+//   take: mov qword fs:[active + 8*guard], rsp
 //   mov  qword [ctx-24], cookie
 //   lea  rdi, [ctx] ; call prog
-//   mov  byte fs:[active + guard], 0
+//   mov  qword fs:[active + 8*guard], 0
 //
 // `after` is where execution continues; for fmod_ret the caller tests rax there (a
-// missed program counts as returning 0).
+// missed program counts as returning 0). Out of line, `held` asks guard_left whether
+// the run holding the guard was left by a signal handler's longjmp (then `take`), else
+// the program misses.
 void run_prog(ax::Assembler& a, const ImageSpec& sp, const Frame& f, const ImageProg& p,
-              uint64_t base, std::vector<std::pair<Label, Label>>& misses,
-              std::vector<const ImageProg*>& miss_progs) {
-  Label miss = a.newLabel(), after = a.newLabel();
-  const ax::Mem guard = fs_mem(sp.tls.active + p.guard, 1);
+              uint64_t base, std::vector<ProgMiss>& misses) {
+  Label miss = a.newLabel(), after = a.newLabel(), take = a.newLabel();
+  const ax::Mem guard = fs_mem(sp.tls.active + 8 * int64_t(p.guard), 8);
   a.cmp(guard, Imm(0));
   a.jne(miss);
-  a.mov(guard, Imm(1));
+  a.bind(take);
+  a.mov(guard, ax::rsp);
   if (static_cast<int64_t>(p.cookie) == static_cast<int32_t>(p.cookie)) {
     a.mov(ctx_slot(f, -3), Imm(static_cast<int32_t>(p.cookie)));
   } else {
@@ -365,8 +372,7 @@ void run_prog(ax::Assembler& a, const ImageSpec& sp, const Frame& f, const Image
   }
   a.mov(guard, Imm(0));
   a.bind(after);
-  misses.push_back({miss, after});
-  miss_progs.push_back(&p);
+  misses.push_back({miss, after, take, &p});
 }
 
 // A tracer's hooks (TracerHooks) around the call. They keep every register but rax,
@@ -734,7 +740,7 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
 size_t image_size_bound(const ImageSpec& spec) {
   const size_t progs = spec.fentry.size() + spec.fmod_ret.size() + spec.fexit.size();
   const size_t args = spec.sig ? spec.sig->args.size() * 2 + 8 : 16;
-  return 512 + progs * 128 + args * 24 + 64 * 8 /* stack window copy */ + 512 +
+  return 512 + progs * 192 + args * 24 + 64 * 8 /* stack window copy */ + 512 +
          (spec.tracer.entry ? 256 : 0) + (spec.tracer.inline_path ? 768 : 0);
 }
 
@@ -818,8 +824,7 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
   ImageCode out;
   std::vector<Label> leave_labels;
   auto code = assemble(base, [&](ax::Assembler& a) {
-    std::vector<std::pair<Label, Label>> misses;
-    std::vector<const ImageProg*> miss_progs;
+    std::vector<ProgMiss> misses;
     std::vector<HookSlow> hook_slow;
     Label fexit = a.newLabel();
     a.push(ax::rbp);
@@ -846,7 +851,7 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       a.mov(ax::r11, rbp_q(8));  // entered by jmp: [rbp+8] is the caller's return address
       a.mov(ctx_slot(f, -4), ax::r11);
     }
-    for (const ImageProg& p : sp.fentry) run_prog(a, sp, f, p, base, misses, miss_progs);
+    for (const ImageProg& p : sp.fentry) run_prog(a, sp, f, p, base, misses);
     if (!sp.calls_original) {
       restore_args(a, sig, l, f);
       Label lv = a.newLabel();
@@ -856,7 +861,7 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       a.long_().jmp(Imm(sp.pass));  // rel32: images lie within reach of their stub
     } else {
       for (const ImageProg& p : sp.fmod_ret) {
-        run_prog(a, sp, f, p, base, misses, miss_progs);
+        run_prog(a, sp, f, p, base, misses);
         // A missed fmod_ret program continues at `after` with rax = 0 (see below).
         a.mov(ctx_slot(f, f.nslots), ax::rax);
         a.mov(ctx_slot(f, f.nslots + 1), Imm(0));
@@ -867,7 +872,7 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       call_original(a, sp, sig, l, base);
       save_ret(a, sig.ret, f);
       a.bind(fexit);
-      for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses, miss_progs);
+      for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses);
       restore_ret(a, sig.ret, f);
       if (sp.tracer.exit) hook_exit(a, sp, base, hook_slow);
       Label lv = a.newLabel();
@@ -877,13 +882,19 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       a.mov(ax::r11d, Imm(sp.image_slot));
       a.long_().jmp(Imm(sp.exit_fn));
     }
-    // Out of line: program misses. rax = 0 for fmod_ret's test.
-    for (size_t i = 0; i < misses.size(); ++i) {
-      a.bind(misses[i].first);
-      a.mov(ax::r11, Imm(miss_progs[i]->misses));
+    // Out of line: a held guard, taken over when its holder was left, else a miss.
+    // rax = 0 for fmod_ret's test. (rsp is 16-aligned here, as at the program's call.)
+    for (const ProgMiss& m : misses) {
+      a.bind(m.held);
+      a.mov(ax::rdi, fs_mem(sp.tls.active + 8 * int64_t(m.prog->guard), 8));
+      a.mov(ax::rsi, ax::rbp);
+      call_abs(a, sp.guard_left, base);
+      a.test(ax::rax, ax::rax);
+      a.long_().jnz(m.take);
+      a.mov(ax::r11, Imm(m.prog->misses));
       a.lock().inc(ax::qword_ptr(ax::r11));
       a.xor_(ax::eax, ax::eax);
-      a.long_().jmp(misses[i].second);
+      a.long_().jmp(m.after);
     }
     hook_slow_paths(a, base, hook_slow);
   }, [&](asmjit::CodeHolder& c) {

@@ -1,0 +1,38 @@
+#include "os/signal_stack.hpp"
+
+namespace utramp::os {
+
+namespace {
+
+struct Known {
+  bool known = false;
+  SignalStack s;
+};
+__thread Known t_known __attribute__((tls_model("initial-exec")));
+
+void set(const stack_t& ss) {
+  const bool on = !(ss.ss_flags & SS_DISABLE) && ss.ss_size != 0;
+  t_known.s.lo = on ? reinterpret_cast<uint64_t>(ss.ss_sp) : 0;
+  t_known.s.hi = on ? t_known.s.lo + ss.ss_size : 0;
+  t_known.known = true;
+}
+
+}  // namespace
+
+SignalStack signal_stack() {
+  if (!t_known.known) {
+    stack_t ss{};
+    if (sigaltstack(nullptr, &ss) == 0) set(ss);
+    else t_known.known = true;  // none
+  }
+  return t_known.s;
+}
+
+void note_signal_stack(const stack_t& ss) { set(ss); }
+
+bool holder_still_runs(uint64_t holder, uint64_t frame) {
+  const SignalStack s = signal_stack();
+  return s.holds(frame) == s.holds(holder) ? frame < holder : s.holds(frame);
+}
+
+}  // namespace utramp::os
