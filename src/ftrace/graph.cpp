@@ -72,17 +72,12 @@ void pop_frame(ThreadTrace* ts) {
   --ts->depth;
 }
 
-bool on_alt(const ThreadTrace* ts, uint64_t sp) { return sp >= ts->alt_lo && sp < ts->alt_hi; }
-
 // An entry at `sp`, at or above the top frame `top`: a longjmp left that frame, unless
 // `sp` is on this thread's alternate signal stack and `top` is not — a handler's first
 // call there (the stack may lie anywhere, above the thread's included).
-bool onto_alt_stack(ThreadTrace* ts, uint64_t sp, uint64_t top) {
+bool onto_alt_stack(uint64_t sp, uint64_t top) {
   const os::SignalStack s = os::signal_stack();
-  if (!s.holds(sp) || s.holds(top)) return false;
-  ts->alt_lo = s.lo;
-  ts->alt_hi = s.hi;
-  return true;
+  return s.holds(sp) && !s.holds(top);
 }
 
 // This thread's state, made on its first event (mmap: async-signal-safe, no malloc),
@@ -211,11 +206,11 @@ void take_over() {
 }
 
 // Whether tracer code holds this thread (t_in_tracer), seen from a traced call whose
-// frame is `frame`: true when the holder still runs (it is below, interrupted by a
-// signal handler or calling a traced function itself: the event is dropped); false
-// when nothing holds it, or when a handler left the holder by longjmp — the call is
-// above the holder on the same stack — after which what the holder left half done is
-// repaired and the word released for the caller to take.
+// frame is `frame`: true when the holder still runs (a signal handler interrupted it,
+// or it calls a traced function itself: the event is dropped); false when nothing
+// holds it, or when a handler left the holder by longjmp (os::holder_still_runs), after
+// which what the holder left half done is repaired and the word released for the
+// caller to take.
 bool tracer_held(uint64_t frame) {
   const uint64_t holder = t_in_tracer;
   if (holder == 0) return false;
@@ -288,7 +283,7 @@ void close_stale(ThreadTrace* ts, uint64_t sp, uint64_t time, bool entry) {
 // An event at `sp`, off the alternate signal stack, while handler frames on it are open:
 // the handler was left by longjmp (a handler that returns closes its frames first).
 void close_left_handler(ThreadTrace* ts, uint64_t sp, uint64_t time) {
-  if (!ts->switched || on_alt(ts, sp)) return;
+  if (!ts->switched || os::signal_stack().holds(sp)) return;
   while (ts->depth && ts->switched) {
     Frame& f = ts->stack[ts->depth - 1];
     if (f.written())
@@ -375,7 +370,7 @@ void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
   }
   close_left_handler(ts, sp, time);
   const bool switching =
-      ts->depth && ts->stack[ts->depth - 1].sp <= sp && onto_alt_stack(ts, sp, ts->stack[ts->depth - 1].sp);
+      ts->depth && ts->stack[ts->depth - 1].sp <= sp && onto_alt_stack(sp, ts->stack[ts->depth - 1].sp);
   if (!switching) close_stale(ts, sp, time, true);
   if (ts->depth >= kMaxStack) {
     ++ts->overflow;

@@ -43,11 +43,10 @@ struct ThreadTrace {
   uint32_t depth = 0;       // frames on the stack
   uint64_t overflow = 0;    // calls beyond kMaxStack not on the stack
   uint64_t overruns = 0;    // calls not recorded for the depth limit
-  // kSwitched frames on the stack, and the signal stack they are on. While there is
-  // one, every event goes to the general code (path general): frame addresses compare
-  // only within one stack, and a handler left by longjmp shows only as an event off it.
+  // kSwitched frames on the stack. While there is one, every event goes to the general
+  // code (path general): frame addresses compare only within one stack, and a handler
+  // left by longjmp shows only as an event off the signal stack (os/signal_stack.hpp).
   uint32_t switched = 0;
-  uint64_t alt_lo = 0, alt_hi = 0;
   Frame stack[kMaxStack];
 };
 
