@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <memory>
 #include <vector>
 
+#include "abi/ctx.hpp"
 #include "arch/probe.hpp"
 #include "ebpf/core.hpp"
 #include "ebpf/engine.hpp"
@@ -46,6 +48,10 @@ struct UprobeCtx {
   uint64_t r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
 };
 static_assert(sizeof(UprobeCtx) == (3 + 21) * 8);
+// The words below pt_regs are the tracing context's header (abi/ctx.hpp).
+static_assert(offsetof(UprobeCtx, cookie) == offsetof(UprobeCtx, r15) + 8 * abi::kCtxCookie);
+static_assert(offsetof(UprobeCtx, func_ip) == offsetof(UprobeCtx, r15) + 8 * abi::kCtxFuncIp);
+static_assert(offsetof(UprobeCtx, nargs) == offsetof(UprobeCtx, r15) + 8 * abi::kCtxArgCount);
 constexpr uint64_t kPtRegsSize = 21 * 8;
 constexpr uint64_t kUserCs = 0x33, kUserSs = 0x2b;  // the x86-64 user segment selectors
 
@@ -126,7 +132,7 @@ Result<void> bpf_start(const Config& cfg) {
       if (auto c = ebpf::apply_core(p, obj->local_btf.get(), types ? types->get() : nullptr); !c)
         return make_error(c.error().code, fmt::format("{}: {}", path, c.error().message));
       auto sig = os::signature_from_dwarf(s->object, s->info.func - s->bias);
-      tramp::Signature sg = sig ? *sig : tramp::Signature::fallback();
+      abi::Signature sg = sig ? *sig : abi::Signature::fallback();
       if (sig) UTRAMP_TRY(ebpf::check_prototype(p, sg));
       ebpf::resolve(p, hdr, val);
       ebpf::ExecOptions po = o;

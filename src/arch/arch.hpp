@@ -59,6 +59,25 @@ struct Insn {
 // Decodes one instruction at `address` from `code` (at most `avail` bytes readable).
 Result<Insn> decode(const uint8_t* code, size_t avail, uint64_t address);
 
+// The patch-site flavours compilers plant at a function's entry, as bytes of this
+// architecture (the sites layer decides what each means for a function):
+//   nop5               one 5-byte NOP (any encoding)
+//   nop1x5             five 1-byte NOPs (gcc -fpatchable-function-entry=5)
+//   call_rel32         a 5-byte call (-pg -mfentry: call __fentry__), target set
+//   call_rip_indirect  a 6-byte call through a RIP-relative slot (the same under PIE),
+//                      target = the slot's address
+//   xray_sled          a 2-byte jump over a 9-byte NOP (clang -fxray-instrument)
+struct EntryPattern {
+  enum class Kind : uint8_t { none, nop5, nop1x5, call_rel32, call_rip_indirect, xray_sled };
+  Kind kind = Kind::none;
+  uint8_t len = 0;      // bytes the site covers
+  uint64_t target = 0;  // call target, or slot address
+};
+// Bytes of a landing pad (endbr64) at the start of `code`, 0 if none: the site follows it.
+size_t landing_pad_length(std::span<const uint8_t> code) noexcept;
+// The flavour at `code` (placed at `at`).
+EntryPattern classify_entry(std::span<const uint8_t> code, uint64_t at);
+
 // "addr: bytes  text" per line, for diagnostics and goldens.
 std::string disassemble(std::span<const uint8_t> code, uint64_t address);
 
@@ -98,6 +117,9 @@ uint64_t ctx_ip(const ucontext_t* uc) noexcept;
 void ctx_set_ip(ucontext_t* uc, uint64_t ip) noexcept;
 uint64_t ctx_sp(const ucontext_t* uc) noexcept;
 void ctx_set_sp(ucontext_t* uc, uint64_t sp) noexcept;
+// Makes the interrupted thread continue as if it had executed `call target` with
+// `return_to` as the return address (pushed on its stack).
+void ctx_emulate_call(ucontext_t* uc, uint64_t target, uint64_t return_to) noexcept;
 // Address of the trap instruction that raised SIGTRAP, given the reported ip.
 inline uint64_t trap_address_from_ip(uint64_t ip) noexcept { return ip - kTrapLen; }
 

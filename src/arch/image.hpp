@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "common/result.hpp"
-#include "tramp/signature.hpp"
+#include "abi/signature.hpp"
 
 namespace utramp::arch {
 
@@ -95,7 +95,7 @@ struct TracerHooks {
 };
 
 struct ImageSpec {
-  const tramp::Signature* sig = nullptr;
+  const abi::Signature* sig = nullptr;
   uint64_t func = 0;          // ctx[-2]
   uint64_t original = 0;      // what the image calls to run the body
   uint64_t pass = 0;          // the stub's pass-through (fentry-only images end there)

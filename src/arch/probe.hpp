@@ -149,6 +149,8 @@ uint64_t retprobe_trampoline() noexcept;
 // A trap the detour jumps to (with rbx = &regs) when a handler redirected execution;
 // the SIGTRAP handler loads every register from that PtRegs.
 uint64_t redirect_trap() noexcept;
+// At that trap: the PtRegs the detour left (rbx).
+const PtRegs* redirect_regs(const ucontext_t* uc) noexcept;
 
 // What the return trampoline and its exception landing call:
 //   on_return(regs): regs holds the return registers and rsp just after the return;

@@ -5,13 +5,14 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-#include <x86intrin.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 
+#include "abi/ctx.hpp"
+#include "arch/cpu.hpp"
 #include "ebpf/maps.hpp"
 #include "ebpf/memory.hpp"
 #include "os/safe_copy.hpp"
@@ -178,7 +179,7 @@ u64 h_cpu(u64, u64, u64, u64, u64) {
 
 thread_local uint64_t t_rand = 0;
 u64 h_prandom(u64, u64, u64, u64, u64) {
-  if (!t_rand) t_rand = (__rdtsc() ^ (h_pid_tgid(0, 0, 0, 0, 0) * 0x9e3779b97f4a7c15ull)) | 1;
+  if (!t_rand) t_rand = (arch::cycles() ^ (h_pid_tgid(0, 0, 0, 0, 0) * 0x9e3779b97f4a7c15ull)) | 1;
   t_rand ^= t_rand << 13;
   t_rand ^= t_rand >> 7;
   t_rand ^= t_rand << 17;
@@ -330,7 +331,7 @@ u64 h_ringbuf_discard(u64 rec, u64, u64, u64, u64) {
 u64 h_func_arg(u64 ctx, u64 n, u64 value, u64, u64) {
   u64 cnt = 0, v = 0;
   if (!writable(value, 8)) return neg(EFAULT);
-  if (!read_ctx(ctx, -1, &cnt) || n >= cnt || !read_ctx(ctx, static_cast<int64_t>(n), &v)) {
+  if (!read_ctx(ctx, abi::kCtxArgCount, &cnt) || (cnt &= abi::kCtxArgCountMask, n >= cnt) || !read_ctx(ctx, static_cast<int64_t>(n), &v)) {
     *reinterpret_cast<u64*>(value) = 0;
     return neg(EINVAL);
   }
@@ -341,22 +342,22 @@ u64 h_func_arg(u64 ctx, u64 n, u64 value, u64, u64) {
 u64 h_func_ret(u64 ctx, u64 value, u64, u64, u64) {
   u64 cnt = 0, v = 0;
   if (!writable(value, 8)) return neg(EFAULT);
-  if (!read_ctx(ctx, -1, &cnt) || cnt > 64 || !read_ctx(ctx, static_cast<int64_t>(cnt), &v)) return neg(EINVAL);
+  if (!read_ctx(ctx, abi::kCtxArgCount, &cnt) || (cnt &= abi::kCtxArgCountMask, cnt > 64) || !read_ctx(ctx, static_cast<int64_t>(cnt), &v)) return neg(EINVAL);
   *reinterpret_cast<u64*>(value) = v;
   return 0;
 }
 
 u64 h_func_arg_cnt(u64 ctx, u64, u64, u64, u64) {
   u64 cnt = 0;
-  return read_ctx(ctx, -1, &cnt) ? cnt : 0;
+  return read_ctx(ctx, abi::kCtxArgCount, &cnt) ? cnt & abi::kCtxArgCountMask : 0;
 }
 u64 h_func_ip(u64 ctx, u64, u64, u64, u64) {
   u64 ip = 0;
-  return read_ctx(ctx, -2, &ip) ? ip : 0;
+  return read_ctx(ctx, abi::kCtxFuncIp, &ip) ? ip : 0;
 }
 u64 h_cookie(u64 ctx, u64, u64, u64, u64) {
   u64 c = 0;
-  return read_ctx(ctx, -3, &c) ? c : 0;
+  return read_ctx(ctx, abi::kCtxCookie, &c) ? c : 0;
 }
 
 HelperTable make_runtime() {

@@ -17,7 +17,7 @@
 #include "ebpf/check.hpp"
 #include "ebpf/core.hpp"
 #include "ebpf/object_dwarf.hpp"
-#include "tramp/signature.hpp"
+#include "abi/signature.hpp"
 
 namespace utramp::ebpf {
 
@@ -663,14 +663,14 @@ void resolve(LoadedProgram& p, std::span<const uint64_t> header_addr, std::span<
   }
 }
 
-Result<void> check_prototype(const LoadedProgram& p, const tramp::Signature& sig) {
+Result<void> check_prototype(const LoadedProgram& p, const abi::Signature& sig) {
   // BPF_UPROBE's arguments are registers read from pt_regs, as in the kernel: unchecked.
   if (!p.proto || !sig.known || is_uprobe(p.kind)) return {};
   std::vector<uint32_t> want;
-  for (const auto& a : sig.args) want.push_back(a.kind == tramp::ArgType::Kind::memory ? 8 : a.size);
+  for (const auto& a : sig.args) want.push_back(a.kind == abi::ArgType::Kind::memory ? 8 : a.size);
   std::vector<uint32_t> have = p.proto->arg_sizes;
-  if (p.kind != ProgKind::fentry && have.size() == want.size() + 1 && sig.ret.kind != tramp::RetType::Kind::none) {
-    const uint32_t rs = sig.ret.kind == tramp::RetType::Kind::memory ? 8 : sig.ret.size;
+  if (p.kind != ProgKind::fentry && have.size() == want.size() + 1 && sig.ret.kind != abi::RetType::Kind::none) {
+    const uint32_t rs = sig.ret.kind == abi::RetType::Kind::memory ? 8 : sig.ret.size;
     if (have.back() != rs)
       return make_error(Errc::invalid_argument,
                         fmt::format("program '{}' {}: return value of {} bytes, but {} returns {} ({})",

@@ -43,7 +43,7 @@
 
 struct btf;
 
-namespace utramp::tramp {
+namespace utramp::abi {
 struct Signature;
 }
 
@@ -110,6 +110,6 @@ void resolve(LoadedProgram& p, std::span<const uint64_t> header_addr,
 // Checks the program's prototype (if known) against the target's signature: the number
 // of arguments (fexit/fmod_ret: plus the return value, which may be left out) and each
 // one's size. The message names both.
-Result<void> check_prototype(const LoadedProgram& p, const tramp::Signature& target);
+Result<void> check_prototype(const LoadedProgram& p, const abi::Signature& target);
 
 }  // namespace utramp::ebpf

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "arch/cpu.hpp"
 #include "os/safe_copy.hpp"
 
 namespace utramp::ebpf {
@@ -11,12 +12,6 @@ namespace utramp::ebpf {
 namespace {
 
 thread_local RunState* t_current __attribute__((tls_model("initial-exec"))) = nullptr;
-
-uint64_t thread_pointer() {
-  uint64_t tp;
-  asm volatile("mov %%fs:0, %0" : "=r"(tp));  // the TCB's self-pointer
-  return tp;
-}
 
 // [addr, addr+n) inside [lo, lo+len), without overflow for any addr.
 inline bool inside(uint64_t addr, uint64_t n, uint64_t lo, uint64_t len) {
@@ -55,7 +50,7 @@ void enter_run(RunState* r) noexcept {
 void leave_run(RunState* r) noexcept { t_current = r->prev; }
 
 int64_t current_run_tls_offset() noexcept {
-  return static_cast<int64_t>(reinterpret_cast<uint64_t>(&t_current) - thread_pointer());
+  return static_cast<int64_t>(reinterpret_cast<uint64_t>(&t_current) - arch::thread_pointer());
 }
 
 extern "C" uint64_t utramp_ebpf_load(RunState* r, uint64_t addr, uint64_t n) noexcept {

@@ -12,8 +12,8 @@
 // t_in_tracer (graph_state.hpp) from before it reads the thread's state until it has
 // updated it: a signal handler's traced call in between goes to the general code, which
 // drops it and counts it lost.
-#include <x86intrin.h>
 
+#include "arch/cpu.hpp"
 #include "ftrace/graph_state.hpp"
 
 #ifndef __GCC_HAVE_DWARF2_CFI_ASM
@@ -51,7 +51,7 @@ utramp_graph_fast_entry(uint64_t func, uint64_t frame) {
     // One event per call: who called whom ([frame+8]: the caller's return address, the
     // image being entered by jmp).
     const uint64_t caller = *reinterpret_cast<const uint64_t*>(frame + 8);
-    return ts->producer.put_fast(__rdtsc(), func, caller, 0, EventType::entry, false) ? 0 : 1;
+    return ts->producer.put_fast(utramp::arch::cycles(), func, caller, 0, EventType::entry, false) ? 0 : 1;
   }
   const uint32_t d = ts->depth;
   // A call's frame is strictly below its caller's: a frame on the shadow stack at this
@@ -61,7 +61,7 @@ utramp_graph_fast_entry(uint64_t func, uint64_t frame) {
   if (d && ts->stack[d - 1].sp <= frame) return 1;
   if (d >= kMaxStack || ts->overflow) return 1;
   if (g_fast.max_depth && d >= g_fast.max_depth) return 1;
-  const uint64_t t = __rdtsc();
+  const uint64_t t = utramp::arch::cycles();
   // Staged: if the exit comes next, the two become one `leaf` event (half the bytes).
   if (!ts->producer.put_fast(t, func, 0, static_cast<uint16_t>(d), EventType::entry, true)) return 1;
   Frame& f = ts->stack[d];
@@ -85,7 +85,7 @@ utramp_graph_fast_exit(uint64_t func, uint64_t frame) {
   if (ts->overflow || d == 0) return 1;
   Frame& f = ts->stack[d - 1];
   if (f.sp != frame || f.flags != Frame::kWritten) return 1;
-  const uint64_t t = __rdtsc();
+  const uint64_t t = utramp::arch::cycles();
   if (!ts->producer.complete_leaf(f.func, f.time, t) &&
       !ts->producer.put_fast(t, f.func, 0, static_cast<uint16_t>(d - 1), EventType::exit, false))
     return 1;

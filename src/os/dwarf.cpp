@@ -20,10 +20,10 @@
 namespace utramp::os {
 namespace {
 
-using tramp::ArgType;
-using tramp::Part;
-using tramp::RetType;
-using tramp::Signature;
+using abi::ArgType;
+using abi::Part;
+using abi::RetType;
+using abi::Signature;
 
 // Deepest nesting followed through types (typedef chains, members of members) and
 // DW_AT_abstract_origin/DW_AT_specification chains; real code stays far below.
@@ -1311,14 +1311,14 @@ Result<std::shared_ptr<Debug>> open_cached(const std::string& path, const std::s
   return e;
 }
 
-Result<tramp::Signature> signature_from_dwarf(const std::string& path, uint64_t func_vaddr) {
+Result<abi::Signature> signature_from_dwarf(const std::string& path, uint64_t func_vaddr) {
   const std::string what = fmt::format("{:#x}", func_vaddr);
   auto dr = open_cached(path, what);
   if (!dr) return std::move(dr).error();
   return by_address(**dr, (*dr)->to_dwarf(func_vaddr), what, true);
 }
 
-Result<tramp::Signature> signature_from_dwarf(const std::string& path, std::string_view name) {
+Result<abi::Signature> signature_from_dwarf(const std::string& path, std::string_view name) {
   const std::string what = fmt::format("'{}'", name);
   auto dr = Debug::open(path, what);
   if (!dr) return std::move(dr).error();

@@ -63,7 +63,7 @@
 #include <string_view>
 
 #include "common/result.hpp"
-#include "tramp/signature.hpp"
+#include "abi/signature.hpp"
 
 namespace utramp::os {
 
@@ -72,12 +72,12 @@ namespace utramp::os {
 // has no DWARF for it ("no debug info for X in PATH", with why); Errc::unsupported for a
 // type or a function it cannot classify, naming the parameter and the type;
 // Errc::io/bad_format when the file cannot be read as ELF.
-Result<tramp::Signature> signature_from_dwarf(const std::string& path, uint64_t func_vaddr);
+Result<abi::Signature> signature_from_dwarf(const std::string& path, uint64_t func_vaddr);
 
 // Same, by symbol name: DW_AT_linkage_name (a C++ mangled name) or DW_AT_name, else the
 // ELF function symbol of that name (aliases such as glibc's malloc for __libc_malloc,
 // gcc clones). A name that several functions share (overloads, static functions of
 // different files) is Errc::invalid_argument, listing them with their addresses.
-Result<tramp::Signature> signature_from_dwarf(const std::string& path, std::string_view name);
+Result<abi::Signature> signature_from_dwarf(const std::string& path, std::string_view name);
 
 }  // namespace utramp::os

@@ -80,10 +80,7 @@ void on_sigtrap(int sig, siginfo_t* si, void* ucv) {
         // the int3 is written.
         const Emulation em = TrapTable::unpack(e->emu.load(std::memory_order_acquire), at);
         if (em.kind == Emulation::Kind::call) {
-          const uint64_t sp = arch::ctx_sp(uc) - sizeof(uint64_t);
-          *reinterpret_cast<uint64_t*>(sp) = em.return_to;
-          arch::ctx_set_sp(uc, sp);
-          arch::ctx_set_ip(uc, em.target);
+          arch::ctx_emulate_call(uc, em.target, em.return_to);
           g_stats.emulated.fetch_add(1, std::memory_order_relaxed);
           return;
         }

@@ -17,6 +17,7 @@
 
 #include <cstdlib>
 
+#include "arch/cpu.hpp"
 #include "arch/probe.hpp"
 #include "patch/patcher.hpp"
 
@@ -56,15 +57,9 @@ struct ReadSide {
   uint32_t shard, idx, fork_gen;
 };
 
-UTRAMP_HIT inline uint64_t thread_pointer() noexcept {
-  uint64_t tp;
-  asm volatile("mov %%fs:0, %0" : "=r"(tp));
-  return tp;
-}
-
 UTRAMP_HIT inline ReadSide read_lock() noexcept {
   ReadSide r;
-  r.shard = static_cast<uint32_t>((thread_pointer() * 0x9e3779b97f4a7c15ull) >> 58);
+  r.shard = static_cast<uint32_t>((arch::thread_pointer() * 0x9e3779b97f4a7c15ull) >> 58);
   r.fork_gen = g_fork_gen.load(std::memory_order_relaxed);
   r.idx = static_cast<uint32_t>(g_epoch.load(std::memory_order_seq_cst) & 1);
   g_shards[r.shard].n[r.idx].fetch_add(1, std::memory_order_seq_cst);
@@ -337,8 +332,7 @@ UTRAMP_HIT bool trap_hook(siginfo_t* si, ucontext_t* uc) {
   const uint64_t at = arch::trap_address_from_ip(arch::ctx_ip(uc));
   if (at == arch::redirect_trap()) {
     // A detour whose handler redirected: every register from the regs it left (rbx).
-    const auto* r = reinterpret_cast<const arch::PtRegs*>(uc->uc_mcontext.gregs[REG_RBX]);
-    arch::regs_to_context(*r, uc, true);
+    arch::regs_to_context(*arch::redirect_regs(uc), uc, true);
     return true;
   }
   const HitEntry* e = hit_find(at);

@@ -24,11 +24,6 @@ std::string_view site_kind_name(SiteKind k) noexcept {
 
 namespace {
 
-bool starts_with(std::span<const uint8_t> code, size_t off, std::initializer_list<uint8_t> bytes) {
-  if (off + bytes.size() > code.size()) return false;
-  return std::memcmp(code.data() + off, std::data(bytes), bytes.size()) == 0;
-}
-
 std::string where(std::string_view name, uint64_t func, uint64_t addr) {
   return fmt::format("{}+{:#x}", name, addr - func);
 }
@@ -87,43 +82,29 @@ SiteInfo classify(std::string_view name, uint64_t func, uint64_t size,
   s.name = std::string(name);
   s.func = func;
   s.size = size;
-  size_t off = 0;
-  if (starts_with(code, 0, {0xf3, 0x0f, 0x1e, 0xfa})) {  // endbr64
-    s.endbr = true;
-    off = 4;
-  }
+  const size_t off = arch::landing_pad_length(code);
+  s.endbr = off != 0;
   s.site = func + off;
   s.listed = ctx.listed && (ctx.listed(func) || ctx.listed(s.site));
 
-  // Any one 5-byte NOP: gcc's -mnop-mcount plants 0f 1f 44 00 00, clang's
-  // -fpatchable-function-entry=5 plants 0f 1f 44 00 08 (canonicalize() makes it the former).
-  auto first = off < code.size() ? arch::decode(code.data() + off, code.size() - off, s.site)
-                                 : Result<arch::Insn>(make_error(Errc::too_small, "no bytes"));
-  if (first && first->is_nop && first->length == arch::kSiteLen) {
-    s.kind = SiteKind::nop5;
-    s.site_len = 5;
-  } else if (starts_with(code, off, {0x90, 0x90, 0x90, 0x90, 0x90})) {
-    s.kind = SiteKind::nop1x5;
-    s.site_len = 5;
-  } else if (starts_with(code, off, {0xe8}) && code.size() >= off + 5) {
-    auto insn = arch::decode(code.data() + off, code.size() - off, s.site);
-    if (insn && ctx.is_fentry && ctx.is_fentry(insn->target)) {
-      s.kind = SiteKind::fentry_call;
-      s.site_len = 5;
-    }
-  } else if (starts_with(code, off, {0xff, 0x15}) && code.size() >= off + 6) {
-    auto insn = arch::decode(code.data() + off, code.size() - off, s.site);
-    if (insn && insn->rip_relative && ctx.is_fentry_slot && ctx.is_fentry_slot(insn->target)) {
-      s.kind = SiteKind::fentry_gotpcrel;
-      s.site_len = 6;
-    }
-  } else if (ctx.has_xray && starts_with(code, off, {0xeb, 0x09}) && code.size() >= off + 11) {
-    auto nop = arch::decode(code.data() + off + 2, code.size() - off - 2, s.site + 2);
-    if (nop && nop->is_nop && nop->length == 9) {
-      s.kind = SiteKind::xray_sled;
-      s.site_len = 11;
-    }
+  using P = arch::EntryPattern::Kind;
+  const arch::EntryPattern pat = off < code.size() ? arch::classify_entry(code.subspan(off), s.site)
+                                                   : arch::EntryPattern{};
+  switch (pat.kind) {
+    case P::nop5: s.kind = SiteKind::nop5; break;  // clang's 0f 1f 44 00 08 too (canonicalised)
+    case P::nop1x5: s.kind = SiteKind::nop1x5; break;
+    case P::call_rel32:
+      if (ctx.is_fentry && ctx.is_fentry(pat.target)) s.kind = SiteKind::fentry_call;
+      break;
+    case P::call_rip_indirect:
+      if (ctx.is_fentry_slot && ctx.is_fentry_slot(pat.target)) s.kind = SiteKind::fentry_gotpcrel;
+      break;
+    case P::xray_sled:
+      if (ctx.has_xray) s.kind = SiteKind::xray_sled;
+      break;
+    case P::none: break;
   }
+  if (s.kind != SiteKind::none) s.site_len = pat.len;
   if (s.kind != SiteKind::none) {
     s.attachable = true;
     return s;

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/result.hpp"
-#include "tramp/signature.hpp"
+#include "abi/signature.hpp"
 
 namespace utramp::sites {
 struct Site;
@@ -67,7 +67,7 @@ struct Link {
 
 struct AttachOptions {
   uint64_t cookie = 0;
-  std::optional<Signature> signature;  // from the caller (C++ type, or options string)
+  std::optional<abi::Signature> signature;  // from the caller (C++ type, or options string)
   // The program reads ctx[-4], the caller's return address (utramp's extension): the
   // image stores it only when one of its links asks (two instructions per call).
   bool caller = false;

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "abi_cases.h"
-#include "tramp/signature.hpp"
+#include "abi/signature.hpp"
 #include "tramp/trampoline.hpp"
 
 extern "C" {
@@ -328,7 +328,7 @@ std::pair<std::string, std::string> trampoline_signature(const void* fn) {
 void check_dwarf_signature(const abi_entry& e) {
   const auto [sig, source] = trampoline_signature(e.fn);
   EXPECT_EQ(source, "DWARF") << sig;
-  auto want = utramp::tramp::parse_signature(e.signature);
+  auto want = utramp::abi::parse_signature(e.signature);
   ASSERT_TRUE(want) << want.error().message;
   EXPECT_EQ(sig, want->describe()) << "from the option string " << e.signature;
 }

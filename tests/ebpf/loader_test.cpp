@@ -11,7 +11,7 @@
 #include "ebpf/core.hpp"
 #include "ebpf/helpers.hpp"
 #include "ebpf/loader.hpp"
-#include "tramp/signature.hpp"
+#include "abi/signature.hpp"
 
 namespace utramp::ebpf {
 namespace {
@@ -179,15 +179,15 @@ TEST(LoaderBad, PrototypeMismatch) {
   auto o = load_object_file(bad("proto_mismatch"), runtime_helpers());
   ASSERT_TRUE(o) << o.error().message;
   ASSERT_TRUE(o->programs[0].proto.has_value());
-  tramp::Signature sig;
-  sig.args = {tramp::ArgType::integer(4)};
-  sig.ret = tramp::RetType::integer(4);
+  abi::Signature sig;
+  sig.args = {abi::ArgType::integer(4)};
+  sig.ret = abi::RetType::integer(4);
   sig.source = "DWARF";
   auto r = check_prototype(o->programs[0], sig);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("program 'typed' declares (long a, long b) but work is"), std::string::npos)
       << r.error().message;
-  sig.args = {tramp::ArgType::integer(8), tramp::ArgType::integer(8)};
+  sig.args = {abi::ArgType::integer(8), abi::ArgType::integer(8)};
   EXPECT_TRUE(check_prototype(o->programs[0], sig));
 }
 
@@ -203,10 +203,10 @@ TEST(LoaderBad, LegacyMapsSection) {
   EXPECT_NE(e.find("section 'maps': legacy map definitions"), std::string::npos) << e;
 }
 
-tramp::Signature work_signature() {
-  tramp::Signature sig;
-  sig.args = {tramp::ArgType::integer(4)};
-  sig.ret = tramp::RetType::integer(4);
+abi::Signature work_signature() {
+  abi::Signature sig;
+  sig.args = {abi::ArgType::integer(4)};
+  sig.ret = abi::RetType::integer(4);
   sig.source = "DWARF";
   return sig;
 }

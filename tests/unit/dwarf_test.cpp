@@ -12,7 +12,7 @@
 
 #include "os/dwarf.hpp"
 #include "os/elf_file.hpp"
-#include "tramp/signature.hpp"
+#include "abi/signature.hpp"
 
 namespace utramp {
 namespace {
@@ -101,7 +101,7 @@ std::optional<uint64_t> symbol_address(const std::string& path, const std::strin
   return std::nullopt;
 }
 
-std::string describe(const Result<tramp::Signature>& r) {
+std::string describe(const Result<abi::Signature>& r) {
   return r ? r->describe() : std::string(errc_name(r.error().code)) + ": " + r.error().message;
 }
 
@@ -364,7 +364,7 @@ TEST(Dwarf, ParseSignatureRoundTrips) {
     std::string s = text;
     const size_t close = s.find(')');
     const std::string bare = s.substr(1, close - 1) + s.substr(close + 1);
-    auto r = tramp::parse_signature(bare);
+    auto r = abi::parse_signature(bare);
     ASSERT_TRUE(r) << bare << ": " << r.error().message;
     EXPECT_EQ(r->describe(), text) << bare;
   }

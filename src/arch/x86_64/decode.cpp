@@ -132,4 +132,32 @@ std::string disassemble(std::span<const uint8_t> code, uint64_t address) {
   return out;
 }
 
+namespace {
+
+bool has_prefix(std::span<const uint8_t> code, std::initializer_list<uint8_t> bytes) {
+  return code.size() >= bytes.size() && std::equal(bytes.begin(), bytes.end(), code.begin());
+}
+
+}  // namespace
+
+size_t landing_pad_length(std::span<const uint8_t> code) noexcept {
+  return has_prefix(code, {0xf3, 0x0f, 0x1e, 0xfa}) ? 4 : 0;  // endbr64
+}
+
+EntryPattern classify_entry(std::span<const uint8_t> code, uint64_t at) {
+  using K = EntryPattern::Kind;
+  auto first = code.empty() ? Result<Insn>(make_error(Errc::too_small, "no bytes"))
+                            : decode(code.data(), code.size(), at);
+  if (first && first->is_nop && first->length == kSiteLen) return {K::nop5, 5, 0};
+  if (has_prefix(code, {0x90, 0x90, 0x90, 0x90, 0x90})) return {K::nop1x5, 5, 0};
+  if (first && first->length == 5 && code[0] == 0xe8) return {K::call_rel32, 5, first->target};
+  if (first && first->length == 6 && has_prefix(code, {0xff, 0x15}) && first->rip_relative)
+    return {K::call_rip_indirect, 6, first->target};
+  if (has_prefix(code, {0xeb, 0x09}) && code.size() >= 11) {  // jmp +9 over a 9-byte NOP
+    auto nop = decode(code.data() + 2, code.size() - 2, at + 2);
+    if (nop && nop->is_nop && nop->length == 9) return {K::xray_sled, 11, 0};
+  }
+  return {};
+}
+
 }  // namespace utramp::arch

@@ -84,5 +84,11 @@ uint64_t ctx_ip(const ucontext_t* uc) noexcept { return uc->uc_mcontext.gregs[RE
 void ctx_set_ip(ucontext_t* uc, uint64_t ip) noexcept { uc->uc_mcontext.gregs[REG_RIP] = ip; }
 uint64_t ctx_sp(const ucontext_t* uc) noexcept { return uc->uc_mcontext.gregs[REG_RSP]; }
 void ctx_set_sp(ucontext_t* uc, uint64_t sp) noexcept { uc->uc_mcontext.gregs[REG_RSP] = sp; }
+void ctx_emulate_call(ucontext_t* uc, uint64_t target, uint64_t return_to) noexcept {
+  const uint64_t sp = ctx_sp(uc) - sizeof(uint64_t);
+  *reinterpret_cast<uint64_t*>(sp) = return_to;
+  ctx_set_sp(uc, sp);
+  ctx_set_ip(uc, target);
+}
 
 }  // namespace utramp::arch

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <span>
 
+#include "abi/ctx.hpp"
 #include "arch/arch.hpp"
 #include "arch/x86_64/asm_util.hpp"
 
@@ -17,10 +18,10 @@ namespace {
 namespace ax = asmjit::x86;
 using asmjit::Imm;
 using asmjit::Label;
-using tramp::ArgType;
-using tramp::Part;
-using tramp::RetType;
-using tramp::Signature;
+using abi::ArgType;
+using abi::Part;
+using abi::RetType;
+using abi::Signature;
 using x86::assemble;
 using x86::fs_mem;
 
@@ -352,10 +353,10 @@ void run_prog(ax::Assembler& a, const ImageSpec& sp, const Frame& f, const Image
   a.bind(take);
   a.mov(guard, ax::rsp);
   if (static_cast<int64_t>(p.cookie) == static_cast<int32_t>(p.cookie)) {
-    a.mov(ctx_slot(f, -3), Imm(static_cast<int32_t>(p.cookie)));
+    a.mov(ctx_slot(f, abi::kCtxCookie), Imm(static_cast<int32_t>(p.cookie)));
   } else {
     a.mov(ax::r11, Imm(p.cookie));
-    a.mov(ctx_slot(f, -3), ax::r11);
+    a.mov(ctx_slot(f, abi::kCtxCookie), ax::r11);
   }
   if (p.stats) {
     call_abs(a, sp.stats_begin, base);
@@ -840,16 +841,16 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
     a.and_(ax::rsp, Imm(-16));
     if (sp.tracer.entry) hook_entry(a, sp, base, hook_slow);
     save_args(a, sig, l, f);
-    a.mov(ctx_slot(f, -1), Imm(f.nslots));
+    a.mov(ctx_slot(f, abi::kCtxArgCount), Imm(f.nslots));
     if (static_cast<int64_t>(sp.func) == static_cast<int32_t>(sp.func)) {
-      a.mov(ctx_slot(f, -2), Imm(static_cast<int32_t>(sp.func)));
+      a.mov(ctx_slot(f, abi::kCtxFuncIp), Imm(static_cast<int32_t>(sp.func)));
     } else {
       a.mov(ax::r11, Imm(sp.func));
-      a.mov(ctx_slot(f, -2), ax::r11);
+      a.mov(ctx_slot(f, abi::kCtxFuncIp), ax::r11);
     }
     if (sp.store_caller) {
       a.mov(ax::r11, rbp_q(8));  // entered by jmp: [rbp+8] is the caller's return address
-      a.mov(ctx_slot(f, -4), ax::r11);
+      a.mov(ctx_slot(f, abi::kCtxCaller), ax::r11);
     }
     for (const ImageProg& p : sp.fentry) run_prog(a, sp, f, p, base, misses);
     if (!sp.calls_original) {

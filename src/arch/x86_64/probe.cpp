@@ -195,6 +195,10 @@ void regs_from_context(const ucontext_t* uc, PtRegs* r) noexcept {
   r->rsp = g[REG_RSP];
 }
 
+const PtRegs* redirect_regs(const ucontext_t* uc) noexcept {
+  return reinterpret_cast<const PtRegs*>(uc->uc_mcontext.gregs[REG_RBX]);
+}
+
 void regs_to_context(const PtRegs& r, ucontext_t* uc, bool with_ip) noexcept {
   greg_t* g = uc->uc_mcontext.gregs;
   g[REG_R15] = r.r15;

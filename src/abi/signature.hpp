@@ -2,26 +2,17 @@
 // where the return value leaves, in System V x86-64 terms, and how the context (the
 // kernel's u64 ctx[] array) lays them out.
 //
-// Context layout (the kernel's, so BPF programs written for kernel fentry/fexit work):
-//   ctx[-3]         the attach cookie of the running link
-//   ctx[-2]         the function's address
-//   ctx[-1]         number of argument slots (n)
-//   ctx[0..n-1]     arguments, each widened to u64; an argument of 9..16 bytes passed in
-//                   registers (a struct, __int128) takes two slots; an argument passed in
-//                   memory (a struct larger than 16 bytes, long double) takes one slot
-//                   holding its address
-//   ctx[n], ctx[n+1] the return value for fexit (two slots for rax:rdx, xmm0:xmm1 and
-//                   x87 long double; a value returned through a hidden pointer is that
-//                   pointer, as the function returns it in rax)
+// (The context those signatures are laid out in is abi/ctx.hpp.)
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "abi/ctx.hpp"
 #include "common/result.hpp"
 
-namespace utramp::tramp {
+namespace utramp::abi {
 
 // The ABI class of one eightbyte of a value (SysV §3.2.3, reduced to what we pass).
 enum class Part : uint8_t { none, integer, sse };
@@ -88,4 +79,4 @@ struct Signature {
 // Example: "i32,ptr,f64,m24 -> void"; "i64,... -> i32" (variadic).
 Result<Signature> parse_signature(const std::string& text);
 
-}  // namespace utramp::tramp
+}  // namespace utramp::abi

@@ -1,10 +1,10 @@
-#include "tramp/signature.hpp"
+#include "abi/signature.hpp"
 
 #include <fmt/format.h>
 
 #include <cctype>
 
-namespace utramp::tramp {
+namespace utramp::abi {
 
 Signature Signature::fallback() {
   Signature s;
@@ -160,4 +160,4 @@ Result<Signature> parse_signature(const std::string& text) {
   return sig;
 }
 
-}  // namespace utramp::tramp
+}  // namespace utramp::abi

@@ -1,0 +1,42 @@
+// The context a tracing program receives: the kernel's u64 ctx[] array, so BPF programs
+// written for kernel fentry/fexit work unchanged. One definition for the images that
+// build it (arch/), the helpers and tracers that read it (ebpf/, ftrace/, capi/) and the
+// public header that documents it (include/utramp/utramp.h, checked against this one in
+// capi/utramp.cpp).
+//
+//   ctx[-4]          the caller's return address (utramp's; stored only when a link asks)
+//   ctx[-3]          the attach cookie of the running link (utramp's)
+//   ctx[-2]          the function's address (the kernel's, for bpf_get_func_ip)
+//   ctx[-1]          bits 0..31: number of argument slots n (the kernel's, for
+//                    bpf_get_func_arg_cnt); bit 32: set while the return slot ctx[n] is
+//                    valid (fmod_ret and fexit programs; the kernel's verifier refuses
+//                    bpf_get_func_ret in fentry programs, utramp says -EOPNOTSUPP)
+//   ctx[0..n-1]      arguments, each widened to u64; an argument of 9..16 bytes passed in
+//                    registers (a struct, __int128) takes two slots; an argument passed in
+//                    memory (a struct larger than 16 bytes, long double) takes one slot
+//                    holding its address
+//   ctx[n], ctx[n+1] the return value for fexit (two slots for rax:rdx, xmm0:xmm1 and
+//                    x87 long double; a value returned through a hidden pointer is that
+//                    pointer, as the function returns it in rax); for fmod_ret the
+//                    previous fmod_ret program's result (0 for the first)
+#pragma once
+
+#include <cstdint>
+
+namespace utramp::abi {
+
+// Slots below ctx[0], as indices (ctx[kCtxCookie] is the cookie).
+inline constexpr int kCtxCaller = -4;
+inline constexpr int kCtxCookie = -3;
+inline constexpr int kCtxFuncIp = -2;
+inline constexpr int kCtxArgCount = -1;
+inline constexpr int kCtxHeaderSlots = 4;  // ctx[-4..-1]
+
+// ctx[kCtxArgCount]: the argument count in the low half, flags in the high half.
+inline constexpr uint64_t kCtxArgCountMask = 0xffffffffull;
+inline constexpr uint64_t kCtxRetValid = 1ull << 32;
+
+inline uint64_t ctx_arg_count(const uint64_t* ctx) noexcept { return ctx[kCtxArgCount] & kCtxArgCountMask; }
+inline bool ctx_ret_valid(const uint64_t* ctx) noexcept { return (ctx[kCtxArgCount] & kCtxRetValid) != 0; }
+
+}  // namespace utramp::abi
