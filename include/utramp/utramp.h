@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 
-/* "0.1.0" */
+/* The library's version, "MAJOR.MINOR.PATCH". */
 const char *utramp_version(void);
 
 /* The message of the last failure on this thread ("" if none). */

@@ -23,6 +23,7 @@
 
 #include "agent/bpf.hpp"
 #include "agent/config.hpp"
+#include "common/init.hpp"
 #include "ftrace/graph.hpp"
 #include "os/signal_stack.hpp"
 #include "patch/patcher.hpp"
@@ -72,7 +73,7 @@ void logf(const char* fmt, ...) {
 
 std::string demangle(const std::string& name) {
   int status = 0;
-  char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+  char* d = ::abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
   std::string out = status == 0 && d ? d : name;
   free(d);
   return out;
@@ -266,7 +267,7 @@ void atfork_child() {
   write_maps_file();
 }
 
-__attribute__((constructor(200))) void agent_init() {
+__attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
   const char* path = getenv("UTRAMP_AGENT");
   if (!path || !*path) return;
   auto cfg = load_config(path);
@@ -377,7 +378,7 @@ Fn next(const char* name) {
   return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
 }
 
-// Before any other constructor of ours (agent_init is 200), and on first use if a
+// Before any other constructor of ours (common/init.hpp), and on first use if a
 // constructor of another object calls one of them earlier.
 void resolve() {
   if (g_sigaction) return;
@@ -388,7 +389,7 @@ void resolve() {
   g_sigaction = next<ActionFn>("sigaction");
 }
 
-__attribute__((constructor(101))) void init() {
+__attribute__((constructor(UTRAMP_INIT_GLUE))) void init() {
   resolve();
   const char* cfg = getenv("UTRAMP_AGENT");
   if (!cfg || !*cfg) return;

@@ -5,11 +5,13 @@
 #include <cstddef>
 #include <string>
 
+#include "abi/ctx.hpp"
+#include "abi/signature.hpp"
 #include "common/result.hpp"
 #include "probe/probe.hpp"
 #include "sites/table.hpp"
-#include "tramp/signature.hpp"
 #include "tramp/trampoline.hpp"
+#include "utramp_version.hpp"
 
 namespace {
 
@@ -47,7 +49,7 @@ int errno_of(utramp::Errc c) {
 
 extern "C" {
 
-const char* utramp_version(void) { return "0.1.0"; }
+const char* utramp_version(void) { return UTRAMP_VERSION_STRING; }
 
 const char* utramp_last_error(void) { return t_last_error.c_str(); }
 
@@ -107,7 +109,7 @@ utramp_link* attach_common(int type, const utramp_attach_opts* opts, F&& attach)
     }
     o.cookie = opts->cookie;
     if (opts->signature) {
-      auto sig = tramp::parse_signature(opts->signature);
+      auto sig = abi::parse_signature(opts->signature);
       if (!sig) {
         fail(sig.error(), EINVAL);
         return nullptr;
@@ -154,18 +156,18 @@ int utramp_link_detach(struct utramp_link* link) {
   return 0;
 }
 
-uint64_t utramp_get_func_ip(const uint64_t* ctx) { return ctx[-2]; }
-uint64_t utramp_get_func_arg_cnt(const uint64_t* ctx) { return ctx[-1]; }
+uint64_t utramp_get_func_ip(const uint64_t* ctx) { return ctx[utramp::abi::kCtxFuncIp]; }
+uint64_t utramp_get_func_arg_cnt(const uint64_t* ctx) { return utramp::abi::ctx_arg_count(ctx); }
 int utramp_get_func_arg(const uint64_t* ctx, uint32_t n, uint64_t* value) {
-  if (n >= ctx[-1]) return -EINVAL;
+  if (n >= utramp::abi::ctx_arg_count(ctx)) return -EINVAL;
   *value = ctx[n];
   return 0;
 }
 int utramp_get_func_ret(const uint64_t* ctx, uint64_t* value) {
-  *value = ctx[ctx[-1]];
+  *value = ctx[utramp::abi::ctx_arg_count(ctx)];
   return 0;
 }
-uint64_t utramp_get_attach_cookie(const uint64_t* ctx) { return ctx[-3]; }
+uint64_t utramp_get_attach_cookie(const uint64_t* ctx) { return ctx[utramp::abi::kCtxCookie]; }
 void utramp_set_stats(int on) { utramp::tramp::Manager::instance().set_stats(on != 0); }
 
 }  // extern "C"

@@ -1,5 +1,7 @@
 #include "ftrace/graph.hpp"
 
+#include "abi/ctx.hpp"
+#include "arch/cpu.hpp"
 #include "ftrace/graph_state.hpp"
 #include "os/signal_stack.hpp"
 
@@ -8,7 +10,6 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <x86intrin.h>
 
 #include <algorithm>
 #include <atomic>
@@ -35,7 +36,13 @@ using detail::t_trace;
 using detail::ThreadTrace;
 
 trace::ShmBuffers* g_buffers = nullptr;
-Options g_opts;
+// Set once by configure() and never freed: traced threads read it until the process ends
+// (a namespace-scope Options would be destroyed at exit while they still do).
+const Options* g_opts = nullptr;
+const Options& opts() {
+  static const Options* defaults = new Options();  // before configure(): never freed either
+  return g_opts ? *g_opts : *defaults;
+}
 uint64_t g_min_ticks = 0;
 // Bumped by after_fork_child() in a forked child (its only thread runs the atfork
 // handler), so that the state of that thread is renewed on its next event. Comparing
@@ -45,8 +52,8 @@ uint32_t g_fork_gen = 0;
 
 
 bool tid_selected(uint32_t tid) {
-  if (g_opts.tids.empty()) return true;
-  for (uint32_t t : g_opts.tids)
+  if (opts().tids.empty()) return true;
+  for (uint32_t t : opts().tids)
     if (t == tid) return true;
   return false;
 }
@@ -294,11 +301,11 @@ void close_left_handler(ThreadTrace* ts, uint64_t sp, uint64_t time) {
 
 }  // namespace
 
-uint64_t now() noexcept { return __rdtsc(); }
+uint64_t now() noexcept { return arch::cycles(); }
 
 void configure(trace::ShmBuffers* buffers, const Options& opts) {
   g_buffers = buffers;
-  g_opts = opts;
+  g_opts = new Options(opts);
   g_min_ticks = static_cast<uint64_t>(static_cast<double>(opts.min_duration_ns) * opts.ticks_per_ns);
   detail::g_fast.function_tracer = opts.tracer == Tracer::function;
   detail::g_fast.max_depth = opts.max_depth;
@@ -310,12 +317,12 @@ void configure(trace::ShmBuffers* buffers, const Options& opts) {
 arch::TracerHooks hooks() {
   arch::TracerHooks h;
   h.entry = reinterpret_cast<uint64_t>(&utramp_graph_fast_entry);
-  h.exit = g_opts.tracer == Tracer::function ? 0 : reinterpret_cast<uint64_t>(&utramp_graph_fast_exit);
+  h.exit = opts().tracer == Tracer::function ? 0 : reinterpret_cast<uint64_t>(&utramp_graph_fast_exit);
   h.entry_general = reinterpret_cast<uint64_t>(&utramp_graph_entry_thunk);
   h.exit_general = reinterpret_cast<uint64_t>(&utramp_graph_exit_thunk);
   // The images do the hooks' common case themselves: function_graph into discard-mode
   // rings (leaves are made in discard mode only; see put_fast()).
-  h.inline_path = g_opts.tracer == Tracer::function_graph && g_buffers &&
+  h.inline_path = opts().tracer == Tracer::function_graph && g_buffers &&
                   g_buffers->mode() == trace::BufferMode::discard &&
                   !std::getenv("UTRAMP_NO_INLINE_TRACER");
   if (h.inline_path) {
@@ -347,7 +354,7 @@ arch::TracerHooks hooks() {
     f.c_busy = pl.busy;
     f.c_pending = pl.pending;
     f.c_staged = pl.staged;
-    f.depth_limit = g_opts.max_depth ? std::min(g_opts.max_depth, kMaxStack) : kMaxStack;
+    f.depth_limit = opts().max_depth ? std::min(opts().max_depth, kMaxStack) : kMaxStack;
     f.type_entry = static_cast<uint8_t>(trace::EventType::entry);
     f.type_exit = static_cast<uint8_t>(trace::EventType::exit);
     f.type_leaf = static_cast<uint8_t>(trace::EventType::leaf);
@@ -363,7 +370,7 @@ namespace {
 void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
               const FuncRecord* rec, const uint64_t* ctx) {
   const uint64_t time = now();
-  if (g_opts.tracer == Tracer::function) {
+  if (opts().tracer == Tracer::function) {
     // One event per call: who called whom.
     emit(ts, trace::EventType::entry, time, func, caller, 0);
     return;
@@ -384,7 +391,7 @@ void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
   f.sp = sp;
   f.func = func;
   f.time = time;
-  f.flags = g_opts.max_depth && d >= g_opts.max_depth ? Frame::kHidden : 0;
+  f.flags = opts().max_depth && d >= opts().max_depth ? Frame::kHidden : 0;
   if (switching) f.flags |= Frame::kSwitched;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   ts->depth = d + 1;
@@ -405,7 +412,7 @@ void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
     flush_pending(ts, d);  // arguments follow their entry, so -t cannot defer it
   }
   if (args) {
-    const uint64_t n = ctx[-1];
+    const uint64_t n = abi::ctx_arg_count(ctx);
     for (uint8_t k = 0; k < rec->nargs; ++k) {
       const auto& a = rec->args[k];
       const uint64_t v = a.index < n ? ctx[a.index] : 0;
@@ -435,7 +442,7 @@ void do_exit(ThreadTrace* ts, uint64_t sp, const FuncRecord* rec, const uint64_t
     flush_pending(ts, d);  // the ancestors' entries and its own
   }
   const trace::ValueFormat rf = rec && ctx ? rec->ret : trace::ValueFormat::none;
-  const uint64_t ret = rf != trace::ValueFormat::none ? ctx[ctx[-1]] : 0;
+  const uint64_t ret = rf != trace::ValueFormat::none ? ctx[abi::ctx_arg_count(ctx)] : 0;
   emit(ts, trace::EventType::exit, time, f.func, ret, static_cast<uint16_t>(d),
        static_cast<uint8_t>(rf));
   if (rf == trace::ValueFormat::string) emit_string(ts, time, f.func, static_cast<uint16_t>(d), ret);
@@ -451,8 +458,8 @@ uint64_t graph_entry(uint64_t* ctx) {
   }
   InTracer in;
   if (ThreadTrace* ts = state())
-    do_entry(ts, ctx[-2], reinterpret_cast<uint64_t>(ctx), ctx[-4],
-             reinterpret_cast<const FuncRecord*>(ctx[-3]), ctx);
+    do_entry(ts, ctx[abi::kCtxFuncIp], reinterpret_cast<uint64_t>(ctx), ctx[abi::kCtxCaller],
+             reinterpret_cast<const FuncRecord*>(ctx[abi::kCtxCookie]), ctx);
   return 0;
 }
 
@@ -463,7 +470,7 @@ uint64_t graph_exit(uint64_t* ctx) {
   }
   InTracer in;
   if (ThreadTrace* ts = state())
-    do_exit(ts, reinterpret_cast<uint64_t>(ctx), reinterpret_cast<const FuncRecord*>(ctx[-3]), ctx);
+    do_exit(ts, reinterpret_cast<uint64_t>(ctx), reinterpret_cast<const FuncRecord*>(ctx[abi::kCtxCookie]), ctx);
   return 0;
 }
 

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <map>
+
 #include <memory>
 #include <mutex>
 #include <set>
@@ -26,6 +27,7 @@
 #include "arch/arch.hpp"
 #include "arch/probe.hpp"
 #include "common/hex.hpp"
+#include "common/init.hpp"
 #include "os/exec_memory.hpp"
 #include "os/text_writer.hpp"
 #include "patch/patcher.hpp"
@@ -164,7 +166,7 @@ namespace {
 // the first instance() left the child waiting forever on the half-made static (seen as
 // ProbeStress.ForkWhileAnotherThreadAttaches hanging about one run in four). The
 // constructors only allocate and register handlers (threads start on first attach).
-__attribute__((constructor)) void make_managers_early() { (void)Manager::instance(); }
+__attribute__((constructor(UTRAMP_INIT_RUNTIME))) void make_managers_early() { (void)Manager::instance(); }
 }  // namespace
 
 Manager::Manager() : impl_(new Impl) {

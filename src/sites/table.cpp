@@ -43,6 +43,14 @@ std::string own_object() {
   return {};
 }
 
+// Any copy of the runtime (libutramp.so, libutramp-agent.so, libutramp-internal.so):
+// a process may hold two (a program linking libutramp, run under the agent), and neither
+// patches the other's code.
+bool runtime_object(std::string_view path) {
+  const std::string_view base = path.substr(path.rfind('/') + 1);
+  return base.starts_with("libutramp.so") || base.starts_with("libutramp-");
+}
+
 std::string self_exe() {
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -129,7 +137,7 @@ Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& 
     seen_objects_.push_back(key);
     if (o.path.empty() || o.path.starts_with("linux-vdso") || o.path.starts_with("linux-gate"))
       continue;
-    if (o.path == own) continue;  // the runtime never patches itself
+    if (o.path == own || runtime_object(o.path)) continue;  // the runtime never patches itself
     auto elf = os::ElfFile::open(o.path);
     if (!elf) {
       skipped_.push_back(fmt::format("{}: {}", o.path, elf.error().message));

@@ -2,13 +2,18 @@
 
 #include <fmt/format.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
 #include <mutex>
 
+#include "arch/cpu.hpp"
+#include "common/init.hpp"
 #include "os/signal_stack.hpp"
 
 namespace utramp::tramp {
@@ -17,60 +22,67 @@ namespace {
 
 alignas(64) thread_local ThreadBlock t_block __attribute__((tls_model("initial-exec")));
 
+// The registry: one entry per thread that has entered a stub. A thread claims a free
+// entry with a compare-and-swap of its block's address, so registering takes no lock and
+// allocates nothing: generated code registers a thread on its first entry into any stub,
+// which may happen inside a signal handler, inside the allocator, or while this thread
+// holds one of utramp's locks. Entries of threads that exited are released by the
+// reclaimer (snapshot_counters: the tid is gone). In .bss: pages never used cost
+// nothing.
+inline constexpr size_t kMaxThreads = 1 << 15;
 struct Entry {
-  pid_t tid;
-  ThreadBlock* block;
+  std::atomic<ThreadBlock*> block{nullptr};
+  std::atomic<pid_t> tid{0};
 };
+Entry g_entries[kMaxThreads];
+std::atomic<size_t> g_used{0};  // entries [0, g_used) may be in use
 
-std::mutex g_mu;
-// Never destroyed: the reclaimer thread reads them while static destructors run at exit.
-std::vector<Entry>& g_threads = *new std::vector<Entry>();
-pthread_key_t g_key;
-std::once_flag g_key_once;
+std::mutex g_slot_mu;  // the slot bitmaps below (attach and reclamation only)
+std::array<bool, kCounterSlots> g_counter_used{};
+std::array<bool, kProgSlots> g_prog_used{};
 
-std::vector<bool>& g_counter_used = *new std::vector<bool>(kCounterSlots, false);
-std::vector<bool>& g_prog_used = *new std::vector<bool>(kProgSlots, false);
-
-uint64_t thread_pointer() {
-  uint64_t tp;
-  asm volatile("mov %%fs:0, %0" : "=r"(tp));  // the TCB's self-pointer
-  return tp;
-}
-
-void on_thread_exit(void*) {
-  std::lock_guard lock(g_mu);
-  const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
-  std::erase_if(g_threads, [&](const Entry& e) { return e.tid == tid; });
-  t_block.registered = 0;
-}
+pid_t gettid_raw() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 
 void reset_after_fork() {
-  // Only the forking thread exists in the child; the mutex may have been held by a
-  // thread that no longer exists.
-  new (&g_mu) std::mutex();
-  g_threads.clear();
-  if (t_block.registered) g_threads.push_back({static_cast<pid_t>(syscall(SYS_gettid)), &t_block});
+  // Only the forking thread exists in the child.
+  const size_t n = g_used.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < n; ++i) {
+    g_entries[i].tid.store(0, std::memory_order_relaxed);
+    g_entries[i].block.store(nullptr, std::memory_order_relaxed);
+  }
+  g_used.store(0, std::memory_order_relaxed);
+  new (&g_slot_mu) std::mutex();
+  if (t_block.registered) {
+    t_block.registered = 0;
+    utramp_register_thread();
+  }
 }
 
-[[maybe_unused]] const bool g_atfork = [] {
+__attribute__((constructor(UTRAMP_INIT_RUNTIME))) void init_threads() {
   pthread_atfork(nullptr, nullptr, reset_after_fork);
-  return true;
-}();
+}
 
-Result<uint32_t> alloc_in(std::vector<bool>& used, uint32_t first, const char* what) {
-  std::lock_guard lock(g_mu);
-  for (uint32_t i = first; i < used.size(); ++i)
+template <size_t N>
+Result<uint32_t> alloc_in(std::array<bool, N>& used, const char* what) {
+  std::lock_guard lock(g_slot_mu);
+  for (uint32_t i = 0; i < N; ++i)
     if (!used[i]) {
       used[i] = true;
       return i;
     }
-  return make_error(Errc::busy, fmt::format("all {} {} slots are in use", used.size(), what));
+  return make_error(Errc::busy, fmt::format("all {} {} slots are in use", N, what));
+}
+
+template <size_t N>
+void free_in(std::array<bool, N>& used, uint32_t slot) {
+  std::lock_guard lock(g_slot_mu);
+  if (slot < N) used[slot] = false;
 }
 
 }  // namespace
 
 TlsLayout tls_layout() {
-  const auto base = static_cast<int64_t>(thread_pointer());
+  const auto base = static_cast<int64_t>(arch::thread_pointer());
   return TlsLayout{reinterpret_cast<int64_t>(&t_block.registered) - base,
                    reinterpret_cast<int64_t>(&t_block.counters[0]) - base,
                    reinterpret_cast<int64_t>(&t_block.active[0]) - base};
@@ -78,54 +90,70 @@ TlsLayout tls_layout() {
 
 ThreadBlock& this_thread_block() { return t_block; }
 
+// Async-signal-safe: a compare-and-swap per entry looked at, and gettid.
 extern "C" void utramp_register_thread() {
   if (t_block.registered) return;
-  std::call_once(g_key_once, [] { pthread_key_create(&g_key, on_thread_exit); });
-  {
-    std::lock_guard lock(g_mu);
-    g_threads.push_back({static_cast<pid_t>(syscall(SYS_gettid)), &t_block});
+  const pid_t tid = gettid_raw();
+  for (size_t i = 0; i < kMaxThreads; ++i) {
+    ThreadBlock* expected = nullptr;
+    if (g_entries[i].block.load(std::memory_order_relaxed) != nullptr) continue;
+    if (!g_entries[i].block.compare_exchange_strong(expected, &t_block, std::memory_order_acq_rel))
+      continue;
+    g_entries[i].tid.store(tid, std::memory_order_release);
+    size_t used = g_used.load(std::memory_order_relaxed);
+    while (used < i + 1 && !g_used.compare_exchange_weak(used, i + 1, std::memory_order_release)) {
+    }
+    // Published before the stub's counters are used: the reclaimer's snapshot of a
+    // batch that began after this point sees this thread (pairs with the acquire loads
+    // in snapshot_counters).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    t_block.registered = 1;
+    return;
   }
-  // A non-null value makes the key's destructor run at thread exit.
-  pthread_setspecific(g_key, &t_block);
-  t_block.registered = 1;
+  // 32768 threads inside stubs at once: this one stays unregistered and re-tries at its
+  // next entry; the images it runs are then never reclaimed while it could be inside.
+  // (Unreachable in practice: the kernel's default threads-max is lower per user.)
 }
 
 CounterSnapshot snapshot_counters(const std::vector<uint32_t>& slots) {
-  std::vector<Entry> threads;
-  {
-    std::lock_guard lock(g_mu);
-    threads = g_threads;
-  }
   CounterSnapshot out;
   const pid_t pid = getpid();
   std::vector<uint32_t> buf(kCounterSlots);
-  for (const Entry& e : threads) {
+  const size_t n = g_used.load(std::memory_order_acquire);
+  for (size_t i = 0; i < n; ++i) {
+    Entry& e = g_entries[i];
+    ThreadBlock* block = e.block.load(std::memory_order_acquire);
+    const pid_t tid = e.tid.load(std::memory_order_acquire);
+    if (!block || !tid) continue;  // free, or being claimed (its thread has not yet
+                                   // used the counters: it is still in the stub's slow path)
     iovec local{buf.data(), buf.size() * sizeof(uint32_t)};
-    iovec remote{e.block->counters, buf.size() * sizeof(uint32_t)};
-    if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(local.iov_len))
-      continue;  // the thread is gone and its memory with it
+    iovec remote{block->counters, buf.size() * sizeof(uint32_t)};
+    const bool readable =
+        process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(local.iov_len);
+    if (!readable || (syscall(SYS_tgkill, pid, tid, 0) != 0 && errno == ESRCH)) {
+      // The thread is gone (its memory unmapped, or reused by a thread that registers
+      // itself anew): release its entry.
+      ThreadBlock* b = block;
+      if (e.block.compare_exchange_strong(b, nullptr, std::memory_order_acq_rel))
+        e.tid.store(0, std::memory_order_release);
+      continue;
+    }
     std::vector<uint32_t> v;
     v.reserve(slots.size());
     for (uint32_t s : slots) v.push_back(buf[s]);
     out.values.push_back(std::move(v));
-    out.tids.push_back(e.tid);
+    out.tids.push_back(tid);
   }
   return out;
 }
 
-Result<uint32_t> alloc_counter_slot() { return alloc_in(g_counter_used, 0, "thread counter"); }
-void free_counter_slot(uint32_t slot) {
-  std::lock_guard lock(g_mu);
-  if (slot < g_counter_used.size()) g_counter_used[slot] = false;
-}
+Result<uint32_t> alloc_counter_slot() { return alloc_in(g_counter_used, "thread counter"); }
+void free_counter_slot(uint32_t slot) { free_in(g_counter_used, slot); }
+Result<uint32_t> alloc_prog_slot() { return alloc_in(g_prog_used, "program guard"); }
+void free_prog_slot(uint32_t slot) { free_in(g_prog_used, slot); }
+
 extern "C" uint64_t utramp_guard_left(uint64_t holder, uint64_t frame) {
   return os::holder_still_runs(holder, frame) ? 0 : 1;
-}
-
-Result<uint32_t> alloc_prog_slot() { return alloc_in(g_prog_used, 0, "program guard"); }
-void free_prog_slot(uint32_t slot) {
-  std::lock_guard lock(g_mu);
-  if (slot < g_prog_used.size()) g_prog_used[slot] = false;
 }
 
 }  // namespace utramp::tramp

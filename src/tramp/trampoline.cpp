@@ -24,6 +24,10 @@
 
 namespace utramp::tramp {
 
+using abi::Part;
+using abi::RetType;
+using abi::Signature;
+
 std::string_view attach_type_name(AttachType t) noexcept {
   switch (t) {
     case AttachType::fentry: return "fentry";
@@ -86,7 +90,10 @@ struct ImageRecord {
 };
 // By start address. Never destroyed: the reclaimer thread and unwinding threads may
 // still use it while static destructors run at exit.
-std::map<uint64_t, ImageRecord>& g_images = *new std::map<uint64_t, ImageRecord>();
+std::map<uint64_t, ImageRecord>& images() {
+  static auto* m = new std::map<uint64_t, ImageRecord>();
+  return *m;
+}
 std::atomic<void (*)(uint64_t)> g_unwind_hook{nullptr};
 
 uint64_t now_ns() {
@@ -111,8 +118,8 @@ extern "C" _Unwind_Reason_Code utramp_image_personality(int, _Unwind_Action acti
   if (actions & _UA_CLEANUP_PHASE) {
     const uint64_t start = _Unwind_GetRegionStart(ctx);
     std::lock_guard lock(g_images_mu);
-    auto it = g_images.find(start);
-    if (it != g_images.end()) {
+    auto it = images().find(start);
+    if (it != images().end()) {
       uint32_t& c = this_thread_block().counters[it->second.slot];
       if (c) --c;
       // The traced function is being left by unwinding (an image that calls the
@@ -378,7 +385,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     img->debug = *dbg;
     {
       std::lock_guard lock(g_images_mu);
-      g_images[block->addr] = {calls_original ? img->slot : t.site_slot,
+      images()[block->addr] = {calls_original ? img->slot : t.site_slot,
                                block->addr + code->code.size(), t.func, calls_original};
     }
     site_state = {sites::SiteOp::jmp, t.stub_block.addr};
@@ -401,7 +408,7 @@ void drop_image(std::unique_ptr<Manager::Image>& img) {
   if (!img || !img->block) return;
   {
     std::lock_guard lock(g_images_mu);
-    g_images.erase(img->block.addr);
+    images().erase(img->block.addr);
   }
   arch::unregister_image(img->debug);
   os::ExecArena::instance().free(img->block);
@@ -776,7 +783,7 @@ size_t Manager::reclaim_now() {
     Image* img = r->image.get();
     {
       std::lock_guard il(g_images_mu);
-      g_images.erase(img->block.addr);
+      images().erase(img->block.addr);
     }
     arch::unregister_image(img->debug);
     os::ExecArena::instance().free(img->block);

@@ -52,7 +52,7 @@
 using namespace utramp;
 
 // GDB's JIT descriptor (GDB manual, "JIT Compilation Interface"), defined by libutramp.
-// Looked up with dlsym in libutramp itself, never declared extern: a reference from
+// Looked up with dlsym in the runtime library itself, never declared extern: a reference from
 // this PIE would copy-relocate it into the executable, and gdb, which prefers the main
 // program's copy of a data symbol, would then read a copy libutramp (linked
 // -Bsymbolic) never writes.
@@ -82,7 +82,7 @@ const void* _Unwind_Find_FDE(void* pc, dwarf_eh_bases* bases);
 namespace {
 jit_descriptor& gdb_descriptor() {
   static jit_descriptor* d = [] {
-    void* lib = dlopen("libutramp.so.0", RTLD_NOW | RTLD_NOLOAD);
+    void* lib = dlopen("libutramp-internal.so", RTLD_NOW | RTLD_NOLOAD);
     void* sym = lib ? dlsym(lib, "__jit_debug_descriptor") : nullptr;
     if (!sym) std::abort();
     return static_cast<jit_descriptor*>(sym);

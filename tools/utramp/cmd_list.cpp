@@ -25,7 +25,7 @@ namespace {
 
 std::string demangle(const std::string& name) {
   int status = 0;
-  std::unique_ptr<char, decltype(&free)> d(abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status),
+  std::unique_ptr<char, decltype(&free)> d(::abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status),
                                            &free);
   return status == 0 && d ? std::string(d.get()) : name;
 }

@@ -28,13 +28,11 @@
 // {"type":"ringbuf","map":...,"data":"hex"}, {"type":"map","name":...,"map_type":...,
 // "entries":[{"key":K,"value":V[,"percpu":[...]]}...]} (histograms add "hist":[counts]),
 // {"type":"global","name":...,"section":".bss","value":V} (V a number, bool or string).
-#include <dlfcn.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <utramp/utramp.h>
 
 #include <chrono>
 #include <cstring>
@@ -68,13 +66,6 @@ struct RunFlags {
   double interval = 0;
   bool json = false;
 };
-
-std::string agent_lib() {
-  Dl_info info;
-  if (!dladdr(reinterpret_cast<void*>(&utramp_version), &info) || !info.dli_fname) return {};
-  std::string dir = info.dli_fname;
-  return dir.substr(0, dir.rfind('/')) + "/libutramp-agent.so";
-}
 
 bool is_int_size(size_t n) { return n == 1 || n == 2 || n == 4 || n == 8; }
 
@@ -362,7 +353,7 @@ int run(const RunFlags& f) {
   printk.global_data = true;
   specs.push_back(printk);
 
-  const std::string agent = agent_lib();
+  const std::string agent = agent_library();
   if (agent.empty() || access(agent.c_str(), R_OK) != 0) {
     fmt::print(stderr, "{}: the agent library {} is missing\n", me, agent);
     return 2;

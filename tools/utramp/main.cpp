@@ -2,11 +2,12 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "utramp_version.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"utramp: dynamic tracing for user-space x86-64 processes"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "utramp 0.1.0");
+  app.set_version_flag("--version", "utramp " UTRAMP_VERSION_STRING);
   utramp::cli::add_list(app);
   utramp::cli::add_replay(app);
   utramp::cli::add_report(app);

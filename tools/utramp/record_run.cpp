@@ -1,7 +1,6 @@
 #include "record_run.hpp"
 
 #include <cxxabi.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
 #include <fnmatch.h>
 #include <signal.h>
@@ -9,8 +8,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <utramp/utramp.h>
-#include <x86intrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "arch/cpu.hpp"
 #include "sites/object.hpp"
 #include "trace/shm_buffers.hpp"
 #include "trace/trace_dir.hpp"
@@ -31,15 +29,6 @@ uint64_t mono_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-// The agent library sits beside libutramp.so (build tree and install alike).
-std::string agent_path() {
-  Dl_info info;
-  if (!dladdr(reinterpret_cast<void*>(&utramp_version), &info) || !info.dli_fname) return {};
-  std::string dir = info.dli_fname;
-  dir = dir.substr(0, dir.rfind('/'));
-  return dir + "/libutramp-agent.so";
 }
 
 // "; N events lost (why)": for want of room (the remedy is a larger ring), or because a
@@ -59,6 +48,23 @@ std::string signal_name(int sig) {
 }
 
 }  // namespace
+
+std::string agent_library() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return {};
+  std::string dir(self, static_cast<size_t>(n));
+  dir = dir.substr(0, dir.rfind('/'));
+  std::string dirs = UTRAMP_AGENT_DIRS, first;
+  for (size_t pos = 0; pos <= dirs.size();) {
+    const size_t c = std::min(dirs.find(':', pos), dirs.size());
+    const std::string path = dir + "/" + dirs.substr(pos, c - pos) + "/libutramp-agent.so";
+    if (first.empty()) first = path;
+    if (access(path.c_str(), R_OK) == 0) return path;
+    pos = c + 1;
+  }
+  return first;
+}
 
 bool parse_duration(const std::string& s, uint64_t* ns) {
   char* end = nullptr;
@@ -117,7 +123,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     fmt::print(stderr, "utramp record: {}\n", why);
     return 2;
   }
-  const std::string agent = agent_path();
+  const std::string agent = agent_library();
   if (agent.empty() || access(agent.c_str(), R_OK) != 0) {
     fmt::print(stderr, "utramp record: the agent library {} is missing\n", agent);
     return 2;
@@ -130,7 +136,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
       for (const auto& f : obj->functions) {
         if (hit) break;
         int st = 0;
-        char* d = abi::__cxa_demangle(f.name.c_str(), nullptr, nullptr, &st);
+        char* d = ::abi::__cxa_demangle(f.name.c_str(), nullptr, nullptr, &st);
         hit = fnmatch(g.c_str(), f.name.c_str(), 0) == 0 ||
               (st == 0 && d && fnmatch(g.c_str(), d, 0) == 0);
         free(d);
@@ -172,10 +178,10 @@ int run_record(const RecordOptions& o, RecordResult* out) {
 
   // The time base: TSC ticks, rated against the monotonic clock over the whole run
   // (a first rate over 20 ms for the agent's -t filter).
-  const uint64_t ns0 = mono_ns(), tsc0 = __rdtsc();
+  const uint64_t ns0 = mono_ns(), tsc0 = arch::cycles();
   // Only the -t filter needs a good rate before the target starts.
   std::this_thread::sleep_for(std::chrono::milliseconds(o.agent.min_duration_ns ? 20 : 2));
-  const double rate0 = static_cast<double>(__rdtsc() - tsc0) / static_cast<double>(mono_ns() - ns0);
+  const double rate0 = static_cast<double>(arch::cycles() - tsc0) / static_cast<double>(mono_ns() - ns0);
 
   agent::Config cfg = o.agent;
   cfg.shm_path = shm_path;
@@ -191,7 +197,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   info.command = o.command;
   info.time_unit = "tsc";
   info.ticks_per_ns = rate0;
-  info.start_time = __rdtsc();
+  info.start_time = arch::cycles();
   info.buffer_mode = o.overwrite ? "overwrite" : "discard";
   info.tracer = cfg.tracer;
   (void)writer->write_info(info);
@@ -270,7 +276,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     out->ended = fmt::format("killed by {}{}", signal_name(WTERMSIG(status)),
                              WCOREDUMP(status) ? " (core dumped)" : "");
   }
-  const uint64_t ns1 = mono_ns(), tsc1 = __rdtsc();
+  const uint64_t ns1 = mono_ns(), tsc1 = arch::cycles();
   info.ticks_per_ns = static_cast<double>(tsc1 - tsc0) / static_cast<double>(ns1 - ns0);
   info.exit = out->ended;
   info.exit_code = out->exit_code;

@@ -109,7 +109,7 @@ std::string demangle_short(const std::string& symbol) {
   std::string s = symbol;
   if (symbol.starts_with("_Z")) {
     int status = 0;
-    char* d = abi::__cxa_demangle(symbol.c_str(), nullptr, nullptr, &status);
+    char* d = ::abi::__cxa_demangle(symbol.c_str(), nullptr, nullptr, &status);
     if (status != 0 || d == nullptr) {
       std::free(d);
       return symbol;

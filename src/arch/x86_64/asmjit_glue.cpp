@@ -4,11 +4,13 @@
 // resolve to this library-local copy, set from the real one before anything runs.
 #include <cstdio>
 
+#include "common/init.hpp"
+
 extern "C" {
 extern FILE* __real_stderr;
 __attribute__((visibility("hidden"))) FILE* __wrap_stderr = nullptr;
 }
 
 namespace {
-__attribute__((constructor(101))) void init_wrapped_stderr() { __wrap_stderr = __real_stderr; }
+__attribute__((constructor(UTRAMP_INIT_GLUE))) void init_wrapped_stderr() { __wrap_stderr = __real_stderr; }
 }  // namespace

@@ -421,28 +421,31 @@ void gdb_unregister(jit_code_entry* e) {
 // registration of the same start is dropped and the first deregistration then removes
 // the wrong object. Images never overlap, so an overlap is a caller bug, refused here.
 
-std::mutex g_ranges_mutex;
+std::mutex g_ranges_mu;
 // Never destroyed: the reclaimer may unregister while static destructors run at exit.
-std::map<uint64_t, uint64_t>& g_ranges = *new std::map<uint64_t, uint64_t>();  // start -> end
+std::map<uint64_t, uint64_t>& ranges() {  // start -> end
+  static auto* m = new std::map<uint64_t, uint64_t>();
+  return *m;
+}
 
 Result<void> claim_range(const ImageFrame& f) {
-  std::lock_guard lock(g_ranges_mutex);
+  std::lock_guard lock(g_ranges_mu);
   const uint64_t end = f.start + f.size;
-  auto next = g_ranges.lower_bound(f.start);
-  if (next != g_ranges.end() && next->first < end)
+  auto next = ranges().lower_bound(f.start);
+  if (next != ranges().end() && next->first < end)
     return make_error(Errc::busy, fmt::format("image {:#x}-{:#x} overlaps registered {:#x}-{:#x}",
                                               f.start, end, next->first, next->second));
-  if (next != g_ranges.begin() && std::prev(next)->second > f.start)
+  if (next != ranges().begin() && std::prev(next)->second > f.start)
     return make_error(Errc::busy, fmt::format("image {:#x}-{:#x} overlaps registered {:#x}-{:#x}",
                                               f.start, end, std::prev(next)->first,
                                               std::prev(next)->second));
-  g_ranges.emplace_hint(next, f.start, end);
+  ranges().emplace_hint(next, f.start, end);
   return {};
 }
 
 void release_range(const ImageFrame& f) {
-  std::lock_guard lock(g_ranges_mutex);
-  g_ranges.erase(f.start);
+  std::lock_guard lock(g_ranges_mu);
+  ranges().erase(f.start);
 }
 
 // --- perf map --------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <exception>
 
 #include "arch/probe.hpp"
+#include "common/init.hpp"
 
 extern "C" {
 // Set by set_retprobe_callbacks(); read by the assembly below.
@@ -204,7 +205,8 @@ XState detect() {
   return x;
 }
 
-const XState g_xstate = detect();
+XState g_xstate{};  // set at load (constant-initialised before: common/init.hpp)
+__attribute__((constructor(UTRAMP_INIT_RUNTIME))) void init_xstate() { g_xstate = detect(); }
 
 }  // namespace
 
