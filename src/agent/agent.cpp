@@ -27,6 +27,7 @@
 #include "ftrace/graph.hpp"
 #include "os/signal_stack.hpp"
 #include "patch/patcher.hpp"
+#include "sites/loader_watch.hpp"
 #include "sites/table.hpp"
 #include "trace/shm_buffers.hpp"
 #include "tramp/trampoline.hpp"
@@ -242,16 +243,32 @@ void attach_new_sites() {
   g_agent->attached.insert(g_agent->attached.end(), done.begin(), done.end());
 }
 
-// `fresh`: an object just loaded, whose sites no thread can be inside yet.
-void discover_and_attach(const std::string& fresh = {}) {
+// Runs on a thread inside the agent (its start-up, or the loader's announcement); the
+// interposers below pass calls made meanwhile straight through (calls of libc made by
+// the libraries the agent uses come back here otherwise, see docs/architecture.md).
+__attribute__((tls_model("initial-exec"))) thread_local int t_inside = 0;
+struct Inside {
+  Inside() { ++t_inside; }
+  ~Inside() { --t_inside; }
+  Inside(const Inside&) = delete;
+  Inside& operator=(const Inside&) = delete;
+};
+
+// Discovers what was loaded since the last call and traces it. `fresh`: the objects are
+// announced by the loader before any of their code ran (sites/loader_watch.hpp), so no
+// thread can be inside their sites and every compiler site can be canonicalised.
+void discover_and_attach(bool fresh) {
+  Inside in;
   std::lock_guard lock(g_agent->mu);
   auto& table = sites::SiteTable::instance();
   // Without --libs only the program's own functions are traced: the libraries are not
   // even analysed (most of the start-up cost otherwise).
   std::function<bool(std::string_view)> want;
   if (!g_agent->cfg.libraries) want = [](std::string_view path) { return path == g_agent->exe; };
-  if (auto r = table.discover(want); !r) logf("discover: %s", r.error().message.c_str());
-  if (!fresh.empty()) (void)table.canonicalize(sites::Quiescence::stopped, fresh);
+  std::vector<std::string> added;
+  if (auto r = table.discover(want, &added); !r) logf("discover: %s", r.error().message.c_str());
+  if (fresh)
+    for (const std::string& path : added) (void)table.canonicalize(sites::Quiescence::stopped, path);
   auto left = table.canonicalize(sites::Quiescence::live);
   if (!left) logf("canonicalize: %s", left.error().message.c_str());
   else if (*left) logf("%zu sites left as five 1-byte NOPs: other threads were running", *left);
@@ -259,8 +276,28 @@ void discover_and_attach(const std::string& fresh = {}) {
   write_maps_file();
 }
 
+// The loader's announcement (sites/loader_watch.hpp), on the thread that loads or
+// unloads, with the loader's locks held. A load the agent itself causes (t_inside) is
+// picked up by the discovery already under way or the next one.
+void on_loader_event(sites::LoaderState state) {
+  if (state != sites::LoaderState::consistent || !g_agent || t_inside) return;
+  discover_and_attach(true);
+}
+
+// fork() while another thread is inside the agent: the child must not inherit the
+// agent's lock held by a thread it does not have. Taken before the machinery's own
+// locks (pthread_atfork runs prepare handlers in reverse order of registration, and the
+// runtime registered its handlers at load, before this), as an attach takes them.
+void fork_prepare() {
+  if (g_agent) g_agent->mu.lock();
+}
+void fork_parent() {
+  if (g_agent) g_agent->mu.unlock();
+}
+
 void atfork_child() {
   if (!g_agent) return;
+  new (&g_agent->mu) std::recursive_mutex();  // held by the forking thread's parent copy
   // The child inherits every image; its threads claim new buffers on their first event.
   ftrace::after_fork_child();
   write_functions_file(g_agent->attached, false);
@@ -274,6 +311,7 @@ __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
   if (!cfg) return;  // nowhere to report but the trace dir, which we do not know
   g_agent = new Agent();
   g_agent->cfg = std::move(*cfg);
+  pthread_atfork(fork_prepare, fork_parent, atfork_child);
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n > 0) g_agent->exe.assign(exe, static_cast<size_t>(n));
@@ -301,9 +339,11 @@ __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
   ftrace::configure(&g_agent->buffers, o);
   g_agent->hooks = ftrace::hooks();
   tramp::set_unwind_hook(&ftrace::on_unwind);
-  pthread_atfork(nullptr, nullptr, atfork_child);
-  // Before main: normally no other thread exists yet.
-  discover_and_attach();
+  // Before main: normally no other thread exists yet. The loader's announcements are
+  // watched first, so that an object loaded meanwhile by another thread is not missed.
+  if (auto w = sites::watch_loader(&on_loader_event); !w)
+    logf("objects loaded later (dlopen) will not be traced: %s", w.error().message.c_str());
+  discover_and_attach(false);
 }
 
 __attribute__((destructor)) void agent_fini() {
@@ -354,7 +394,10 @@ int g_own_count = 0;
 // Whether this thread's program asked for SIGTRAP blocked (what the old set reports).
 __attribute__((tls_model("initial-exec"))) thread_local bool t_asked_blocked = false;
 
+// A call the agent makes, directly or through a library it uses (libdw, libelf, the C++
+// runtime), on a thread inside it.
 bool own_caller(const void* ret) {
+  if (t_inside) return true;
   const auto a = reinterpret_cast<uintptr_t>(ret);
   for (int i = 0; i < g_own_count; ++i)
     if (a >= g_own[i].lo && a < g_own[i].hi) return true;
@@ -494,23 +537,8 @@ sighandler_t signal(int signo, sighandler_t handler) {
 
 }  // extern "C"
 
-// Interposed: objects loaded later get traced too, and forks are recorded.
+// Interposed: forks are recorded; the signal stack is learnt.
 extern "C" {
-
-void* dlopen(const char* file, int flags) {
-  using Fn = void* (*)(const char*, int);
-  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "dlopen"));
-  void* h = real(file, flags);
-  // The new object's code has not been called by anyone but its constructors yet:
-  // its sites are canonicalised as if stopped.
-  if (h && utramp::agent::g_agent) {
-    link_map* lm = nullptr;
-    std::string path;
-    if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name) path = lm->l_name;
-    utramp::agent::discover_and_attach(path);
-  }
-  return h;
-}
 
 // The tracer and the trampolines keep each thread's signal stack (os/signal_stack.hpp)
 // instead of asking the kernel where they must tell a signal handler from a longjmp.

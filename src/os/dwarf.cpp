@@ -6,14 +6,16 @@
 #include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <gelf.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <map>
-#include <mutex>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -179,7 +181,103 @@ std::optional<Dwarf_Addr> entry_of(Dwarf_Die* fn) {
 }
 
 // ---------------------------------------------------------------------------------------
-// The open file: libdwfl with the standard lookup of separate debug info.
+// Finding separate debug info, locally only.
+//
+// libdwfl's own lookup (dwfl_standard_find_debuginfo) ends, when nothing is found on
+// disk, by loading libdebuginfod with dlopen and asking a server. This code runs inside
+// the traced process, often while utramp holds its locks: that dlopen re-entered the
+// agent and deadlocked (a target without debug info), and a network fetch would stall
+// the target for as long as the server takes. So the search is libdwfl's on-disk one,
+// done here: the build-id tree, .gnu_debuglink, and debuginfod's client cache (what
+// `debuginfod-find debuginfo FILE` fetched beforehand), never the network.
+
+// The debug-info path: UTRAMP_DEBUGINFO_PATH, else elfutils' default. Entries are
+// separated by ':'; an absolute one is a root under which the file's own directory is
+// looked for, a relative one is relative to the file's directory, an empty one is that
+// directory itself.
+std::string debuginfo_path() {
+  const char* env = std::getenv("UTRAMP_DEBUGINFO_PATH");
+  return env != nullptr && *env != '\0' ? env : ":.debug:/usr/lib/debug";
+}
+
+std::vector<uint8_t> build_id_of(Elf* elf) {
+  const void* bits = nullptr;
+  const ssize_t n = dwelf_elf_gnu_build_id(elf, &bits);
+  if (n <= 0) return {};
+  const auto* b = static_cast<const uint8_t*>(bits);
+  return {b, b + n};
+}
+
+// An open descriptor of `path` when it is a regular file whose build-id is `want` (any
+// file when `want` is empty: the module has none to compare), else -1.
+int open_matching(const std::string& path, const std::vector<uint8_t>& want) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return -1;
+  }
+  if (want.empty()) return fd;
+  Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+  const bool same = elf != nullptr && build_id_of(elf) == want;
+  if (elf != nullptr) elf_end(elf);
+  if (same) return fd;
+  ::close(fd);
+  return -1;
+}
+
+int find_debuginfo_local(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf_Addr base,
+                         const char* file_name, const char* debuglink_file, GElf_Word debuglink_crc,
+                         char** debuginfo_file_name) {
+  // The build-id tree under each root of the debuginfo path.
+  int fd = dwfl_build_id_find_debuginfo(mod, userdata, modname, base, file_name, debuglink_file,
+                                        debuglink_crc, debuginfo_file_name);
+  if (fd >= 0) return fd;
+  std::vector<uint8_t> id;
+  const unsigned char* bits = nullptr;
+  GElf_Addr id_vaddr = 0;
+  if (const int n = dwfl_module_build_id(mod, &bits, &id_vaddr); n > 0) id.assign(bits, bits + n);
+  std::vector<std::string> candidates;
+  const std::string file = file_name != nullptr ? file_name : "";
+  const std::string dir = file.find('/') == std::string::npos ? "." : file.substr(0, file.rfind('/'));
+  if (debuglink_file != nullptr && *debuglink_file != '\0') {
+    const std::string link = debuglink_file;
+    const std::string paths = debuginfo_path();
+    for (size_t pos = 0; pos <= paths.size();) {
+      const size_t colon = std::min(paths.find(':', pos), paths.size());
+      const std::string entry = paths.substr(pos, colon - pos);
+      if (entry.empty()) candidates.push_back(dir + "/" + link);
+      else if (entry[0] == '/') candidates.push_back(entry + (dir[0] == '/' ? dir : "/" + dir) + "/" + link);
+      else candidates.push_back(dir + "/" + entry + "/" + link);
+      pos = colon + 1;
+    }
+  }
+  if (!id.empty()) {
+    // debuginfod's client cache: <cache>/<build-id in hex>/debuginfo.
+    std::string hex;
+    for (uint8_t b : id) hex += fmt::format("{:02x}", b);
+    std::string cache;
+    if (const char* c = std::getenv("DEBUGINFOD_CACHE_PATH"); c != nullptr && *c != '\0') cache = c;
+    else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0')
+      cache = std::string(x) + "/debuginfod_client";
+    else if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0')
+      cache = std::string(h) + "/.cache/debuginfod_client";
+    if (!cache.empty()) candidates.push_back(cache + "/" + hex + "/debuginfo");
+  }
+  for (const std::string& c : candidates) {
+    if (c == file) continue;  // the file itself was already read
+    fd = open_matching(c, id);
+    if (fd >= 0) {
+      *debuginfo_file_name = strdup(c.c_str());
+      return fd;
+    }
+  }
+  return -1;
+}
+
+// ---------------------------------------------------------------------------------------
+// The open file: libdwfl, with separate debug info found on disk (above).
 
 class Debug {
  public:
@@ -213,14 +311,12 @@ class Debug {
 Result<std::unique_ptr<Debug>> Debug::open(const std::string& path, const std::string& what) {
   std::unique_ptr<Debug> d(new Debug);
   d->path = path;
-  if (const char* env = std::getenv("UTRAMP_DEBUGINFO_PATH"); env != nullptr && *env != '\0') {
-    d->debuginfo_path_ = env;
-    d->debuginfo_path_ptr_ = d->debuginfo_path_.data();
-  }
-  d->callbacks_.find_elf = dwfl_build_id_find_elf;
-  d->callbacks_.find_debuginfo = dwfl_standard_find_debuginfo;
+  d->debuginfo_path_ = debuginfo_path();
+  d->debuginfo_path_ptr_ = d->debuginfo_path_.data();
+  d->callbacks_.find_elf = dwfl_build_id_find_elf;  // not called: the file is given
+  d->callbacks_.find_debuginfo = find_debuginfo_local;
   d->callbacks_.section_address = dwfl_offline_section_address;
-  d->callbacks_.debuginfo_path = &d->debuginfo_path_ptr_;  // null inside: elfutils' default
+  d->callbacks_.debuginfo_path = &d->debuginfo_path_ptr_;
   d->dwfl_ = dwfl_begin(&d->callbacks_);
   if (d->dwfl_ == nullptr)
     return make_error(Errc::no_memory, fmt::format("dwfl_begin: {}", dwfl_errmsg(-1)));
@@ -1287,20 +1383,28 @@ struct CachedDebug {
 };
 
 Result<std::shared_ptr<Debug>> open_cached(const std::string& path, const std::string& what) {
+  // The lock is never held while a file is opened: opening calls into libdw and libelf
+  // (allocation, file system), and nothing utramp calls may run under a lock of its own
+  // that a re-entrant call could need (docs/architecture.md, "Locks"). Two threads that
+  // open the same file at once both read it; the first to finish is kept.
   static std::mutex mu;
-  static std::map<std::string, CachedDebug> cache;
-  std::lock_guard lock(mu);
-  auto it = cache.find(path);
-  if (it == cache.end()) {
-    if (cache.size() >= 32) cache.clear();
+  static auto* cache = new std::map<std::string, CachedDebug>();  // never freed (exit order)
+  std::optional<CachedDebug> found;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = cache->find(path); it != cache->end()) found = it->second;
+  }
+  if (!found) {
     auto dr = Debug::open(path, what);
     CachedDebug c;
     if (dr) c.debug = std::shared_ptr<Debug>(std::move(*dr));
     else c.error = dr.error();
-    it = cache.emplace(path, std::move(c)).first;
+    std::lock_guard lock(mu);
+    if (cache->size() >= 32 && !cache->count(path)) cache->clear();
+    found = cache->emplace(path, std::move(c)).first->second;  // the first one to finish
   }
-  if (it->second.debug) return it->second.debug;
-  Error e = *it->second.error;
+  if (found->debug) return found->debug;
+  Error e = *found->error;
   if (e.code == Errc::not_found) {
     // "no debug info for <first name> in PATH: ..." -> this function's name.
     const std::string prefix = "no debug info for ";

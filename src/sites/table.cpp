@@ -12,6 +12,7 @@
 
 #include "arch/arch.hpp"
 #include "common/hex.hpp"
+#include "common/init.hpp"
 #include "os/elf_file.hpp"
 #include "os/maps.hpp"
 #include "os/text_writer.hpp"
@@ -37,10 +38,13 @@ bool on_patch_path(std::string_view name) {
          name.starts_with("__memset_") || name.starts_with("__memcmp_");
 }
 
-std::string own_object() {
+// This copy of the runtime's object, found once at load: dladdr takes the loader's lock,
+// which discover() must not wait for under its own (sites/loader_watch.hpp).
+const char* g_own_object = nullptr;
+__attribute__((constructor(UTRAMP_INIT_RUNTIME))) void find_own_object() {
   Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&own_object), &info) && info.dli_fname) return info.dli_fname;
-  return {};
+  if (dladdr(reinterpret_cast<void*>(&find_own_object), &info) && info.dli_fname)
+    g_own_object = strdup(info.dli_fname);
 }
 
 // Any copy of the runtime (libutramp.so, libutramp-agent.so, libutramp-internal.so):
@@ -89,7 +93,8 @@ SiteTable& SiteTable::instance() {
   return *t;
 }
 
-Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& want) {
+Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& want,
+                                   std::vector<std::string>* added_objects) {
   std::lock_guard lock(mu_);
   std::vector<LoadedObject> objs;
   dl_iterate_phdr(
@@ -100,7 +105,7 @@ Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& 
         return 0;
       },
       &objs);
-  const std::string own = own_object();
+  const std::string own = g_own_object ? g_own_object : "";
   size_t added = 0;
   bool first = true;
   std::vector<std::string> now;
@@ -137,6 +142,7 @@ Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& 
     seen_objects_.push_back(key);
     if (o.path.empty() || o.path.starts_with("linux-vdso") || o.path.starts_with("linux-gate"))
       continue;
+    if (added_objects) added_objects->push_back(o.path);
     if (o.path == own || runtime_object(o.path)) continue;  // the runtime never patches itself
     auto elf = os::ElfFile::open(o.path);
     if (!elf) {
@@ -147,11 +153,10 @@ Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& 
       return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(a), n);
     });
     // Functions the program marked error-injectable (UTRAMP_ALLOW_ERROR_INJECTION puts
-    // their addresses in this section; the loader has relocated them in memory).
-    std::vector<uint64_t> injectable;
-    if (const os::ElfSection* sec = (*elf)->section("utramp_error_inject"))
-      for (uint64_t off = 0; off + 8 <= sec->size; off += 8)
-        injectable.push_back(*reinterpret_cast<const uint64_t*>(sec->addr + o.bias + off));
+    // their addresses in this section). Read from the file, with its relocations: an
+    // object announced by the loader is not relocated yet (sites/loader_watch.hpp).
+    std::vector<uint64_t> injectable = (*elf)->address_table("utramp_error_inject");
+    for (uint64_t& a : injectable) a += o.bias;
     for (SiteInfo& info : objsites.functions) {
       if (by_addr_.count(info.func) || by_addr_.count(info.site)) continue;
       auto s = std::make_unique<Site>();

@@ -64,7 +64,9 @@ class SiteTable {
   // shared libraries, dlopen'ed objects). Returns how many sites were added. With
   // `want`, only the objects it accepts (by path) are analysed now; the others are
   // left for a later call (analysing every library costs most of a tracer's start-up).
-  Result<size_t> discover(const std::function<bool(std::string_view path)>& want = {});
+  // `added_objects` receives the paths of the objects analysed by this call.
+  Result<size_t> discover(const std::function<bool(std::string_view path)>& want = {},
+                          std::vector<std::string>* added_objects = nullptr);
   // Rewrites compiler sites into one 5-byte NOP. Sites that need quiescence are left
   // alone (and stay unusable) under Quiescence::live when other threads exist; the
   // number left is returned.

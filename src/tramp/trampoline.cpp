@@ -194,7 +194,9 @@ void Manager::fork_release() {
 
 Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& opts) {
   for (auto& t : tramps_)
-    if (t->func == func || (t->site && t->site->addr() == func)) return t.get();
+    if (!t->site->unloaded && (t->func == func || t->site->addr() == func)) return t.get();
+    // (a trampoline of an unloaded object's function stays, unreachable: another object
+    // may now be mapped at its address, with sites of its own)
   auto& table = sites::SiteTable::instance();
   if (!table.find(func)) {
     // First use, or an object loaded since: look again.

@@ -58,6 +58,36 @@ TEST(RunE2E, LatencyHistogram) {
   EXPECT_TRUE(m["start"]["entries"].empty());  // every entry's start was deleted at exit
 }
 
+// A target without debug info, as distributions ship them: the prototype check and the
+// signatures fall back (no DWARF), and nothing hangs. (libdw's search for separate debug
+// info ended by loading libdebuginfod with dlopen, while the agent held its locks: the
+// agent's own dlopen hook re-entered it and the target never started.)
+TEST(RunE2E, TargetWithoutDebugInfoNeitherHangsNorChanges) {
+  const std::string target = UTRAMP_BPF_TARGET_NODEBUG;
+  const auto plain = test::run_program({target, "2", "300"});
+  ASSERT_EQ(plain.exit_code, 0);
+  const auto r = test::run_program({UTRAMP_CLI, "run", example("latency"), "--json", "--", target, "2", "300"},
+                                   {.timeout_s = 60});
+  ASSERT_FALSE(r.timed_out) << "utramp run hung; stderr: " << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(plain.out), std::string::npos) << r.out;
+  auto m = maps_of(r.out);
+  uint64_t total = 0;
+  for (uint64_t c : m["hist_ns"]["hist"]) total += c;
+  EXPECT_EQ(total, 600u);
+}
+
+// Stripped, the program's own functions have no names left: refused before it starts,
+// saying so.
+TEST(RunE2E, StrippedTargetIsRefusedByName) {
+  const auto r = test::run_program({UTRAMP_CLI, "run", example("latency"), "--", UTRAMP_BPF_TARGET_STRIPPED, "1", "1"},
+                                   {.timeout_s = 60});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no function 'work'"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");  // the target never ran
+}
+
 TEST(RunE2E, LatencyHistogramTextDrawsBars) {
   auto r = run(example("latency"), {"1", "100"}, false);
   ASSERT_EQ(r.exit_code, 0) << r.err;
