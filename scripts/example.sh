@@ -8,5 +8,5 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$(nproc)"
 out=build/example.data
 ./build/tools/utramp/utramp record -o "$out" -- ./build/examples/example_app 2 3
-./build/tools/utramp/utramp replay "$out" | head -60
+./build/tools/utramp/utramp replay "$out" | head -60  # replay ends quietly when head has enough
 ./build/tools/utramp/utramp report "$out"

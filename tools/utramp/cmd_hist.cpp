@@ -2,14 +2,13 @@
 // funclatency), printed when the program ends. Records only FUNC into a scratch trace
 // directory that is removed afterwards.
 #include <fmt/format.h>
-#include <stdlib.h>
 
-#include <filesystem>
 #include <iostream>
 #include <memory>
 
 #include "commands.hpp"
 #include "hist_print.hpp"
+#include "launch.hpp"
 #include "record_run.hpp"
 #include "trace_walk.hpp"
 
@@ -24,6 +23,32 @@ struct HistFlags {
   std::vector<std::string> command;
 };
 
+// Records only FUNC into a scratch directory, removed when this returns.
+int hist(const HistFlags& f) {
+  auto scratch = ScratchDir::create("utramp-hist");
+  if (!scratch) {
+    fmt::print(stderr, "utramp hist: {}\n", scratch.error().message);
+    return 2;
+  }
+  const std::string dir = scratch->path() + "/trace";
+  RecordOptions o;
+  o.output = dir;
+  o.quiet = true;
+  o.command = f.command;
+  o.agent.filters = {f.func};
+  o.agent.libraries = f.libs;
+  RecordResult r;
+  const int code = run_record(o, &r);
+  if (r.ended.empty()) return code;  // the program never ran (run_record said why)
+  auto reader = open_trace("hist", dir);
+  if (!reader) return code ? code : 1;
+  const auto durations = function_durations(*reader, {f.func});
+  std::cout << fmt::format("{} calls of {}; target {}\n", durations.size(), f.func, r.ended);
+  print_latency_hist(std::cout, durations, f.unit);
+  if (r.lost) std::cout << fmt::format("({} events lost: counts are low)\n", r.lost);
+  return code;
+}
+
 }  // namespace
 
 void add_hist(CLI::App& app) {
@@ -34,39 +59,7 @@ void add_hist(CLI::App& app) {
       ->check(CLI::IsMember({"nsecs", "usecs", "msecs"}));
   sub->add_flag("--libs", f->libs, "look for FUNC in shared libraries too");
   sub->add_option("command", f->command, "-- PROGRAM [ARGS]")->required();
-  sub->callback([f] {
-    char tmpl[] = "/tmp/utramp-hist-XXXXXX";
-    if (!mkdtemp(tmpl)) {
-      fmt::print(stderr, "utramp hist: cannot create a scratch directory\n");
-      std::exit(2);
-    }
-    const std::string dir = tmpl;
-    RecordOptions o;
-    o.output = dir;
-    o.quiet = true;
-    o.command = f->command;
-    o.agent.filters = {f->func};
-    o.agent.libraries = f->libs;
-    RecordResult r;
-    const int code = run_record(o, &r);
-    int exit_code = code;
-    if (r.ended.empty()) {
-      // The program never ran (run_record printed why).
-      std::filesystem::remove_all(dir);
-      std::exit(code);
-    }
-    if (auto reader = open_trace("hist", dir)) {
-      const auto durations = function_durations(*reader, {f->func});
-      std::cout << fmt::format("{} calls of {}; target {}\n", durations.size(), f->func, r.ended);
-      print_latency_hist(std::cout, durations, f->unit);
-      if (r.lost) std::cout << fmt::format("({} events lost: counts are low)\n", r.lost);
-    } else {
-      exit_code = exit_code ? exit_code : 1;
-    }
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-    std::exit(exit_code);
-  });
+  sub->callback([f] { std::exit(hist(*f)); });
 }
 
 }  // namespace utramp::cli

@@ -50,7 +50,7 @@
 #include "ebpf/loader.hpp"
 #include "ebpf/maps.hpp"
 #include "os/dwarf.hpp"
-#include "record_run.hpp"
+#include "launch.hpp"
 #include "sites/object.hpp"
 
 namespace utramp::cli {
@@ -291,12 +291,12 @@ int run(const RunFlags& f) {
     fmt::print(stderr, "{}: no program given (utramp run OBJECT -- PROGRAM [ARGS])\n", me);
     return 2;
   }
-  std::string why;
-  const std::string prog = find_program(f.command[0], &why);
-  if (prog.empty()) {
-    fmt::print(stderr, "{}: {}\n", me, why);
+  auto resolved = resolve_target(f.command[0]);
+  if (!resolved) {
+    fmt::print(stderr, "{}: {}\n", me, resolved.error().message);
     return 2;
   }
+  const std::string prog = resolved->binary;
   auto target = sites::analyse_file(prog);
   if (!target) {
     fmt::print(stderr, "{}: {}: {}\n", me, prog, target.error().message);
@@ -353,17 +353,12 @@ int run(const RunFlags& f) {
   printk.global_data = true;
   specs.push_back(printk);
 
-  const std::string agent = agent_library();
-  if (agent.empty() || access(agent.c_str(), R_OK) != 0) {
-    fmt::print(stderr, "{}: the agent library {} is missing\n", me, agent);
+  auto scratch = ScratchDir::create("utramp-run");
+  if (!scratch) {
+    fmt::print(stderr, "{}: {}\n", me, scratch.error().message);
     return 2;
   }
-  char tmpl[] = "/tmp/utramp-run-XXXXXX";
-  if (!mkdtemp(tmpl)) {
-    fmt::print(stderr, "{}: mkdtemp: {}\n", me, strerror(errno));
-    return 2;
-  }
-  const std::string dir = tmpl;
+  const std::string dir = scratch->path();
   agent::Config cfg;
   cfg.tracer = "none";
   cfg.trace_dir = dir;
@@ -375,54 +370,23 @@ int run(const RunFlags& f) {
     fmt::print(stderr, "{}: {}\n", me, mf.error().message);
     return 2;
   }
-  const std::string cfg_path = dir + "/agent.json";
-  {
-    std::ofstream out(cfg_path);
-    out << agent::dump_config(cfg);
-  }
-  auto cleanup = [&] {
-    for (const char* n : {"/maps", "/status", "/agent.json"}) unlink((dir + n).c_str());
-    std::string log = fmt::format("{}/agent-", dir);
-    (void)!system(fmt::format("rm -f '{}'* 2>/dev/null", log).c_str());
-    rmdir(dir.c_str());
-  };
-
-  struct sigaction ign {}, old_int{};
-  ign.sa_handler = SIG_IGN;
-  sigaction(SIGINT, &ign, &old_int);
-  std::fflush(stdout);
-  const pid_t child = fork();
-  if (child < 0) {
-    fmt::print(stderr, "{}: fork: {}\n", me, strerror(errno));
-    cleanup();
-    return 2;
-  }
-  if (child == 0) {
-    sigaction(SIGINT, &old_int, nullptr);
-    std::string preload = agent;
-    if (const char* p = getenv("LD_PRELOAD"); p && *p) preload += std::string(":") + p;
-    setenv("LD_PRELOAD", preload.c_str(), 1);
-    setenv("UTRAMP_AGENT", cfg_path.c_str(), 1);
-    std::vector<char*> argv;
-    for (const auto& a : f.command) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(prog.c_str(), argv.data());
-    fmt::print(stderr, "{}: cannot execute {}: {}\n", me, prog, strerror(errno));
-    _exit(127);
+  auto launch = Launch::start(*resolved, f.command, cfg, dir + "/agent.json");
+  if (!launch) {
+    fmt::print(stderr, "{}: {}\n", me, launch.error().message);
+    return launch.error().code == Errc::not_found ? 2 : 127;
   }
   using clock = std::chrono::steady_clock;
   auto next_print = clock::now() + std::chrono::duration<double>(f.interval);
-  int status = 0;
-  for (;;) {
-    const pid_t r = waitpid(child, &status, WNOHANG);
-    if (r == child) break;
-    if (drain_rings(*mf, f.json) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (f.interval > 0 && clock::now() >= next_print) {
-      print_maps(*mf, specs, f.json);
-      next_print += std::chrono::duration<double>(f.interval);
-    }
-  }
-  sigaction(SIGINT, &old_int, nullptr);
+  const Ended ended = launch->wait(
+      [&] {
+        const bool any = drain_rings(*mf, f.json) != 0;
+        if (f.interval > 0 && clock::now() >= next_print) {
+          print_maps(*mf, specs, f.json);
+          next_print += std::chrono::duration<double>(f.interval);
+        }
+        return any;
+      },
+      5);
   std::string st;
   {
     std::ifstream in(cfg.bpf_status_file);
@@ -430,18 +394,12 @@ int run(const RunFlags& f) {
   }
   if (st.rfind("error: ", 0) == 0) {
     fmt::print(stderr, "{}: {}; target not started\n", me, st.substr(7));
-    cleanup();
     return 2;
   }
   drain_rings(*mf, f.json);
   print_maps(*mf, specs, f.json);
-  cleanup();
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) {
-    fmt::print(stderr, "{}: target killed by signal {}\n", me, WTERMSIG(status));
-    return 128 + WTERMSIG(status);
-  }
-  return 0;
+  if (ended.signaled) fmt::print(stderr, "{}: target {}\n", me, ended.how);
+  return ended.exit_code;
 }
 
 }  // namespace

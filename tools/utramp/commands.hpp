@@ -13,4 +13,9 @@ void add_record(CLI::App& app);
 void add_hist(CLI::App& app);
 void add_run(CLI::App& app);
 
+// The status the CLI exits with if its output's reader goes away from now on (SIGPIPE:
+// a normal end, `utramp replay | head`); 0 unless a command knows better (record: the
+// target's status).
+void set_exit_on_broken_pipe(int code);
+
 }  // namespace utramp::cli

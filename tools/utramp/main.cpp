@@ -1,10 +1,35 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <system_error>
 
 #include "commands.hpp"
 #include "utramp_version.hpp"
 
+namespace utramp::cli {
+
+namespace {
+std::atomic<int> g_pipe_exit{0};
+// The reader of our output went away (`utramp replay | head`): a normal end, as for
+// `git log | head`, with no message and the status the command had so far.
+void on_sigpipe(int) { _exit(g_pipe_exit.load(std::memory_order_relaxed)); }
+}  // namespace
+
+void set_exit_on_broken_pipe(int code) { g_pipe_exit.store(code, std::memory_order_relaxed); }
+
+}  // namespace utramp::cli
+
 int main(int argc, char** argv) {
+  // A handler, not SIG_IGN: an ignored SIGPIPE would survive exec into the programs
+  // record and run start.
+  struct sigaction pipe_act {};
+  pipe_act.sa_handler = utramp::cli::on_sigpipe;
+  sigemptyset(&pipe_act.sa_mask);
+  sigaction(SIGPIPE, &pipe_act, nullptr);
   CLI::App app{"utramp: dynamic tracing for user-space x86-64 processes"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "utramp " UTRAMP_VERSION_STRING);
@@ -19,6 +44,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const std::system_error& e) {
+    if (e.code().value() == EPIPE) return 0;  // as SIGPIPE above, when a write reports it
+    fmt::print(stderr, "utramp: {}\n", e.what());
+    return 1;
   }
   return 0;
 }

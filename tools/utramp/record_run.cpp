@@ -17,6 +17,8 @@
 #include <thread>
 
 #include "arch/cpu.hpp"
+#include "commands.hpp"
+#include "launch.hpp"
 #include "sites/object.hpp"
 #include "trace/shm_buffers.hpp"
 #include "trace/trace_dir.hpp"
@@ -42,29 +44,7 @@ std::string lost_summary(uint64_t lost, uint64_t nested) {
   return fmt::format("; {} events lost ({}: {}; {}: {})", lost, lost - nested, kFull, nested, kNested);
 }
 
-std::string signal_name(int sig) {
-  const char* n = sigabbrev_np(sig);
-  return n ? fmt::format("SIG{}", n) : fmt::format("signal {}", sig);
-}
-
 }  // namespace
-
-std::string agent_library() {
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return {};
-  std::string dir(self, static_cast<size_t>(n));
-  dir = dir.substr(0, dir.rfind('/'));
-  std::string dirs = UTRAMP_AGENT_DIRS, first;
-  for (size_t pos = 0; pos <= dirs.size();) {
-    const size_t c = std::min(dirs.find(':', pos), dirs.size());
-    const std::string path = dir + "/" + dirs.substr(pos, c - pos) + "/libutramp-agent.so";
-    if (first.empty()) first = path;
-    if (access(path.c_str(), R_OK) == 0) return path;
-    pos = c + 1;
-  }
-  return first;
-}
 
 bool parse_duration(const std::string& s, uint64_t* ns) {
   char* end = nullptr;
@@ -81,53 +61,17 @@ bool parse_duration(const std::string& s, uint64_t* ns) {
   return true;
 }
 
-std::string find_program(const std::string& prog, std::string* why) {
-  auto check = [&](const std::string& p) -> bool {
-    struct stat st;
-    if (stat(p.c_str(), &st) != 0) return false;
-    if (!S_ISREG(st.st_mode)) {
-      *why = fmt::format("{}: not a regular file", p);
-      return false;
-    }
-    if (access(p.c_str(), X_OK) != 0) {
-      *why = fmt::format("{}: not executable", p);
-      return false;
-    }
-    return true;
-  };
-  *why = fmt::format("{}: no such file", prog);
-  if (prog.find('/') != std::string::npos) return check(prog) ? prog : std::string();
-  const char* path = getenv("PATH");
-  std::string p = path ? path : "/usr/bin:/bin";
-  size_t pos = 0;
-  while (pos <= p.size()) {
-    size_t c = p.find(':', pos);
-    std::string dir = p.substr(pos, c == std::string::npos ? std::string::npos : c - pos);
-    if (dir.empty()) dir = ".";
-    if (check(dir + "/" + prog)) return dir + "/" + prog;
-    if (c == std::string::npos) break;
-    pos = c + 1;
-  }
-  if (why->find("not ") == std::string::npos) *why = fmt::format("{}: not found in PATH", prog);
-  return {};
-}
-
 int run_record(const RecordOptions& o, RecordResult* out) {
   if (o.command.empty()) {
     fmt::print(stderr, "utramp record: no program given (utramp record [options] -- PROGRAM [ARGS])\n");
     return 2;
   }
-  std::string why;
-  const std::string prog = find_program(o.command[0], &why);
-  if (prog.empty()) {
-    fmt::print(stderr, "utramp record: {}\n", why);
+  auto target = resolve_target(o.command[0]);
+  if (!target) {
+    fmt::print(stderr, "utramp record: {}\n", target.error().message);
     return 2;
   }
-  const std::string agent = agent_library();
-  if (agent.empty() || access(agent.c_str(), R_OK) != 0) {
-    fmt::print(stderr, "utramp record: the agent library {} is missing\n", agent);
-    return 2;
-  }
+  const std::string prog = target->binary;
   // Say which filters match nothing in the program itself (still run: libraries and
   // dlopen'ed objects are only known at run time).
   if (auto obj = sites::analyse_file(prog); obj) {
@@ -187,11 +131,6 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   cfg.shm_path = shm_path;
   cfg.trace_dir = o.output;
   cfg.ticks_per_ns = rate0;
-  const std::string cfg_path = o.output + "/agent.json";
-  {
-    std::ofstream f(cfg_path);
-    f << agent::dump_config(cfg);
-  }
 
   trace::TraceInfo info;
   info.command = o.command;
@@ -202,30 +141,11 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   info.tracer = cfg.tracer;
   (void)writer->write_info(info);
 
-  // The target keeps our stdin/stdout/stderr; Ctrl-C reaches it (same process group)
-  // while we ignore it, to save what it recorded.
-  struct sigaction ign {}, old_int{}, old_quit{};
-  ign.sa_handler = SIG_IGN;
-  sigaction(SIGINT, &ign, &old_int);
-  sigaction(SIGQUIT, &ign, &old_quit);
-  const pid_t child = fork();
-  if (child < 0) {
-    fmt::print(stderr, "utramp record: fork: {}\n", strerror(errno));
-    return 2;
-  }
-  if (child == 0) {
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGQUIT, &old_quit, nullptr);
-    std::string preload = agent;
-    if (const char* p = getenv("LD_PRELOAD"); p && *p) preload += std::string(":") + p;
-    setenv("LD_PRELOAD", preload.c_str(), 1);
-    setenv("UTRAMP_AGENT", cfg_path.c_str(), 1);
-    std::vector<char*> argv;
-    for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(prog.c_str(), argv.data());
-    fmt::print(stderr, "utramp record: cannot execute {}: {}\n", prog, strerror(errno));
-    _exit(127);
+  auto launch = Launch::start(*target, o.command, cfg, o.output + "/agent.json");
+  if (!launch) {
+    fmt::print(stderr, "utramp record: {}\n", launch.error().message);
+    unlink(shm_path.c_str());
+    return launch.error().code == Errc::not_found ? 2 : 127;
   }
 
   auto drain = [&](bool final = false) {
@@ -239,16 +159,11 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     out->events += n;
     return n;
   };
-  int status = 0;
-  for (;;) {
-    const pid_t r = waitpid(child, &status, WNOHANG);
-    if (r == child) break;
-    // Every millisecond, or back to back while a ring is more than a quarter full. Not
-    // closer: a consumer right behind the producer reads the cache lines it is writing
-    // (two events a line, the control page's head), and each such read costs the traced
-    // thread a cache miss — it doubled the per-call cost in a tight loop.
-    if (drain() < sc.events_per_buffer / 4) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  // Every millisecond, or back to back while a ring is more than a quarter full. Not
+  // closer: a consumer right behind the producer reads the cache lines it is writing
+  // (two events a line, the control page's head), and each such read costs the traced
+  // thread a cache miss — it doubled the per-call cost in a tight loop.
+  const Ended ended = launch->wait([&] { return drain() >= sc.events_per_buffer / 4; }, 1);
   // Children the target forked may still be writing: drain until no process that
   // owns a ring is left (bounded: 2 s without an event, 10 s in all).
   const uint64_t give_up = mono_ns() + 10'000'000'000ull;
@@ -265,17 +180,9 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   drain(true);  // losses still pending at the end are marked where they happened
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGQUIT, &old_quit, nullptr);
-
-  if (WIFEXITED(status)) {
-    out->exit_code = WEXITSTATUS(status);
-    out->ended = fmt::format("exited {}", out->exit_code);
-  } else if (WIFSIGNALED(status)) {
-    out->exit_code = 128 + WTERMSIG(status);
-    out->ended = fmt::format("killed by {}{}", signal_name(WTERMSIG(status)),
-                             WCOREDUMP(status) ? " (core dumped)" : "");
-  }
+  out->exit_code = ended.exit_code;
+  out->ended = ended.how;
+  set_exit_on_broken_pipe(out->exit_code);
   const uint64_t ns1 = mono_ns(), tsc1 = arch::cycles();
   info.ticks_per_ns = static_cast<double>(tsc1 - tsc0) / static_cast<double>(ns1 - ns0);
   info.exit = out->ended;

@@ -32,11 +32,4 @@ int run_record(const RecordOptions& o, RecordResult* out);
 // "10us", "1.5ms", "2s", "300" (ns) -> ns; false if malformed.
 bool parse_duration(const std::string& s, uint64_t* ns);
 
-// The agent library (libutramp-agent.so) for this CLI, in its build tree or where it is
-// installed; the first place looked at when it is in neither (for the message).
-std::string agent_library();
-
-// Resolves PROGRAM as execvp would; empty with `why` set when it cannot run.
-std::string find_program(const std::string& prog, std::string* why);
-
 }  // namespace utramp::cli

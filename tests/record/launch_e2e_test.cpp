@@ -1,0 +1,133 @@
+// The one launcher of record, run and hist (tools/utramp/launch.hpp) and the CLI's own
+// conduct: programs the agent cannot be loaded into are refused, never run untraced;
+// scripts run under their interpreter; nothing is left in the temporary directory; a
+// reader that goes away (`| head`) ends the CLI quietly with status 0.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "cli_runner.hpp"
+#include "temp_dir.hpp"
+
+namespace {
+
+using utramp::test::RunResult;
+using utramp::test::TempDir;
+
+const std::string kStatic = UTRAMP_LAUNCH_DIR "/static_prog";
+const std::string kHost = UTRAMP_LOADER_DIR "/ld_host";
+const std::string kBpf = UTRAMP_BPF_EXAMPLES_DIR "/latency.bpf.o";
+
+TEST(Launch, StaticProgramIsRefusedByEveryCommand) {
+  TempDir t("utramp-launch");
+  const std::vector<std::vector<std::string>> commands = {
+      {"record", "-o", t.path + "/d", "--", kStatic},
+      {"hist", "main", "--", kStatic},
+      {"run", kBpf, "--", kStatic},
+  };
+  for (const auto& c : commands) {
+    SCOPED_TRACE(c[0]);
+    const RunResult r = utramp::test::run_cli(c, {.timeout_s = 60});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("statically linked"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("static program ran"), std::string::npos) << "ran untraced";
+  }
+}
+
+// A set-user-ID program runs in the loader's secure mode, which drops LD_PRELOAD.
+TEST(Launch, SetUserIdProgramIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a copy to another owner";
+  TempDir t("utramp-launch");
+  chmod(t.path.c_str(), 0755);
+  const std::string copy = t.path + "/suid_host";
+  std::filesystem::copy_file(kHost, copy);
+  ASSERT_EQ(chown(copy.c_str(), 65534, 65534), 0);  // nobody
+  ASSERT_EQ(chmod(copy.c_str(), 04755), 0);
+  const RunResult r = utramp::test::run_cli({"record", "-o", t.path + "/d", "--", copy}, {.timeout_s = 60});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("set-user-ID"), std::string::npos) << r.err;
+}
+
+TEST(Launch, ScriptRunsUnderItsInterpreter) {
+  TempDir t("utramp-launch");
+  const std::string script = t.path + "/hello.sh";
+  {
+    std::ofstream f(script);
+    f << "#!/bin/sh\necho \"hello from $0 $1\"\nexit 3\n";
+  }
+  chmod(script.c_str(), 0755);
+  const RunResult plain = utramp::test::run_program({script, "x"});
+  const RunResult r = utramp::test::run_cli({"record", "-o", t.path + "/d", "--", script, "x"}, {.timeout_s = 60});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.out, plain.out);
+}
+
+// A distribution binary: stripped, no DWARF, no compiler sites.
+TEST(Launch, StrippedDistributionBinaryRunsUnchanged) {
+  TempDir t("utramp-launch");
+  const RunResult plain = utramp::test::run_program({"/bin/echo", "a", "b"});
+  const RunResult r = utramp::test::run_cli({"record", "-o", t.path + "/d", "--", "/bin/echo", "a", "b"},
+                                            {.timeout_s = 60});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, plain.out);
+}
+
+bool empty_dir(const std::string& d) { return std::filesystem::is_empty(d); }
+
+// run and hist keep their files in a directory of their own, removed at the end.
+TEST(Launch, NothingLeftInTheTemporaryDirectory) {
+  TempDir tmp("utramp-tmpdir");
+  TempDir t("utramp-launch");
+  setenv("TMPDIR", tmp.path.c_str(), 1);
+  const RunResult h = utramp::test::run_cli({"hist", "ld_plug_leaf", "--libs", "--", kHost}, {.timeout_s = 120});
+  const RunResult r = utramp::test::run_cli({"run", kBpf, "--", UTRAMP_BPF_TARGET, "1", "10"}, {.timeout_s = 120});
+  const RunResult bad = utramp::test::run_cli({"run", kBpf, "--", kStatic}, {.timeout_s = 60});
+  unsetenv("TMPDIR");
+  EXPECT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_NE(h.out.find("30 calls of ld_plug_leaf"), std::string::npos) << h.out;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_TRUE(empty_dir(tmp.path)) << "left in TMPDIR: " << std::filesystem::directory_iterator(tmp.path)->path();
+}
+
+// `utramp replay | head`: when the reader has gone, the CLI ends quietly, with 0.
+TEST(Launch, ReaderGoneIsANormalEnd) {
+  TempDir t("utramp-launch");
+  const std::string dir = t.path + "/d";
+  ASSERT_EQ(utramp::test::run_cli({"record", "-o", dir, "--", kHost}, {.timeout_s = 60}).exit_code, 0);
+  for (const char* cmd : {"replay", "report"}) {
+    SCOPED_TRACE(cmd);
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    close(p[0]);  // the reader is gone before the first write
+    int errp[2];
+    ASSERT_EQ(pipe(errp), 0);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      dup2(p[1], STDOUT_FILENO);
+      dup2(errp[1], STDERR_FILENO);
+      execl(UTRAMP_CLI, UTRAMP_CLI, cmd, dir.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(p[1]);
+    close(errp[1]);
+    std::string err;
+    char buf[4096];
+    for (ssize_t n; (n = read(errp[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<size_t>(n));
+    close(errp[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st)) << "killed by signal " << WTERMSIG(st);
+    EXPECT_EQ(WEXITSTATUS(st), 0);
+    EXPECT_EQ(err, "");
+  }
+}
+
+}  // namespace

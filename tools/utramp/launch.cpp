@@ -1,0 +1,275 @@
+#include "launch.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "os/elf_file.hpp"
+
+namespace utramp::cli {
+
+namespace {
+
+Result<std::string> find_program(const std::string& prog) {
+  std::string why = fmt::format("{}: no such file", prog);
+  auto check = [&](const std::string& p) -> bool {
+    struct stat st;
+    if (stat(p.c_str(), &st) != 0) return false;
+    if (!S_ISREG(st.st_mode)) {
+      why = fmt::format("{}: not a regular file", p);
+      return false;
+    }
+    if (access(p.c_str(), X_OK) != 0) {
+      why = fmt::format("{}: not executable", p);
+      return false;
+    }
+    return true;
+  };
+  if (prog.find('/') != std::string::npos) {
+    if (check(prog)) return prog;
+    return make_error(Errc::not_found, why);
+  }
+  const char* path = getenv("PATH");
+  const std::string dirs = path ? path : "/usr/bin:/bin";
+  for (size_t pos = 0; pos <= dirs.size();) {
+    const size_t c = std::min(dirs.find(':', pos), dirs.size());
+    std::string dir = dirs.substr(pos, c - pos);
+    if (dir.empty()) dir = ".";
+    if (check(dir + "/" + prog)) return dir + "/" + prog;
+    pos = c + 1;
+  }
+  if (why.find("not ") == std::string::npos) why = fmt::format("{}: not found in PATH", prog);
+  return make_error(Errc::not_found, why);
+}
+
+// The interpreter a #! script names ("" if `path` is not a script).
+std::string script_interpreter(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::string line;
+  if (!std::getline(f, line) || !line.starts_with("#!")) return {};
+  line = line.substr(2);
+  const size_t b = line.find_first_not_of(" \t");
+  if (b == std::string::npos) return {};
+  line = line.substr(b);
+  return line.substr(0, line.find_first_of(" \t\r"));
+}
+
+// Why the loader would run `path` in secure mode (AT_SECURE), ignoring LD_PRELOAD; "" if
+// it would not.
+std::string secure_mode(const std::string& path, const struct stat& st) {
+  if ((st.st_mode & S_ISUID) && st.st_uid != geteuid())
+    return "it is set-user-ID (the loader ignores LD_PRELOAD for it)";
+  if ((st.st_mode & S_ISGID) && st.st_gid != getegid())
+    return "it is set-group-ID (the loader ignores LD_PRELOAD for it)";
+  if (getxattr(path.c_str(), "security.capability", nullptr, 0) > 0 && geteuid() != 0)
+    return "it has file capabilities (the loader ignores LD_PRELOAD for it)";
+  return {};
+}
+
+// Why the agent cannot be loaded into the ELF at `path`; "" if it can.
+Result<std::string> agent_refusal(const std::string& path) {
+  auto elf = os::ElfFile::open(path);
+  if (!elf) return std::move(elf).error();
+  if (!(*elf)->has_interp())
+    return std::string(
+        "it is statically linked: utramp's agent is loaded by the dynamic loader (LD_PRELOAD), "
+        "which a static program does not have");
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0)
+    if (std::string why = secure_mode(path, st); !why.empty()) return why;
+  return std::string();
+}
+
+}  // namespace
+
+Result<Target> resolve_target(const std::string& program) {
+  auto p = find_program(program);
+  if (!p) return std::move(p).error();
+  Target t;
+  t.path = *p;
+  t.binary = *p;
+  if (std::string interp = script_interpreter(*p); !interp.empty()) {
+    auto ip = find_program(interp);
+    if (!ip)
+      return make_error(Errc::not_found, fmt::format("{}: its interpreter {}", *p, ip.error().message));
+    t.interpreter = *ip;
+    t.binary = *ip;
+  }
+  auto why = agent_refusal(t.binary);
+  if (!why) return make_error(why.error().code, fmt::format("{}: {}", t.binary, why.error().message));
+  if (!why->empty()) {
+    const std::string what = t.interpreter.empty() ? t.path : fmt::format("{} (the interpreter of {})", t.binary, t.path);
+    return make_error(Errc::unsupported, fmt::format("{} cannot be traced: {}", what, *why));
+  }
+  return t;
+}
+
+std::string agent_library() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return {};
+  std::string dir(self, static_cast<size_t>(n));
+  dir = dir.substr(0, dir.rfind('/'));
+  const std::string dirs = UTRAMP_AGENT_DIRS;
+  std::string first;
+  for (size_t pos = 0; pos <= dirs.size();) {
+    const size_t c = std::min(dirs.find(':', pos), dirs.size());
+    const std::string path = dir + "/" + dirs.substr(pos, c - pos) + "/libutramp-agent.so";
+    if (first.empty()) first = path;
+    if (access(path.c_str(), R_OK) == 0) return path;
+    pos = c + 1;
+  }
+  return first;
+}
+
+Result<ScratchDir> ScratchDir::create(const std::string& prefix) {
+  const char* tmp = getenv("TMPDIR");
+  std::string tmpl = fmt::format("{}/{}-XXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
+  if (!mkdtemp(tmpl.data()))  // mode 0700
+    return make_error(Errc::io, fmt::format("cannot create a directory like {}: {}", tmpl, strerror(errno)));
+  return ScratchDir(tmpl);
+}
+
+ScratchDir::~ScratchDir() {
+  if (path_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string signal_name(int sig) {
+  const char* n = sigabbrev_np(sig);
+  return n ? fmt::format("SIG{}", n) : fmt::format("signal {}", sig);
+}
+
+Result<Launch> Launch::start(const Target& target, const std::vector<std::string>& argv,
+                             const agent::Config& config, const std::string& config_path) {
+  const std::string agent = agent_library();
+  if (agent.empty() || access(agent.c_str(), R_OK) != 0)
+    return make_error(Errc::not_found, fmt::format("the agent library {} is missing", agent));
+  {
+    const int fd = open(config_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+      return make_error(Errc::io, fmt::format("cannot create {}: {}", config_path, strerror(errno)));
+    const std::string text = agent::dump_config(config);
+    const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    close(fd);
+    if (!ok) return make_error(Errc::io, fmt::format("cannot write {}: {}", config_path, strerror(errno)));
+  }
+  // The environment and arguments are prepared before fork: the child only calls
+  // async-signal-safe functions (the CLI may have threads).
+  std::string preload = agent;
+  if (const char* p = getenv("LD_PRELOAD"); p && *p) preload += std::string(":") + p;
+  std::vector<std::string> env_store;
+  for (char** e = environ; *e; ++e) {
+    const std::string_view v(*e);
+    if (v.starts_with("LD_PRELOAD=") || v.starts_with("UTRAMP_AGENT=")) continue;
+    env_store.emplace_back(v);
+  }
+  env_store.push_back("LD_PRELOAD=" + preload);
+  env_store.push_back("UTRAMP_AGENT=" + config_path);
+  std::vector<char*> envp, args;
+  for (auto& e : env_store) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_store = argv;
+  for (auto& a : argv_store) args.push_back(a.data());
+  args.push_back(nullptr);
+
+  int err_pipe[2];
+  if (pipe2(err_pipe, O_CLOEXEC) != 0)
+    return make_error(Errc::io, fmt::format("pipe: {}", strerror(errno)));
+  Launch l;
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGINT, &ign, &l.old_int_);
+  sigaction(SIGQUIT, &ign, &l.old_quit_);
+  l.restore_ = true;
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int e = errno;
+    close(err_pipe[0]);
+    close(err_pipe[1]);
+    return make_error(Errc::io, fmt::format("fork: {}", strerror(e)));
+  }
+  if (pid == 0) {
+    // The program's dispositions as the CLI got them; SIGPIPE too (the CLI's own handler
+    // would be reset by exec anyway, but an ignored SIGPIPE would survive it).
+    sigaction(SIGINT, &l.old_int_, nullptr);
+    sigaction(SIGQUIT, &l.old_quit_, nullptr);
+    signal(SIGPIPE, SIG_DFL);
+    execve(target.path.c_str(), args.data(), envp.data());
+    const int e = errno;
+    (void)!write(err_pipe[1], &e, sizeof e);
+    _exit(127);
+  }
+  close(err_pipe[1]);
+  int exec_errno = 0;
+  ssize_t n;
+  while ((n = read(err_pipe[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
+  }
+  close(err_pipe[0]);
+  l.pid_ = pid;
+  if (n == sizeof exec_errno) {
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    l.pid_ = -1;
+    return make_error(Errc::io, fmt::format("cannot execute {}: {}", target.path, strerror(exec_errno)));
+  }
+  return l;
+}
+
+Launch::Launch(Launch&& o) noexcept
+    : pid_(std::exchange(o.pid_, -1)), restore_(std::exchange(o.restore_, false)),
+      old_int_(o.old_int_), old_quit_(o.old_quit_) {}
+
+void Launch::restore_signals() {
+  if (!restore_) return;
+  sigaction(SIGINT, &old_int_, nullptr);
+  sigaction(SIGQUIT, &old_quit_, nullptr);
+  restore_ = false;
+}
+
+Launch::~Launch() {
+  if (pid_ > 0) {  // never waited for: an error in the CLI while it ran
+    int st;
+    while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+    }
+  }
+  restore_signals();
+}
+
+Ended Launch::wait(const std::function<bool()>& work, int idle_ms) {
+  Ended out;
+  int status = 0;
+  for (;;) {
+    const pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) break;
+    if (r < 0 && errno != EINTR) break;
+    if (!work()) std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
+  }
+  pid_ = -1;
+  if (WIFEXITED(status)) {
+    out.exit_code = WEXITSTATUS(status);
+    out.how = fmt::format("exited {}", out.exit_code);
+  } else if (WIFSIGNALED(status)) {
+    out.signaled = true;
+    out.exit_code = 128 + WTERMSIG(status);
+    out.how = fmt::format("killed by {}{}", signal_name(WTERMSIG(status)), WCOREDUMP(status) ? " (core dumped)" : "");
+  }
+  return out;
+}
+
+}  // namespace utramp::cli
