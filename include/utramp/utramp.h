@@ -89,10 +89,30 @@ uint64_t utramp_get_attach_cookie(const uint64_t *ctx);
 void utramp_set_stats(int on);
 
 /* Marks `func` as error-injectable: the only functions fmod_ret may attach to. Write it
- * at file scope after the function, like the kernel's ALLOW_ERROR_INJECTION. */
+ * at file scope after the function, like the kernel's ALLOW_ERROR_INJECTION. Give the
+ * function UTRAMP_OVERRIDABLE too (below), or the compiler may make its callers ignore
+ * what an fmod_ret program returns. */
 #define UTRAMP_ALLOW_ERROR_INJECTION(func)                                              \
   static const void *const utramp_error_inject_##func                                  \
       __attribute__((section("utramp_error_inject"), used, aligned(8))) = (const void *)&func
+
+/* Marks a function as a point whose behaviour fmod_ret or freplace may change, so that
+ * the compiler cannot see through it: it is not inlined, and its callers assume nothing
+ * about what it does or returns. Without it an optimising compiler may, for example,
+ * use `x` at the call site of `int f(int x) { ...; return x; }` instead of f's result
+ * (clang -O2 does), and an fmod_ret or freplace of f then changes nothing there. Put it
+ * before the definition: `UTRAMP_OVERRIDABLE int f(int x) { ... }`.
+ *   gcc:   noipa (no inter-procedural analysis or optimisation across the function);
+ *   clang: noinline and optnone (clang has no noipa; optnone is what keeps its
+ *          inter-procedural passes out, at the price of compiling this one function
+ *          without optimisation). */
+#if defined(__clang__)
+#define UTRAMP_OVERRIDABLE __attribute__((noinline, optnone))
+#elif defined(__GNUC__)
+#define UTRAMP_OVERRIDABLE __attribute__((noipa))
+#else
+#define UTRAMP_OVERRIDABLE
+#endif
 
 /* ---- Probes at any instruction: kprobes, kretprobes, optprobes ------------------- */
 

@@ -15,14 +15,12 @@ exports)
   ;;
 ctors)
   shift
-  fail=0
-  for o in "$@"; do
-    if nm "$o" | grep -q '_GLOBAL__sub_I_'; then
-      echo "$o: a namespace-scope variable needs a constructor at load time:"
-      nm -C "$o" | grep -E ' [bBdD] ' | head -20
-      fail=1
-    fi
-  done
-  exit $fail
+  # One nm for all objects; -A names the object on each line.
+  bad=$(nm -A "$@" | grep '_GLOBAL__sub_I_' || true)
+  if [ -n "$bad" ]; then
+    echo "a namespace-scope variable needs a constructor at load time in:"
+    echo "$bad" | sed 's/:.*//' | sort -u
+    exit 1
+  fi
   ;;
 esac
