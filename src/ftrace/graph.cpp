@@ -39,10 +39,9 @@ trace::ShmBuffers* g_buffers = nullptr;
 // Set once by configure() and never freed: traced threads read it until the process ends
 // (a namespace-scope Options would be destroyed at exit while they still do).
 const Options* g_opts = nullptr;
-const Options& opts() {
-  static const Options* defaults = new Options();  // before configure(): never freed either
-  return g_opts ? *g_opts : *defaults;
-}
+// Read on hit paths: no allocation, no static initialisation guard.
+Tracer tracer_kind() { return g_opts ? g_opts->tracer : Tracer::function_graph; }
+uint32_t max_depth() { return g_opts ? g_opts->max_depth : 0; }
 uint64_t g_min_ticks = 0;
 // Bumped by after_fork_child() in a forked child (its only thread runs the atfork
 // handler), so that the state of that thread is renewed on its next event. Comparing
@@ -52,8 +51,8 @@ uint32_t g_fork_gen = 0;
 
 
 bool tid_selected(uint32_t tid) {
-  if (opts().tids.empty()) return true;
-  for (uint32_t t : opts().tids)
+  if (!g_opts || g_opts->tids.empty()) return true;
+  for (uint32_t t : g_opts->tids)
     if (t == tid) return true;
   return false;
 }
@@ -317,12 +316,12 @@ void configure(trace::ShmBuffers* buffers, const Options& opts) {
 arch::TracerHooks hooks() {
   arch::TracerHooks h;
   h.entry = reinterpret_cast<uint64_t>(&utramp_graph_fast_entry);
-  h.exit = opts().tracer == Tracer::function ? 0 : reinterpret_cast<uint64_t>(&utramp_graph_fast_exit);
+  h.exit = tracer_kind() == Tracer::function ? 0 : reinterpret_cast<uint64_t>(&utramp_graph_fast_exit);
   h.entry_general = reinterpret_cast<uint64_t>(&utramp_graph_entry_thunk);
   h.exit_general = reinterpret_cast<uint64_t>(&utramp_graph_exit_thunk);
   // The images do the hooks' common case themselves: function_graph into discard-mode
   // rings (leaves are made in discard mode only; see put_fast()).
-  h.inline_path = opts().tracer == Tracer::function_graph && g_buffers &&
+  h.inline_path = tracer_kind() == Tracer::function_graph && g_buffers &&
                   g_buffers->mode() == trace::BufferMode::discard &&
                   !std::getenv("UTRAMP_NO_INLINE_TRACER");
   if (h.inline_path) {
@@ -354,7 +353,7 @@ arch::TracerHooks hooks() {
     f.c_busy = pl.busy;
     f.c_pending = pl.pending;
     f.c_staged = pl.staged;
-    f.depth_limit = opts().max_depth ? std::min(opts().max_depth, kMaxStack) : kMaxStack;
+    f.depth_limit = max_depth() ? std::min(max_depth(), kMaxStack) : kMaxStack;
     f.type_entry = static_cast<uint8_t>(trace::EventType::entry);
     f.type_exit = static_cast<uint8_t>(trace::EventType::exit);
     f.type_leaf = static_cast<uint8_t>(trace::EventType::leaf);
@@ -370,7 +369,7 @@ namespace {
 void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
               const FuncRecord* rec, const uint64_t* ctx) {
   const uint64_t time = now();
-  if (opts().tracer == Tracer::function) {
+  if (tracer_kind() == Tracer::function) {
     // One event per call: who called whom.
     emit(ts, trace::EventType::entry, time, func, caller, 0);
     return;
@@ -391,7 +390,7 @@ void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
   f.sp = sp;
   f.func = func;
   f.time = time;
-  f.flags = opts().max_depth && d >= opts().max_depth ? Frame::kHidden : 0;
+  f.flags = max_depth() && d >= max_depth() ? Frame::kHidden : 0;
   if (switching) f.flags |= Frame::kSwitched;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   ts->depth = d + 1;
