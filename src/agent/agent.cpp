@@ -123,31 +123,27 @@ bool own_object(const std::string& path) {
   return base.starts_with("libutramp");
 }
 
+static_assert(sizeof(ftrace::FuncRecord::args) / sizeof(ftrace::FuncRecord::args[0]) == kMaxArgsPerFunction);
+
 ftrace::FuncRecord* record_for(const std::string& name, const std::string& shown, uint64_t addr) {
   auto rec = std::make_unique<ftrace::FuncRecord>();
   rec->addr = addr;
   for (const auto& c : g_agent->cfg.captures) {
     if (fnmatch(c.glob.c_str(), name.c_str(), 0) != 0 && fnmatch(c.glob.c_str(), shown.c_str(), 0) != 0)
       continue;
+    auto format = [](char f) {
+      return f == 's' ? trace::ValueFormat::string
+             : f == 'x' ? trace::ValueFormat::pointer
+             : f == 'f' ? trace::ValueFormat::dbl
+                        : trace::ValueFormat::integer;
+    };
     for (const auto& a : c.args) {
-      // "argN[/fmt]": fmt d (default), x (pointer), s (string), f (double)
-      const size_t slash = a.find('/');
-      const std::string idx = a.substr(0, slash);
-      const char fmtc = slash == std::string::npos ? 'd' : a[slash + 1];
-      if (!idx.starts_with("arg") || rec->nargs >= 8) continue;
-      const int n = std::atoi(idx.c_str() + 3);
-      if (n < 1 || n > 16) continue;
-      trace::ValueFormat f = fmtc == 's' ? trace::ValueFormat::string
-                             : fmtc == 'x' ? trace::ValueFormat::pointer
-                             : fmtc == 'f' ? trace::ValueFormat::dbl
-                                           : trace::ValueFormat::integer;
-      rec->args[rec->nargs++] = {static_cast<uint8_t>(n - 1), f};
+      auto cap = parse_arg_capture(a);  // checked by the CLI (agent/config.hpp)
+      if (!cap || rec->nargs >= kMaxArgsPerFunction) continue;
+      rec->args[rec->nargs++] = {cap->index, format(cap->format)};
     }
     if (c.retval)
-      rec->ret = c.retfmt == "s" ? trace::ValueFormat::string
-                 : c.retfmt == "x" ? trace::ValueFormat::pointer
-                 : c.retfmt == "f" ? trace::ValueFormat::dbl
-                                   : trace::ValueFormat::integer;
+      if (auto f = parse_value_format(c.retfmt)) rec->ret = format(*f);
   }
   g_agent->records.push_back(std::move(rec));
   return g_agent->records.back().get();

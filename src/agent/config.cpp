@@ -10,6 +10,39 @@ namespace utramp::agent {
 
 using nlohmann::json;
 
+Result<char> parse_value_format(const std::string& text) {
+  if (text.empty()) return 'd';
+  if (text.size() == 1 && std::string_view("dxsf").find(text[0]) != std::string_view::npos) return text[0];
+  return make_error(Errc::invalid_argument,
+                    fmt::format("'{}' is not a value format: d (integer), x (pointer), s (string) or f (double)",
+                                text));
+}
+
+Result<ArgCapture> parse_arg_capture(const std::string& text) {
+  const size_t slash = text.find('/');
+  const std::string idx = text.substr(0, slash);
+  const auto bad = [&] {
+    return make_error(Errc::invalid_argument,
+                      fmt::format("'{}' is not argN[/F] with N from 1 to {} and F one of d x s f", text,
+                                  kMaxArgIndex));
+  };
+  if (!idx.starts_with("arg") || idx.size() < 4 || idx.size() > 5) return bad();
+  int n = 0;
+  for (char c : idx.substr(3)) {
+    if (c < '0' || c > '9') return bad();
+    n = n * 10 + (c - '0');
+  }
+  if (n < 1 || n > kMaxArgIndex) return bad();
+  ArgCapture a;
+  a.index = static_cast<uint8_t>(n - 1);
+  if (slash != std::string::npos) {
+    auto f = parse_value_format(text.substr(slash + 1));
+    if (!f || text.size() == slash + 1) return bad();
+    a.format = *f;
+  }
+  return a;
+}
+
 std::string dump_config(const Config& c) {
   json j;
   j["shm_path"] = c.shm_path;

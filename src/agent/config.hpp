@@ -12,10 +12,22 @@ namespace utramp::agent {
 
 struct ArgSpec {
   std::string glob;           // functions it applies to
-  std::vector<std::string> args;  // "arg1", "arg2/s", "arg3/x", "fparg1" ...
+  std::vector<std::string> args;  // "arg1", "arg2/s", "arg3/x" (parse_arg_capture)
   bool retval = false;        // -R
-  std::string retfmt;         // "", "s", "x", "f"
+  std::string retfmt;         // "", "d", "s", "x", "f" (parse_value_format)
 };
+
+// The forms of -A and -R, in one place: the CLI refuses what these refuse, the agent
+// reads what they accept. A value is shown as d (a signed integer, the default),
+// x (a pointer), s (a C string) or f (a double).
+inline constexpr int kMaxArgIndex = 16;      // argN: N in 1..16
+inline constexpr int kMaxArgsPerFunction = 8;
+struct ArgCapture {
+  uint8_t index = 0;  // 0-based
+  char format = 'd';
+};
+Result<ArgCapture> parse_arg_capture(const std::string& text);  // "argN[/F]"
+Result<char> parse_value_format(const std::string& text);       // "" (d) or one of d x s f
 
 struct Config {
   std::string shm_path;       // the shared buffers file

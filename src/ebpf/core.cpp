@@ -15,6 +15,8 @@
 #include <map>
 #include <optional>
 
+#include "os/file.hpp"
+
 namespace utramp::ebpf {
 
 const char* core_kind_name(uint32_t k) {
@@ -462,8 +464,9 @@ const std::string& TargetTypes::path() const { return impl_->path; }
 Result<std::shared_ptr<TargetTypes>> TargetTypes::open(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  impl->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (impl->fd < 0) return make_error(Errc::io, fmt::format("{}: cannot open: {}", path, strerror(errno)));
+  auto fd = os::open_regular(path);
+  if (!fd) return std::move(fd).error();
+  impl->fd = *fd;
   impl->dw = dwarf_begin(impl->fd, DWARF_C_READ);
   if (!impl->dw) return make_error(Errc::not_found, fmt::format("{}: no DWARF ({})", path, dwarf_errmsg(-1)));
   Dwarf_CU* cu = nullptr;

@@ -18,6 +18,7 @@
 #include "ebpf/core.hpp"
 #include "ebpf/object_dwarf.hpp"
 #include "abi/signature.hpp"
+#include "os/file.hpp"
 
 namespace utramp::ebpf {
 
@@ -648,10 +649,10 @@ Result<Object> parse_object(std::span<const uint8_t> bytes, const std::string& n
 }
 
 Result<Object> load_object_file(const std::string& path, const HelperTable& helpers) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(Errc::not_found, fmt::format("{}: cannot open: {}", path, strerror(errno)));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse_object(bytes, path, helpers);
+  // clang's eBPF objects are kilobytes; 256 MiB keeps a wrong file from eating memory.
+  auto bytes = os::read_regular(path, uint64_t{256} << 20);
+  if (!bytes) return std::move(bytes).error();
+  return parse_object(*bytes, path, helpers);
 }
 
 void resolve(LoadedProgram& p, std::span<const uint64_t> header_addr, std::span<const uint64_t> value_addr) {

@@ -19,6 +19,8 @@
 #include <optional>
 #include <vector>
 
+#include "os/file.hpp"
+
 namespace utramp::os {
 namespace {
 
@@ -211,13 +213,9 @@ std::vector<uint8_t> build_id_of(Elf* elf) {
 // An open descriptor of `path` when it is a regular file whose build-id is `want` (any
 // file when `want` is empty: the module has none to compare), else -1.
 int open_matching(const std::string& path, const std::vector<uint8_t>& want) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return -1;
-  }
+  auto opened = open_regular(path);
+  if (!opened) return -1;
+  const int fd = *opened;
   if (want.empty()) return fd;
   Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
   const bool same = elf != nullptr && build_id_of(elf) == want;

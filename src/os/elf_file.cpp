@@ -13,6 +13,8 @@
 #include <cstring>
 #include <set>
 
+#include "os/file.hpp"
+
 namespace utramp::os {
 
 namespace {
@@ -22,11 +24,12 @@ Elf* E(void* p) { return static_cast<Elf*>(p); }
 Result<std::unique_ptr<ElfFile>> ElfFile::open(const std::string& path) {
   std::unique_ptr<ElfFile> f(new ElfFile());
   f->path_ = path;
-  f->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f->fd_ < 0) return make_error(Errc::not_found, fmt::format("{}: {}", path, strerror(errno)));
+  auto fd = open_regular(path);
+  if (!fd) return std::move(fd).error();
+  f->fd_ = *fd;
   struct stat st;
-  if (fstat(f->fd_, &st) != 0 || !S_ISREG(st.st_mode))
-    return make_error(Errc::bad_format, fmt::format("{}: not a regular file", path));
+  if (fstat(f->fd_, &st) != 0)
+    return make_error(Errc::io, fmt::format("{}: {}", path, strerror(errno)));
   f->image_.resize(static_cast<size_t>(st.st_size));
   size_t got = 0;
   while (got < f->image_.size()) {

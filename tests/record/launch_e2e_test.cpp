@@ -130,4 +130,58 @@ TEST(Launch, ReaderGoneIsANormalEnd) {
   }
 }
 
+// Values that used to become something else silently (a throwing conversion aborted
+// the CLI; NaN, overflow and unknown forms became 0 or were dropped): refused with the
+// forms that are valid, exit 2, the program not run.
+TEST(BadInput, OptionValuesAreRefusedWithTheValidForms) {
+  TempDir t("utramp-launch");
+  const std::string ran = t.path + "/ran";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--tid", "abc"}, "--tid"},
+      {{"--tid", "99999999999"}, "--tid"},
+      {{"-t", "1e300s"}, "a number and one of ns"},
+      {{"-t", "nanus"}, "a number and one of ns"},
+      {{"-t", "10parsecs"}, "a number and one of ns"},
+      {{"-A", "f@arg99"}, "N from 1 to 16"},
+      {{"-A", "f@arg1/z"}, "F one of d x s f"},
+      {{"-A", "f@arg1,argx"}, "argN[/F]"},
+      {{"-R", "f/q"}, "d (integer), x (pointer), s (string) or f (double)"},
+      {{"-D", "-3"}, "--depth"},
+  };
+  for (const auto& [opts, want] : cases) {
+    std::vector<std::string> a = {"record", "-o", t.path + "/d"};
+    a.insert(a.end(), opts.begin(), opts.end());
+    a.insert(a.end(), {"--", "/usr/bin/touch", ran});
+    SCOPED_TRACE(opts[0] + " " + opts[1]);
+    const RunResult r = utramp::test::run_cli(a, {.timeout_s = 60});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(ran)) << "the program ran";
+  }
+}
+
+// What is not a regular file is refused by name, never opened for reading: a FIFO
+// would block the CLI until someone writes to it, /dev/zero never ends.
+TEST(BadInput, NonRegularFilesAreRefused) {
+  TempDir t("utramp-launch");
+  const std::string fifo = t.path + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"list", fifo}, "a FIFO"},
+      {{"list", t.path}, "a directory"},
+      {{"list", "/dev/zero"}, "a character device"},
+      {{"run", fifo, "--", "/bin/true"}, "a FIFO"},
+      {{"run", t.path, "--", "/bin/true"}, "a directory"},
+      {{"run", "/dev/zero", "--", "/bin/true"}, "a character device"},
+      {{"record", "-o", t.path + "/d", "--", fifo}, "not a regular file"},
+  };
+  for (const auto& [args, want] : cases) {
+    SCOPED_TRACE(args[0] + " " + args[1]);
+    const RunResult r = utramp::test::run_cli(args, {.timeout_s = 30});
+    ASSERT_FALSE(r.timed_out) << "blocked";
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+  }
+}
+
 }  // namespace

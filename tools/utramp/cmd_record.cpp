@@ -2,10 +2,12 @@
 // trace directory (default utramp.data) for replay, report, dump.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
 #include "commands.hpp"
+#include "agent/config.hpp"
 #include "record_run.hpp"
 
 namespace utramp::cli {
@@ -14,11 +16,12 @@ namespace {
 
 struct Flags {
   RecordOptions rec;
-  std::vector<std::string> args, rets, tids;
+  std::vector<std::string> args, rets;
   std::string time_filter, mode = "discard";
 };
 
-// -A 'func@arg1,arg2/s' and -R 'func[/fmt]' into captures.
+// -A 'func@arg1,arg2/s' and -R 'func[/fmt]' into captures; the forms are
+// agent::parse_arg_capture's and agent::parse_value_format's.
 bool parse_captures(Flags& f) {
   for (const auto& a : f.args) {
     const size_t at = a.find('@');
@@ -28,18 +31,21 @@ bool parse_captures(Flags& f) {
     }
     agent::ArgSpec s;
     s.glob = a.substr(0, at);
-    std::string list = a.substr(at + 1);
-    size_t pos = 0;
-    while (pos <= list.size()) {
-      size_t c = list.find(',', pos);
-      std::string one = list.substr(pos, c == std::string::npos ? std::string::npos : c - pos);
-      if (!one.starts_with("arg") || one.size() < 4 || !isdigit(static_cast<unsigned char>(one[3]))) {
-        fmt::print(stderr, "utramp record: -A '{}': '{}' is not argN[/d|x|s|f]\n", a, one);
+    const std::string list = a.substr(at + 1);
+    for (size_t pos = 0; pos <= list.size();) {
+      const size_t c = std::min(list.find(',', pos), list.size());
+      const std::string one = list.substr(pos, c - pos);
+      if (auto cap = agent::parse_arg_capture(one); !cap) {
+        fmt::print(stderr, "utramp record: -A '{}': {}\n", a, cap.error().message);
         return false;
       }
       s.args.push_back(one);
-      if (c == std::string::npos) break;
       pos = c + 1;
+    }
+    if (s.args.size() > static_cast<size_t>(agent::kMaxArgsPerFunction)) {
+      fmt::print(stderr, "utramp record: -A '{}': at most {} arguments per function\n", a,
+                 agent::kMaxArgsPerFunction);
+      return false;
     }
     f.rec.agent.captures.push_back(std::move(s));
   }
@@ -48,6 +54,12 @@ bool parse_captures(Flags& f) {
     const size_t slash = r.rfind('/');
     s.glob = slash == std::string::npos ? r : r.substr(0, slash);
     s.retfmt = slash == std::string::npos ? "" : r.substr(slash + 1);
+    if (auto fm = agent::parse_value_format(s.retfmt); !fm || s.glob.empty() ||
+                                                          (slash != std::string::npos && s.retfmt.empty())) {
+      fmt::print(stderr, "utramp record: -R '{}': expected FUNC[/F], {}\n", r,
+                 fm ? "FUNC and F not empty" : fm.error().message);
+      return false;
+    }
     s.retval = true;
     f.rec.agent.captures.push_back(std::move(s));
   }
@@ -64,7 +76,8 @@ void add_record(CLI::App& app) {
   sub->add_option("-N,--notrace", f->rec.agent.notrace, "never trace functions matching GLOB (wins over -F)");
   sub->add_option("-D,--depth", f->rec.agent.max_depth, "record calls only down to this depth");
   sub->add_option("-t,--time-filter", f->time_filter, "keep only calls at least this long (e.g. 10us)");
-  sub->add_option("--tid", f->tids, "trace only these thread ids (repeatable)");
+  sub->add_option("--tid", f->rec.agent.tids, "trace only these thread ids (repeatable)")
+      ->check(CLI::Range(1u, 4194304u));  // the kernel's pid_max at most
   sub->add_option("-A,--argument", f->args, "record arguments: FUNC@arg1,arg2/s (d x s f formats)");
   sub->add_option("-R,--retval", f->rets, "record the return value: FUNC[/d|x|s|f]");
   sub->add_option("--tracer", f->rec.agent.tracer, "function_graph (default) or function")
@@ -79,11 +92,11 @@ void add_record(CLI::App& app) {
   sub->add_option("command", f->rec.command, "-- PROGRAM [ARGS]")->required();
   sub->callback([f] {
     if (!f->time_filter.empty() && !parse_duration(f->time_filter, &f->rec.agent.min_duration_ns)) {
-      fmt::print(stderr, "utramp record: -t '{}': expected a duration like 10us, 1.5ms, 2s\n",
+      fmt::print(stderr, "utramp record: -t '{}': expected a duration: a number and one of ns (the "
+                         "default), us, ms, s (10us, 1.5ms, 2s), at most 292 years\n",
                  f->time_filter);
       std::exit(2);
     }
-    for (const auto& t : f->tids) f->rec.agent.tids.push_back(static_cast<uint32_t>(std::stoul(t)));
     if (!parse_captures(*f)) std::exit(2);
     uint32_t n = f->rec.events_per_buffer;
     if (n < 64 || (n & (n - 1))) {

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -408,10 +409,15 @@ void add_run(CLI::App& app) {
   auto f = std::make_shared<RunFlags>();
   CLI::App* sub = app.add_subcommand("run", "Run a program with eBPF programs (clang -target bpf) attached");
   sub->add_option("object", f->object, "eBPF object file (clang -O2 -g -target bpf)")->required();
-  sub->add_option("--interval", f->interval, "print the maps every SEC seconds too");
+  sub->add_option("--interval", f->interval, "print the maps every SEC seconds too")
+      ->check(CLI::Range(0.0, 86400.0 * 365));
   sub->add_flag("--json", f->json, "one JSON object per line");
   sub->add_option("command", f->command, "-- PROGRAM [ARGS]");
   sub->callback([f] {
+    if (!std::isfinite(f->interval)) {  // CLI::Range lets NaN through
+      fmt::print(stderr, "utramp run: --interval {}: expected a number of seconds\n", f->interval);
+      std::exit(2);
+    }
     f->objects = {f->object};
     std::exit(run(*f));
   });

@@ -43,7 +43,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // Usage errors exit 2, as every refusal of bad input does (CLI11's own codes are
+    // 100+); --help and --version are not errors.
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const std::system_error& e) {
     if (e.code().value() == EPIPE) return 0;  // as SIGPIPE above, when a write reports it
     fmt::print(stderr, "utramp: {}\n", e.what());

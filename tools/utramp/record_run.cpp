@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -48,8 +49,12 @@ std::string lost_summary(uint64_t lost, uint64_t nested) {
 
 bool parse_duration(const std::string& s, uint64_t* ns) {
   char* end = nullptr;
+  errno = 0;
   const double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || v < 0) return false;
+  // strtod reads "nan", "inf" and hexadecimal floats too: only decimal numbers here.
+  if (end == s.c_str() || errno == ERANGE || !std::isfinite(v) || v < 0 ||
+      s.find_first_not_of("0123456789.eE+-") < static_cast<size_t>(end - s.c_str()))
+    return false;
   const std::string unit = end;
   double mul = 1;
   if (unit.empty() || unit == "ns") mul = 1;
@@ -57,7 +62,9 @@ bool parse_duration(const std::string& s, uint64_t* ns) {
   else if (unit == "ms") mul = 1e6;
   else if (unit == "s") mul = 1e9;
   else return false;
-  *ns = static_cast<uint64_t>(v * mul);
+  const double total = v * mul;
+  if (total >= 9.2e18) return false;  // beyond uint64_t nanoseconds, with margin
+  *ns = static_cast<uint64_t>(total);
   return true;
 }
 
