@@ -95,11 +95,12 @@ struct BpfObject {
   ebpf::MapFile maps;  // attached (registered), its file already unlinked
   std::vector<std::unique_ptr<ebpf::Executable>> progs;  // obj.programs' order
 
-  ebpf::MapHeader* map(const std::string& name) const {
+  size_t map_index(const std::string& name) const {
     for (size_t i = 0; i < obj.maps.size(); ++i)
-      if (obj.maps[i].name == name) return maps.header(i);
+      if (obj.maps[i].name == name) return i;
     fail(fmt::format("{}: no map '{}'", obj.path, name));
   }
+  ebpf::MapHeader* map(const std::string& name) const { return maps.header(map_index(name)); }
   const ebpf::Executable& prog(const std::string& name) const {
     for (size_t i = 0; i < progs.size(); ++i)
       if (obj.programs[i].name == name) return *progs[i];
@@ -193,8 +194,7 @@ uint64_t hash_count(const BpfObject& b) {
 
 uint64_t hist_total(const BpfObject& b) {
   uint64_t n = 0;
-  const ebpf::MapHeader* h = b.map("hist_ns");
-  for (const auto& e : ebpf::map_entries(h, 1))
+  for (const auto& e : b.maps.entries(b.map_index("hist_ns")))
     for (const auto& v : e.values) {
       uint64_t x = 0;
       std::memcpy(&x, v.data(), std::min<size_t>(v.size(), 8));

@@ -12,6 +12,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 namespace utramp::ebpf {
 
@@ -341,19 +342,28 @@ Result<void> check_map_spec(const MapSpec& s) {
 
 MapFile::MapFile(MapFile&& o) noexcept
     : base_(std::exchange(o.base_, nullptr)), size_(std::exchange(o.size_, 0)),
-      registered_(std::exchange(o.registered_, false)) {}
+      registered_(std::exchange(o.registered_, false)), own_(std::move(o.own_)),
+      ring_pos_(std::move(o.ring_pos_)), cpus_(o.cpus_), unlocked_reads_(o.unlocked_reads_),
+      corrupt_reads_(o.corrupt_reads_) {}
 MapFile& MapFile::operator=(MapFile&& o) noexcept {
   if (this != &o) {
     release();
     base_ = std::exchange(o.base_, nullptr);
     size_ = std::exchange(o.size_, 0);
     registered_ = std::exchange(o.registered_, false);
+    own_ = std::move(o.own_);
+    ring_pos_ = std::move(o.ring_pos_);
+    cpus_ = o.cpus_;
+    unlocked_reads_ = o.unlocked_reads_;
+    corrupt_reads_ = o.corrupt_reads_;
   }
   return *this;
 }
 MapFile::~MapFile() { release(); }
 
 void MapFile::release() {
+  for (MapHeader* h : own_) delete h;
+  own_.clear();
   if (!base_) return;
   if (registered_)
     for (auto& f : g_files)
@@ -450,6 +460,9 @@ Result<MapFile> MapFile::create(const std::string& path, const std::vector<MapSp
       std::memcpy(d, specs[i].init.data(), std::min<size_t>(specs[i].init.size(), h->value_size));
     }
   }
+  for (const MapHeader& h : hs) f.own_.push_back(new MapHeader(h));
+  f.ring_pos_.assign(specs.size(), 0);
+  f.cpus_ = cpus;
   auto* fh = reinterpret_cast<FileHeader*>(f.base_);
   fh->version = kVersion;
   fh->nmaps = static_cast<uint32_t>(specs.size());
@@ -488,23 +501,34 @@ Result<MapFile> MapFile::attach(const std::string& path) {
   return f;
 }
 
-size_t MapFile::count() const { return base_ ? reinterpret_cast<const FileHeader*>(base_)->nmaps : 0; }
-uint32_t MapFile::cpus() const { return base_ ? reinterpret_cast<const FileHeader*>(base_)->cpus : 1; }
+// The owner's copies when there are (create), the file's otherwise (attach: checked
+// then, and the agent's side trusts its own target).
+size_t MapFile::count() const {
+  if (!own_.empty() || !base_) return own_.size();
+  return reinterpret_cast<const FileHeader*>(base_)->nmaps;
+}
+uint32_t MapFile::cpus() const {
+  if (!own_.empty() || !base_) return cpus_;
+  return reinterpret_cast<const FileHeader*>(base_)->cpus;
+}
+const MapHeader& MapFile::layout(size_t i) const {
+  return own_.empty() ? *header(i) : *own_[i];
+}
 MapHeader* MapFile::header(size_t i) const {
   return reinterpret_cast<MapHeader*>(base_ + kPage + i * kHeaderStride);
 }
 std::span<uint8_t> MapFile::data(size_t i) const {
-  const MapHeader* h = header(i);
-  return {base_ + h->data_off, h->data_size};
+  const MapHeader& h = layout(i);
+  return {base_ + h.data_off, h.data_size};
 }
 std::span<uint8_t> MapFile::values(size_t i) const {
-  const MapHeader* h = header(i);
-  return {base_ + h->values_off, h->values_size};
+  const MapHeader& h = layout(i);
+  return {base_ + h.values_off, h.values_size};
 }
 MapSpec MapFile::spec(size_t i) const {
-  const MapHeader* h = header(i);
+  const MapHeader* h = &layout(i);
   MapSpec s;
-  s.name = h->name;
+  s.name.assign(h->name, strnlen(h->name, sizeof h->name));
   s.type = h->type;
   s.key_size = h->key_size;
   s.value_size = h->value_size;
@@ -531,9 +555,6 @@ MapHeader* map_from_addr(uint64_t addr) noexcept {
 uint32_t map_type(const MapHeader* m) noexcept { return m->type; }
 uint32_t map_key_size(const MapHeader* m) noexcept { return m->key_size; }
 uint32_t map_value_size(const MapHeader* m) noexcept { return m->value_size; }
-uint64_t map_count(const MapHeader* m) noexcept {
-  return aref(const_cast<MapHeader*>(m)->count).load(std::memory_order_relaxed);
-}
 
 void* map_lookup(MapHeader* m, const void* key) noexcept {
   switch (static_cast<MapType>(m->type)) {
@@ -670,66 +691,136 @@ int64_t ringbuf_output(MapHeader* m, const void* data, uint64_t size) noexcept {
   return 0;
 }
 
-size_t ringbuf_consume(MapHeader* m, const std::function<void(std::span<const uint8_t>)>& fn) {
-  if (m->type != uint32_t(MapType::ringbuf)) return 0;
-  RingCtl* c = ring(m);
-  const uint64_t n = m->max_entries;
-  uint8_t* d = ring_data(m);
-  uint64_t cons = aref(c->consumer).load(std::memory_order_relaxed);
+
+
+
+// ---- reading, for the CLI (MapFile's comment) -------------------------------------------
+
+namespace {
+
+// Waits for a lock word at most until `deadline_ns` (CLOCK_MONOTONIC); false if it is
+// still held then.
+bool lock_until(uint32_t& w, uint64_t deadline_ns) noexcept {
+  auto a = aref(w);
+  for (unsigned spins = 0;; ++spins) {
+    if (a.load(std::memory_order_relaxed) == 0 && a.exchange(1, std::memory_order_acquire) == 0) return true;
+    if ((spins & 255) == 255) {
+      timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      if (uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec) >= deadline_ns) return false;
+    }
+    __builtin_ia32_pause();
+  }
+}
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+// All the waiting one entries() call may do for bucket locks held by others.
+constexpr uint64_t kLockWaitNs = 20'000'000;
+
+}  // namespace
+
+std::vector<MapEntry> MapFile::entries(size_t i) const {
+  std::vector<MapEntry> out;
+  if (i >= count()) return out;
+  const MapHeader& L = layout(i);
+  uint8_t* d = base_ + L.data_off;
+  auto values = [&](size_t first_value) {  // index of the entry's first value slot
+    std::vector<std::vector<uint8_t>> vs;
+    const uint8_t* v = base_ + L.values_off + first_value * L.stride;
+    for (uint32_t c = 0; c < L.cpus; ++c)
+      vs.emplace_back(v + size_t(c) * L.stride, v + size_t(c) * L.stride + L.value_size);
+    return vs;
+  };
+  if (L.type == uint32_t(MapType::array) || L.type == uint32_t(MapType::percpu_array)) {
+    for (uint32_t k = 0; k < L.max_entries; ++k) {
+      MapEntry e;
+      e.key.resize(4);
+      std::memcpy(e.key.data(), &k, 4);
+      e.values = values(size_t(k) * L.cpus);
+      out.push_back(std::move(e));
+    }
+  } else if (is_hash(L.type)) {
+    auto* bk = reinterpret_cast<Bucket*>(d);
+    auto ent = [&](uint32_t idx) {
+      return reinterpret_cast<Entry*>(d + size_t(L.nbuckets) * sizeof(Bucket) + size_t(idx) * L.entry_size);
+    };
+    const uint64_t deadline = now_ns() + kLockWaitNs;
+    for (uint32_t bi = 0; bi < L.nbuckets; ++bi) {
+      Bucket& b = bk[bi];
+      const bool locked = lock_until(b.lock, deadline);
+      if (!locked) ++unlocked_reads_;
+      uint32_t idx = aref(b.head).load(std::memory_order_acquire);
+      for (uint32_t walked = 0; idx != 0; ++walked) {
+        if (idx > L.max_entries || walked >= L.max_entries) {  // not an entry, or a cycle
+          ++corrupt_reads_;
+          break;
+        }
+        Entry* en = ent(idx - 1);
+        MapEntry e;
+        e.key.assign(entry_key(en), entry_key(en) + L.key_size);
+        e.values = values(size_t(idx - 1) * L.cpus);
+        out.push_back(std::move(e));
+        idx = aref(en->next).load(std::memory_order_acquire);
+      }
+      if (locked) unlock(b.lock);
+    }
+  }
+  return out;
+}
+
+size_t MapFile::consume_ring(size_t i, const std::function<void(std::span<const uint8_t>)>& fn) {
+  if (i >= count()) return 0;
+  const MapHeader& L = layout(i);
+  if (L.type != uint32_t(MapType::ringbuf)) return 0;
+  auto* c = reinterpret_cast<RingCtl*>(base_ + L.data_off);
+  uint8_t* d = base_ + L.data_off + kRingCtl;
+  const uint64_t n = L.max_entries;
+  // The position is ours (the file's copy is only for the producer to read): a target
+  // that overwrites it cannot make us read elsewhere.
+  uint64_t cons = own_.empty() ? aref(c->consumer).load(std::memory_order_relaxed) : ring_pos_[i];
   size_t got = 0;
   for (;;) {
     const uint64_t prod = aref(c->producer).load(std::memory_order_acquire);
     if (cons >= prod) break;
-    const uint32_t v = aref(*reinterpret_cast<uint32_t*>(d + cons % n)).load(std::memory_order_acquire);
+    if (prod - cons > n) {  // more than the ring holds: not what a producer writes
+      ++corrupt_reads_;
+      break;
+    }
+    const uint64_t at = cons % n;
+    if (at + 8 > n) {
+      ++corrupt_reads_;
+      break;
+    }
+    const uint32_t v = aref(*reinterpret_cast<uint32_t*>(d + at)).load(std::memory_order_acquire);
     if (v & kBusy) break;
     const uint32_t len = v & ~(kBusy | kDiscard);
-    if (len + 8 > n - cons % n) break;  // corrupt: stop rather than read past the ring
+    if (len + 8 > n - at) {  // a record never wraps: corrupt, stop rather than read past the ring
+      ++corrupt_reads_;
+      break;
+    }
     if (!(v & kDiscard)) {
-      fn({d + cons % n + 8, len});
+      fn({d + at + 8, len});
       ++got;
     }
     cons += round8(len + 8);
+    if (!own_.empty()) ring_pos_[i] = cons;
     // Pairs with the producer's acquire load of consumer: the space is free again.
     aref(c->consumer).store(cons, std::memory_order_release);
   }
   return got;
 }
 
-uint64_t ringbuf_dropped(const MapHeader* m) noexcept {
-  return aref(const_cast<MapHeader*>(m)->dropped).load(std::memory_order_relaxed);
+uint64_t MapFile::ring_dropped(size_t i) const {
+  return i < count() ? aref(header(i)->dropped).load(std::memory_order_relaxed) : 0;
 }
 
-std::vector<MapEntry> map_entries(const MapHeader* cm, uint32_t) {
-  auto* m = const_cast<MapHeader*>(cm);
-  std::vector<MapEntry> out;
-  auto values = [&](const uint8_t* v) {
-    std::vector<std::vector<uint8_t>> vs;
-    for (uint32_t c = 0; c < m->cpus; ++c)
-      vs.emplace_back(v + size_t(c) * m->stride, v + size_t(c) * m->stride + m->value_size);
-    return vs;
-  };
-  if (m->type == uint32_t(MapType::array) || m->type == uint32_t(MapType::percpu_array)) {
-    for (uint32_t k = 0; k < m->max_entries; ++k) {
-      MapEntry e;
-      e.key.resize(4);
-      std::memcpy(e.key.data(), &k, 4);
-      e.values = values(data_of(m) + size_t(k) * m->cpus * m->stride);
-      out.push_back(std::move(e));
-    }
-  } else if (is_hash(m->type)) {
-    for (uint32_t bi = 0; bi < m->nbuckets; ++bi) {
-      Bucket& b = buckets(m)[bi];
-      Guard g(b.lock);
-      for (uint32_t i = b.head, guard = 0; i && guard <= m->max_entries; i = entry(m, i - 1)->next, ++guard) {
-        Entry* en = entry(m, i - 1);
-        MapEntry e;
-        e.key.assign(entry_key(en), entry_key(en) + m->key_size);
-        e.values = values(entry_value(m, en, 0));
-        out.push_back(std::move(e));
-      }
-    }
-  }
-  return out;
+uint64_t MapFile::entry_count(size_t i) const {
+  return i < count() ? aref(header(i)->count).load(std::memory_order_relaxed) : 0;
 }
 
 }  // namespace utramp::ebpf

@@ -101,6 +101,23 @@ inline constexpr uint32_t kMapNameMax = 63;
 
 struct MapHeader;  // in the file; opaque outside maps.cpp
 
+// A snapshot of every entry: key bytes and one value per CPU slot (one for non-per-CPU
+// maps), in key order for arrays, unspecified for hashes.
+struct MapEntry {
+  std::vector<uint8_t> key;
+  std::vector<std::vector<uint8_t>> values;
+};
+
+// The map file, from either side.
+//
+// The CLI's side (create) owns the file but not its content: the target shares it, may
+// scribble over it (a stray memset), and may die holding a lock. Everything the CLI
+// reads goes through this class, which takes the layout (count, offsets, sizes, types,
+// names) from the CLI's own copy made at create(), checks every index it reads from the
+// file against that layout, bounds every walk, and waits for a bucket lock at most a
+// few milliseconds in all per read (then reads without it: what a dead target left).
+// So reading maps of a dead or hostile target ends in bounded time and never reads
+// outside the file; what it reads may be garbage, as the target made it.
 class MapFile {
  public:
   // CLI side: creates `path` (truncating) with a map per spec, and maps it.
@@ -123,11 +140,28 @@ class MapFile {
   std::span<uint8_t> values(size_t i) const;
   MapSpec spec(size_t i) const;
 
+  // Reading, for the CLI (see above); also correct on the agent's side.
+  std::vector<MapEntry> entries(size_t i) const;
+  // Calls fn for every submitted record of ring buffer i, in order; returns how many.
+  // Stops at a record still being written, or at one whose header makes no sense.
+  size_t consume_ring(size_t i, const std::function<void(std::span<const uint8_t>)>& fn);
+  uint64_t ring_dropped(size_t i) const;   // reservations refused (ring full)
+  uint64_t entry_count(size_t i) const;    // live entries of a hash map
+  // Reads done without a bucket lock held by someone else all along (a target that
+  // died holding it), and reads that stopped at an index outside the map.
+  uint64_t unlocked_reads() const { return unlocked_reads_; }
+  uint64_t corrupt_reads() const { return corrupt_reads_; }
+
  private:
   void release();
+  const MapHeader& layout(size_t i) const;  // the CLI's copy when it created the file
   uint8_t* base_ = nullptr;
   size_t size_ = 0;
   bool registered_ = false;
+  std::vector<MapHeader*> own_;     // create(): the headers as made (heap copies)
+  std::vector<uint64_t> ring_pos_;  // create(): each ring's consumer position, ours
+  uint32_t cpus_ = 1;
+  mutable uint64_t unlocked_reads_ = 0, corrupt_reads_ = 0;
 };
 
 // ---- operations on one map (from helpers, the CLI and tests) ------------------------
@@ -156,19 +190,5 @@ bool ringbuf_commit(MapHeader* m, void* rec, bool discard) noexcept;
 // The registered ring buffer whose records hold `addr`, or null.
 MapHeader* ringbuf_holding(uint64_t addr) noexcept;
 int64_t ringbuf_output(MapHeader* m, const void* data, uint64_t size) noexcept;
-// Consumer side (one consumer): calls fn for every submitted record in order; returns
-// how many.
-size_t ringbuf_consume(MapHeader* m, const std::function<void(std::span<const uint8_t>)>& fn);
-uint64_t ringbuf_dropped(const MapHeader* m) noexcept;
-
-// A snapshot of every entry: key bytes and one value per CPU slot (one for non-per-CPU
-// maps), in key order for arrays, unspecified for hashes.
-struct MapEntry {
-  std::vector<uint8_t> key;
-  std::vector<std::vector<uint8_t>> values;
-};
-std::vector<MapEntry> map_entries(const MapHeader* m, uint32_t cpus);
-// Counters of hash maps.
-uint64_t map_count(const MapHeader* m) noexcept;
 
 }  // namespace utramp::ebpf

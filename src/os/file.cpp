@@ -27,7 +27,7 @@ Result<int> open_regular(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
-    return make_error(e == ENOENT ? Errc::not_found : Errc::io, fmt::format("{}: {}", path, strerror(e)));
+    return make_error(e == ENOENT ? Errc::not_found : Errc::io, fmt::format("{}: cannot open: {}", path, strerror(e)));
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

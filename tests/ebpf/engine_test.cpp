@@ -385,13 +385,13 @@ TEST_P(Engines, MapInternalsAreNotWritable) {
   EXPECT_EQ(*static_cast<uint64_t*>(map_lookup(h, &key)), 42u + 4000u);
   const uint32_t other = 2;
   EXPECT_EQ(map_update(h, &other, &zero, 1), 0);
-  EXPECT_EQ(map_count(h), 2u);
+  EXPECT_EQ(mf->entry_count(0), 2u);
   EXPECT_EQ(map_delete(h, &key), 0);
   EXPECT_EQ(map_lookup(h, &key), nullptr);
   void* rec = ringbuf_reserve(mf->header(1), 16);
   ASSERT_NE(rec, nullptr);
   EXPECT_TRUE(ringbuf_commit(mf->header(1), rec, false));
-  EXPECT_EQ(ringbuf_consume(mf->header(1), [](std::span<const uint8_t>) {}), 1u);
+  EXPECT_EQ(mf->consume_ring(1, [](std::span<const uint8_t>) {}), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Both, Engines, ::testing::Values(EngineKind::interpreter, EngineKind::jit),

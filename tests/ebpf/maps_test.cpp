@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -70,11 +71,11 @@ TEST(Maps, HashOperations) {
   for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(map_update(h, &i, &v, 0), 0);
   uint32_t full = 100;
   EXPECT_EQ(map_update(h, &full, &v, 0), -E2BIG);
-  EXPECT_EQ(map_count(h), 4u);
+  EXPECT_EQ(mf->entry_count(0), 4u);
   EXPECT_EQ(map_delete(h, &k), 0);
   EXPECT_EQ(map_delete(h, &k), -ENOENT);
   EXPECT_EQ(map_update(h, &full, &v, 0), 0);  // the freed entry is reused
-  EXPECT_EQ(map_entries(h, 1).size(), 4u);
+  EXPECT_EQ(mf->entries(0).size(), 4u);
 }
 
 TEST(Maps, LruEvictsInsteadOfFailing) {
@@ -83,7 +84,7 @@ TEST(Maps, LruEvictsInsteadOfFailing) {
   ASSERT_TRUE(mf);
   MapHeader* h = mf->header(0);
   for (uint64_t k = 0; k < 1000; ++k) ASSERT_EQ(map_update(h, &k, &k, 0), 0) << k;
-  EXPECT_EQ(map_count(h), 64u);
+  EXPECT_EQ(mf->entry_count(0), 64u);
   uint64_t last = 999;
   ASSERT_NE(map_lookup(h, &last), nullptr);  // the newest survives
 }
@@ -161,20 +162,20 @@ TEST(MapsConcurrent, HashAndPercpuExactCounts) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(errors.load(), 0);
   std::map<uint32_t, uint64_t> got;
-  for (const auto& e : map_entries(h, mf->cpus())) {
+  for (const auto& e : mf->entries(0)) {
     uint32_t k;
     std::memcpy(&k, e.key.data(), 4);
     got[k] = sum_values(e);
   }
   ASSERT_EQ(got.size(), 4u);  // every per-thread key was deleted
   for (uint32_t k = 0; k < 4; ++k) EXPECT_EQ(got[k], uint64_t(kThreads) * kIters / 4) << k;
-  EXPECT_EQ(map_count(h), 4u);
-  auto pce = map_entries(pc, mf->cpus());
+  EXPECT_EQ(mf->entry_count(0), 4u);
+  auto pce = mf->entries(1);
   ASSERT_EQ(pce.size(), 1u);
   EXPECT_EQ(pce[0].values.size(), mf->cpus());
   EXPECT_EQ(sum_values(pce[0]), uint64_t(kThreads) * kIters);
   uint64_t ph_total = 0;
-  for (const auto& e : map_entries(ph, mf->cpus())) ph_total += sum_values(e);
+  for (const auto& e : mf->entries(2)) ph_total += sum_values(e);
   EXPECT_EQ(ph_total, uint64_t(kThreads) * kIters);
 }
 
@@ -215,7 +216,7 @@ TEST(MapsConcurrent, RingbufProducersAndConsumer) {
   uint64_t got = 0, bad = 0;
   std::vector<int> next(kProducers, 0);
   auto consume = [&] {
-    return ringbuf_consume(rb, [&](std::span<const uint8_t> d) {
+    return mf->consume_ring(0, [&](std::span<const uint8_t> d) {
       uint64_t rec[3];
       std::memcpy(rec, d.data(), sizeof rec);
       if (rec[0] >= kProducers || rec[2] != rec[0] * 1000003u + rec[1] || static_cast<int>(rec[1]) < next[rec[0]])
@@ -230,6 +231,56 @@ TEST(MapsConcurrent, RingbufProducersAndConsumer) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(bad, 0u);
   EXPECT_EQ(got, sent.load());
+}
+
+// The CLI's reads of a map file a target shares (MapFile's comment): a bucket lock left
+// held by a dead thread delays a read by at most a few milliseconds, and entries are
+// still read; garbage written over the control words is bounded, never followed.
+TEST(MapsOwner, ReadsEndWhenALockIsHeldForEver) {
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {spec("h", MapType::hash, 4, 8, 64)});
+  ASSERT_TRUE(mf);
+  MapHeader* h = mf->header(0);
+  for (uint32_t k = 0; k < 10; ++k) {
+    uint64_t v = k * 10;
+    ASSERT_EQ(map_update(h, &k, &v, 0), 0);
+  }
+  // Every bucket lock held, as by threads that were killed inside them.
+  auto data = mf->data(0);
+  const size_t nb = 64;  // bit_ceil(64)
+  for (size_t b = 0; b < nb; ++b) std::memset(data.data() + b * 8, 0x01, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto e = mf->entries(0);
+  const auto spent = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(spent, std::chrono::seconds(1));
+  EXPECT_EQ(e.size(), 10u);
+  EXPECT_EQ(mf->unlocked_reads(), nb);
+}
+
+TEST(MapsOwner, GarbageLinksAreNotFollowed) {
+  TmpFile f;
+  MapSpec rb;
+  rb.name = "rb";
+  rb.type = uint32_t(MapType::ringbuf);
+  rb.max_entries = 4096;
+  auto mf = MapFile::create(f.path, {spec("h", MapType::hash, 4, 8, 16), rb});
+  ASSERT_TRUE(mf);
+  for (uint32_t k = 0; k < 5; ++k) {
+    uint64_t v = k;
+    ASSERT_EQ(map_update(mf->header(0), &k, &v, 0), 0);
+  }
+  // A stray memset over both maps' memory, headers included.
+  for (size_t i = 0; i < 2; ++i) {
+    auto d = mf->data(i);
+    std::memset(d.data(), 0xff, d.size());
+    std::memset(reinterpret_cast<uint8_t*>(mf->header(i)), 0xff, 64);
+  }
+  for (size_t b = 0; b < 16; ++b) std::memset(mf->data(0).data() + b * 8, 0, 4);  // locks free
+  EXPECT_TRUE(mf->entries(0).empty());  // every head is out of range
+  EXPECT_GT(mf->corrupt_reads(), 0u);
+  EXPECT_EQ(mf->consume_ring(1, [](std::span<const uint8_t>) { FAIL() << "read a record"; }), 0u);
+  EXPECT_EQ(mf->spec(0).name, "h");  // the CLI's own copy
+  EXPECT_EQ(mf->count(), 2u);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // objects refused before the target starts.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -86,6 +87,31 @@ TEST(RunE2E, StrippedTargetIsRefusedByName) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("no function 'work'"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "");  // the target never ran
+}
+
+// A target killed while its programs hold a map's bucket lock (it is taken on every
+// call): the CLI reads the maps without waiting for the lock for ever, and says so.
+TEST(RunE2E, TargetKilledHoldingAMapLockDoesNotHangTheCli) {
+  for (int round = 0; round < 6; ++round) {
+    const auto r = test::run_program({UTRAMP_CLI, "run", example("latency"), "--", UTRAMP_MAP_ABUSE, "kill",
+                                      std::to_string(50 + 40 * round)},
+                                     {.timeout_s = 60});
+    ASSERT_FALSE(r.timed_out) << "round " << round << ": the CLI hung; " << r.err;
+    EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.err;
+    EXPECT_NE(r.out.find("@hist_ns"), std::string::npos) << r.out;  // the maps were printed
+  }
+}
+
+// A target that overwrites its map file (every shared map mapping, with 0xff): the CLI
+// keeps its own layout, bounds every index it reads, and says the maps were damaged.
+TEST(RunE2E, TargetThatOverwritesItsMapsDoesNotCrashTheCli) {
+  const auto r = test::run_program({UTRAMP_CLI, "run", example("latency"), "--", UTRAMP_MAP_ABUSE, "scribble"},
+                                   {.timeout_s = 60});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("scribbled"), std::string::npos);
+  EXPECT_NE(r.out.find("@hist_ns"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("overwrote"), std::string::npos) << r.err;
 }
 
 TEST(RunE2E, LatencyHistogramTextDrawsBars) {

@@ -181,7 +181,7 @@ void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs
   for (size_t i = 0; i < mf.count(); ++i) {
     const ebpf::MapSpec s = mf.spec(i);
     if (s.global_data || s.type == uint32_t(ebpf::MapType::ringbuf)) continue;
-    const auto entries = ebpf::map_entries(mf.header(i), mf.cpus());
+    const auto entries = mf.entries(i);
     const bool array = s.type == uint32_t(ebpf::MapType::array) || s.type == uint32_t(ebpf::MapType::percpu_array);
     if (as_json) {
       json j{{"type", "map"}, {"name", s.name}, {"map_type", ebpf::map_type_name(s.type)}};
@@ -228,13 +228,13 @@ void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs
 }
 
 // Prints what the ring buffers hold; returns how many records.
-size_t drain_rings(const ebpf::MapFile& mf, bool as_json) {
+size_t drain_rings(ebpf::MapFile& mf, bool as_json) {
   size_t n = 0;
   for (size_t i = 0; i < mf.count(); ++i) {
     const ebpf::MapSpec s = mf.spec(i);
     if (s.type != uint32_t(ebpf::MapType::ringbuf)) continue;
     const bool printk = s.name == ".printk";
-    n += ebpf::ringbuf_consume(mf.header(i), [&](std::span<const uint8_t> rec) {
+    n += mf.consume_ring(i, [&](std::span<const uint8_t> rec) {
       if (printk) {
         const std::string msg(reinterpret_cast<const char*>(rec.data()), rec.size());
         if (as_json) fmt::print("{}\n", json{{"type", "printk"}, {"msg", msg}}.dump());
@@ -400,6 +400,14 @@ int run(const RunFlags& f) {
   drain_rings(*mf, f.json);
   print_maps(*mf, specs, f.json);
   if (ended.signaled) fmt::print(stderr, "{}: target {}\n", me, ended.how);
+  if (mf->unlocked_reads())
+    fmt::print(stderr, "{}: {} map bucket(s) were read while a lock the target took was still held "
+                       "(it died holding it): their entries may be half updated\n",
+               me, mf->unlocked_reads());
+  if (mf->corrupt_reads())
+    fmt::print(stderr, "{}: the maps hold {} link(s) or position(s) no map writes: the target "
+                       "overwrote its maps' memory; what is shown may be wrong\n",
+               me, mf->corrupt_reads());
   return ended.exit_code;
 }
 
