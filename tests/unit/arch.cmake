@@ -7,3 +7,5 @@ utramp_add_gtest(unit_arch_emit unit arch_emit_test.cpp)
 utramp_add_gtest(unit_arch_image_golden unit arch_image_golden_test.cpp)
 target_include_directories(unit_arch_image_golden PRIVATE ${PROJECT_SOURCE_DIR}/tests/trace
                            ${PROJECT_SOURCE_DIR}/tests/e2e)
+utramp_add_gtest(unit_arch_emit_error unit arch_emit_error_test.cpp)
+target_link_libraries(unit_arch_emit_error PRIVATE asmjit::asmjit)

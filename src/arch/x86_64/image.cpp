@@ -31,7 +31,7 @@ constexpr int kSseArgs = 8;
 // Calls `target` from code at an unknown-yet-fixed base: rel32 when asmjit finds it in
 // reach, else through r11 (scratch at every point we call from).
 void call_abs(ax::Assembler& a, uint64_t target, uint64_t base) {
-  if (rel32_reaches(base, target) && rel32_reaches(base + (1u << 20), target)) {
+  if (x86::rel32_reaches_block(base, x86::kBlockReach, target)) {
     a.call(Imm(target));
   } else {
     a.mov(ax::r11, Imm(target));
@@ -40,7 +40,7 @@ void call_abs(ax::Assembler& a, uint64_t target, uint64_t base) {
 }
 
 void jmp_abs(ax::Assembler& a, uint64_t target, uint64_t base) {
-  if (rel32_reaches(base, target) && rel32_reaches(base + (1u << 20), target)) {
+  if (x86::rel32_reaches_block(base, x86::kBlockReach, target)) {
     a.long_().jmp(Imm(target));
   } else {
     a.mov(ax::r11, Imm(target));
@@ -670,7 +670,7 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
   }
   StubCode out;
   auto code = assemble(
-      base,
+      base, fmt::format("the stub of the site at {:#x}", spec.site),
       [&](ax::Assembler& a) {
         Label stub = a.newLabel(), slow = a.newLabel(), hop = a.newLabel(), pass = a.newLabel(),
               ool = a.newLabel(), exit = a.newLabel();
@@ -778,7 +778,7 @@ Result<ImageCode> emit_tracer_image(const ImageSpec& sp, uint64_t base) {
   const Layout l = assign(sig);
   ImageCode out;
   std::vector<Label> leave_labels;
-  auto code = assemble(base, [&](ax::Assembler& a) {
+  auto code = assemble(base, fmt::format("the tracer's image of {:#x}", sp.func), [&](ax::Assembler& a) {
     std::vector<HookSlow> slow;
     a.push(ax::rbp);
     a.mov(ax::rbp, ax::rsp);
@@ -824,7 +824,7 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
   const Frame f = frame_for(sig, l);
   ImageCode out;
   std::vector<Label> leave_labels;
-  auto code = assemble(base, [&](ax::Assembler& a) {
+  auto code = assemble(base, fmt::format("the image of {:#x}", sp.func), [&](ax::Assembler& a) {
     std::vector<ProgMiss> misses;
     std::vector<HookSlow> hook_slow;
     Label fexit = a.newLabel();
