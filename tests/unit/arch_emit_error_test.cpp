@@ -107,8 +107,8 @@ TEST(EmitError, TlsOffsetOutOfRange) {
 }
 
 // Fails each instruction of `emit` in turn (the hook), expecting a reported error that
-// names `what`, until the emitter runs out of instructions and succeeds. Returns the
-// number of instructions seen.
+// names `what`, until the emitter runs out of instructions and succeeds (the hook not
+// reached). Returns the number of instructions seen.
 uint32_t fail_each(const std::string& what, const std::function<Result<size_t>()>& emit) {
   uint32_t n = 1;
   for (;; ++n) {
@@ -116,8 +116,11 @@ uint32_t fail_each(const std::string& what, const std::function<Result<size_t>()
     Result<size_t> r = emit();
     const uint32_t left = arch::x86::testing::t_fail_emit_at;
     arch::x86::testing::t_fail_emit_at = 0;
-    EXPECT_EQ(left, 0u) << what << ": the emitter did not assemble";
-    if (r.ok()) break;
+    if (r.ok()) {
+      EXPECT_NE(left, 0u) << what << ": instruction " << n << " failed and was not reported";
+      break;
+    }
+    EXPECT_EQ(left, 0u) << what << ": failed before instruction " << n << ": " << r.error().message;
     const std::string& m = r.error().message;
     EXPECT_TRUE(has(m, "cannot emit " + what)) << "instruction " << n << ": " << m;
     EXPECT_TRUE(has(m, "failed by a test")) << "instruction " << n << ": " << m;

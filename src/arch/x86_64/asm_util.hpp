@@ -33,10 +33,11 @@ class StickyError : public asmjit::ErrorHandler {
 };
 
 namespace testing {
-// Test hook: when non-zero, the n-th instruction emitted by this thread's next
-// assemble() (counted from 1) fails as one asmjit cannot encode would: reported to the
-// error handler and left out. Tests use it to check that an emitter reports what it
-// could not emit; nothing else sets it.
+// Test hook: when non-zero, the n-th instruction this thread emits from now on, through
+// any number of assemble() calls, fails as one asmjit cannot encode would: reported to
+// the error handler and left out; the hook is then 0 again. Tests use it to check that
+// an emitter, and whatever calls it, reports what could not be emitted. Nothing else
+// sets it: emission pays one thread-local test per instruction.
 // (Defined once, in emit.cpp: a test and the library must see the same variable.)
 extern __thread uint32_t t_fail_emit_at;
 }  // namespace testing
@@ -45,24 +46,20 @@ namespace detail {
 // The assembler assemble() hands to emitters: asmjit's, with the test hook above.
 class Assembler final : public asmjit::x86::Assembler {
  public:
-  Assembler(asmjit::CodeHolder* code, uint32_t fail_at)
-      : asmjit::x86::Assembler(code), fail_at_(fail_at) {}
+  explicit Assembler(asmjit::CodeHolder* code) : asmjit::x86::Assembler(code) {}
   asmjit::Error _emit(asmjit::InstId id, const asmjit::Operand_& o0, const asmjit::Operand_& o1,
                       const asmjit::Operand_& o2, const asmjit::Operand_* ext) override {
-    if (fail_at_ != 0 && ++count_ == fail_at_) {
+    if (testing::t_fail_emit_at != 0 && --testing::t_fail_emit_at == 0) {
       resetInstOptions();
       resetExtraReg();
-      return reportError(asmjit::DebugUtils::errored(asmjit::kErrorInvalidInstruction),
-                         fmt::format("{} (instruction {}, failed by a test)",
-                                     asmjit::DebugUtils::errorAsString(asmjit::kErrorInvalidInstruction),
-                                     fail_at_).c_str());
+      return reportError(
+          asmjit::DebugUtils::errored(asmjit::kErrorInvalidInstruction),
+          fmt::format("{} (failed by a test)",
+                      asmjit::DebugUtils::errorAsString(asmjit::kErrorInvalidInstruction))
+              .c_str());
     }
     return asmjit::x86::Assembler::_emit(id, o0, o1, o2, ext);
   }
-
- private:
-  uint32_t fail_at_;
-  uint32_t count_ = 0;
 };
 
 inline Errc errc_of(asmjit::Error e) {
@@ -91,8 +88,7 @@ Result<std::vector<uint8_t>> assemble(uint64_t base, std::string_view what, Body
   StickyError sticky;
   code.init(asmjit::Environment::host(), base);
   code.setErrorHandler(&sticky);
-  const uint32_t fail_at = std::exchange(testing::t_fail_emit_at, 0);
-  detail::Assembler a(&code, fail_at);
+  detail::Assembler a(&code);
   body(static_cast<asmjit::x86::Assembler&>(a));
   auto fail = [&](asmjit::Error e, std::string_view text) {
     return make_error(detail::errc_of(e), fmt::format("cannot emit {}: asmjit: {}", what, text));

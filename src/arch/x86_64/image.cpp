@@ -398,6 +398,13 @@ void mov_imm(ax::Assembler& a, const ax::Gp& r, uint64_t v) {
   else a.mov(r, Imm(v));
 }
 
+// A hook's call, its general code out of line (hook_slow_paths):
+//
+//   mov  edi, func ; mov rsi, rbp
+//   call hook                 ; entry or exit: keeps every register but rax
+//   test eax, eax ; jnz slow
+//   back: ...
+//   slow: call general ; jmp back      ; general: the thunk that keeps them all
 void hook_call(ax::Assembler& a, const ImageSpec& sp, uint64_t base, uint64_t fn,
                uint64_t general, std::vector<HookSlow>& slow) {
   mov_imm(a, ax::rdi, sp.func);
@@ -687,7 +694,13 @@ void hook_slow_paths(ax::Assembler& a, uint64_t base, const std::vector<HookSlow
   }
 }
 
-// The stack arguments the original is called with (below rsp, which is 16-aligned).
+// The stack arguments the original is called with (below rsp, which is 16-aligned),
+// copied from the caller's (rbp+16 on), 8 bytes at a time through r11:
+//
+//   sub  rsp, window (rounded up to 16)
+//   mov  r11, [rbp+16] ; mov [rsp], r11 ; mov r11, [rbp+24] ; mov [rsp+8], r11 ...
+//   call original
+//   add  rsp, window
 void call_original(ax::Assembler& a, const ImageSpec& sp, const Signature& sig, const Layout& l,
                    uint64_t base) {
   const int32_t window = copy_window(sig, l);
