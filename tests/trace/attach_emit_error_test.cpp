@@ -10,23 +10,15 @@
 #include "arch/x86_64/asm_util.hpp"
 #include "ftrace/graph.hpp"
 #include "ring_util.hpp"
+#include "traced_calls.hpp"
 #include "trace/shm_buffers.hpp"
 #include "tramp/trampoline.hpp"
-
-extern "C" {
-int td_leaf(int);
-int td_mid(int);
-}
 
 using namespace utramp;
 
 namespace {
 
-template <class F>
-auto call(F* f, auto... args) {
-  F* volatile p = f;  // the compiler must not inline or fold the call
-  return p(args...);
-}
+using test::call;
 
 uint64_t g_runs = 0, g_kept_runs = 0;
 uint64_t count_run(uint64_t*) {

@@ -23,27 +23,15 @@
 #include "ftrace/graph.hpp"
 #include "ftrace/graph_state.hpp"
 #include "ring_util.hpp"
+#include "traced_calls.hpp"
 #include "trace/shm_buffers.hpp"
 #include "tramp/trampoline.hpp"
-
-extern "C" {
-int td_leaf(int);
-int td_mid(int);
-int td_top(int);
-int td_deep(int);
-void td_jump(std::jmp_buf*, int);
-int td_throw(int);
-}
 
 using namespace utramp;
 
 namespace {
 
-template <class F>
-auto call(F* f, auto... args) {
-  F* volatile p = f;  // the compiler must not inline or fold the call
-  return p(args...);
-}
+using test::call;
 
 const std::map<uint64_t, std::string>& names() {
   static const std::map<uint64_t, std::string> n = {

@@ -17,6 +17,7 @@
 #include "arch/image.hpp"
 #include "arch/probe.hpp"
 #include "arch/x86_64/asm_util.hpp"
+#include "arch_test_util.hpp"
 #include "ebpf/asm.hpp"
 #include "ftrace/graph_state.hpp"
 
@@ -227,10 +228,7 @@ TEST(EmitError, EveryDetourInstruction) {
   constexpr uint64_t kAt = 0x40000000;
   for (const char* window : {"69 c7 39 30 00 00 83 c0 07 c3", "e8 00 10 00 00 c3 90 90 90 90"}) {
     SCOPED_TRACE(window);
-    std::vector<uint8_t> bytes;
-    for (const char* p = window; *p; p += (p[2] ? 3 : 2))
-      bytes.push_back(static_cast<uint8_t>(std::stoul(std::string(p, 2), nullptr, 16)));
-    auto w = arch::plan_jump_window(bytes, kAt);
+    auto w = arch::plan_jump_window(arch::test::unhex(window), kAt);
     ASSERT_TRUE(w.ok()) << w.error().message;
     arch::DetourSpec spec;
     spec.addr = kAt;

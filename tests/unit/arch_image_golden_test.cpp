@@ -74,8 +74,9 @@ arch::ImageProg prog(uint32_t i, bool stats = false) {
   return arch::ImageProg{kProg + 0x100 * i, i, 0x1000 + i, kMisses + 8 * i, stats ? kStats : 0};
 }
 
-// An image spec of `signature` that ends at kFunc's stub.
-arch::ImageSpec image_spec(const utramp::abi::Signature& s, bool calls_original) {
+// An image spec for kFunc, `long f(long, double, int)`, that ends at its stub.
+arch::ImageSpec image_spec(bool calls_original) {
+  static const utramp::abi::Signature s = sig("i64,f64,i32 -> i64");
   const arch::StubCode stub = stub_at_base();
   arch::ImageSpec sp;
   sp.sig = &s;
@@ -152,29 +153,25 @@ TEST(CodegenGolden, StubRelocatedPrologue) {
 }
 
 TEST(CodegenGolden, FentryOnly) {
-  const utramp::abi::Signature s = sig("i64,f64,i32 -> i64");
-  arch::ImageSpec sp = image_spec(s, false);
+  arch::ImageSpec sp = image_spec(false);
   sp.fentry = {prog(0)};
   expect_image("image_fentry", "one fentry program: the image ends at the stub's pass", sp);
 }
 
 TEST(CodegenGolden, Fexit) {
-  const utramp::abi::Signature s = sig("i64,f64,i32 -> i64");
-  arch::ImageSpec sp = image_spec(s, true);
+  arch::ImageSpec sp = image_spec(true);
   sp.fexit = {prog(0)};
   expect_image("image_fexit", "one fexit program", sp);
 }
 
 TEST(CodegenGolden, FmodRet) {
-  const utramp::abi::Signature s = sig("i64,f64,i32 -> i64");
-  arch::ImageSpec sp = image_spec(s, true);
+  arch::ImageSpec sp = image_spec(true);
   sp.fmod_ret = {prog(0)};
   expect_image("image_fmod_ret", "one fmod_ret program", sp);
 }
 
 TEST(CodegenGolden, FentryFexitFmodRet) {
-  const utramp::abi::Signature s = sig("i64,f64,i32 -> i64");
-  arch::ImageSpec sp = image_spec(s, true);
+  arch::ImageSpec sp = image_spec(true);
   sp.fentry = {prog(0, /*stats=*/true)};
   sp.fmod_ret = {prog(1)};
   sp.fexit = {prog(2)};
@@ -200,22 +197,19 @@ TEST(CodegenGolden, FreplaceThunk) {
 }
 
 TEST(CodegenGolden, TracerInline) {
-  const utramp::abi::Signature s = sig("i64,f64,i32 -> i64");
-  arch::ImageSpec sp = image_spec(s, true);
+  arch::ImageSpec sp = image_spec(true);
   sp.tracer = tracer(true);
   expect_image("image_tracer_inline", "function_graph tracer, the inline path on", sp);
 }
 
 TEST(CodegenGolden, TracerHooks) {
-  const utramp::abi::Signature s = sig("i64,f64,i32 -> i64");
-  arch::ImageSpec sp = image_spec(s, true);
+  arch::ImageSpec sp = image_spec(true);
   sp.tracer = tracer(false);
   expect_image("image_tracer_hooks", "function_graph tracer, the inline path off", sp);
 }
 
 TEST(CodegenGolden, TracerWithFentry) {
-  const utramp::abi::Signature s = sig("i64,f64,i32 -> i64");
-  arch::ImageSpec sp = image_spec(s, true);
+  arch::ImageSpec sp = image_spec(true);
   sp.tracer = tracer(true);
   sp.fentry = {prog(0)};
   expect_image("image_tracer_fentry",
