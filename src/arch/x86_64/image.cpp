@@ -188,7 +188,11 @@ void zext_r11_odd(ax::Assembler& a, int size) {
 // A register carrying fewer than 8 bytes is also saved whole (gpr area) and restored
 // from there, not from its zero-extended ctx slot: compilers widen a char or short
 // argument to 32 bits in the caller, and clang's callees rely on it (a signed char -5
-// must arrive as 0xfffffffb in edi, not 0xfb).
+// must arrive as 0xfffffffb in edi, not 0xfb). For `long f(long, double, int)`:
+//
+//   mov  [ctx+0], rdi
+//   movq [ctx+8], xmm0
+//   mov  [gpr+8], rsi ; mov r11d, esi ; mov [ctx+16], r11
 void save_args(ax::Assembler& a, const Signature& sig, const Layout& l, const Frame& f) {
   for (size_t i = 0; i < l.slots.size(); ++i) {
     const Loc& s = l.slots[i];
