@@ -67,24 +67,39 @@ struct ImageProg {
 // return non-zero when the general code must run: then the image calls `entry_general`/
 // `exit_general`, which keep every register. No exit: the tracer records entries only.
 //
-// `inline_path`, when set, describes the tracer's thread state so that images do the
-// common case of the hooks themselves (ftrace/graph_fast.cpp is the reference: same
-// checks, same ring protocol as trace::Producer::put_fast/complete_leaf), and call the
-// hooks only when it does not apply.
+// `inline_path`, when set, has the images do the common case of the hooks themselves
+// (ftrace/graph_fast.cpp is the reference: same checks, same ring protocol as
+// trace::Producer::put_fast/complete_leaf), and call the hooks only when it does not
+// apply. TracerInline is that protocol's data as the emitted code addresses it: byte
+// offsets and values, all filled in by ftrace::detail::inline_layout() from the C++
+// types (offsetof, sizeof), where static_asserts pin the widths and shifts below. No
+// offset of these structures is written anywhere else.
 struct TracerInline {
-  int64_t tls_state = 0;    // fs-relative offset of the thread's state pointer
-  int64_t tls_in_tracer = 0;  // ... of its "inside the tracer" word (u64: the holder's rsp)
-  // The state: offsets of its fields, the value of `path` that allows the fast path.
+  // fs-relative offsets of the thread's state pointer (u64) and of its "inside the
+  // tracer" word (u64: the holder's rsp).
+  int64_t tls_state = 0;
+  int64_t tls_in_tracer = 0;
+  // The state (ftrace::detail::ThreadTrace): path (u8; `path_fast` allows the fast
+  // path), depth (u32: frames on the stack), overflow (u64), the ring's producer, and
+  // the shadow stack (frame_size bytes each).
   int32_t path = 0, depth = 0, overflow = 0, producer = 0, stack = 0;
   uint8_t path_fast = 0;
-  // One shadow-stack frame: size and fields; the flags value of an ordinary frame.
+  // One shadow-stack frame (ftrace::detail::Frame): sp, func, time (u64), flags (u8;
+  // `written` in an ordinary frame).
   int32_t frame_size = 0, f_sp = 0, f_func = 0, f_time = 0, f_flags = 0;
   uint8_t written = 0;
-  // A producer (ring pointer, mask, tail seen, control page) and its control page.
+  // A producer (trace::Producer): control page, ring, mask, tail seen (u64 each); and
+  // its control page (trace::Control): head, pending (u64), busy, staged (u32).
   int32_t p_ctl = 0, p_ring = 0, p_mask = 0, p_tail_seen = 0;
   int32_t c_head = 0, c_busy = 0, c_pending = 0, c_staged = 0;
-  uint32_t depth_limit = 0;  // depth >= this: the hooks decide (-D, the stack's size)
+  // An event record (trace::Event), 1 << event_shift bytes: time, addr, data (u64), and
+  // a fourth word holding depth (u16) in its low bits, the type (u8) at bit
+  // `type_shift` (byte e_type of the record), then flags and aux, both 0 here. The
+  // emitted code writes the fourth word whole: depth | type << type_shift.
+  int32_t e_time = 0, e_addr = 0, e_data = 0, e_word3 = 0, e_type = 0;
+  uint8_t event_shift = 0, type_shift = 0;
   uint8_t type_entry = 0, type_exit = 0, type_leaf = 0;
+  uint32_t depth_limit = 0;  // depth >= this: the hooks decide (-D, the stack's size)
 };
 
 struct TracerHooks {

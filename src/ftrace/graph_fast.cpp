@@ -13,6 +13,9 @@
 // updated it: a signal handler's traced call in between goes to the general code, which
 // drops it and counts it lost.
 
+#include <algorithm>
+#include <cstddef>
+
 #include "arch/cpu.hpp"
 #include "ftrace/graph_state.hpp"
 
@@ -35,6 +38,79 @@ UTRAMP_ALWAYS_INLINE uint64_t check(ThreadTrace* ts) {
 }
 
 }  // namespace
+
+// What the images' inline path (arch/x86_64/image.cpp: inline_entry, inline_exit)
+// assumes of the types it reads and writes, beyond their offsets: the width of each
+// access it makes, and the shapes it computes with.
+template <class T, class M>
+constexpr size_t width(M T::*) { return sizeof(M); }
+static_assert(sizeof(t_trace) == 8 && sizeof(t_in_tracer) == 8, "loaded/stored as qwords");
+static_assert(width(&ThreadTrace::path) == 1 && sizeof(Path) == 1, "cmp byte");
+static_assert(width(&ThreadTrace::depth) == 4, "depth in edi: mov/imul/inc dword");
+static_assert(width(&ThreadTrace::overflow) == 8, "cmp qword");
+static_assert(width(&Frame::sp) == 8 && width(&Frame::func) == 8 && width(&Frame::time) == 8,
+              "frame fields stored as qwords");
+static_assert(width(&Frame::flags) == 1, "mov/cmp byte");
+static_assert(sizeof(trace::Control::head) == 8 && sizeof(trace::Control::pending) == 8,
+              "head and pending: qwords");
+static_assert(sizeof(trace::Control::busy) == 4 && sizeof(trace::Control::staged) == 4,
+              "busy and staged: dwords");
+static_assert((sizeof(trace::Event) & (sizeof(trace::Event) - 1)) == 0,
+              "slots are indexed with a shift");
+static_assert(width(&trace::Event::time) == 8 && width(&trace::Event::addr) == 8 &&
+                  width(&trace::Event::data) == 8,
+              "time, addr, data: qwords");
+static_assert(width(&trace::Event::depth) == 2 && width(&trace::Event::type) == 1 &&
+                  width(&trace::Event::flags) == 1 && width(&trace::Event::aux) == 4,
+              "the fourth word: depth, type, flags, aux");
+static_assert(offsetof(trace::Event, type) == offsetof(trace::Event, depth) + 2 &&
+                  offsetof(trace::Event, flags) == offsetof(trace::Event, type) + 1 &&
+                  offsetof(trace::Event, aux) == offsetof(trace::Event, flags) + 1 &&
+                  offsetof(trace::Event, depth) % 8 == 0,
+              "the fourth word is written whole: depth | type << 16, flags and aux 0");
+static_assert(kMaxStack <= UINT16_MAX, "a depth below the limit fits the event's u16");
+
+arch::TracerInline inline_layout(uint32_t max_depth) noexcept {
+  arch::TracerInline f;
+  // t_trace is initial-exec TLS: the same offset from every thread's pointer.
+  f.tls_state = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&t_trace) -
+                                     reinterpret_cast<uintptr_t>(__builtin_thread_pointer()));
+  f.tls_in_tracer = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&t_in_tracer) -
+                                         reinterpret_cast<uintptr_t>(__builtin_thread_pointer()));
+  f.path = offsetof(ThreadTrace, path);
+  f.depth = offsetof(ThreadTrace, depth);
+  f.overflow = offsetof(ThreadTrace, overflow);
+  f.producer = offsetof(ThreadTrace, producer);
+  f.stack = offsetof(ThreadTrace, stack);
+  f.path_fast = static_cast<uint8_t>(Path::fast);
+  f.frame_size = sizeof(Frame);
+  f.f_sp = offsetof(Frame, sp);
+  f.f_func = offsetof(Frame, func);
+  f.f_time = offsetof(Frame, time);
+  f.f_flags = offsetof(Frame, flags);
+  f.written = Frame::kWritten;
+  const trace::Producer::Layout pl = trace::Producer::layout();
+  f.p_ctl = pl.ctl;
+  f.p_ring = pl.ring;
+  f.p_mask = pl.mask;
+  f.p_tail_seen = pl.tail_seen;
+  f.c_head = pl.head;
+  f.c_busy = pl.busy;
+  f.c_pending = pl.pending;
+  f.c_staged = pl.staged;
+  f.e_time = offsetof(trace::Event, time);
+  f.e_addr = offsetof(trace::Event, addr);
+  f.e_data = offsetof(trace::Event, data);
+  f.e_word3 = offsetof(trace::Event, depth);
+  f.e_type = offsetof(trace::Event, type);
+  f.event_shift = static_cast<uint8_t>(__builtin_ctz(sizeof(trace::Event)));
+  f.type_shift = 8 * (offsetof(trace::Event, type) - offsetof(trace::Event, depth));
+  f.type_entry = static_cast<uint8_t>(trace::EventType::entry);
+  f.type_exit = static_cast<uint8_t>(trace::EventType::exit);
+  f.type_leaf = static_cast<uint8_t>(trace::EventType::leaf);
+  f.depth_limit = max_depth ? std::min(max_depth, kMaxStack) : kMaxStack;
+  return f;
+}
 
 }  // namespace utramp::ftrace::detail
 

@@ -76,6 +76,11 @@ extern __thread ThreadTrace* t_trace __attribute__((tls_model("initial-exec"), v
 // tracer_held), so that the thread is not dropped for good.
 extern __thread uint64_t t_in_tracer __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
+// The layout of this state, of the ring's producer and of an event, as the images'
+// inline path reads and writes them (arch::TracerInline; graph_fast.cpp). `max_depth`:
+// -D (0: unlimited). The TLS offsets are this thread's, the same in every thread.
+arch::TracerInline inline_layout(uint32_t max_depth) noexcept;
+
 UTRAMP_ALWAYS_INLINE uint64_t stack_pointer() {
   uint64_t sp;
   asm volatile("mov %%rsp, %0" : "=r"(sp));

@@ -112,6 +112,9 @@ bool overflows_size(const ShmConfig& cfg, uint64_t* size, uint64_t* stride) {
 // Producer
 
 Producer::Layout Producer::layout() noexcept {
+  // The tracer's images load these as qwords (ftrace/graph_fast.cpp: inline_layout).
+  static_assert(sizeof(ctl_) == 8 && sizeof(ring_) == 8 && sizeof(mask_) == 8 &&
+                sizeof(tail_seen_) == 8);
   return Layout{static_cast<int32_t>(offsetof(Producer, ctl_)),
                 static_cast<int32_t>(offsetof(Producer, ring_)),
                 static_cast<int32_t>(offsetof(Producer, mask_)),

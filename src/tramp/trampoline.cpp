@@ -133,11 +133,15 @@ extern "C" _Unwind_Reason_Code utramp_image_personality(int, _Unwind_Action acti
 
 struct Patch {
   std::vector<patch::PatchOp> ops;
-  void jmp(uint64_t at, uint64_t from_target, uint64_t to_target, std::string label) {
+  [[nodiscard]] Result<void> jmp(uint64_t at, uint64_t from_target, uint64_t to_target,
+                                 std::string label) {
     auto a = arch::encode_jmp(at, from_target);
+    if (!a) return std::move(a).error();
     auto b = arch::encode_jmp(at, to_target);
+    if (!b) return std::move(b).error();
     ops.push_back({at, {a->begin(), a->end()}, {b->begin(), b->end()},
                    patch::Emulation::jump_to(to_target), std::move(label)});
+    return {};
   }
 };
 
@@ -327,7 +331,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
       target = block->addr;  // a few bytes per freplace attach, kept (see notes)
     }
     site_state = {sites::SiteOp::jmp, target};
-    if (t.hop_target != t.pass()) patch.jmp(t.hop(), t.hop_target, t.pass(), label);
+    if (t.hop_target != t.pass()) UTRAMP_TRY(patch.jmp(t.hop(), t.hop_target, t.pass(), label));
   } else if (!links.empty()) {
     const bool calls_original = !fexit.empty() || !fmod.empty() || (hooks && hooks->exit);
     img = std::make_unique<Image>();
@@ -372,6 +376,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
       return make_error(e.code, fmt::format("{}: {}", t.name, e.message));
     };
     if (!block) return fail(block.error());
+    if (auto r = patch.jmp(t.hop(), t.hop_target, block->addr, label); !r) return fail(r.error());
     auto code = arch::emit_image(spec, block->addr);
     if (!code) return fail(code.error());
     if (code->code.size() > block->size)
@@ -391,11 +396,10 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
                                block->addr + code->code.size(), t.func, calls_original};
     }
     site_state = {sites::SiteOp::jmp, t.stub_block.addr};
-    patch.jmp(t.hop(), t.hop_target, block->addr, label);
   } else {
     // No links: the site returns to its NOP and the hop to the pass-through.
     site_state = {};
-    if (t.hop_target != t.pass()) patch.jmp(t.hop(), t.hop_target, t.pass(), label);
+    if (t.hop_target != t.pass()) UTRAMP_TRY(patch.jmp(t.hop(), t.hop_target, t.pass(), label));
   }
 
   plan.hop_ops = std::move(patch.ops);

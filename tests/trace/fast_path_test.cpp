@@ -41,7 +41,9 @@ void check_function(const std::string& name, uint64_t addr) {
     EXPECT_EQ(text.find("zmm"), std::string::npos);
     EXPECT_EQ(text.find("st("), std::string::npos);
     EXPECT_EQ(text.find("st0"), std::string::npos);
-    if (text.starts_with("jmp")) EXPECT_TRUE(insn->relative_branch) << "indirect jump";
+    if (text.starts_with("jmp")) {
+      EXPECT_TRUE(insn->relative_branch) << "indirect jump";
+    }
     if (text.starts_with("ret")) ++rets;
     off += insn->length;
   }

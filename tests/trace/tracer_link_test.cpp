@@ -11,6 +11,7 @@
 
 #include "ftrace/graph.hpp"
 #include "ring_util.hpp"
+#include "traced_calls.hpp"
 #include "tramp/trampoline.hpp"
 #include "trace/shm_buffers.hpp"
 
@@ -23,11 +24,7 @@ using namespace utramp;
 
 namespace {
 
-template <class F>
-auto call(F* f, auto... args) {
-  F* volatile p = f;  // the compiler must not inline or fold the call
-  return p(args...);
-}
+using test::call;
 
 uint64_t g_fexit_runs = 0;
 uint64_t count_fexit(uint64_t*) {
@@ -49,7 +46,9 @@ Calls drain(trace::ShmBuffers& b) {
       const auto t = static_cast<trace::EventType>(e.type);
       if (t == trace::EventType::entry || t == trace::EventType::leaf) ++c.entries[e.addr];
       if (t == trace::EventType::exit || t == trace::EventType::leaf) ++c.exits[e.addr];
-      if (t == trace::EventType::leaf) EXPECT_GE(e.data, e.time);
+      if (t == trace::EventType::leaf) {
+        EXPECT_GE(e.data, e.time);
+      }
     }
   }, /*final=*/true);
   return c;

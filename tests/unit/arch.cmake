@@ -2,3 +2,10 @@
 utramp_add_gtest(unit_arch_decode unit arch_decode_test.cpp)
 utramp_add_gtest(unit_arch_relocate unit arch_relocate_test.cpp)
 utramp_add_gtest(unit_arch_emit unit arch_emit_test.cpp)
+# Listing goldens of the trampolines' generated code (golden/codegen; UTRAMP_UPDATE_GOLDENS=1
+# rewrites them).
+utramp_add_gtest(unit_arch_image_golden unit arch_image_golden_test.cpp)
+target_include_directories(unit_arch_image_golden PRIVATE ${PROJECT_SOURCE_DIR}/tests/trace
+                           ${PROJECT_SOURCE_DIR}/tests/e2e)
+utramp_add_gtest(unit_arch_emit_error unit arch_emit_error_test.cpp)
+target_link_libraries(unit_arch_emit_error PRIVATE asmjit::asmjit)

@@ -108,18 +108,6 @@ static_assert(kFrameBytes % 16 == 8, "six pushes + return address + frame keep r
 
 ax::Mem st(int32_t off, uint32_t size = 8) { return ax::ptr(kState, off, size); }
 
-class StickyError : public asmjit::ErrorHandler {
- public:
-  void handleError(asmjit::Error err, const char* message, asmjit::BaseEmitter*) override {
-    if (first == asmjit::kErrorOk) {
-      first = err;
-      text = message ? message : asmjit::DebugUtils::errorAsString(err);
-    }
-  }
-  asmjit::Error first = asmjit::kErrorOk;
-  std::string text;
-};
-
 class Emitter {
  public:
   Emitter(ax::Assembler& a, const BpfJitSpec& s, uint64_t base, bool far)
@@ -185,7 +173,7 @@ class Emitter {
 void Emitter::call_abs(uint64_t target) {
   // rel32 when the target is in reach from anywhere in the code (bounded by 1 GB here:
   // programs are far smaller), else through r11.
-  if (!far_ && rel32_reaches(base_, target) && rel32_reaches(base_ + (1u << 30), target)) {
+  if (!far_ && x86::rel32_reaches_block(base_, uint64_t{1} << 30, target)) {
     a_.call(Imm(target));
   } else {
     a_.mov(ax::r11, Imm(target));
@@ -783,14 +771,12 @@ void Emitter::store(size_t i, const Insn& n) {
 
 Result<BpfJitCode> emit_at(const BpfJitSpec& spec, uint64_t base, bool far) {
   BpfJitCode out;
-  StickyError sticky;
   Error emit_error{};
   bool emit_failed = false;
   Label native, full;
   auto bytes = x86::assemble(
-      base,
+      base, fmt::format("the code of a {}-instruction eBPF program", spec.insns.size()),
       [&](ax::Assembler& a) {
-        a.code()->setErrorHandler(&sticky);
         native = a.newLabel();
         full = a.newLabel();
         Emitter e(a, spec, base, far);
@@ -803,8 +789,6 @@ Result<BpfJitCode> emit_at(const BpfJitSpec& spec, uint64_t base, bool far) {
         out.full_entry = static_cast<uint32_t>(code.labelOffset(full));
       });
   if (emit_failed) return emit_error;
-  if (sticky.first != asmjit::kErrorOk)
-    return make_error(Errc::unsupported, fmt::format("asmjit: {}", sticky.text));
   if (!bytes) return std::move(bytes).error();
   out.code = std::move(*bytes);
   return out;

@@ -10,6 +10,10 @@
 
 namespace utramp::arch {
 
+namespace x86::testing {
+__thread uint32_t t_fail_emit_at = 0;
+}
+
 const SiteBytes kNop5 = {0x0f, 0x1f, 0x44, 0x00, 0x00};
 
 namespace {
@@ -25,7 +29,8 @@ Result<SiteBytes> encode_site(uint64_t at, uint64_t target, const char* what, Em
   if (!rel32_reaches(at + kSiteLen, target))
     return make_error(Errc::out_of_range,
                       fmt::format("{} at {:#x} cannot reach {:#x} with rel32", what, at, target));
-  auto bytes = assemble(at, [&](ax::Assembler& a) { emit(a, Imm(target)); });
+  auto bytes = assemble(at, fmt::format("{} at {:#x} to {:#x}", what, at, target),
+                        [&](ax::Assembler& a) { emit(a, Imm(target)); });
   if (!bytes) return std::move(bytes).error();
   if (bytes->size() != kSiteLen)
     return make_error(Errc::unsupported,
@@ -53,7 +58,8 @@ Result<std::vector<uint8_t>> encode_jump_anywhere(uint64_t at, uint64_t target) 
     return std::vector<uint8_t>(b->begin(), b->end());
   }
   // jmp [rip+0]; .quad target
-  return assemble(at, [&](ax::Assembler& a) {
+  return assemble(at, fmt::format("an absolute jmp at {:#x} to {:#x}", at, target),
+                  [&](ax::Assembler& a) {
     Label slot = a.newLabel();
     a.jmp(ax::qword_ptr(slot));
     a.bind(slot);
@@ -67,7 +73,7 @@ Result<std::vector<uint8_t>> encode_jump_anywhere(uint64_t at, uint64_t target) 
 //   lock inc qword ptr [rip + counter]   ; or via rax when the counter is out of reach
 //   ret
 Result<std::vector<uint8_t>> emit_counting_stub(uint64_t base, uint64_t counter) {
-  return assemble(base, [&](ax::Assembler& a) {
+  return assemble(base, fmt::format("the counting stub at {:#x}", base), [&](ax::Assembler& a) {
     if (rel32_reaches(base + 16, counter) && rel32_reaches(base, counter)) {
       a.lock().inc(ax::qword_ptr(counter));
     } else {

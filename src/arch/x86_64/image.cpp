@@ -31,7 +31,7 @@ constexpr int kSseArgs = 8;
 // Calls `target` from code at an unknown-yet-fixed base: rel32 when asmjit finds it in
 // reach, else through r11 (scratch at every point we call from).
 void call_abs(ax::Assembler& a, uint64_t target, uint64_t base) {
-  if (rel32_reaches(base, target) && rel32_reaches(base + (1u << 20), target)) {
+  if (x86::rel32_reaches_block(base, x86::kBlockReach, target)) {
     a.call(Imm(target));
   } else {
     a.mov(ax::r11, Imm(target));
@@ -40,7 +40,7 @@ void call_abs(ax::Assembler& a, uint64_t target, uint64_t base) {
 }
 
 void jmp_abs(ax::Assembler& a, uint64_t target, uint64_t base) {
-  if (rel32_reaches(base, target) && rel32_reaches(base + (1u << 20), target)) {
+  if (x86::rel32_reaches_block(base, x86::kBlockReach, target)) {
     a.long_().jmp(Imm(target));
   } else {
     a.mov(ax::r11, Imm(target));
@@ -131,7 +131,14 @@ int32_t copy_window(const Signature& sig, const Layout& l) {
 //                         when a link asks: ImageSpec::store_caller)
 //   ctx-24, -16, -8       cookie, function address, slot count
 //   ctx+0 ...             argument slots, then two return slots
+// Return-value slots after the arguments (ctx[n], ctx[n+1]: abi/ctx.hpp).
+constexpr int kRetSlots = 2;
+// Bytes of an x87 long double in its two return slots (the rest is zeroed).
+constexpr int32_t kX87Bytes = 10;
+
 struct Frame {
+  // Above rbp (the image is entered by jmp, with the caller's frame as it was).
+  static constexpr int32_t kReturnAddress = 8, kStackArgs = 16;
   int32_t rax = -8, hidden = -16, t0 = -24, scratch = -32;
   int32_t xmm = 0;        // rbp-relative start of xmm save area (0: none)
   int32_t gpr = 0;        // rbp-relative start of gpr save area (0: none)
@@ -142,7 +149,7 @@ struct Frame {
 
 Frame frame_for(const Signature& sig, const Layout& l) {
   Frame f;
-  int32_t at = -32;
+  int32_t at = f.scratch;
   const bool save_all = sig.variadic || !sig.known;
   // Registers of arguments narrower than 8 bytes are also kept as they came (below).
   const bool narrow = std::any_of(l.slots.begin(), l.slots.end(), [](const Loc& s) {
@@ -157,9 +164,9 @@ Frame frame_for(const Signature& sig, const Layout& l) {
     f.gpr = at;
   }
   f.nslots = static_cast<int>(l.slots.size());
-  const int32_t ctx_bytes = 8 * (4 + f.nslots + 2);
+  const int32_t ctx_bytes = 8 * (abi::kCtxHeaderSlots + f.nslots + kRetSlots);
   at -= ctx_bytes;
-  f.ctx = at + 32;
+  f.ctx = at + 8 * abi::kCtxHeaderSlots;
   // The image aligns rsp itself (and rsp, -16): the size only keeps it a multiple of 16.
   f.size = (-at + 15) / 16 * 16;
   return f;
@@ -181,7 +188,11 @@ void zext_r11_odd(ax::Assembler& a, int size) {
 // A register carrying fewer than 8 bytes is also saved whole (gpr area) and restored
 // from there, not from its zero-extended ctx slot: compilers widen a char or short
 // argument to 32 bits in the caller, and clang's callees rely on it (a signed char -5
-// must arrive as 0xfffffffb in edi, not 0xfb).
+// must arrive as 0xfffffffb in edi, not 0xfb). For `long f(long, double, int)`:
+//
+//   mov  [ctx+0], rdi
+//   movq [ctx+8], xmm0
+//   mov  [gpr+8], rsi ; mov r11d, esi ; mov [ctx+16], r11
 void save_args(ax::Assembler& a, const Signature& sig, const Layout& l, const Frame& f) {
   for (size_t i = 0; i < l.slots.size(); ++i) {
     const Loc& s = l.slots[i];
@@ -212,11 +223,11 @@ void save_args(ax::Assembler& a, const Signature& sig, const Layout& l, const Fr
         }
         break;
       case Loc::Kind::stack: {
-        const ax::Mem src = rbp_q(16 + s.off);
+        const ax::Mem src = rbp_q(Frame::kStackArgs + s.off);
         if (s.size == 8) a.mov(ax::r11, src);
-        else if (s.size == 4) a.mov(ax::r11d, ax::dword_ptr(ax::rbp, 16 + s.off));
-        else if (s.size == 2) a.movzx(ax::r11d, ax::word_ptr(ax::rbp, 16 + s.off));
-        else if (s.size == 1) a.movzx(ax::r11d, ax::byte_ptr(ax::rbp, 16 + s.off));
+        else if (s.size == 4) a.mov(ax::r11d, ax::dword_ptr(ax::rbp, Frame::kStackArgs + s.off));
+        else if (s.size == 2) a.movzx(ax::r11d, ax::word_ptr(ax::rbp, Frame::kStackArgs + s.off));
+        else if (s.size == 1) a.movzx(ax::r11d, ax::byte_ptr(ax::rbp, Frame::kStackArgs + s.off));
         else {
           a.mov(ax::r11, src);  // stack slots are 8 bytes: reading all of it is safe
           zext_r11_odd(a, s.size);
@@ -225,7 +236,7 @@ void save_args(ax::Assembler& a, const Signature& sig, const Layout& l, const Fr
         break;
       }
       case Loc::Kind::stack_addr:
-        a.lea(ax::r11, ax::ptr(ax::rbp, 16 + s.off));
+        a.lea(ax::r11, ax::ptr(ax::rbp, Frame::kStackArgs + s.off));
         a.mov(ctx_slot(f, int(i)), ax::r11);
         break;
     }
@@ -268,8 +279,9 @@ void save_ret(ax::Assembler& a, const RetType& r, const Frame& f) {
       return;
     case RetType::Kind::x87:
       a.fstp(ax::tword_ptr(ax::rbp, f.ctx + 8 * n));
-      a.mov(ax::word_ptr(ax::rbp, f.ctx + 8 * n + 10), Imm(0));
-      a.mov(ax::dword_ptr(ax::rbp, f.ctx + 8 * n + 12), Imm(0));
+      static_assert(kX87Bytes + 2 + 4 == 8 * kRetSlots);
+      a.mov(ax::word_ptr(ax::rbp, f.ctx + 8 * n + kX87Bytes), Imm(0));
+      a.mov(ax::dword_ptr(ax::rbp, f.ctx + 8 * n + kX87Bytes + 2), Imm(0));
       return;
     case RetType::Kind::reg:
       break;
@@ -390,6 +402,13 @@ void mov_imm(ax::Assembler& a, const ax::Gp& r, uint64_t v) {
   else a.mov(r, Imm(v));
 }
 
+// A hook's call, its general code out of line (hook_slow_paths):
+//
+//   mov  edi, func ; mov rsi, rbp
+//   call hook                 ; entry or exit: keeps every register but rax
+//   test eax, eax ; jnz slow
+//   back: ...
+//   slow: call general ; jmp back      ; general: the thunk that keeps them all
 void hook_call(ax::Assembler& a, const ImageSpec& sp, uint64_t base, uint64_t fn,
                uint64_t general, std::vector<HookSlow>& slow) {
   mov_imm(a, ax::rdi, sp.func);
@@ -424,6 +443,13 @@ void hook_exit(ax::Assembler& a, const ImageSpec& sp, uint64_t base, std::vector
   a.pop(ax::rax);
 }
 
+// rax = the time stamp counter, as arch::cycles() reads it (rdx is clobbered).
+void read_tsc(ax::Assembler& a) {
+  a.rdtsc();
+  a.shl(ax::rdx, Imm(32));
+  a.or_(ax::rax, ax::rdx);
+}
+
 // The hooks' common case, inline (TracerInline; the reference is ftrace/graph_fast.cpp
 // and trace::Producer::put_fast/complete_leaf): any check that fails jumps to `bail`,
 // always before the first store, and the hooks then do the work. Registers: rax, rcx,
@@ -431,6 +457,33 @@ void hook_exit(ax::Assembler& a, const ImageSpec& sp, uint64_t base, std::vector
 // handler that leaves this code by longjmp: a frame is filled in before the depth
 // store pushes it, and popped only after its exit is published, so that the general
 // code can repair what was left half done (ftrace/graph.cpp: repair_abandoned).
+//
+// The entry (rsi: the state, r11: its control page; fields as named in TracerInline):
+//
+//   mov  rsi, fs:[tls_state] ; test rsi, rsi ; jz bail
+//   cmp  byte [rsi+path], path_fast ; jne bail
+//   cmp  qword fs:[tls_in_tracer], 0 ; jne bail
+//   mov  fs:[tls_in_tracer], rsp                  ; held from here: failures go to `out`
+//   mov  edi, [rsi+depth] ; cmp edi, depth_limit ; jae out
+//   test edi, edi ; jz no_stale
+//   imul r11d, edi, frame_size
+//   cmp  [rsi+r11+stack-frame_size+f_sp], rbp ; jbe out    ; a frame left by longjmp
+//   no_stale: mov r11, [rsi+producer+p_ctl]
+//   cmp  dword [r11+c_busy], 0 ; jne out ; mov dword [r11+c_busy], 1
+//   cmp  qword [r11+c_pending], 0 ; jne release
+//   mov  rcx, [r11+c_head] ; mov edx, [r11+c_staged] ; add rcx, rdx
+//   mov  rdx, rcx ; sub rdx, [rsi+..p_tail_seen] ; cmp rdx, [rsi+..p_mask] ; jbe go
+//   release: mov dword [r11+c_busy], 0 ; jmp out
+//   go:  mov [r11+c_head], rcx                    ; publishes a staged entry
+//   rdtsc ; shl rdx, 32 ; or rax, rdx
+//   and  rcx, [rsi+..p_mask] ; shl rcx, event_shift ; add rcx, [rsi+..p_ring]
+//   mov  [rcx+e_time], rax ; mov [rcx+e_addr], func ; mov qword [rcx+e_data], 0
+//   mov  [rcx+e_word3], depth | type_entry << type_shift
+//   mov  dword [r11+c_staged], 1 ; mov dword [r11+c_busy], 0
+//   imul edx, edi, frame_size ; add rdx, rsi      ; the frame: sp, func, time, flags
+//   mov  [rdx+stack+f_sp], rbp ; ... ; mov byte [rdx+stack+f_flags], written
+//   inc  edi ; mov [rsi+depth], edi               ; pushed once filled in
+//   mov  qword fs:[tls_in_tracer], 0 ; jmp done
 void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, Label done) {
   const TracerInline& L = sp.tracer.fast;
   const int32_t P = L.producer;
@@ -481,19 +534,17 @@ void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, 
   // Committed from here on.
   a.bind(go);
   a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::rcx);  // publishes a staged entry
-  a.rdtsc();
-  a.shl(ax::rdx, Imm(32));
-  a.or_(ax::rax, ax::rdx);  // the time
+  read_tsc(a);  // the time
   a.and_(ax::rcx, ax::qword_ptr(ax::rsi, P + L.p_mask));
-  a.shl(ax::rcx, Imm(5));  // sizeof(Event)
+  a.shl(ax::rcx, Imm(L.event_shift));
   a.add(ax::rcx, ax::qword_ptr(ax::rsi, P + L.p_ring));
-  a.mov(ax::qword_ptr(ax::rcx, 0), ax::rax);
+  a.mov(ax::qword_ptr(ax::rcx, L.e_time), ax::rax);
   mov_imm(a, ax::rdx, sp.func);
-  a.mov(ax::qword_ptr(ax::rcx, 8), ax::rdx);
-  a.mov(ax::qword_ptr(ax::rcx, 16), Imm(0));
+  a.mov(ax::qword_ptr(ax::rcx, L.e_addr), ax::rdx);
+  a.mov(ax::qword_ptr(ax::rcx, L.e_data), Imm(0));
   a.mov(ax::edx, ax::edi);
-  a.or_(ax::edx, Imm(uint32_t{L.type_entry} << 16));
-  a.mov(ax::qword_ptr(ax::rcx, 24), ax::rdx);  // depth, type
+  a.or_(ax::edx, Imm(uint32_t{L.type_entry} << L.type_shift));
+  a.mov(ax::qword_ptr(ax::rcx, L.e_word3), ax::rdx);  // depth, type
   a.mov(ax::dword_ptr(ax::r11, L.c_staged), Imm(1));
   a.mov(ax::dword_ptr(ax::r11, L.c_busy), Imm(0));
   // The shadow-stack frame.
@@ -511,7 +562,18 @@ void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, 
 }
 
 // After the call: rcx, rdi, rsi, r8 and r11 are dead (not return registers); rax and
-// rdx are saved by the caller.
+// rdx are saved by the caller. The exit, after the same checks as the entry's (and
+// overflow == 0, depth != 0, the top frame is this call's and written), with busy held:
+//
+//   cmp  dword [r11+c_staged], 0 ; je plain
+//   mov  rdx, [r11+c_head] ; and rdx, [..p_mask] ; shl rdx, event_shift ; add rdx, [..p_ring]
+//   cmp  [rdx+e_time], frame.time ; jne plain ; cmp [rdx+e_addr], frame.func ; jne plain
+//   rdtsc ...
+//   mov  [rdx+e_data], rax ; mov byte [rdx+e_type], type_leaf   ; the entry becomes a leaf
+//   inc  qword [r11+c_head] ; mov dword [r11+c_staged], 0 ; mov dword [r11+c_busy], 0
+//   dec  edi ; mov [rsi+depth], edi ; mov qword fs:[tls_in_tracer], 0 ; jmp done
+//   plain: an exit event at head + staged (the staged entry published first), written as
+//   the entry's is, with depth d-1 and type_exit; head moves past it.
 void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, Label done) {
   const TracerInline& L = sp.tracer.fast;
   const int32_t P = L.producer;
@@ -549,20 +611,18 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, L
   // This call's entry staged in slot `head`: it becomes a leaf.
   a.mov(ax::rdx, ax::qword_ptr(ax::r11, L.c_head));
   a.and_(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_mask));
-  a.shl(ax::rdx, Imm(5));
+  a.shl(ax::rdx, Imm(L.event_shift));
   a.add(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_ring));
   a.mov(ax::rax, ax::qword_ptr(ax::rcx, F + L.f_time));
-  a.cmp(ax::qword_ptr(ax::rdx, 0), ax::rax);
+  a.cmp(ax::qword_ptr(ax::rdx, L.e_time), ax::rax);
   a.jne(plain);
   a.mov(ax::rax, ax::qword_ptr(ax::rcx, F + L.f_func));
-  a.cmp(ax::qword_ptr(ax::rdx, 8), ax::rax);
+  a.cmp(ax::qword_ptr(ax::rdx, L.e_addr), ax::rax);
   a.jne(plain);
   a.mov(ax::r8, ax::rdx);
-  a.rdtsc();
-  a.shl(ax::rdx, Imm(32));
-  a.or_(ax::rax, ax::rdx);
-  a.mov(ax::qword_ptr(ax::r8, 16), ax::rax);  // data: the exit's time
-  a.mov(ax::byte_ptr(ax::r8, 26), Imm(L.type_leaf));
+  read_tsc(a);
+  a.mov(ax::qword_ptr(ax::r8, L.e_data), ax::rax);  // data: the exit's time
+  a.mov(ax::byte_ptr(ax::r8, L.e_type), Imm(L.type_leaf));
   a.mov(ax::rax, ax::qword_ptr(ax::r11, L.c_head));
   a.inc(ax::rax);
   a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::rax);
@@ -583,20 +643,18 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, L
   a.cmp(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_mask));
   a.ja(release);
   a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::r8);
-  a.rdtsc();
-  a.shl(ax::rdx, Imm(32));
-  a.or_(ax::rax, ax::rdx);
+  read_tsc(a);
   a.mov(ax::rdx, ax::r8);
   a.and_(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_mask));
-  a.shl(ax::rdx, Imm(5));
+  a.shl(ax::rdx, Imm(L.event_shift));
   a.add(ax::rdx, ax::qword_ptr(ax::rsi, P + L.p_ring));
-  a.mov(ax::qword_ptr(ax::rdx, 0), ax::rax);
+  a.mov(ax::qword_ptr(ax::rdx, L.e_time), ax::rax);
   a.mov(ax::rax, ax::qword_ptr(ax::rcx, F + L.f_func));
-  a.mov(ax::qword_ptr(ax::rdx, 8), ax::rax);
-  a.mov(ax::qword_ptr(ax::rdx, 16), Imm(0));
+  a.mov(ax::qword_ptr(ax::rdx, L.e_addr), ax::rax);
+  a.mov(ax::qword_ptr(ax::rdx, L.e_data), Imm(0));
   a.lea(ax::eax, ax::ptr(ax::rdi, -1));  // the exit's depth: d - 1
-  a.or_(ax::eax, Imm(uint32_t{L.type_exit} << 16));
-  a.mov(ax::qword_ptr(ax::rdx, 24), ax::rax);
+  a.or_(ax::eax, Imm(uint32_t{L.type_exit} << L.type_shift));
+  a.mov(ax::qword_ptr(ax::rdx, L.e_word3), ax::rax);
   a.mov(ax::dword_ptr(ax::r11, L.c_staged), Imm(0));
   a.inc(ax::r8);
   a.mov(ax::qword_ptr(ax::r11, L.c_head), ax::r8);
@@ -640,7 +698,13 @@ void hook_slow_paths(ax::Assembler& a, uint64_t base, const std::vector<HookSlow
   }
 }
 
-// The stack arguments the original is called with (below rsp, which is 16-aligned).
+// The stack arguments the original is called with (below rsp, which is 16-aligned),
+// copied from the caller's (rbp+16 on), 8 bytes at a time through r11:
+//
+//   sub  rsp, window (rounded up to 16)
+//   mov  r11, [rbp+16] ; mov [rsp], r11 ; mov r11, [rbp+24] ; mov [rsp+8], r11 ...
+//   call original
+//   add  rsp, window
 void call_original(ax::Assembler& a, const ImageSpec& sp, const Signature& sig, const Layout& l,
                    uint64_t base) {
   const int32_t window = copy_window(sig, l);
@@ -648,12 +712,55 @@ void call_original(ax::Assembler& a, const ImageSpec& sp, const Signature& sig, 
   if (wpad) {
     a.sub(ax::rsp, Imm(wpad));
     for (int32_t k = 0; k < window; k += 8) {
-      a.mov(ax::r11, rbp_q(16 + k));
+      a.mov(ax::r11, rbp_q(Frame::kStackArgs + k));
       a.mov(ax::qword_ptr(ax::rsp, k), ax::r11);
     }
   }
   call_abs(a, sp.original, base);
   if (wpad) a.add(ax::rsp, Imm(wpad));
+}
+
+// The image's frame and, for images that call the original, its own counter taken
+// before the site's is released (the stub's protocol, arch/image.hpp).
+void image_enter(ax::Assembler& a, const ImageSpec& sp) {
+  a.push(ax::rbp);
+  a.mov(ax::rbp, ax::rsp);
+  if (sp.calls_original) {
+    a.inc(fs_mem(sp.tls.counters + 4 * int64_t(sp.image_slot), 4));
+    a.dec(fs_mem(sp.tls.counters + 4 * int64_t(sp.site_slot), 4));
+  }
+}
+
+// The image's exit, from `leave` on; where each starts and how long it is goes to the
+// unwind information (ImageCode::exits, exit_len):
+//
+//   leave ; mov r11d, I ; jmp exit    calls_original: the stub's exit releases counter I
+//   leave ; jmp pass                  fentry only: the stub's pass-through runs the body
+struct Exits {
+  std::vector<Label> leave, end;
+};
+
+void image_leave(ax::Assembler& a, const ImageSpec& sp, Exits& ex) {
+  Label lv = a.newLabel(), end = a.newLabel();
+  a.bind(lv);
+  a.leave();
+  if (sp.calls_original) {
+    a.mov(ax::r11d, Imm(sp.image_slot));
+    a.long_().jmp(Imm(sp.exit_fn));
+  } else {
+    a.long_().jmp(Imm(sp.pass));  // rel32: images lie within reach of their stub
+  }
+  a.bind(end);
+  ex.leave.push_back(lv);
+  ex.end.push_back(end);
+}
+
+void record_exits(const asmjit::CodeHolder& c, const Exits& ex, ImageCode& out) {
+  for (size_t i = 0; i < ex.leave.size(); ++i) {
+    const auto at = static_cast<uint32_t>(c.labelOffset(ex.leave[i]));
+    out.exits.push_back(at);
+    out.exit_len = static_cast<uint32_t>(c.labelOffset(ex.end[i])) - at;  // the same for each
+  }
 }
 
 }  // namespace
@@ -670,7 +777,7 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
   }
   StubCode out;
   auto code = assemble(
-      base,
+      base, fmt::format("the stub of the site at {:#x}", spec.site),
       [&](ax::Assembler& a) {
         Label stub = a.newLabel(), slow = a.newLabel(), hop = a.newLabel(), pass = a.newLabel(),
               ool = a.newLabel(), exit = a.newLabel();
@@ -777,40 +884,23 @@ Result<ImageCode> emit_tracer_image(const ImageSpec& sp, uint64_t base) {
   const Signature& sig = *sp.sig;
   const Layout l = assign(sig);
   ImageCode out;
-  std::vector<Label> leave_labels;
-  auto code = assemble(base, [&](ax::Assembler& a) {
+  Exits exits;
+  auto code = assemble(base, fmt::format("the tracer's image of {:#x}", sp.func), [&](ax::Assembler& a) {
     std::vector<HookSlow> slow;
-    a.push(ax::rbp);
-    a.mov(ax::rbp, ax::rsp);
-    if (sp.calls_original) {
-      a.inc(fs_mem(sp.tls.counters + 4 * int64_t(sp.image_slot), 4));
-      a.dec(fs_mem(sp.tls.counters + 4 * int64_t(sp.site_slot), 4));
-    }
+    image_enter(a, sp);
     a.and_(ax::rsp, Imm(-16));
     if (sp.tracer.inline_path) hook_inline(a, sp, base, slow, true);
     else hook_entry(a, sp, base, slow);
-    Label lv = a.newLabel();
-    if (!sp.calls_original) {
-      a.bind(lv);
-      a.leave();
-      a.long_().jmp(Imm(sp.pass));
-    } else {
+    if (sp.calls_original) {
       call_original(a, sp, sig, l, base);
       if (sp.tracer.exit && sp.tracer.inline_path) hook_inline(a, sp, base, slow, false);
       else if (sp.tracer.exit) hook_exit(a, sp, base, slow);
-      a.bind(lv);
-      a.leave();
-      a.mov(ax::r11d, Imm(sp.image_slot));
-      a.long_().jmp(Imm(sp.exit_fn));
     }
-    leave_labels.push_back(lv);
+    image_leave(a, sp, exits);
     hook_slow_paths(a, base, slow);
-  }, [&](asmjit::CodeHolder& c) {
-    for (const Label& lv : leave_labels) out.exits.push_back(static_cast<uint32_t>(c.labelOffset(lv)));
-  });
+  }, [&](asmjit::CodeHolder& c) { record_exits(c, exits, out); });
   if (!code) return std::move(code).error();
   out.code = std::move(*code);
-  out.exit_len = sp.calls_original ? 12 : 6;
   return out;
 }
 
@@ -823,17 +913,12 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
   const Layout l = assign(sig);
   const Frame f = frame_for(sig, l);
   ImageCode out;
-  std::vector<Label> leave_labels;
-  auto code = assemble(base, [&](ax::Assembler& a) {
+  Exits exits;
+  auto code = assemble(base, fmt::format("the image of {:#x}", sp.func), [&](ax::Assembler& a) {
     std::vector<ProgMiss> misses;
     std::vector<HookSlow> hook_slow;
     Label fexit = a.newLabel();
-    a.push(ax::rbp);
-    a.mov(ax::rbp, ax::rsp);
-    if (sp.calls_original) {
-      a.inc(fs_mem(sp.tls.counters + 4 * int64_t(sp.image_slot), 4));
-      a.dec(fs_mem(sp.tls.counters + 4 * int64_t(sp.site_slot), 4));
-    }
+    image_enter(a, sp);
     a.sub(ax::rsp, Imm(f.size));
     // The stack is 8 mod 16 at a function's entry only when its caller kept the ABI's
     // alignment: gcc does not for local callees it knows need none. Programs and the
@@ -849,17 +934,13 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       a.mov(ctx_slot(f, abi::kCtxFuncIp), ax::r11);
     }
     if (sp.store_caller) {
-      a.mov(ax::r11, rbp_q(8));  // entered by jmp: [rbp+8] is the caller's return address
+      a.mov(ax::r11, rbp_q(Frame::kReturnAddress));  // the caller's (entered by jmp)
       a.mov(ctx_slot(f, abi::kCtxCaller), ax::r11);
     }
     for (const ImageProg& p : sp.fentry) run_prog(a, sp, f, p, base, misses);
     if (!sp.calls_original) {
       restore_args(a, sig, l, f);
-      Label lv = a.newLabel();
-      a.bind(lv);
-      leave_labels.push_back(lv);
-      a.leave();
-      a.long_().jmp(Imm(sp.pass));  // rel32: images lie within reach of their stub
+      image_leave(a, sp, exits);
     } else {
       for (const ImageProg& p : sp.fmod_ret) {
         run_prog(a, sp, f, p, base, misses);
@@ -876,12 +957,7 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses);
       restore_ret(a, sig.ret, f);
       if (sp.tracer.exit) hook_exit(a, sp, base, hook_slow);
-      Label lv = a.newLabel();
-      a.bind(lv);
-      leave_labels.push_back(lv);
-      a.leave();
-      a.mov(ax::r11d, Imm(sp.image_slot));
-      a.long_().jmp(Imm(sp.exit_fn));
+      image_leave(a, sp, exits);
     }
     // Out of line: a held guard, taken over when its holder was left, else a miss.
     // rax = 0 for fmod_ret's test. (rsp is 16-aligned here, as at the program's call.)
@@ -898,12 +974,9 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       a.long_().jmp(m.after);
     }
     hook_slow_paths(a, base, hook_slow);
-  }, [&](asmjit::CodeHolder& c) {
-    for (const Label& lv : leave_labels) out.exits.push_back(static_cast<uint32_t>(c.labelOffset(lv)));
-  });
+  }, [&](asmjit::CodeHolder& c) { record_exits(c, exits, out); });
   if (!code) return std::move(code).error();
   out.code = std::move(*code);
-  out.exit_len = sp.calls_original ? 12 : 6;  // leave; [mov r11d, imm32;] jmp rel32
   return out;
 }
 

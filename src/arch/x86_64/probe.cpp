@@ -158,7 +158,7 @@ bool condition_holds(uint8_t cc, uint64_t fl) noexcept {
 // from anywhere in a block of up to 1 MiB at `base`, else `jmp [rip+lit]` with the
 // address in a literal that follows (no register is free where we jump from).
 void jmp_abs(ax::Assembler& a, uint64_t target, uint64_t base) {
-  if (rel32_reaches(base, target) && rel32_reaches(base + (1u << 20), target)) {
+  if (x86::rel32_reaches_block(base, x86::kBlockReach, target)) {
     a.long_().jmp(Imm(target));
   } else {
     Label lit = a.newLabel(), after = a.newLabel();
@@ -486,7 +486,7 @@ Result<std::vector<uint8_t>> emit_detour(const DetourSpec& spec, uint64_t base) 
   }
   uint32_t window_off = 0;
   auto code = assemble(
-      base,
+      base, fmt::format("the detour of the probe at {:#x}", spec.addr),
       [&](ax::Assembler& a) {
         Label redirect = a.newLabel(), window = a.newLabel();
         a.lea(ax::rsp, ax::ptr(ax::rsp, -128));
@@ -504,7 +504,7 @@ Result<std::vector<uint8_t>> emit_detour(const DetourSpec& spec, uint64_t base) 
         a.and_(ax::rsp, Imm(-16));
         a.mov(ax::rdi, Imm(spec.site));
         a.mov(ax::rsi, ax::rbx);
-        if (rel32_reaches(base, spec.dispatch) && rel32_reaches(base + (1u << 20), spec.dispatch)) {
+        if (x86::rel32_reaches_block(base, x86::kBlockReach, spec.dispatch)) {
           a.call(Imm(spec.dispatch));
         } else {
           a.mov(ax::rax, Imm(spec.dispatch));
