@@ -116,10 +116,10 @@ struct Synth {
       bool child = false;
       for (auto& p : processes) child |= p.pid == pid && p.parent != 0;
       if (!child) {
-        ASSERT_TRUE(w->write_functions(pid, functions).ok());
+        ASSERT_TRUE(write_functions_file(dir, pid, functions).ok());
       }
     }
-    for (auto& p : processes) ASSERT_TRUE(w->write_process(p).ok());
+    for (auto& p : processes) ASSERT_TRUE(write_process_file(dir, p).ok());
     if (info.command.empty()) info.command = {"/usr/bin/app", "--flag"};
     ASSERT_TRUE(w->write_info(info).ok());
   }
