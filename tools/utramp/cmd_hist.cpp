@@ -56,7 +56,7 @@ void add_hist(CLI::App& app) {
       std::exit(code);
     }
     if (auto reader = open_trace("hist", dir)) {
-      const auto durations = function_durations(*reader, {f->func});
+      const auto durations = function_durations(*reader, symbols::Globs({f->func}));
       std::cout << fmt::format("{} calls of {}; target {}\n", durations.size(), f->func, r.ended);
       print_latency_hist(std::cout, durations, f->unit);
       if (r.lost) std::cout << fmt::format("({} events lost: counts are low)\n", r.lost);

@@ -1,8 +1,6 @@
 #include "record_run.hpp"
 
-#include <cxxabi.h>
 #include <fmt/format.h>
-#include <fnmatch.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -18,6 +16,7 @@
 
 #include "arch/cpu.hpp"
 #include "sites/object.hpp"
+#include "symbols/glob.hpp"
 #include "trace/shm_buffers.hpp"
 #include "trace/trace_dir.hpp"
 
@@ -132,15 +131,9 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   // dlopen'ed objects are only known at run time).
   if (auto obj = sites::analyse_file(prog); obj) {
     for (const auto& g : o.agent.filters) {
-      bool hit = false;
-      for (const auto& f : obj->functions) {
-        if (hit) break;
-        int st = 0;
-        char* d = ::abi::__cxa_demangle(f.name.c_str(), nullptr, nullptr, &st);
-        hit = fnmatch(g.c_str(), f.name.c_str(), 0) == 0 ||
-              (st == 0 && d && fnmatch(g.c_str(), d, 0) == 0);
-        free(d);
-      }
+      const bool hit = std::any_of(obj->functions.begin(), obj->functions.end(), [&](const auto& f) {
+        return symbols::glob_matches(g, symbols::Name(f.name));
+      });
       if (!hit)
         fmt::print(stderr, "utramp record: -F '{}' matches no function of {} (running anyway)\n",
                    g, prog);
