@@ -41,11 +41,6 @@ std::string lost_summary(uint64_t lost, uint64_t nested) {
   return fmt::format("; {} events lost ({}: {}; {}: {})", lost, lost - nested, kFull, nested, kNested);
 }
 
-std::string signal_name(int sig) {
-  const char* n = sigabbrev_np(sig);
-  return n ? fmt::format("SIG{}", n) : fmt::format("signal {}", sig);
-}
-
 }  // namespace
 
 std::string agent_library() {
@@ -233,9 +228,13 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     return n;
   };
   int status = 0;
+  uint64_t child_end = 0;  // when it was seen gone, in the trace's time base
   for (;;) {
     const pid_t r = waitpid(child, &status, WNOHANG);
-    if (r == child) break;
+    if (r == child) {
+      child_end = arch::cycles();
+      break;
+    }
     // Every millisecond, or back to back while a ring is more than a quarter full. Not
     // closer: a consumer right behind the producer reads the cache lines it is writing
     // (two events a line, the control page's head), and each such read costs the traced
@@ -261,14 +260,9 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGQUIT, &old_quit, nullptr);
 
-  if (WIFEXITED(status)) {
-    out->exit_code = WEXITSTATUS(status);
-    out->ended = fmt::format("exited {}", out->exit_code);
-  } else if (WIFSIGNALED(status)) {
-    out->exit_code = 128 + WTERMSIG(status);
-    out->ended = fmt::format("killed by {}{}", signal_name(WTERMSIG(status)),
-                             WCOREDUMP(status) ? " (core dumped)" : "");
-  }
+  if (WIFEXITED(status)) out->exit_code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status)) out->exit_code = 128 + WTERMSIG(status);
+  out->ended = trace::exit_description(status);
   const uint64_t ns1 = mono_ns(), tsc1 = arch::cycles();
   info.ticks_per_ns = static_cast<double>(tsc1 - tsc0) / static_cast<double>(ns1 - ns0);
   info.exit = out->ended;
@@ -276,6 +270,20 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   info.unclaimed_threads = shm->unclaimed();
   info.threads = writer->threads();
   (void)writer->write_info(info);
+  // The agent wrote the started process's file (parent, command, start); how it ended
+  // only we know. Without the agent (it never ran), what we know of it.
+  trace::ProcessInfo root;
+  if (auto p = trace::read_process_file(o.output, static_cast<uint32_t>(child))) {
+    root = std::move(*p);
+  } else {
+    root.pid = static_cast<uint32_t>(child);
+    root.command = o.command;
+    root.start_time = info.start_time;
+  }
+  root.end_time = child_end;
+  root.exit = out->ended;
+  if (auto w = trace::write_process_file(o.output, root); !w)
+    fmt::print(stderr, "utramp record: {}\n", w.error().message);
   unlink(shm_path.c_str());
   if (!o.quiet) {
     fmt::print(stderr, "utramp: {} events recorded in {}; target {}{}\n", out->events, o.output,
