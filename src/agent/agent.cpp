@@ -3,11 +3,9 @@
 // attaches the tracer to the selected functions, follows dlopen and fork, and never
 // writes to the program's stdout or stderr (its log is DIR/agent-PID.log). It also keeps
 // SIGTRAP deliverable (see "SIGTRAP stays deliverable" below).
-#include <cxxabi.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <fnmatch.h>
 #include <link.h>
 #include <signal.h>
 #include <unistd.h>
@@ -23,12 +21,14 @@
 
 #include "agent/bpf.hpp"
 #include "agent/config.hpp"
+#include "agent/process_files.hpp"
 #include "common/init.hpp"
 #include "ftrace/graph.hpp"
 #include "os/signal_stack.hpp"
 #include "patch/patcher.hpp"
 #include "sites/loader_watch.hpp"
 #include "sites/table.hpp"
+#include "symbols/glob.hpp"
 #include "trace/shm_buffers.hpp"
 #include "tramp/trampoline.hpp"
 
@@ -36,16 +36,11 @@ namespace utramp::agent {
 
 namespace {
 
-struct Attached {
-  uint64_t addr, size;
-  std::string name, object;
-};
-
 struct Agent {
   Config cfg;
   trace::ShmBuffers buffers;
   std::vector<std::unique_ptr<ftrace::FuncRecord>> records;  // cookies: never freed
-  std::vector<Attached> attached;
+  ProcessFiles files;  // this process's files in the trace directory
   std::recursive_mutex mu;
   std::string exe;
   arch::TracerHooks hooks;  // the tracer links' hooks (ftrace::hooks())
@@ -57,7 +52,7 @@ void logf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void logf(const char* fmt, ...) {
   if (!g_agent || g_agent->cfg.trace_dir.empty()) return;
   const std::string path = fmt::format("{}/agent-{}.log", g_agent->cfg.trace_dir, getpid());
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return;
   char buf[1024];
   va_list ap;
@@ -72,38 +67,8 @@ void logf(const char* fmt, ...) {
   close(fd);
 }
 
-std::string demangle(const std::string& name) {
-  int status = 0;
-  char* d = ::abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
-  std::string out = status == 0 && d ? d : name;
-  free(d);
-  return out;
-}
-
-// "ns::f(int, char const*) const" -> "ns::f", as tracers show calls: the parameter
-// list of a demangled name is the first '(' outside template arguments (but not the
-// one of "operator()").
-std::string short_name(const std::string& d) {
-  int angle = 0;
-  for (size_t i = 0; i < d.size(); ++i) {
-    const char c = d[i];
-    if (c == '<') ++angle;
-    else if (c == '>' && angle > 0) --angle;
-    else if (c == '(' && angle == 0) {
-      if (i >= 8 && d.compare(i - 8, 8, "operator") == 0 && i + 1 < d.size() && d[i + 1] == ')') {
-        ++i;  // operator()
-        continue;
-      }
-      return d.substr(0, i);
-    }
-  }
-  return d;
-}
-
-bool glob_any(const std::vector<std::string>& globs, const std::string& a, const std::string& b) {
-  for (const auto& g : globs)
-    if (fnmatch(g.c_str(), a.c_str(), 0) == 0 || fnmatch(g.c_str(), b.c_str(), 0) == 0) return true;
-  return false;
+void log_error(const Result<void>& r) {
+  if (!r) logf("%s", r.error().message.c_str());
 }
 
 // Start-up and runtime glue that is in every program and never interesting to trace.
@@ -125,12 +90,11 @@ bool own_object(const std::string& path) {
 
 static_assert(sizeof(ftrace::FuncRecord::args) / sizeof(ftrace::FuncRecord::args[0]) == kMaxArgsPerFunction);
 
-ftrace::FuncRecord* record_for(const std::string& name, const std::string& shown, uint64_t addr) {
+ftrace::FuncRecord* record_for(const symbols::Name& name, uint64_t addr) {
   auto rec = std::make_unique<ftrace::FuncRecord>();
   rec->addr = addr;
   for (const auto& c : g_agent->cfg.captures) {
-    if (fnmatch(c.glob.c_str(), name.c_str(), 0) != 0 && fnmatch(c.glob.c_str(), shown.c_str(), 0) != 0)
-      continue;
+    if (!symbols::glob_matches(c.glob, name)) continue;
     auto format = [](char f) {
       return f == 's' ? trace::ValueFormat::string
              : f == 'x' ? trace::ValueFormat::pointer
@@ -149,59 +113,32 @@ ftrace::FuncRecord* record_for(const std::string& name, const std::string& shown
   return g_agent->records.back().get();
 }
 
-void write_functions_file(const std::vector<Attached>& fns, bool append) {
-  if (g_agent->cfg.trace_dir.empty()) return;
-  const std::string path = fmt::format("{}/functions-{}.tsv", g_agent->cfg.trace_dir, getpid());
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
-  if (fd < 0) return;
-  std::string text;
-  for (const auto& f : fns) text += fmt::format("{:#x}\t{}\t{}\t{}\n", f.addr, f.size, f.name, f.object);
-  (void)!write(fd, text.data(), text.size());
-  close(fd);
-}
-
-// DIR/maps-PID.txt: the process's mappings, so that replay can name code that is not a
-// traced function (a caller in a library) from the mapped files' symbols.
-void write_maps_file() {
-  if (g_agent->cfg.trace_dir.empty()) return;
-  const int in = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (in < 0) return;
-  std::string text;
-  char buf[8192];
-  for (ssize_t n; (n = read(in, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  close(in);
-  const std::string path = fmt::format("{}/maps-{}.txt", g_agent->cfg.trace_dir, getpid());
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return;
-  (void)!write(fd, text.data(), text.size());
-  close(fd);
-}
-
 // Attaches the tracer to every selected function not traced yet.
 void attach_new_sites() {
   auto& table = sites::SiteTable::instance();
   auto& mgr = tramp::Manager::instance();
   const Config& cfg = g_agent->cfg;
   std::vector<tramp::Manager::AttachRequest> reqs;
-  std::vector<Attached> cand;
+  std::vector<trace::Function> cand;
   std::vector<size_t> first_req{0};  // cand[i]'s requests: [first_req[i], first_req[i+1])
   size_t skipped = 0;
+  const symbols::Globs filters(cfg.filters), notrace(cfg.notrace);
   for (sites::Site* s : table.all()) {
     if (s->traced_by_agent) continue;
     s->traced_by_agent = true;
     if (own_object(s->object)) continue;
     if (!cfg.libraries && s->object != g_agent->exe) continue;
     if (noise(s->info.name)) continue;
-    const std::string shown = demangle(s->info.name);
-    if (glob_any(cfg.notrace, s->info.name, shown)) continue;
-    if (!cfg.filters.empty() && !glob_any(cfg.filters, s->info.name, shown)) continue;
+    const symbols::Name name(s->info.name);
+    if (notrace.matches(name)) continue;
+    if (!filters.empty() && !filters.matches(name)) continue;
     std::string why;
     if (!s->usable(&why)) {
       ++skipped;
-      logf("skipped %s: %s", shown.c_str(), why.c_str());
+      logf("skipped %s: %s", name.full().c_str(), why.c_str());
       continue;
     }
-    ftrace::FuncRecord* rec = record_for(s->info.name, shown, s->info.func);
+    ftrace::FuncRecord* rec = record_for(name, s->info.func);
     tramp::AttachOptions o;
     o.cookie = reinterpret_cast<uint64_t>(rec);
     o.caller = cfg.tracer == "function";  // graph_entry records who called (ctx[-4])
@@ -216,7 +153,7 @@ void attach_new_sites() {
         reqs.push_back({s->info.func, tramp::AttachType::fexit,
                         reinterpret_cast<uint64_t>(&ftrace::graph_exit), o});
     }
-    cand.push_back({s->info.func, s->info.size, short_name(shown), s->object});
+    cand.push_back({s->info.func, s->info.size, s->info.name, s->object});
     first_req.push_back(reqs.size());
   }
   if (reqs.empty()) {
@@ -224,19 +161,19 @@ void attach_new_sites() {
     return;
   }
   auto res = mgr.attach_many(reqs);
-  std::vector<Attached> done;
+  std::vector<trace::Function> done;
   for (size_t i = 0; i < cand.size(); ++i) {
     bool ok = true;
     for (size_t k = first_req[i]; k < first_req[i + 1]; ++k)
       if (!res[k]) {
         ok = false;
-        logf("not traced %s: %s", cand[i].name.c_str(), res[k].error().message.c_str());
+        logf("not traced %s: %s", symbols::demangle(cand[i].name).c_str(),
+             res[k].error().message.c_str());
       }
     if (ok) done.push_back(cand[i]);
   }
   logf("traced %zu functions, %zu skipped", done.size(), skipped + cand.size() - done.size());
-  write_functions_file(done, !g_agent->attached.empty());
-  g_agent->attached.insert(g_agent->attached.end(), done.begin(), done.end());
+  log_error(g_agent->files.traced(std::move(done)));
 }
 
 // Runs on a thread inside the agent (its start-up, or the loader's announcement); the
@@ -269,7 +206,7 @@ void discover_and_attach(bool fresh) {
   if (!left) logf("canonicalize: %s", left.error().message.c_str());
   else if (*left) logf("%zu sites left as five 1-byte NOPs: other threads were running", *left);
   attach_new_sites();
-  write_maps_file();
+  log_error(g_agent->files.write_maps());
 }
 
 // The loader's announcement (sites/loader_watch.hpp), on the thread that loads or
@@ -296,8 +233,7 @@ void atfork_child() {
   new (&g_agent->mu) std::recursive_mutex();  // held by the forking thread's parent copy
   // The child inherits every image; its threads claim new buffers on their first event.
   ftrace::after_fork_child();
-  write_functions_file(g_agent->attached, false);
-  write_maps_file();
+  log_error(g_agent->files.forked());
 }
 
 __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
@@ -335,6 +271,13 @@ __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
   ftrace::configure(&g_agent->buffers, o);
   g_agent->hooks = ftrace::hooks();
   tramp::set_unwind_hook(&ftrace::on_unwind);
+  log_error(g_agent->files.started(g_agent->cfg.trace_dir));
+  // Registered before the C library registers the dynamic loader's destructor pass (at
+  // the start of main's caller): exit() runs its handlers last registered first, so
+  // this one runs after the program's exit handlers and every ELF destructor, and the
+  // end time it writes comes after the last event of the thread that called exit.
+  // Forks inherit it.
+  on_exit([](int status, void*) { log_error(g_agent->files.exiting(status)); }, nullptr);
   // Before main: normally no other thread exists yet. The loader's announcements are
   // watched first, so that an object loaded meanwhile by another thread is not missed.
   if (auto w = sites::watch_loader(&on_loader_event); !w)

@@ -33,7 +33,7 @@ struct Config {
   std::string shm_path;       // the shared buffers file
   std::string trace_dir;      // where functions-PID.tsv go
   std::string tracer = "function_graph";
-  std::vector<std::string> filters;   // -F: only these (globs on mangled or demangled names)
+  std::vector<std::string> filters;   // -F: only these (globs: symbols/glob.hpp)
   std::vector<std::string> notrace;   // -N: never these
   bool libraries = false;             // trace shared libraries' functions too
   uint32_t max_depth = 0;

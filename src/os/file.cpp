@@ -33,7 +33,7 @@ Result<int> open_regular(const std::string& path) {
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     const mode_t mode = st.st_mode;
     ::close(fd);
-    return make_error(Errc::invalid_argument, fmt::format("{}: {}, not a regular file", path, file_kind(mode)));
+    return make_error(Errc::bad_format, fmt::format("{}: {}, not a regular file", path, file_kind(mode)));
   }
   (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return fd;

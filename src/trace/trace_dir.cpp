@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <elf.h>
 #include <unistd.h>
 
@@ -19,7 +20,6 @@
 #include <list>
 #include <nlohmann/json.hpp>
 #include <queue>
-#include <sstream>
 #include <unordered_map>
 
 namespace utramp::trace {
@@ -37,6 +37,9 @@ uint64_t thread_key(uint32_t pid, uint32_t tid) { return (uint64_t{pid} << 32) |
 std::string events_name(uint32_t pid, uint32_t tid) {
   return "events-" + std::to_string(pid) + "-" + std::to_string(tid) + ".bin";
 }
+std::string functions_name(uint32_t pid) { return "functions-" + std::to_string(pid) + ".tsv"; }
+std::string process_name(uint32_t pid) { return "process-" + std::to_string(pid) + ".json"; }
+std::string maps_name(uint32_t pid) { return "maps-" + std::to_string(pid) + ".txt"; }
 
 // Parses "PREFIX<n>[-<m>]SUFFIX"; m is required when `two`.
 bool parse_name(const std::string& name, const char* prefix, const char* suffix, bool two,
@@ -72,9 +75,11 @@ bool write_all(int fd, const void* data, size_t len) {
 }
 
 // Writes a small file whole: to NAME.tmp, then renamed, so a reader never sees half.
-Result<void> write_file_atomic(const std::string& path, const std::string& text) {
+// The agent writes these inside the traced program: owner-only, and never through a
+// symbolic link someone left at NAME.tmp (rename() replaces a link at NAME itself).
+Result<void> write_file_atomic(const std::string& path, std::string_view text) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return make_error(Errc::io, tmp + ": " + errno_text(errno));
   const bool ok = write_all(fd, text.data(), text.size());
   const int err = errno;
@@ -85,12 +90,25 @@ Result<void> write_file_atomic(const std::string& path, const std::string& text)
   return {};
 }
 
+// False with errno set when PATH cannot be read.
 bool read_small_file(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  out->clear();
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      return false;
+    }
+    if (n == 0) break;
+    out->append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
   return true;
 }
 
@@ -177,6 +195,84 @@ TraceInfo info_from_json(const json& j, std::string* problem) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------
+// The files of one traced process
+
+std::string exit_description(int wait_status) {
+  if (WIFEXITED(wait_status)) return "exited " + std::to_string(WEXITSTATUS(wait_status));
+  if (!WIFSIGNALED(wait_status)) return {};
+  const int sig = WTERMSIG(wait_status);
+  const char* abbrev = sigabbrev_np(sig);
+  return "killed by " + (abbrev ? "SIG" + std::string(abbrev) : "signal " + std::to_string(sig)) +
+         (WCOREDUMP(wait_status) ? " (core dumped)" : "");
+}
+
+Result<void> write_functions_file(const std::string& dir, uint32_t pid,
+                                  std::span<const Function> functions) {
+  std::string text = "# address\tsize\tname\tobject\n";
+  size_t left_out = 0;
+  const Function* first_bad = nullptr;
+  for (const auto& f : functions) {
+    if (f.name.find_first_of("\t\n") != std::string::npos ||
+        f.object.find_first_of("\t\n") != std::string::npos) {
+      if (!left_out++) first_bad = &f;
+      continue;
+    }
+    char num[64];
+    std::snprintf(num, sizeof num, "%#" PRIx64 "\t%" PRIu64 "\t", f.addr, f.size);
+    text += num;
+    text += f.name;
+    text += '\t';
+    text += f.object;
+    text += '\n';
+  }
+  const std::string path = dir + "/" + functions_name(pid);
+  if (auto w = write_file_atomic(path, text); !w) return w;
+  if (left_out)
+    return make_error(Errc::invalid_argument,
+                      path + ": " + std::to_string(left_out) +
+                          " function(s) left out: a TAB or newline in the name or object path "
+                          "(the first: " + json(first_bad->name).dump() + " in " +
+                          json(first_bad->object).dump() + ")");
+  return {};
+}
+
+Result<void> write_process_file(const std::string& dir, const ProcessInfo& p) {
+  json j{{"pid", p.pid},           {"parent", p.parent},
+         {"command", p.command},   {"start_time", p.start_time},
+         {"end_time", p.end_time}, {"exit", p.exit}};
+  return write_file_atomic(dir + "/" + process_name(p.pid),
+                           j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+}
+
+Result<ProcessInfo> read_process_file(const std::string& dir, uint32_t pid) {
+  const std::string path = dir + "/" + process_name(pid);
+  std::string text;
+  if (!read_small_file(path, &text)) {
+    if (errno == ENOENT) return make_error(Errc::not_found, path + ": no such file");
+    return make_error(Errc::io, path + ": " + errno_text(errno));
+  }
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return make_error(Errc::bad_format, process_name(pid) + ": not valid JSON");
+  ProcessInfo p;
+  p.pid = pid;
+  try {
+    p.parent = j.value("parent", 0u);
+    if (j.contains("command")) j.at("command").get_to(p.command);
+    p.start_time = j.value("start_time", uint64_t{0});
+    p.end_time = j.value("end_time", uint64_t{0});
+    p.exit = j.value("exit", std::string());
+  } catch (const json::exception&) {
+    return make_error(Errc::bad_format, process_name(pid) + ": bad values");
+  }
+  return p;
+}
+
+Result<void> write_maps_file(const std::string& dir, uint32_t pid, std::string_view maps) {
+  return write_file_atomic(dir + "/" + maps_name(pid), maps);
+}
 
 // ---------------------------------------------------------------------------------
 // TraceWriter
@@ -314,30 +410,6 @@ Result<void> TraceWriter::write_info(const TraceInfo& info) {
   TraceInfo copy = info;
   if (copy.threads.empty()) copy.threads = threads();
   return write_file_atomic(impl_->dir + "/info.json", to_json(copy).dump(2) + "\n");
-}
-
-Result<void> TraceWriter::write_functions(uint32_t pid, const std::vector<Function>& functions) {
-  if (!impl_) return make_error(Errc::invalid_argument, "trace writer not created");
-  std::string text = "# address\tsize\tname\tobject\n";
-  for (const auto& f : functions) {
-    char num[64];
-    std::snprintf(num, sizeof num, "%" PRIx64 "\t%" PRIu64 "\t", f.addr, f.size);
-    text += num;
-    text += f.name;
-    text += '\t';
-    text += f.object;
-    text += '\n';
-  }
-  return write_file_atomic(impl_->dir + "/functions-" + std::to_string(pid) + ".tsv", text);
-}
-
-Result<void> TraceWriter::write_process(const ProcessInfo& p) {
-  if (!impl_) return make_error(Errc::invalid_argument, "trace writer not created");
-  json j{{"pid", p.pid},           {"parent", p.parent},
-         {"command", p.command},   {"start_time", p.start_time},
-         {"end_time", p.end_time}, {"exit", p.exit}};
-  return write_file_atomic(impl_->dir + "/process-" + std::to_string(p.pid) + ".json",
-                           j.dump(2) + "\n");
 }
 
 Result<void> TraceWriter::close() {
@@ -552,6 +624,7 @@ struct TraceReader::Impl {
     uint32_t pid, tid;
     std::string path;
     uint64_t records;
+    bool truncated;  // the file ends with part of a record
   };
   std::string dir;
   TraceInfo info;
@@ -694,28 +767,16 @@ Result<TraceReader> TraceReader::open(const std::string& dir) {
       if (body % sizeof(Event))
         warn.push_back(name + ": truncated after " + std::to_string(records) +
                        " events (last record " + std::to_string(body % sizeof(Event)) + " bytes)");
-      impl->threads.push_back({a, b, path, records});
+      impl->threads.push_back({a, b, path, records, body % sizeof(Event) != 0});
     } else if (parse_name(name, "functions-", ".tsv", false, &a, nullptr)) {
       load_functions(path, &impl->symbols[a], &warn, name);
     } else if (parse_name(name, "process-", ".json", false, &a, nullptr)) {
-      std::string ptext;
-      json j = read_small_file(path, &ptext) ? json::parse(ptext, nullptr, false) : json();
-      if (j.is_discarded() || !j.is_object()) {
-        warn.push_back(name + ": not valid JSON; ignored");
+      auto p = read_process_file(dir, a);
+      if (!p) {
+        warn.push_back(p.error().message + "; ignored");
         continue;
       }
-      ProcessInfo p;
-      p.pid = a;
-      try {
-        p.parent = j.value("parent", 0u);
-        if (j.contains("command")) j.at("command").get_to(p.command);
-        p.start_time = j.value("start_time", uint64_t{0});
-        p.end_time = j.value("end_time", uint64_t{0});
-        p.exit = j.value("exit", std::string());
-      } catch (const json::exception&) {
-        warn.push_back(name + ": bad values; partly ignored");
-      }
-      impl->processes[a] = std::move(p);
+      impl->processes[a] = std::move(*p);
     }
   }
   std::sort(impl->threads.begin(), impl->threads.end(), [](const auto& x, const auto& y) {
@@ -762,6 +823,12 @@ uint64_t TraceReader::event_count(uint32_t pid, uint32_t tid) const {
   for (const auto& t : impl_->threads)
     if (t.pid == pid && t.tid == tid) return t.records;
   return 0;
+}
+
+bool TraceReader::truncated(uint32_t pid, uint32_t tid) const {
+  for (const auto& t : impl_->threads)
+    if (t.pid == pid && t.tid == tid) return t.truncated;
+  return false;
 }
 
 std::unique_ptr<EventStream> TraceReader::stream(uint32_t pid, uint32_t tid) const {
@@ -823,7 +890,7 @@ std::string TraceReader::object_symbol(uint32_t pid, uint64_t addr) const {
   auto maps = impl_->maps.find(pid);
   for (uint32_t p = pid, hops = 0; maps == impl_->maps.end() && hops < 64; ++hops) {
     std::vector<Impl::Mapping> m;
-    std::ifstream in(impl_->dir + "/maps-" + std::to_string(p) + ".txt");
+    std::ifstream in(impl_->dir + "/" + maps_name(p));
     for (std::string line; in && std::getline(in, line);) {
       // start-end perms offset dev inode path: executable, file-backed mappings only
       unsigned long long start = 0, end = 0, off = 0, inode = 0;

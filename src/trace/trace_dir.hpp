@@ -19,6 +19,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.hpp"
@@ -64,11 +65,37 @@ struct Function {
 // process-PID.json: one traced process.
 struct ProcessInfo {
   uint32_t pid = 0;
-  uint32_t parent = 0;               // the traced process it forked from, 0 for the first
+  uint32_t parent = 0;               // the traced process that started it, 0 for the one
+                                     // `record` started
   std::vector<std::string> command;  // argv (after exec, the new one)
   uint64_t start_time = 0, end_time = 0;  // in the trace's time_unit, 0 when unknown
   std::string exit;                  // "exited 0", "killed by SIGKILL", "" when unknown
 };
+
+// How a process ended, from its wait status (waitpid(2)), as info.json and
+// process-PID.json say it: "exited 3", "killed by SIGSEGV (core dumped)".
+std::string exit_description(int wait_status);
+
+// ---- The files of one traced process ---------------------------------------------
+// The agent writes them inside each traced process: functions and maps after start-up,
+// after each dlopen and in a forked child; process at start-up and fork, and again
+// when the process calls exit. `record` completes the process file of the process it
+// started with how that one ended, which only it knows. Each file is written whole (to
+// NAME.tmp, then renamed, so that a reader never sees half of one), mode 0600, never
+// through a symbolic link.
+
+// functions-PID.tsv: the functions traced in process PID, symbols as in the object. A
+// function whose name or object path holds a TAB or newline cannot be written: it is
+// left out, and the error says which (the others are written).
+Result<void> write_functions_file(const std::string& dir, uint32_t pid,
+                                  std::span<const Function> functions);
+// process-PID.json.
+Result<void> write_process_file(const std::string& dir, const ProcessInfo& process);
+// process-PID.json as written; Errc::not_found when there is none, bad_format when it
+// is not one (the message says what is wrong).
+Result<ProcessInfo> read_process_file(const std::string& dir, uint32_t pid);
+// maps-PID.txt: the text of /proc/PID/maps.
+Result<void> write_maps_file(const std::string& dir, uint32_t pid, std::string_view maps);
 
 class TraceWriter {
  public:
@@ -83,10 +110,6 @@ class TraceWriter {
   // Writes info.json (also callable early, to leave a readable trace if we die). An
   // empty info.threads is filled from what append()/add_lost() saw.
   Result<void> write_info(const TraceInfo& info);
-  // functions-PID.tsv (names must not contain TAB or newline).
-  Result<void> write_functions(uint32_t pid, const std::vector<Function>& functions);
-  // process-PID.json.
-  Result<void> write_process(const ProcessInfo& process);
   // Flushes and closes every events file (the destructor does too).
   Result<void> close();
   const std::string& dir() const;
@@ -144,6 +167,9 @@ class TraceReader {
   const std::map<uint32_t, ProcessInfo>& processes() const;
   // Events stored for a thread (whole records in its file).
   uint64_t event_count(uint32_t pid, uint32_t tid) const;
+  // Whether a thread's file ends with part of a record (the recording was cut short
+  // while writing it: what followed is lost).
+  bool truncated(uint32_t pid, uint32_t tid) const;
   // The function around a code address that is not a traced function's (a caller in a
   // library, or a function -F left out): from maps-PID.txt (the process's mappings as
   // the agent saw them) and the symbol tables of the mapped files, read now; "" when

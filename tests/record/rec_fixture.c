@@ -9,8 +9,9 @@
 //     have no compiler site): a volatile store is the first instruction.
 //
 // Scenarios: basic (nesting, recursion, exact counts), args (argument and return-value
-// capture), slow (for -t), threads, fork, longjmp, crash (SIGSEGV), many N (N leaf
-// calls, for buffer overflow), io (stdin to stdout, a line to stderr, exit 3).
+// capture), slow (for -t), threads, fork, fork_exit (the child calls exit(5)), longjmp,
+// crash (SIGSEGV), many N (N leaf calls, for buffer overflow), io (stdin to stdout, a
+// line to stderr, exit 3), names (C functions whose names are manglings of types).
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <setjmp.h>
@@ -151,20 +152,47 @@ FX void parent_work(void) {
   sink = 6;
 }
 
-FX int run_fork(void) {
+// The child ends by _exit(0), which the agent does not see, or with `by_exit` by
+// exit(5), which it does: its process file then says how it ended. Returns 0 when the
+// child ended as it should.
+FX int run_fork(int by_exit) {
   sink = 0;
   leaf(1);
   fflush(stdout);
   const pid_t pid = fork();
   if (pid == 0) {
     child_work();
+    if (by_exit) exit(5);
     _exit(0);
   }
   int st = 0;
   waitpid(pid, &st, 0);
   parent_work();
   sink = 0;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 99;
+  return WIFEXITED(st) && WEXITSTATUS(st) == (by_exit ? 5 : 0) ? 0 : 99;
+}
+
+// C functions named as the Itanium ABI mangles builtin types ("a" signed char, "b" bool,
+// "c" char, "d" double, "f" float, "i" int), and one that starts like a mangled name
+// without being one: their names are shown as they are, never demangled.
+#define NAMED_LIKE_A_TYPE(name) \
+  FX int name(int x) {          \
+    sink = x;                   \
+    return x + 1;               \
+  }
+NAMED_LIKE_A_TYPE(a)
+NAMED_LIKE_A_TYPE(b)
+NAMED_LIKE_A_TYPE(c)
+NAMED_LIKE_A_TYPE(d)
+NAMED_LIKE_A_TYPE(f)
+NAMED_LIKE_A_TYPE(i)
+NAMED_LIKE_A_TYPE(_Zap)
+
+FX int run_names(void) {
+  sink = 0;
+  const int r = _Zap(i(f(d(c(b(a(0)))))));
+  sink = 0;
+  return r == 7 ? 0 : 1;
 }
 
 static jmp_buf jb;
@@ -236,7 +264,9 @@ int main(int argc, char** argv) {
   if (!strcmp(what, "args")) return run_args();
   if (!strcmp(what, "slow")) return run_slow();
   if (!strcmp(what, "threads")) return run_threads();
-  if (!strcmp(what, "fork")) return run_fork();
+  if (!strcmp(what, "fork")) return run_fork(0);
+  if (!strcmp(what, "fork_exit")) return run_fork(1);
+  if (!strcmp(what, "names")) return run_names();
   if (!strcmp(what, "longjmp")) return run_longjmp();
   if (!strcmp(what, "crash")) {
     crash_outer();

@@ -24,6 +24,7 @@
 #include "cli_runner.hpp"
 #include "golden.hpp"
 #include "temp_dir.hpp"
+#include "trace/trace_dir.hpp"
 
 namespace fs = std::filesystem;
 using utramp::test::RunResult;
@@ -370,7 +371,47 @@ std::vector<Fixture> cxx_fixtures() {
   return v;
 }
 
+// Names through record and replay (docs/tracing.md, "Function names and globs"): -F in
+// each of a name's three forms selects the same functions at record time as at replay
+// time; replay shows simple names by default, full ones with --demangle full, and the
+// symbols with --no-demangle (from the trace: the symbol file holds them).
+TEST_P(CxxMatrix, NamesOneRule) {
+  const std::vector<std::string> filters = {
+      "-F", "shop::run_names",                                        // simple
+      "-F", "shop::Box<int>::operator<(shop::Box<int> const&) const", // full
+      "-F", "_ZNK4shop3BoxIiEclEi",                                   // symbol
+      "-F", "shop::Box::g*",                                          // glob on simple
+      "-F", "*hidden(int)",                                           // glob on full
+      "-F", "shop::label"};                                           // [abi:cxx11] dropped
+  Recording r(fx(), filters, {"names"});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  std::vector<std::string> replay_f = {"replay"};
+  for (size_t k = 1; k < filters.size(); k += 2) {
+    replay_f.push_back("-F");
+    replay_f.push_back(filters[k]);
+  }
+  r.expect_golden("cxx_names", r.show_record() + r.cli({"replay"}) +
+                                   r.cli({"replay", "--demangle", "full"}) +
+                                   r.cli({"replay", "--no-demangle"}) + r.cli(replay_f) +
+                                   r.cli({"report", "--sort", "name"}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Cxx, CxxMatrix, testing::ValuesIn(cxx_fixtures()), fixture_name);
+
+// C functions named as manglings of types (`a` is `signed char`, `f` `float`...) are
+// shown, listed and matched by their names.
+TEST(Names, CFunctionsAreNeverDemangled) {
+  REQUIRE_FIXTURE(kMain);
+  Recording r(kMain, {"-F", "run_names", "-F", "[abcdfi]", "-F", "_Zap"}, {"names"});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  std::vector<std::string> list = {"list", fixture_path(kMain), "[abcdfi]"};
+  std::vector<std::string> argv = list;
+  argv.insert(argv.begin(), UTRAMP_CLI);
+  const RunResult listed = run_in(argv, r.cwd());
+  r.expect_golden("c_names", r.show_record() + r.cli({"replay"}) +
+                                 r.cli({"replay", "--demangle", "full"}) +
+                                 r.cli({"report", "--sort", "name"}) + r.show(list, listed));
+}
 
 // ---- filters ----
 
@@ -499,6 +540,91 @@ TEST(Signals, SigtrapStaysDeliverable) {
             "probe hits in blocked threads: yes\n"
             "after the program's own SIGTRAP handler: sigaction reports it yes, probe hits 2, "
             "program handler ran 1, probed in a SIGUSR1 handler yes\n");
+}
+
+// ---- the trace directory as a recording leaves it ----
+
+// Each traced process's files (docs/trace-format.md), written by its agent with the trace
+// module's writer: the symbols as in the object; the process files with parent, command,
+// start, and the end where it is known (record reaps the process it started; the forked
+// child calls exit(5), which its agent sees). Owner-only.
+TEST(TraceFiles, WhatARecordingLeaves) {
+  REQUIRE_FIXTURE(kMain);
+  Recording r(kMain, {}, {"fork_exit"});
+  ASSERT_EQ(r.record().exit_code, 0) << r.record().err;
+  const uint32_t root = r.root_pid();
+  ASSERT_NE(root, 0u);
+
+  std::string files;
+  for (const auto& e : fs::directory_iterator(r.dir())) {
+    const std::string n = e.path().filename();
+    files += n + "\n";
+    if (n.starts_with("functions-") || n.starts_with("maps-") || n.starts_with("process-") ||
+        n.starts_with("agent-")) {
+      struct stat st {};
+      ASSERT_EQ(stat(e.path().c_str(), &st), 0);
+      EXPECT_EQ(st.st_mode & 0777, 0600u) << n;
+    }
+  }
+  // Sorted once masked: the order of real ids varies.
+  std::vector<std::string> masked;
+  std::istringstream fl(r.mask(files));
+  for (std::string line; std::getline(fl, line);) masked.push_back(line);
+  std::sort(masked.begin(), masked.end());
+  std::string out = "--- files\n";
+  for (const auto& f : masked) out += f + "\n";
+
+  // The root's symbol file: names as in the object, sorted; addresses and sizes checked
+  // here (they depend on the build), not shown.
+  std::istringstream tsv(read_file(r.dir() + "/functions-" + std::to_string(root) + ".tsv"));
+  std::vector<std::string> fns;
+  std::string header;
+  std::getline(tsv, header);
+  for (std::string line; std::getline(tsv, line);) {
+    std::istringstream ls(line);
+    std::string addr, size, name, object;
+    std::getline(ls, addr, '\t');
+    std::getline(ls, size, '\t');
+    std::getline(ls, name, '\t');
+    std::getline(ls, object);
+    EXPECT_TRUE(addr.starts_with("0x") && std::stoull(addr, nullptr, 16) != 0) << line;
+    EXPECT_GT(std::stoull(size), 0u) << line;
+    fns.push_back(name + "\t" + r.mask(object));
+  }
+  std::sort(fns.begin(), fns.end());
+  out += "--- functions-T1.tsv\n" + header + "\n";
+  for (const auto& f : fns) out += f + "\n";
+
+  // The process files, times checked against the events rather than shown.
+  auto reader = utramp::trace::TraceReader::open(r.dir());
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  ASSERT_EQ(reader->processes().size(), 2u);
+  for (const auto& [pid, p] : reader->processes()) {
+    out += "--- process-" + std::to_string(pid) + ".json: parent=" + std::to_string(p.parent) +
+           ", exit=\"" + p.exit + "\", command=";
+    for (const auto& a : p.command) out += a + ";";
+    out += "\n";
+    EXPECT_GE(p.start_time, reader->info().start_time) << pid;
+    // A forked child's events begin with the frames it inherited, entered before the
+    // fork: its own calls begin with child_work.
+    const std::string first_own = p.parent ? "child_work" : "main";
+    uint64_t first = 0, last = 0;
+    for (auto [epid, tid] : reader->threads()) {
+      if (epid != pid) continue;
+      auto st = reader->stream(epid, tid);
+      while (auto e = st->next()) {
+        const auto* fn = reader->symbols(pid).find(e->addr);
+        if (!first && e->type == static_cast<uint8_t>(utramp::trace::EventType::entry) && fn &&
+            fn->name == first_own)
+          first = e->time;
+        last = std::max(last, e->time);
+      }
+    }
+    ASSERT_NE(first, 0u) << "no call of " << first_own << " in " << pid;
+    EXPECT_LE(p.start_time, first) << pid;
+    EXPECT_GE(p.end_time, last) << pid;
+  }
+  r.expect_golden("trace_files", r.mask(out));
 }
 
 // ---- bad input ----

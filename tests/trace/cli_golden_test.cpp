@@ -116,10 +116,10 @@ struct Synth {
       bool child = false;
       for (auto& p : processes) child |= p.pid == pid && p.parent != 0;
       if (!child) {
-        ASSERT_TRUE(w->write_functions(pid, functions).ok());
+        ASSERT_TRUE(write_functions_file(dir, pid, functions).ok());
       }
     }
-    for (auto& p : processes) ASSERT_TRUE(w->write_process(p).ok());
+    for (auto& p : processes) ASSERT_TRUE(write_process_file(dir, p).ok());
     if (info.command.empty()) info.command = {"/usr/bin/app", "--flag"};
     ASSERT_TRUE(w->write_info(info).ok());
   }
@@ -264,6 +264,30 @@ void damaged(Synth& s) {
   s.info.exit_code = 137;
 }
 
+// Symbols as the agent records them (as in the object) that a demangler alone gets wrong:
+// C functions named like manglings of types, a class template's members (two instances:
+// one simple name), an operator template, a lambda, an anonymous namespace, an ABI tag,
+// a clone and a thunk.
+void names(Synth& s) {
+  const uint32_t p = s.id(1);
+  auto t = s.thread(p, p);
+  t.in(0, "main", 0);
+  t.leaf(10, 20, "f", 1);
+  t.leaf(30, 40, "i", 1);
+  t.leaf(50, 60, "_Zap", 1);
+  t.in(100, "_Z3runv", 1);
+  t.leaf(110, 120, "_ZZ3runvENKUliE_clEi", 2);
+  t.leaf(130, 140, "_ZNK2ns3BoxIiE3getEv", 2);
+  t.leaf(150, 170, "_ZNK2ns3BoxIdE3getEv", 2);
+  t.leaf(180, 190, "_ZN2nsltIiEEbRKNS_3BoxIT_EES5_", 2);
+  t.leaf(200, 210, "_ZN12_GLOBAL__N_11fEv", 2);
+  t.leaf(220, 230, "_ZN2ns5titleB5cxx11Ei", 2);
+  t.leaf(240, 250, "_Z3fooi.isra.0", 2);
+  t.leaf(260, 270, "_ZThn8_N1B1fEv", 2);
+  t.out(300, "_Z3runv", 1);
+  t.out(400, "main", 0);
+}
+
 std::string write_trace(TempDir& tmp, void (*fill)(Synth&), const std::string& name = "t") {
   Synth s;
   fill(s);
@@ -277,6 +301,32 @@ TEST(CliGolden, ReplayBasic) {
   const auto dir = write_trace(tmp, basic);
   golden("replay_basic", {"replay", dir}, dir);
   golden("replay_basic_no_demangle_us", {"replay", "--no-demangle", "--unit", "us", dir}, dir);
+}
+
+// Each style of names, and globs naming functions by any of their forms whatever the
+// style shown (docs/tracing.md, "Function names and globs").
+TEST(CliGolden, Names) {
+  TempDir tmp;
+  const auto dir = write_trace(tmp, names);
+  golden("replay_names", {"replay", dir}, dir);
+  golden("replay_names_full", {"replay", "--demangle", "full", dir}, dir);
+  golden("replay_basic_full", {"replay", "--demangle", "full", write_trace(tmp, basic, "basic")},
+         tmp / "basic");
+  golden("replay_names_no", {"replay", "--demangle", "no", dir}, dir);
+  golden("report_names", {"report", "--sort", "name", dir}, dir);
+  golden("report_names_full", {"report", "--sort", "name", "--demangle", "full", dir}, dir);
+  golden("dump_folded_names_no", {"dump", "--folded", "--no-demangle", dir}, dir);
+  // Both instances by their simple name; one by its full name; one by its symbol, shown
+  // mangled.
+  golden("replay_names_F_simple", {"replay", "-F", "ns::Box::get", dir}, dir);
+  golden("replay_names_F_full", {"replay", "-F", "ns::Box<double>::get() const", dir}, dir);
+  golden("replay_names_F_symbol_no",
+         {"replay", "--no-demangle", "-F", "_ZN2ns5titleB5cxx11Ei", "-F", "f", dir}, dir);
+  golden("replay_names_N",
+         {"replay", "-N", "run::{lambda#1}::operator()", "-N", "*operator<(*", "-N", "foo*", "-N",
+          "*thunk*", "-N", "[fi]", dir},
+         dir);
+  golden("error_demangle_style", {"replay", "--demangle", "short", dir}, dir);
 }
 
 TEST(CliGolden, ReplayFilters) {

@@ -3,12 +3,16 @@
 #include "trace/trace_dir.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "ring_util.hpp"
 
@@ -63,11 +67,11 @@ TEST(TraceDir, RoundTrip) {
     ASSERT_TRUE(w->append(10, 11, b).ok());
     ASSERT_TRUE(w->append(10, 10, std::span(a).subspan(4000)).ok());
     w->add_lost(10, 11, 5);
-    ASSERT_TRUE(w->write_functions(10, {{0x1000, 0x40, "main", "/bin/app"},
-                                        {0x1040, 0x10, "_Z3fooi", "/bin/app"},
-                                        {0x2000, 0, "sized_zero", "/lib/x.so"}})
-                    .ok());
-    ASSERT_TRUE(w->write_process({20, 10, {"/bin/app", "--child"}, 5, 6, "exited 3"}).ok());
+    const std::vector<Function> fns{{0x1000, 0x40, "main", "/bin/app"},
+                                    {0x1040, 0x10, "_Z3fooi", "/bin/app"},
+                                    {0x2000, 0, "sized_zero", "/lib/x.so"}};
+    ASSERT_TRUE(write_functions_file(dir, 10, fns).ok());
+    ASSERT_TRUE(write_process_file(dir, {20, 10, {"/bin/app", "--child"}, 5, 6, "exited 3"}).ok());
     TraceInfo info;
     info.command = {"/bin/app", "arg with space"};
     info.time_unit = "tsc";
@@ -214,6 +218,11 @@ TEST(TraceDir, TruncatedEventsFileIsReadUpToTheLastWholeRecord) {
       << all_warnings(*r);
   EXPECT_EQ(read_all(*r->stream(12, 12)).size(), 1233u);
   EXPECT_EQ(read_all(*r->merged()).size(), 1233u);
+  EXPECT_TRUE(r->truncated(12, 12));
+  EXPECT_FALSE(r->truncated(12, 13));
+  // Whole records only: not cut short.
+  ASSERT_EQ(truncate(f.c_str(), 32 + 1233 * 32), 0);
+  EXPECT_FALSE(TraceReader::open(dir)->truncated(12, 12));
 }
 
 TEST(TraceDir, DamagedFilesAreReportedAndTheRestIsRead) {
@@ -225,7 +234,8 @@ TEST(TraceDir, DamagedFilesAreReportedAndTheRestIsRead) {
     ASSERT_TRUE(w->append(1, 1, std::vector<Event>{seq_event(0)}).ok());
     ASSERT_TRUE(w->append(1, 2, std::vector<Event>{seq_event(0)}).ok());
     ASSERT_TRUE(w->append(1, 3, std::vector<Event>{seq_event(0)}).ok());
-    ASSERT_TRUE(w->write_functions(1, {{0x10, 4, "f", "o"}}).ok());
+    const std::vector<Function> fns{{0x10, 4, "f", "o"}};
+    ASSERT_TRUE(write_functions_file(dir, 1, fns).ok());
   }
   // Bad magic, a header cut short, a malformed symbol line, a broken info.json.
   {
@@ -354,6 +364,90 @@ TEST(TraceDir, InfoJsonIsDocumentedJson) {
   EXPECT_EQ(h.record_size, 32u);
   EXPECT_EQ(h.pid, 3u);
   EXPECT_EQ(h.tid, 4u);
+}
+
+// The per-process files, as the agent writes them in every traced process.
+TEST(TraceDir, ProcessFilesAsDocumented) {
+  TempDir tmp;
+  const std::string dir = tmp.path;
+  const std::vector<Function> fns{{0x401126, 42, "main", "/home/me/app"},
+                                  {0x401150, 18, "_ZN3app6Parser5parseEPKc", "/home/me/app"}};
+  ASSERT_TRUE(write_functions_file(dir, 7, fns).ok());
+  std::ifstream in(dir + "/functions-7.tsv");
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(),
+            "# address\tsize\tname\tobject\n"
+            "0x401126\t42\tmain\t/home/me/app\n"
+            "0x401150\t18\t_ZN3app6Parser5parseEPKc\t/home/me/app\n");
+
+  ASSERT_TRUE(write_process_file(dir, {7, 0, {"./app", "--flag"}, 1000, 5000, "exited 0"}).ok());
+  auto p = read_process_file(dir, 7);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->pid, 7u);
+  EXPECT_EQ(p->parent, 0u);
+  EXPECT_EQ(p->command, (std::vector<std::string>{"./app", "--flag"}));
+  EXPECT_EQ(p->start_time, 1000u);
+  EXPECT_EQ(p->end_time, 5000u);
+  EXPECT_EQ(p->exit, "exited 0");
+  EXPECT_EQ(read_process_file(dir, 8).error().code, Errc::not_found);
+  std::ofstream(dir + "/process-9.json") << "{\"parent\": \"nine\"}";
+  EXPECT_EQ(read_process_file(dir, 9).error().code, Errc::bad_format);
+
+  ASSERT_TRUE(write_maps_file(dir, 7, "00400000-00401000 r-xp 00000000 08:01 12 /home/me/app\n").ok());
+
+  // Owner-only; nothing left behind but the files themselves.
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.insert(e.path().filename());
+    if (e.path().filename() == "process-9.json") continue;  // written by this test
+    struct stat st {};
+    ASSERT_EQ(stat(e.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << e.path();
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"functions-7.tsv", "process-7.json", "process-9.json",
+                                          "maps-7.txt"}));
+}
+
+// A name the format cannot hold costs that function only, and the error names it.
+TEST(TraceDir, FunctionsWithTabsAreLeftOutAndSaid) {
+  TempDir tmp;
+  const std::vector<Function> fns{{0x10, 4, "good", "/bin/app"},
+                                  {0x20, 4, "bad\tname", "/bin/app"},
+                                  {0x30, 4, "other", "/dir\nwith newline/lib.so"}};
+  auto w = write_functions_file(tmp.path, 1, fns);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.error().message.find("2 function(s) left out"), std::string::npos) << w.error().message;
+  EXPECT_NE(w.error().message.find("\"bad\\tname\""), std::string::npos) << w.error().message;
+  auto r = TraceReader::open(tmp.path);
+  ASSERT_FALSE(r.ok());  // no events, no info.json: not a trace, but the file is there
+  std::ifstream in(tmp.path + "/functions-1.tsv");
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), "# address\tsize\tname\tobject\n0x10\t4\tgood\t/bin/app\n");
+}
+
+// The agent writes into a directory others may write to: never through a link.
+TEST(TraceDir, ProcessFilesAreNotWrittenThroughLinks) {
+  TempDir tmp, elsewhere;
+  const std::string target = elsewhere.path + "/victim";
+  ASSERT_EQ(symlink(target.c_str(), (tmp.path + "/process-3.json.tmp").c_str()), 0);
+  auto w = write_process_file(tmp.path, {3, 0, {"x"}, 1, 0, ""});
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.error().message.find("process-3.json.tmp"), std::string::npos) << w.error().message;
+  EXPECT_FALSE(std::filesystem::exists(target));
+  // A link at the name itself is replaced, not followed.
+  ASSERT_EQ(symlink(target.c_str(), (tmp.path + "/maps-3.txt").c_str()), 0);
+  ASSERT_TRUE(write_maps_file(tmp.path, 3, "text\n").ok());
+  EXPECT_FALSE(std::filesystem::exists(target));
+  EXPECT_FALSE(std::filesystem::is_symlink(tmp.path + "/maps-3.txt"));
+}
+
+TEST(TraceDir, ExitDescriptions) {
+  EXPECT_EQ(exit_description(W_EXITCODE(0, 0)), "exited 0");
+  EXPECT_EQ(exit_description(W_EXITCODE(3, 0)), "exited 3");
+  EXPECT_EQ(exit_description(SIGKILL), "killed by SIGKILL");
+  EXPECT_EQ(exit_description(SIGSEGV | WCOREFLAG), "killed by SIGSEGV (core dumped)");
 }
 
 }  // namespace

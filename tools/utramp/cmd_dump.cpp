@@ -28,7 +28,9 @@ using trace::EventType;
 
 struct Options {
   std::string dir = "utramp.data";
-  bool chrome = false, folded = false, count = false, no_merge = false, no_demangle = false;
+  bool chrome = false, folded = false, count = false, no_merge = false;
+  std::string demangle = "simple";
+  symbols::Style names = symbols::Style::simple;  // from `demangle`
 };
 
 std::string jstr(const std::string& s) {
@@ -41,7 +43,7 @@ std::string jstr(const std::string& s) {
 
 class Chrome final : public Walker::Handler {
  public:
-  Chrome(const trace::TraceReader& r, const Options& o) : r_(r), names_(r, !o.no_demangle) {}
+  Chrome(const trace::TraceReader& r, const Options& o) : r_(r), names_(r, o.names) {}
 
   void begin() {
     std::fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[", stdout);
@@ -78,7 +80,7 @@ class Chrome final : public Walker::Handler {
                                                          : nullptr;
     std::string end;
     if (x.kind == ExitKind::trace_end) {
-      end = end_note(r_, t.pid);
+      end = end_note(r_, t.pid, t.tid);
       why = end.c_str();
     }
     if (why) args += fmt::format("{}\"exit\":\"{}\"", args.empty() ? "" : ",", why);
@@ -146,7 +148,7 @@ class Chrome final : public Walker::Handler {
 
 class Folded final : public Walker::Handler {
  public:
-  Folded(const trace::TraceReader& r, const Options& o) : r_(r), o_(o), names_(r, !o.no_demangle) {}
+  Folded(const trace::TraceReader& r, const Options& o) : r_(r), o_(o), names_(r, o.names) {}
   void enter(WalkThread&, const Frame&) override {}
   void exit(WalkThread& t, const Frame& f, const Exit& x) override {
     if (f.synthetic) return;
@@ -214,7 +216,7 @@ const char* type_name(uint8_t t) {
 }
 
 int raw(const trace::TraceReader& r, const Options& o) {
-  Names names(r, !o.no_demangle);
+  Names names(r, o.names);
   fmt::print("# {:>18} {:>8} {:>8} {:<13} {:>5} {:>18} {:>18} {:>5} {:>8}  {}\n", "TIME", "PID",
              "TID", "TYPE", "DEPTH", "ADDRESS", "DATA", "FLAGS", "AUX", "FUNCTION");
   auto print = [&](uint32_t pid, uint32_t tid, const Event& e) {
@@ -285,8 +287,11 @@ void add_dump(CLI::App& app) {
                 "folded stacks for flame graphs, weighted by self time in ns");
   sub->add_flag("--count", o->count, "with --folded: weight by number of calls");
   sub->add_flag("--no-merge", o->no_merge, "raw events: one thread after the other");
-  sub->add_flag("--no-demangle", o->no_demangle, "show C++ symbols as recorded");
-  sub->callback([o] { std::exit(run(*o)); });
+  add_name_options(sub, &o->demangle);
+  sub->callback([o] {
+    if (!name_style("dump", o->demangle, &o->names)) std::exit(2);
+    std::exit(run(*o));
+  });
 }
 
 }  // namespace utramp::cli

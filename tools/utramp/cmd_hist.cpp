@@ -42,7 +42,7 @@ int hist(const HistFlags& f) {
   if (r.ended.empty()) return code;  // the program never ran (run_record said why)
   auto reader = open_trace("hist", dir);
   if (!reader) return code ? code : 1;
-  const auto durations = function_durations(*reader, {f.func});
+  const auto durations = function_durations(*reader, symbols::Globs({f.func}));
   std::cout << fmt::format("{} calls of {}; target {}\n", durations.size(), f.func, r.ended);
   print_latency_hist(std::cout, durations, f.unit);
   if (r.lost) std::cout << fmt::format("({} events lost: counts are low)\n", r.lost);

@@ -1,9 +1,7 @@
 // utramp list PROGRAM [GLOB]: the functions of a program and whether each can be
 // attached, like ftrace's available_filter_functions.
-#include <cxxabi.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <fnmatch.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,17 +16,11 @@
 #include "commands.hpp"
 #include "os/elf_file.hpp"
 #include "sites/object.hpp"
+#include "symbols/glob.hpp"
 
 namespace utramp::cli {
 
 namespace {
-
-std::string demangle(const std::string& name) {
-  int status = 0;
-  std::unique_ptr<char, decltype(&free)> d(::abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status),
-                                           &free);
-  return status == 0 && d ? std::string(d.get()) : name;
-}
 
 // The shared libraries the dynamic loader would map for `program`, as `ld.so --list`
 // resolves them. The loader is the one this process runs under, never one the file
@@ -108,7 +100,9 @@ struct Options {
   bool attachable_only = false;
   bool libs = false;
   bool json = false;
-  bool no_demangle = false;
+  // A catalogue: full names tell overloads apart (replay's default is simple).
+  std::string demangle = "full";
+  symbols::Style names = symbols::Style::full;  // from `demangle`
 };
 
 int run(const Options& o) {
@@ -143,10 +137,9 @@ int run(const Options& o) {
     }
     for (const auto& f : obj->functions) {
       ++total;
-      const std::string shown_name = o.no_demangle ? f.name : demangle(f.name);
-      if (!o.glob.empty() && fnmatch(o.glob.c_str(), f.name.c_str(), 0) != 0 &&
-          fnmatch(o.glob.c_str(), shown_name.c_str(), 0) != 0)
-        continue;
+      const symbols::Name name(f.name);
+      const std::string& shown_name = name.in(o.names);
+      if (!o.glob.empty() && !symbols::glob_matches(o.glob, name)) continue;
       ++matched;
       if (o.attachable_only && !f.attachable) continue;
       ++shown;
@@ -196,12 +189,16 @@ void add_list(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "list", "List a program's functions, their patch site kind and whether they can be attached");
   sub->add_option("program", opts->program, "ELF executable or shared library")->required();
-  sub->add_option("glob", opts->glob, "only functions matching this glob (mangled or demangled)");
+  sub->add_option("glob", opts->glob,
+                  "only functions this glob names (symbol, full or simple name: docs/tracing.md)");
   sub->add_flag("-a,--attachable", opts->attachable_only, "only functions that can be attached");
   sub->add_flag("-l,--libs", opts->libs, "also the shared libraries the program loads");
   sub->add_flag("--json", opts->json, "machine-readable output");
-  sub->add_flag("--no-demangle", opts->no_demangle, "show C++ symbols mangled");
-  sub->callback([opts] { std::exit(run(*opts)); });
+  add_name_options(sub, &opts->demangle);
+  sub->callback([opts] {
+    if (!name_style("list", opts->demangle, &opts->names)) std::exit(2);
+    std::exit(run(*opts));
+  });
 }
 
 }  // namespace utramp::cli

@@ -72,14 +72,20 @@ void add_record(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   CLI::App* sub = app.add_subcommand("record", "Run a program and record its function calls");
   sub->add_option("-o,--output", f->rec.output, "trace directory (default utramp.data)");
-  sub->add_option("-F,--filter", f->rec.agent.filters, "trace only functions matching GLOB (repeatable)");
-  sub->add_option("-N,--notrace", f->rec.agent.notrace, "never trace functions matching GLOB (wins over -F)");
+  // One value per option (allow_extra_args(false)): CLI11 would also take "[abc]" for a
+  // list and strip its brackets, which a glob needs.
+  sub->add_option("-F,--filter", f->rec.agent.filters, "trace only functions matching GLOB (repeatable)")
+      ->allow_extra_args(false);
+  sub->add_option("-N,--notrace", f->rec.agent.notrace, "never trace functions matching GLOB (wins over -F)")
+      ->allow_extra_args(false);
   sub->add_option("-D,--depth", f->rec.agent.max_depth, "record calls only down to this depth");
   sub->add_option("-t,--time-filter", f->time_filter, "keep only calls at least this long (e.g. 10us)");
   sub->add_option("--tid", f->rec.agent.tids, "trace only these thread ids (repeatable)")
       ->check(CLI::Range(1u, 4194304u));  // the kernel's pid_max at most
-  sub->add_option("-A,--argument", f->args, "record arguments: FUNC@arg1,arg2/s (d x s f formats)");
-  sub->add_option("-R,--retval", f->rets, "record the return value: FUNC[/d|x|s|f]");
+  sub->add_option("-A,--argument", f->args, "record arguments: FUNC@arg1,arg2/s (d x s f formats)")
+      ->allow_extra_args(false);
+  sub->add_option("-R,--retval", f->rets, "record the return value: FUNC[/d|x|s|f]")
+      ->allow_extra_args(false);
   sub->add_option("--tracer", f->rec.agent.tracer, "function_graph (default) or function")
       ->check(CLI::IsMember({"function", "function_graph"}));
   sub->add_flag("--libs", f->rec.agent.libraries, "trace the shared libraries' functions too");

@@ -36,7 +36,8 @@ struct Options {
   std::vector<std::string> filter, notrace;
   int depth = -1;
   bool no_merge = false;
-  bool no_demangle = false;
+  std::string demangle = "simple";
+  symbols::Style names = symbols::Style::simple;  // from `demangle`
   std::string unit;
 };
 
@@ -59,7 +60,12 @@ const char* exit_note(ExitKind k) {
 class Replay final : public Walker::Handler {
  public:
   Replay(const trace::TraceReader& r, const Options& o)
-      : r_(r), o_(o), names_(r, !o.no_demangle), selection_(o.tids, o.pids) {}
+      : r_(r),
+        o_(o),
+        names_(r, o.names),
+        filter_(o.filter),
+        notrace_(o.notrace),
+        selection_(o.tids, o.pids) {}
 
   void header() { std::fputs("# DURATION     TID     FUNCTION\n", stdout); }
 
@@ -69,12 +75,12 @@ class Replay final : public Walker::Handler {
     const size_t idx = t.stack.size() - 1;
     if (selected(t)) {
       bool hidden = tv.hide_at >= 0;
-      if (!hidden && !o_.notrace.empty() && names_.matches(t.pid, f.addr, o_.notrace)) {
+      if (!hidden && !notrace_.empty() && names_.matches(t.pid, f.addr, notrace_)) {
         tv.hide_at = static_cast<int>(idx);
         hidden = true;
       }
-      if (!hidden && !o_.filter.empty() && tv.filter_at < 0) {
-        if (names_.matches(t.pid, f.addr, o_.filter)) {
+      if (!hidden && !filter_.empty() && tv.filter_at < 0) {
+        if (names_.matches(t.pid, f.addr, filter_)) {
           tv.filter_at = static_cast<int>(idx);
           tv.filter_base = f.depth;
         } else {
@@ -112,7 +118,7 @@ class Replay final : public Walker::Handler {
         x.timed && x.time >= f.entry ? format_duration(r_.to_ns(x.time - f.entry), o_.unit) : "";
     const std::string ret = x.ret.has() ? " = " + format_value(x.ret) : "";
     std::string end;
-    if (x.kind == ExitKind::trace_end) end = end_note(r_, t.pid);
+    if (x.kind == ExitKind::trace_end) end = end_note(r_, t.pid, t.tid);
     const char* note = x.kind == ExitKind::trace_end ? end.c_str() : exit_note(x.kind);
     const std::string& name = names_.get(t.pid, f.addr);
     if (pending_ == &t && !f.synthetic) {
@@ -137,8 +143,8 @@ class Replay final : public Walker::Handler {
   // The function tracer: one line per call, with its caller, as ftrace shows it.
   void call(WalkThread& t, const Frame& f) override {
     if (!selected(t)) return;
-    if (!o_.notrace.empty() && names_.matches(t.pid, f.addr, o_.notrace)) return;
-    if (!o_.filter.empty() && !names_.matches(t.pid, f.addr, o_.filter)) return;
+    if (!notrace_.empty() && names_.matches(t.pid, f.addr, notrace_)) return;
+    if (!filter_.empty() && !names_.matches(t.pid, f.addr, filter_)) return;
     std::string text = call_text(t, f);
     if (f.caller) text += " <- " + names_.containing(t.pid, f.caller);
     line("", t.tid, 0, text);
@@ -203,13 +209,19 @@ class Replay final : public Walker::Handler {
     return selection_(t.pid, t.tid);
   }
 
+  // "parse(0x7ffd1c08, \"x.conf\")". A full C++ name has its parameter types already:
+  // "parse(char const*, char const*) (0x7ffd1c08, \"x.conf\")", the values only when
+  // some were recorded.
   std::string call_text(const WalkThread& t, const Frame& f) {
-    std::string s = names_.get(t.pid, f.addr) + "(";
+    const std::string& name = names_.get(t.pid, f.addr);
+    std::string values;
     for (size_t i = 0; i < f.args.size(); ++i) {
-      if (i) s += ", ";
-      s += format_value(f.args[i].second);
+      if (i) values += ", ";
+      values += format_value(f.args[i].second);
     }
-    return s + ")";
+    if (o_.names == symbols::Style::full && name.find('(') != std::string::npos)
+      return values.empty() ? name : name + " (" + values + ")";
+    return name + "(" + values + ")";
   }
 
   void flush_pending() {
@@ -231,6 +243,7 @@ class Replay final : public Walker::Handler {
   const trace::TraceReader& r_;
   const Options& o_;
   Names names_;
+  symbols::Globs filter_, notrace_;
   ThreadSelection selection_;
   std::map<const WalkThread*, ThreadView> views_;
   std::map<const WalkThread*, uint64_t> corrupt_;
@@ -276,9 +289,12 @@ void add_replay(CLI::App& app) {
   sub->add_option("-D,--depth", o->depth, "show calls down to this depth only")
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--no-merge", o->no_merge, "one thread after the other instead of by time");
-  sub->add_flag("--no-demangle", o->no_demangle, "show C++ symbols as recorded");
+  add_name_options(sub, &o->demangle);
   sub->add_option("--unit", o->unit, "duration unit: auto (default), ns, us, ms, s");
-  sub->callback([o] { std::exit(run(*o)); });
+  sub->callback([o] {
+    if (!name_style("replay", o->demangle, &o->names)) std::exit(2);
+    std::exit(run(*o));
+  });
 }
 
 }  // namespace utramp::cli

@@ -29,7 +29,8 @@ struct Options {
   std::string sort = "total";
   std::vector<uint32_t> tids, pids;
   std::string unit;
-  bool no_demangle = false;
+  std::string demangle = "simple";
+  symbols::Style names = symbols::Style::simple;  // from `demangle`
   std::vector<std::string> hist;
   std::string hist_unit = "nsecs";
 };
@@ -42,7 +43,7 @@ struct Stat {
 class Report final : public Walker::Handler {
  public:
   Report(const trace::TraceReader& r, const Options& o)
-      : r_(r), names_(r, !o.no_demangle), selection_(o.tids, o.pids) {}
+      : r_(r), names_(r, o.names), selection_(o.tids, o.pids) {}
   void enter(WalkThread& t, const Frame& f) override {
     if (selected(t)) ++stats_[names_.get(t.pid, f.addr)].calls;
   }
@@ -154,7 +155,7 @@ int run(const Options& o) {
   auto r = open_trace("report", o.dir);
   if (!r) return 1;
   if (!o.hist.empty()) {
-    const auto durations = function_durations(*r, o.hist);
+    const auto durations = function_durations(*r, symbols::Globs(o.hist));
     if (durations.empty()) {
       fmt::print(stderr, "utramp report: no completed call of {} in {}\n", fmt::join(o.hist, ", "),
                  o.dir);
@@ -194,12 +195,15 @@ void add_report(CLI::App& app) {
       ->delimiter(',')
       ->allow_extra_args(false);
   sub->add_option("--unit", o->unit, "duration unit: auto (default), ns, us, ms, s");
-  sub->add_flag("--no-demangle", o->no_demangle, "show C++ symbols as recorded");
+  add_name_options(sub, &o->demangle);
   sub->add_option("--hist", o->hist,
                   "instead: a log2 histogram of the durations of these functions (glob)")
       ->allow_extra_args(false);
   sub->add_option("--hist-unit", o->hist_unit, "histogram unit: nsecs (default), usecs, msecs");
-  sub->callback([o] { std::exit(run(*o)); });
+  sub->callback([o] {
+    if (!name_style("report", o->demangle, &o->names)) std::exit(2);
+    std::exit(run(*o));
+  });
 }
 
 }  // namespace utramp::cli

@@ -2,6 +2,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <string>
+
+#include "symbols/names.hpp"
 
 namespace utramp::cli {
 
@@ -17,5 +22,30 @@ void add_run(CLI::App& app);
 // a normal end, `utramp replay | head`); 0 unless a command knows better (record: the
 // target's status).
 void set_exit_on_broken_pipe(int code);
+
+// How commands show function names: `--demangle simple` ("ns::Box::get"), `full`
+// ("ns::Box<int>::get() const") or `no` (the symbol, "_ZNK2ns3BoxIiE3getEv"), and
+// `--no-demangle`, the same as `--demangle no`. DEMANGLE holds the command's default;
+// name_style() reads it once the command line is parsed.
+inline void add_name_options(CLI::App* sub, std::string* demangle) {
+  sub->add_option("--demangle", *demangle,
+                  "function names: simple (no template arguments or parameters), full, or no "
+                  "(symbols as in the object); default " + *demangle);
+  sub->add_flag_callback("--no-demangle", [demangle] { *demangle = "no"; },
+                         "show symbols as in the object (--demangle no)");
+}
+
+// Sets STYLE to the style DEMANGLE names; false, with the message printed for
+// subcommand CMD, when it names none.
+inline bool name_style(const char* cmd, const std::string& demangle, symbols::Style* style) {
+  if (demangle == "simple") *style = symbols::Style::simple;
+  else if (demangle == "full") *style = symbols::Style::full;
+  else if (demangle == "no") *style = symbols::Style::mangled;
+  else {
+    fmt::print(stderr, "utramp {}: unknown --demangle '{}' (simple, full, no)\n", cmd, demangle);
+    return false;
+  }
+  return true;
+}
 
 }  // namespace utramp::cli

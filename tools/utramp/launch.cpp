@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "os/elf_file.hpp"
+#include "trace/trace_dir.hpp"
 
 namespace utramp::cli {
 
@@ -148,11 +149,6 @@ ScratchDir::~ScratchDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-std::string signal_name(int sig) {
-  const char* n = sigabbrev_np(sig);
-  return n ? fmt::format("SIG{}", n) : fmt::format("signal {}", sig);
-}
-
 Result<Launch> Launch::start(const Target& target, const std::vector<std::string>& argv,
                              const agent::Config& config, const std::string& config_path) {
   const std::string agent = agent_library();
@@ -261,14 +257,10 @@ Ended Launch::wait(const std::function<bool()>& work, int idle_ms) {
     if (!work()) std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
   }
   pid_ = -1;
-  if (WIFEXITED(status)) {
-    out.exit_code = WEXITSTATUS(status);
-    out.how = fmt::format("exited {}", out.exit_code);
-  } else if (WIFSIGNALED(status)) {
-    out.signaled = true;
-    out.exit_code = 128 + WTERMSIG(status);
-    out.how = fmt::format("killed by {}{}", signal_name(WTERMSIG(status)), WCOREDUMP(status) ? " (core dumped)" : "");
-  }
+  out.status = status;
+  out.signaled = WIFSIGNALED(status);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : out.signaled ? 128 + WTERMSIG(status) : 1;
+  out.how = trace::exit_description(status);
   return out;
 }
 

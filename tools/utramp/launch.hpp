@@ -62,8 +62,9 @@ class ScratchDir {
 // How the program ended.
 struct Ended {
   int exit_code = 0;     // what the CLI exits with: the status, or 128 + signal
-  std::string how;       // "exited 0", "killed by SIGSEGV (core dumped)"
+  std::string how;       // trace::exit_description: "exited 0", "killed by SIGSEGV (core dumped)"
   bool signaled = false;
+  int status = 0;        // as waitpid gave it
 };
 
 class Launch {
@@ -90,8 +91,5 @@ class Launch {
   bool restore_ = false;              // the CLI's dispositions below are to be restored
   struct sigaction old_int_{}, old_quit_{};
 };
-
-// "SIGSEGV", or "signal 42".
-std::string signal_name(int sig);
 
 }  // namespace utramp::cli

@@ -1,8 +1,6 @@
 #include "record_run.hpp"
 
-#include <cxxabi.h>
 #include <fmt/format.h>
-#include <fnmatch.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -21,6 +19,7 @@
 #include "commands.hpp"
 #include "launch.hpp"
 #include "sites/object.hpp"
+#include "symbols/glob.hpp"
 #include "trace/shm_buffers.hpp"
 #include "trace/trace_dir.hpp"
 
@@ -83,15 +82,9 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   // dlopen'ed objects are only known at run time).
   if (auto obj = sites::analyse_file(prog); obj) {
     for (const auto& g : o.agent.filters) {
-      bool hit = false;
-      for (const auto& f : obj->functions) {
-        if (hit) break;
-        int st = 0;
-        char* d = ::abi::__cxa_demangle(f.name.c_str(), nullptr, nullptr, &st);
-        hit = fnmatch(g.c_str(), f.name.c_str(), 0) == 0 ||
-              (st == 0 && d && fnmatch(g.c_str(), d, 0) == 0);
-        free(d);
-      }
+      const bool hit = std::any_of(obj->functions.begin(), obj->functions.end(), [&](const auto& f) {
+        return symbols::glob_matches(g, symbols::Name(f.name));
+      });
       if (!hit)
         fmt::print(stderr, "utramp record: -F '{}' matches no function of {} (running anyway)\n",
                    g, prog);
@@ -154,6 +147,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     unlink(shm_path.c_str());
     return launch.error().code == Errc::not_found ? 2 : 127;
   }
+  const pid_t child = launch->pid();
 
   auto drain = [&](bool final = false) {
     const size_t n = shm->drain(
@@ -171,6 +165,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   // (two events a line, the control page's head), and each such read costs the traced
   // thread a cache miss — it doubled the per-call cost in a tight loop.
   const Ended ended = launch->wait([&] { return drain() >= sc.events_per_buffer / 4; }, 1);
+  const uint64_t child_end = arch::cycles();  // when it was seen gone, in the trace's time base
   // Children the target forked may still be writing: drain until no process that
   // owns a ring is left (bounded: 2 s without an event, 10 s in all).
   const uint64_t give_up = mono_ns() + 10'000'000'000ull;
@@ -197,6 +192,20 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   info.unclaimed_threads = shm->unclaimed();
   info.threads = writer->threads();
   (void)writer->write_info(info);
+  // The agent wrote the started process's file (parent, command, start); how it ended
+  // only we know. Without the agent (it never ran), what we know of it.
+  trace::ProcessInfo root;
+  if (auto p = trace::read_process_file(o.output, static_cast<uint32_t>(child))) {
+    root = std::move(*p);
+  } else {
+    root.pid = static_cast<uint32_t>(child);
+    root.command = o.command;
+    root.start_time = info.start_time;
+  }
+  root.end_time = child_end;
+  root.exit = out->ended;
+  if (auto w = trace::write_process_file(o.output, root); !w)
+    fmt::print(stderr, "utramp record: {}\n", w.error().message);
   unlink(shm_path.c_str());
   if (!o.quiet) {
     fmt::print(stderr, "utramp: {} events recorded in {}; target {}{}\n", out->events, o.output,

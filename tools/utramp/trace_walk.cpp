@@ -1,8 +1,6 @@
 #include "trace_walk.hpp"
 
-#include <cxxabi.h>
 #include <fmt/format.h>
-#include <fnmatch.h>
 
 #include <algorithm>
 #include <bit>
@@ -105,68 +103,15 @@ std::string format_duration(double ns, const std::string& unit) {
 // ---------------------------------------------------------------------------------
 // Names
 
-std::string demangle_short(const std::string& symbol) {
-  std::string s = symbol;
-  if (symbol.starts_with("_Z")) {
-    int status = 0;
-    char* d = ::abi::__cxa_demangle(symbol.c_str(), nullptr, nullptr, &status);
-    if (status != 0 || d == nullptr) {
-      std::free(d);
-      return symbol;
-    }
-    s = d;
-    std::free(d);
-  } else {
-    return symbol;
-  }
-  // Keep a " [clone .cold]"-like suffix, drop the parameter list and qualifiers.
-  std::string clone;
-  if (size_t c = s.find(" [clone "); c != std::string::npos) {
-    clone = s.substr(c);
-    s.resize(c);
-  }
-  const size_t close = s.rfind(')');
-  if (close == std::string::npos) return s + clone;
-  size_t i = close;
-  int depth = 0;
-  for (;;) {
-    if (s[i] == ')') ++depth;
-    if (s[i] == '(' && --depth == 0) break;
-    if (i == 0) return s + clone;
-    --i;
-  }
-  std::string head = s.substr(0, i);
-  // A template function's return type comes first: "int foo<int>" → "foo<int>".
-  int nest = 0;
-  size_t last_space = std::string::npos;
-  for (size_t k = 0; k < head.size(); ++k) {
-    const char c = head[k];
-    if (c == '<' || c == '(' || c == '{' || c == '[') ++nest;
-    if ((c == '>' || c == ')' || c == '}' || c == ']') && nest > 0) --nest;
-    if (c == ' ' && nest == 0) last_space = k;
-  }
-  if (last_space != std::string::npos && head.find("operator") == std::string::npos)
-    head = head.substr(last_space + 1);
-  return head.empty() ? s + clone : head + clone;
-}
-
 const Names::Entry& Names::entry(uint32_t pid, uint64_t addr) {
   const trace::SymbolTable* tab = &r_.symbols(pid);
   auto key = std::make_pair(tab, addr);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
-  Entry e;
-  if (const trace::Function* f = tab->find(addr)) {
-    e.raw = f->name;
-    e.shown = demangle_ ? demangle_short(f->name) : f->name;
-    if (addr != f->addr) {
-      const std::string off = fmt::format("+{:#x}", addr - f->addr);
-      e.raw += off;
-      e.shown += off;
-    }
-  } else {
-    e.raw = e.shown = fmt::format("{:#x}", addr);
-  }
+  const trace::Function* f = tab->find(addr);
+  Entry e{symbols::Name(f ? f->name : fmt::format("{:#x}", addr)), {}};
+  e.shown = e.name.in(style_);
+  if (f && addr != f->addr) e.shown += fmt::format("+{:#x}", addr - f->addr);
   return cache_.emplace(key, std::move(e)).first->second;
 }
 
@@ -176,16 +121,12 @@ std::string Names::containing(uint32_t pid, uint64_t addr) {
   if (const trace::Function* f = r_.symbols(pid).find(addr)) return get(pid, f->addr);
   // Not a traced function: the symbol tables of the process's mapped files.
   const std::string sym = r_.object_symbol(pid, addr);
-  if (!sym.empty()) return demangle_ ? demangle_short(sym) : sym;
+  if (!sym.empty()) return symbols::Name(sym).in(style_);
   return fmt::format("{:#x}", addr);
 }
 
-bool Names::matches(uint32_t pid, uint64_t addr, const std::vector<std::string>& globs) {
-  const Entry& e = entry(pid, addr);
-  for (const auto& g : globs)
-    if (fnmatch(g.c_str(), e.raw.c_str(), 0) == 0 || fnmatch(g.c_str(), e.shown.c_str(), 0) == 0)
-      return true;
-  return false;
+bool Names::matches(uint32_t pid, uint64_t addr, const symbols::Globs& globs) {
+  return globs.matches(entry(pid, addr).name);
 }
 
 // ---------------------------------------------------------------------------------
@@ -387,30 +328,30 @@ void Walker::run(const trace::TraceReader& r, bool merge) {
 
 // ---------------------------------------------------------------------------------
 
-std::string end_note(const trace::TraceReader& r, uint32_t pid) {
+std::string end_note(const trace::TraceReader& r, uint32_t pid, uint32_t tid) {
   std::string how;
-  if (auto it = r.processes().find(pid); it != r.processes().end()) {
+  if (r.truncated(pid, tid)) {
+    // The exits may be in what was lost.
+  } else if (auto it = r.processes().find(pid); it != r.processes().end()) {
     how = it->second.exit;
   } else {
-    // info.json's exit is the first process's: the one whose thread came first.
+    // A trace without process files: info.json's exit is the first process's, the one
+    // whose thread came first.
     const auto& th = r.info().threads;
-    bool child = false;
-    for (const auto& [p, info] : r.processes()) child |= info.parent != 0 && p == pid;
-    if (!child && !th.empty() && th.front().pid == pid) how = r.info().exit;
+    if (!th.empty() && th.front().pid == pid) how = r.info().exit;
   }
   if (how.empty()) return "not returned by the end of the trace";
   return "not returned: the target " + std::string(how.starts_with("killed") ? "was " : "") + how;
 }
 
-std::vector<uint64_t> function_durations(const trace::TraceReader& r,
-                                         const std::vector<std::string>& globs) {
+std::vector<uint64_t> function_durations(const trace::TraceReader& r, const symbols::Globs& globs) {
   struct H : Walker::Handler {
     const trace::TraceReader& r;
     Names names;
-    const std::vector<std::string>& globs;
+    const symbols::Globs& globs;
     std::vector<uint64_t> out;
-    H(const trace::TraceReader& rr, const std::vector<std::string>& g)
-        : r(rr), names(rr, true), globs(g) {}
+    H(const trace::TraceReader& rr, const symbols::Globs& g)
+        : r(rr), names(rr, symbols::Style::simple), globs(g) {}
     void enter(WalkThread&, const Frame&) override {}
     void exit(WalkThread& t, const Frame& f, const Exit& x) override {
       if (!x.timed || f.synthetic || x.time < f.entry) return;

@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "symbols/glob.hpp"
+#include "symbols/names.hpp"
 #include "trace/event.hpp"
 #include "trace/trace_dir.hpp"
 
@@ -123,42 +125,43 @@ class Walker {
   Value* filling_ = nullptr;  // the string value the next `string` events extend
 };
 
-// Function names: demangled and shortened (no parameter list, no return type) unless
-// raw; cached per process.
+// The names of the functions at traced addresses, in the style asked for (simple by
+// default: symbols/names.hpp), cached per symbol table. An address inside a function
+// is "name+0x10"; one in no function, "0x401000".
 class Names {
  public:
-  Names(const trace::TraceReader& r, bool demangle) : r_(r), demangle_(demangle) {}
+  Names(const trace::TraceReader& r, symbols::Style style) : r_(r), style_(style) {}
   const std::string& get(uint32_t pid, uint64_t addr);
   // The function containing a code address (a caller's return address), no offset.
   std::string containing(uint32_t pid, uint64_t addr);
-  // Both spellings a glob may match: the mangled symbol and the shown name.
-  bool matches(uint32_t pid, uint64_t addr, const std::vector<std::string>& globs);
+  // Whether the function at ADDR is one GLOBS name (symbols/glob.hpp: whatever the style).
+  bool matches(uint32_t pid, uint64_t addr, const symbols::Globs& globs);
 
  private:
   struct Entry {
-    std::string raw, shown;
+    symbols::Name name;  // the function's symbol
+    std::string shown;
   };
   const Entry& entry(uint32_t pid, uint64_t addr);
   const trace::TraceReader& r_;
-  bool demangle_;
+  symbols::Style style_;
   std::map<std::pair<const trace::SymbolTable*, uint64_t>, Entry> cache_;
 };
-
-std::string demangle_short(const std::string& symbol);
 
 // Durations: "  1.234 us" (10 columns), unit chosen so the number is below 1000, or the
 // fixed one ("ns", "us", "ms", "s"). Empty unit means auto.
 std::string format_duration(double ns, const std::string& unit = "");
 bool valid_unit(const std::string& unit);
 
-// Why a call still open at the end of process `pid`'s events has no exit: "not
-// returned: the target was killed by SIGSEGV", "... exited 3", or "not returned by the
-// end of the trace" when how the process ended is unknown.
-std::string end_note(const trace::TraceReader& r, uint32_t pid);
+// Why a call still open at the end of a thread's events has no exit: "not returned:
+// the target was killed by SIGSEGV", "... exited 3" (from the process's
+// process-PID.json, or for a trace without one, info.json's for the first process), or
+// "not returned by the end of the trace" when how the process ended is unknown or the
+// thread's file was cut short (its exit may be in what is missing).
+std::string end_note(const trace::TraceReader& r, uint32_t pid, uint32_t tid);
 
-// Durations in ns of every completed call of a function matching one of the globs (the
-// data of `utramp hist` and `report --hist`).
-std::vector<uint64_t> function_durations(const trace::TraceReader& r,
-                                         const std::vector<std::string>& globs);
+// Durations in ns of every completed call of a function the globs name (the data of
+// `utramp hist` and `report --hist`).
+std::vector<uint64_t> function_durations(const trace::TraceReader& r, const symbols::Globs& globs);
 
 }  // namespace utramp::cli
