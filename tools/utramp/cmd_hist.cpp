@@ -9,7 +9,10 @@
 #include "commands.hpp"
 #include "hist_print.hpp"
 #include "launch.hpp"
+#include "libraries.hpp"
 #include "record_run.hpp"
+#include "sites/object.hpp"
+#include "symbols/glob.hpp"
 #include "trace_walk.hpp"
 
 namespace utramp::cli {
@@ -23,8 +26,50 @@ struct HistFlags {
   std::vector<std::string> command;
 };
 
+// Why FUNC cannot be measured in PROGRAM (and, with --libs, the libraries it loads),
+// before anything runs: no function matches, or none that matches can be attached (each
+// with its reason). "" when it can, or when it may be in an object known only at run
+// time (a library loaded later, with --libs).
+std::string cannot_measure(const HistFlags& f) {
+  auto target = resolve_target(f.command[0]);
+  if (!target) return {};  // run_record says why
+  std::vector<std::string> objects = {target->binary};
+  std::string note;
+  if (f.libs)
+    for (auto& l : needed_libraries(target->binary, &note)) objects.push_back(std::move(l));
+  const symbols::Globs want({f.func});
+  std::vector<std::string> refused;
+  bool stripped = false;
+  for (const auto& path : objects) {
+    auto obj = sites::analyse_file(path);
+    if (!obj) continue;
+    if (path == target->binary && obj->functions.empty()) stripped = true;
+    for (const auto& fn : obj->functions) {
+      if (!want.matches(symbols::Name(fn.name))) continue;
+      if (fn.attachable) return {};
+      refused.push_back(fmt::format("  {} in {}: {}", symbols::Name(fn.name).full(), path, fn.reason));
+    }
+  }
+  if (!refused.empty()) {
+    std::string why = fmt::format("no function matching '{}' can be attached:", f.func);
+    for (const auto& r : refused) why += "\n" + r;
+    return why;
+  }
+  if (f.libs) return {};  // perhaps in a library the program loads later
+  if (stripped)
+    return fmt::format("{} has no function symbols (stripped): its own functions cannot be named; "
+                       "its shared libraries' can, with --libs",
+                       target->binary);
+  return fmt::format("no function of {} matches '{}' (its shared libraries are searched with --libs)",
+                     target->binary, f.func);
+}
+
 // Records only FUNC into a scratch directory, removed when this returns.
 int hist(const HistFlags& f) {
+  if (std::string why = cannot_measure(f); !why.empty()) {
+    fmt::print(stderr, "utramp hist: {}\n", why);
+    return 2;
+  }
   auto scratch = ScratchDir::create("utramp-hist");
   if (!scratch) {
     fmt::print(stderr, "utramp hist: {}\n", scratch.error().message);

@@ -1,0 +1,33 @@
+// `utramp hist FUNC`: a function that cannot be measured is refused before the program
+// runs, with the reason (it used to run the program and print "0 calls").
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cli_runner.hpp"
+
+namespace {
+
+using utramp::test::RunResult;
+
+TEST(Hist, ReasonWhenNothingCanBeMeasured) {
+  const std::string tiny = UTRAMP_LAUNCH_DIR "/tiny";
+  struct Case {
+    std::vector<std::string> args;
+    std::string want;
+  };
+  const Case cases[] = {
+      {{"hist", "no_such_function", "--", tiny}, "no function of"},
+      {{"hist", "tiny", "--", tiny}, "too short"},
+      {{"hist", "main", "--", "/bin/true"}, "stripped"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args[1] + " in " + c.args[3]);
+    const RunResult r = utramp::test::run_cli(c.args, {.timeout_s = 60});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(c.want), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");  // nothing ran, no histogram of nothing
+  }
+}
+
+}  // namespace
