@@ -90,19 +90,45 @@ std::atomic_ref<T> aref(T& v) {
   return std::atomic_ref<T>(v);
 }
 
-void lock(uint32_t& w) noexcept {
+// Map locks and the thread that holds them. A program may run in a signal handler that
+// interrupted its own thread inside a map operation, holding a bucket, free-list or ring
+// lock: waiting for that lock there would never end. As the kernel's per-CPU map_locked
+// counters make such a nested update fail with -EBUSY, an operation that needs a lock
+// its own thread holds fails: -EBUSY for updates and deletes, no value for lookups, a
+// refused reservation for ring buffers. Each thread keeps the locks it holds or is
+// taking as a stack (a handler's are above and gone before it returns); a lock is
+// pushed before it is taken and popped after it is released, so a handler that comes in
+// between sees it as its thread's (and fails, harmlessly) rather than waiting for it.
+constexpr int kMaxHeld = 8;
+__attribute__((tls_model("initial-exec"))) thread_local uint32_t* t_held[kMaxHeld];
+__attribute__((tls_model("initial-exec"))) thread_local int t_nheld = 0;
+
+bool lock(uint32_t& w) noexcept {
+  for (int i = 0; i < t_nheld; ++i)
+    if (t_held[i] == &w) return false;  // this thread's: a handler re-entered a map operation
+  if (t_nheld == kMaxHeld) return false;  // nested deeper than any operation takes locks
+  t_held[t_nheld++] = &w;
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // pushed before the lock is taken
   auto a = aref(w);
   for (;;) {
-    if (a.exchange(1, std::memory_order_acquire) == 0) return;
+    if (a.exchange(1, std::memory_order_acquire) == 0) return true;
     while (a.load(std::memory_order_relaxed)) __builtin_ia32_pause();
   }
 }
-void unlock(uint32_t& w) noexcept { aref(w).store(0, std::memory_order_release); }
+void unlock(uint32_t& w) noexcept {
+  aref(w).store(0, std::memory_order_release);
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // released before it is popped
+  --t_nheld;  // LIFO: operations release in the reverse order they take
+}
 
 struct Guard {
   uint32_t& w;
-  explicit Guard(uint32_t& x) : w(x) { lock(w); }
-  ~Guard() { unlock(w); }
+  const bool held;
+  explicit Guard(uint32_t& x) : w(x), held(lock(x)) {}
+  ~Guard() {
+    if (held) unlock(w);
+  }
+  explicit operator bool() const { return held; }
 };
 
 uint8_t* file_base(const MapHeader* m) {
@@ -158,14 +184,19 @@ uint32_t find_in(const MapHeader* m, Bucket& b, const void* key, uint32_t* prev)
   return 0;
 }
 
+// A free entry's index + 1; 0 when there is none, kBusyEntry when the free list's lock is
+// this thread's (a re-entered operation).
+constexpr uint32_t kBusyEntry = UINT32_MAX;
 uint32_t alloc_entry(MapHeader* m) {
   Guard g(m->free_lock);
+  if (!g) return kBusyEntry;
   const uint32_t i = m->free_head;
   if (i) m->free_head = entry(m, i - 1)->next;
   return i;
 }
 void free_entry(MapHeader* m, uint32_t i) {
   Guard g(m->free_lock);
+  if (!g) return;  // a handler re-entered its thread's free-list update: the entry is lost
   entry(m, i - 1)->next = m->free_head;
   m->free_head = i;
 }
@@ -204,6 +235,7 @@ bool lru_evict(MapHeader* m) {
   uint32_t prev = 0;
   {
     Guard g(b.lock);
+    if (!g) return false;
     const uint32_t at = find_in(m, b, key, &prev);
     if (at != best) return true;  // someone else changed it: retry the allocation
     unlink(m, b, at, prev);
@@ -232,6 +264,7 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
   };
   {
     Guard g(b.lock);
+    if (!g) return -EBUSY;
     if (uint32_t at = find_in(m, b, key, nullptr)) {
       if (flags == 1) return -EEXIST;
       Entry* e = entry(m, at - 1);
@@ -248,6 +281,7 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
     if (!lru_evict(m)) break;
     idx = alloc_entry(m);
   }
+  if (idx == kBusyEntry) return -EBUSY;
   if (!idx) return -E2BIG;
   Entry* e = entry(m, idx - 1);
   std::memcpy(entry_key(e), key, m->key_size);
@@ -256,7 +290,10 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
   bool lost_race = false;
   {
     Guard g(b.lock);
-    if (uint32_t at = find_in(m, b, key, nullptr)) {
+    if (!g) {
+      lost_race = true;
+      rc = -EBUSY;
+    } else if (uint32_t at = find_in(m, b, key, nullptr)) {
       lost_race = true;
       if (flags == 1) rc = -EEXIST;
       else {
@@ -571,6 +608,7 @@ void* map_lookup(MapHeader* m, const void* key) noexcept {
     case MapType::lru_hash: {
       Bucket& b = buckets(m)[hash_key(key, m->key_size) & (m->nbuckets - 1)];
       Guard g(b.lock);
+      if (!g) return nullptr;
       const uint32_t at = find_in(m, b, key, nullptr);
       if (!at) return nullptr;
       Entry* e = entry(m, at - 1);
@@ -609,6 +647,7 @@ int64_t map_delete(MapHeader* m, const void* key) noexcept {
   uint32_t at = 0, prev = 0;
   {
     Guard g(b.lock);
+    if (!g) return -EBUSY;
     at = find_in(m, b, key, &prev);
     if (!at) return -ENOENT;
     unlink(m, b, at, prev);
@@ -632,6 +671,10 @@ void* ringbuf_reserve(MapHeader* m, uint64_t size) noexcept {
   RingCtl* c = ring(m);
   const uint64_t n = m->max_entries, total = round8(size + 8);
   Guard g(c->lock);
+  if (!g) {
+    aref(m->dropped).fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
   uint64_t pos = c->producer;
   const uint64_t cons = aref(c->consumer).load(std::memory_order_acquire);
   const uint64_t to_end = n - pos % n;
@@ -767,7 +810,7 @@ std::vector<MapEntry> MapFile::entries(size_t i) const {
         out.push_back(std::move(e));
         idx = aref(en->next).load(std::memory_order_acquire);
       }
-      if (locked) unlock(b.lock);
+      if (locked) aref(b.lock).store(0, std::memory_order_release);  // not on this thread's stack
     }
   }
   return out;

@@ -1,9 +1,11 @@
 // Maps in shared memory: each type's operations, and concurrent updates from several
 // threads with exact counts.
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <cerrno>
 #include <cstring>
@@ -281,6 +283,51 @@ TEST(MapsOwner, GarbageLinksAreNotFollowed) {
   EXPECT_EQ(mf->consume_ring(1, [](std::span<const uint8_t>) { FAIL() << "read a record"; }), 0u);
   EXPECT_EQ(mf->spec(0).name, "h");  // the CLI's own copy
   EXPECT_EQ(mf->count(), 2u);
+}
+
+
+// A program run by a signal handler that interrupted its own thread inside a map
+// operation (holding the bucket lock): the handler's operation fails with -EBUSY instead
+// of waiting for a lock that is released only after it returns. One bucket, a thread
+// updating it without pause, another sending it signals whose handler updates it too.
+std::atomic<int> g_handler_busy{0}, g_handler_ok{0};
+MapHeader* g_reentry_map = nullptr;
+void reenter_handler(int) {
+  uint32_t k = 1;
+  uint64_t v = 2;
+  const int64_t r = map_update(g_reentry_map, &k, &v, 0);
+  if (r == -EBUSY) g_handler_busy.fetch_add(1);
+  else if (r == 0) g_handler_ok.fetch_add(1);
+}
+
+TEST(MapsReentry, SignalHandlerInsideAMapOperationFailsInsteadOfHanging) {
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {spec("h", MapType::hash, 4, 8, 1)});  // one bucket
+  ASSERT_TRUE(mf);
+  g_reentry_map = mf->header(0);
+  struct sigaction sa {}, old{};
+  sa.sa_handler = reenter_handler;
+  sigaction(SIGUSR1, &sa, &old);
+  std::atomic<bool> done{false};
+  const pthread_t self = pthread_self();
+  std::thread pinger([&] {
+    while (!done.load()) {
+      pthread_kill(self, SIGUSR1);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  });
+  uint32_t k = 1;
+  for (uint64_t i = 0; i < 2'000'000 && g_handler_busy.load() < 50; ++i) {
+    uint64_t v = i;
+    const int64_t r = map_update(g_reentry_map, &k, &v, 0);
+    ASSERT_TRUE(r == 0) << r;
+    (void)map_lookup(g_reentry_map, &k);
+  }
+  done = true;
+  pinger.join();
+  sigaction(SIGUSR1, &old, nullptr);
+  EXPECT_GT(g_handler_busy.load(), 0);  // the handlers did come in while the lock was held
+  EXPECT_GT(g_handler_ok.load(), 0);
 }
 
 }  // namespace
