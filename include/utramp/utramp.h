@@ -55,8 +55,10 @@ enum utramp_attach_type { UTRAMP_FENTRY, UTRAMP_FEXIT, UTRAMP_FMOD_RET, UTRAMP_F
  *   ctx[0..n-1] the arguments widened to u64 (zero-extended), an argument of 9..16 bytes
  *               passed in registers taking two slots, one passed in memory (a struct over
  *               16 bytes, long double) one slot holding its address;
- *   ctx[n]      the return value, for fexit (and ctx[n+1] for 16-byte returns);
- *   ctx[-1]     n, ctx[-2] the function's address; the link's cookie via
+ *   ctx[n]      the return value, for fexit (and ctx[n+1] for 16-byte returns); for
+ *               fmod_ret the previous fmod_ret program's result (0 for the first);
+ *   ctx[-1]     n in its low 32 bits (read it with utramp_get_func_arg_cnt: the high bits
+ *               are flags), ctx[-2] the function's address; the link's cookie via
  *               utramp_get_attach_cookie(ctx).
  * Programs must treat ctx as read-only and must not throw. */
 typedef uint64_t (*utramp_prog_t)(uint64_t *ctx);
@@ -82,6 +84,8 @@ int utramp_link_detach(struct utramp_link *link); /* 0, or -errno */
 uint64_t utramp_get_func_ip(const uint64_t *ctx);
 uint64_t utramp_get_func_arg_cnt(const uint64_t *ctx);
 int utramp_get_func_arg(const uint64_t *ctx, uint32_t n, uint64_t *value); /* 0 or -EINVAL */
+/* 0, or -EOPNOTSUPP in an fentry program (the return value does not exist yet: the
+ * kernel's bpf_get_func_ret refuses the same), and *value is left unchanged then. */
 int utramp_get_func_ret(const uint64_t *ctx, uint64_t *value);
 uint64_t utramp_get_attach_cookie(const uint64_t *ctx);
 

@@ -119,7 +119,7 @@ T read_arg(const uint64_t* ctx, int i) {
 template <class R>
 R read_ret(const uint64_t* ctx) {
   R v;
-  const uint64_t* slot = &ctx[ctx[-1]];
+  const uint64_t* slot = &ctx[utramp_get_func_arg_cnt(ctx)];
   if constexpr (std::is_class_v<R> && sizeof(R) > 16)
     std::memcpy(&v, reinterpret_cast<const void*>(*slot), sizeof v);  // the hidden pointer
   else

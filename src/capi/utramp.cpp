@@ -164,6 +164,7 @@ int utramp_get_func_arg(const uint64_t* ctx, uint32_t n, uint64_t* value) {
   return 0;
 }
 int utramp_get_func_ret(const uint64_t* ctx, uint64_t* value) {
+  if (!utramp::abi::ctx_ret_valid(ctx)) return -EOPNOTSUPP;
   *value = ctx[utramp::abi::ctx_arg_count(ctx)];
   return 0;
 }

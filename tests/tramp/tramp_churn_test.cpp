@@ -86,7 +86,7 @@ int32_t as_i32(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v
 
 uint64_t churn_entry(uint64_t* ctx) {
   const int f = fn_index(ctx[-2]);
-  if (f < 0 || ctx[-1] != kArgs[f]) {
+  if (f < 0 || utramp_get_func_arg_cnt(ctx) != kArgs[f]) {
     ++g_bad_ctx;
     return 0;
   }
@@ -96,7 +96,7 @@ uint64_t churn_entry(uint64_t* ctx) {
 
 uint64_t churn_exit(uint64_t* ctx) {
   const int f = fn_index(ctx[-2]);
-  bool ok = f >= 0 && ctx[-1] == kArgs[f];
+  bool ok = f >= 0 && utramp_get_func_arg_cnt(ctx) == kArgs[f];
   if (ok) {
     switch (f) {
       case kAdd: ok = ctx[2] == ctx[0] + ctx[1]; break;
@@ -119,7 +119,7 @@ uint64_t churn_exit(uint64_t* ctx) {
 }
 
 uint64_t churn_modret(uint64_t* ctx) {
-  if (fn_index(ctx[-2]) != kCheck || ctx[-1] != 1) {
+  if (fn_index(ctx[-2]) != kCheck || utramp_get_func_arg_cnt(ctx) != 1) {
     ++g_bad_ctx;
     return 0;
   }
