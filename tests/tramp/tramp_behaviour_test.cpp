@@ -26,22 +26,18 @@
 #include "behaviour_targets.h"
 #include "tramp/threads.hpp"
 #include "tramp/trampoline.hpp"
+#include "tramp_test_util.hpp"
 
 namespace {
 
 namespace ut = utramp::tramp;
 using Prog = uint64_t (*)(uint64_t*);
-
-// The call goes through a volatile pointer: the compiler can neither inline nor fold it.
-template <class F>
-F* opaque(F* f) {
-  F* volatile p = f;
-  return p;
-}
+using tramp_test::drain_retired;
+using tramp_test::opaque;
 
 utramp_link* attach(void* func, utramp_attach_type type, Prog prog, const char* sig) {
   utramp_attach_opts o{sizeof o, 0, sig};
-  return utramp_attach(func, type, reinterpret_cast<void*>(prog), &o);
+  return utramp_attach(func, type, prog, &o);
 }
 template <class F>
 utramp_link* attach(F* func, utramp_attach_type type, Prog prog, const char* sig) {
@@ -58,17 +54,6 @@ std::optional<ut::LinkInfo> info_of(Prog prog) {
 uint64_t misses_of(Prog prog) {
   auto i = info_of(prog);
   return i ? i->misses : ~uint64_t{0};
-}
-
-// Reclaims until at most `want` retired images are left, a bounded number of times.
-bool drain_retired(size_t want = 0) {
-  auto& m = ut::Manager::instance();
-  for (int i = 0; i < 1000; ++i) {
-    m.reclaim_now();
-    if (m.retired() <= want) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return m.retired() <= want;
 }
 
 // This thread's counters (site windows and images) summed: zero whenever the thread is
