@@ -158,11 +158,12 @@ int utramp_attach_batch(struct utramp_attach_req *reqs, size_t n);
  * on return no program of the link runs any more on any thread, so the cookie's target
  * may be freed and the program's code unloaded at once. A thread inside the traced
  * function (asleep in it, say) when detach is called skips the program when it comes
- * back through the image it entered; detach never waits for it. It waits only for runs
- * of the program that had begun, for as long as they take (runs through other links of
- * the same program included: they share its per-thread guard), and for a program left
- * by a signal handler's siglongjmp on another thread, until that thread runs the
- * program again or exits. EBUSY from inside a program (or probe handler).
+ * back through the image it entered; detach never waits for it (it takes about 10 ms
+ * more then: docs/trampolines.md). It waits for runs of the program that had begun,
+ * for as long as they take (runs through other links of the same program included:
+ * they share its per-thread guard), and for a program left by a signal handler's
+ * siglongjmp on another thread, until that thread runs the program again or exits.
+ * EBUSY from inside a program (or probe handler).
  * freplace: no call that starts after the return enters the replacement; a call already
  * inside it finishes there, and is not waited for: unload a replacement only once its
  * calls are known to have returned.

@@ -72,19 +72,22 @@ TEST(TrampDetachStress, StateFreedRightAfterDetachIsNeverUsed) {
   uint64_t ran = 0, slept = 0;
   Callers callers;
   callers.start();
-  // A thread that stays inside td_sleepy until released: every kSleepEvery cycles
-  // td_sleepy gets an fexit link too, and the sleeper is released only after that
-  // link's detach has returned and its state is freed, so it comes back through an image
-  // whose call of the program detach had to disable.
+  // Every kSleepEvery cycles td_sleepy gets an fexit link too, and a thread enters it
+  // and stays inside until released, after that link's detach has returned and its
+  // state is freed: it comes back through an image whose call of the program detach
+  // had to disable.
   constexpr uint64_t kSleepEvery = 10;
-  std::atomic<int> inside{0}, release{0};
+  std::atomic<int> go{0}, inside{0}, release{0};
   std::atomic<uint64_t> returns{0};
   tramp_test::Threads sleeper;
   sleeper.start(1, [&](int, const std::atomic<bool>& stop) {
     while (!stop) {
+      if (!go.exchange(0)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+        continue;
+      }
       opaque(&td_sleepy)(1, &inside, &release);
       ++returns;
-      while (release.load() && !stop) std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   });
   for (uint64_t c = 0; c < cycles; ++c) {
@@ -107,6 +110,13 @@ TEST(TrampDetachStress, StateFreedRightAfterDetachIsNeverUsed) {
     if (sleep) reqs.push_back({reinterpret_cast<void*>(&td_sleepy), UTRAMP_FEXIT, count, &sleepy, nullptr, 0});
     ASSERT_EQ(utramp_attach_batch(reqs.data(), reqs.size()), static_cast<int>(reqs.size()))
         << utramp_last_error();
+    const uint64_t returns0 = returns;
+    if (sleep) {
+      inside = 0;
+      release = 0;
+      go = 1;
+      while (!inside) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
     Owned owned{std::make_unique<uint64_t>(TD_LIVE), typed_dead};
     utramp::Link typed = utramp::fexit(&td_add, [o = std::move(owned)](int64_t, int64_t, int64_t) {
       if (*o.magic != TD_LIVE) ++*o.dead;
@@ -123,16 +133,12 @@ TEST(TrampDetachStress, StateFreedRightAfterDetachIsNeverUsed) {
     s->magic = TD_DEAD;
     delete s;
     typed.detach();  // destroys the lambda, and the memory it owns, at once
-    if (sleep && inside.load()) {
-      const uint64_t r0 = returns;
+    if (sleep) {
       release = 1;
-      while (returns == r0) std::this_thread::sleep_for(std::chrono::microseconds(20));
-      inside = 0;
-      release = 0;
+      while (returns == returns0) std::this_thread::sleep_for(std::chrono::microseconds(20));
       ++slept;
     }
   }
-  release = 1;
   sleeper.join();
   callers.join();
   EXPECT_EQ(callers.wrong.load(), 0u) << "calls returned wrong values";
@@ -142,7 +148,7 @@ TEST(TrampDetachStress, StateFreedRightAfterDetachIsNeverUsed) {
   EXPECT_EQ(far_dead_runs - far0, 0u) << "a far program ran after its detach returned";
   EXPECT_EQ(typed_dead->load(), 0u) << "a typed program ran after its detach returned";
   EXPECT_TRUE(drain_retired()) << "retired images did not drain";
-  EXPECT_GT(slept, 0u) << "the sleeper never came back through a detached image";
+  EXPECT_EQ(slept, (cycles + kSleepEvery - 1) / kSleepEvery);
   std::printf("detach stress: %llu cycles, %llu calls, %llu program runs, %llu sleeper returns\n",
               static_cast<unsigned long long>(cycles),
               static_cast<unsigned long long>(callers.calls.load()),
