@@ -153,7 +153,7 @@ std::unique_ptr<BpfObject> load_bpf(const std::string& path) {
   return b;
 }
 
-void attach(int (*fn)(int), utramp_attach_type type, void* prog, const std::string& what) {
+void attach(int (*fn)(int), utramp_attach_type type, utramp_prog_t prog, const std::string& what) {
   utramp_attach_opts opts{};
   opts.sz = sizeof opts;
   opts.signature = kSignature;
@@ -161,7 +161,7 @@ void attach(int (*fn)(int), utramp_attach_type type, void* prog, const std::stri
     fail(fmt::format("{}: utramp_attach: {}", what, utramp_last_error()));
 }
 
-void* native_of(const ebpf::Executable& e) { return reinterpret_cast<void*>(e.native()); }
+utramp_prog_t native_of(const ebpf::Executable& e) { return reinterpret_cast<utramp_prog_t>(e.native()); }
 
 // ---- configurations ---------------------------------------------------------------------
 
@@ -207,7 +207,7 @@ Setup setup(const std::string& cost_obj, const std::string& latency_obj) {
   Setup s;
   s.cost = load_bpf(cost_obj);
   s.latency = load_bpf(latency_obj);
-  attach(utramp_ec_native, UTRAMP_FENTRY, reinterpret_cast<void*>(&utramp_ec_native_prog), "native");
+  attach(utramp_ec_native, UTRAMP_FENTRY, &utramp_ec_native_prog, "native");
   attach(utramp_ec_ebpf_empty, UTRAMP_FENTRY, native_of(s.cost->prog("empty")), "ebpf_empty");
   attach(utramp_ec_ebpf_hash, UTRAMP_FENTRY, native_of(s.cost->prog("count")), "ebpf_hash");
   attach(utramp_ec_ebpf_latency, UTRAMP_FENTRY, native_of(s.latency->prog("work_entry")), "latency entry");

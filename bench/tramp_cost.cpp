@@ -177,8 +177,7 @@ void attach_all(const Config& c) {
     utramp_attach_opts opts{};
     opts.sz = sizeof opts;
     opts.signature = c.signature ? kSignature : nullptr;
-    if (!utramp_attach(reinterpret_cast<void*>(c.fn), l.type,
-                       reinterpret_cast<void*>(g_progs[l.prog]), &opts))
+    if (!utramp_attach(reinterpret_cast<void*>(c.fn), l.type, g_progs[l.prog], &opts))
       fail(fmt::format("{}: utramp_attach: {}", c.name, utramp_last_error()));
   }
 }

@@ -9,7 +9,11 @@
 //   auto l3 = utramp::fmod_ret(&parse, [](const char* s, size_t n) -> int { return -EINVAL; });
 //   auto l4 = utramp::freplace(&parse, &parse_v2);
 //
-// Links detach when destroyed (or with .detach()). Errors throw utramp::error.
+// Links detach when destroyed (or with .detach()); the program object (the lambda and
+// what it captures) is destroyed as soon as the detach returns, when no thread runs it
+// any more. Errors throw utramp::error. The same rules as utramp.h: attach, detach and
+// destroy links from ordinary thread code, never from inside a program or a signal
+// handler. One Link is one object: don't use the same Link from two threads at once.
 // Argument types: integers, enums, pointers, references, float, double, long double,
 // __int128, and trivially copyable structs for which utramp::abi_classes<T> is
 // specialised (the SysV classes of each eightbyte, e.g. "is" for {long; double;}).
@@ -19,6 +23,7 @@
 #include <utramp/utramp.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -26,7 +31,6 @@
 #include <system_error>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 namespace utramp {
 
@@ -119,7 +123,7 @@ T read_arg(const uint64_t* ctx, int i) {
 template <class R>
 R read_ret(const uint64_t* ctx) {
   R v;
-  const uint64_t* slot = &ctx[ctx[-1]];
+  const uint64_t* slot = &ctx[utramp_get_func_arg_cnt(ctx)];
   if constexpr (std::is_class_v<R> && sizeof(R) > 16)
     std::memcpy(&v, reinterpret_cast<const void*>(*slot), sizeof v);  // the hidden pointer
   else
@@ -186,27 +190,36 @@ class Link {
   ~Link() { reset(); }
   explicit operator bool() const { return link_ != nullptr; }
 
-  // Detaches now; the program object lives on until no thread can still be running it
-  // is not knowable here, so it is kept with the link's memory (see docs).
+  // Detaches now, then destroys the program object (utramp_link_detach returns only once
+  // no thread runs the program). On failure throws, and the link stays attached.
   void detach() {
     if (!link_) return;
     if (int r = utramp_link_detach(link_); r != 0) throw error(-r, utramp_last_error());
     link_ = nullptr;
-    retired().push_back(std::move(prog_));
+    prog_.reset();
+  }
+
+  // What the link is and what its program did (utramp_link_get_info).
+  utramp_link_info info() const {
+    UTRAMP_OPTS(utramp_link_info, i);
+    if (!link_) throw error(EINVAL, "utramp::Link::info: the link is empty");
+    if (int r = utramp_link_get_info(link_, &i); r != 0) throw error(-r, utramp_last_error());
+    return i;
   }
 
  private:
+  // A destructor cannot throw: a link that fails to detach (from inside a program, say)
+  // stays attached, so its program may still run and its object is kept alive for good;
+  // the failure is written to stderr rather than lost.
   void reset() noexcept {
     if (!link_) return;
-    utramp_link_detach(link_);
+    if (utramp_link_detach(link_) != 0) {
+      std::fprintf(stderr, "utramp: a Link was destroyed but could not be detached: %s; it stays "
+                   "attached and its program is kept\n", utramp_last_error());
+      new std::shared_ptr<void>(std::move(prog_));  // deliberately never freed
+    }
     link_ = nullptr;
-    retired().push_back(std::move(prog_));
-  }
-  // Program objects of detached links: a thread may still be inside an old image that
-  // calls them, so they are never destroyed (a few bytes per typed link).
-  static std::vector<std::shared_ptr<void>>& retired() {
-    static auto* v = new std::vector<std::shared_ptr<void>>();
-    return *v;
+    prog_.reset();
   }
   utramp_link* link_ = nullptr;
   std::shared_ptr<void> prog_;
@@ -215,12 +228,13 @@ class Link {
 namespace detail {
 
 template <class R, class... A, class P>
-Link attach(R (*func)(A...), utramp_attach_type type, uint64_t (*thunk)(uint64_t*), P&& prog) {
+Link attach(R (*func)(A...), utramp_attach_type type, utramp_prog_t thunk, P&& prog) {
   using D = std::decay_t<P>;
   auto holder = std::make_shared<D>(std::forward<P>(prog));
   const std::string sig = signature<R, A...>();
-  utramp_attach_opts o{sizeof o, reinterpret_cast<uint64_t>(holder.get()), sig.c_str()};
-  utramp_link* l = utramp_attach(reinterpret_cast<void*>(func), type, reinterpret_cast<void*>(thunk), &o);
+  UTRAMP_OPTS(utramp_attach_opts, o, .cookie = reinterpret_cast<uint64_t>(holder.get()),
+              .signature = sig.c_str());
+  utramp_link* l = utramp_attach(reinterpret_cast<void*>(func), type, thunk, &o);
   if (!l) throw error(errno, utramp_last_error());
   return Link(l, std::move(holder));
 }
@@ -266,10 +280,8 @@ Link fmod_ret(R (*func)(A...), P&& prog) {
 // Replaces the function with another of exactly its type.
 template <class R, class... A>
 Link freplace(R (*func)(A...), std::type_identity_t<R (*)(A...)> replacement) {
-  const std::string sig = detail::signature<R, A...>();
-  utramp_attach_opts o{sizeof o, 0, sig.c_str()};
-  utramp_link* l = utramp_attach(reinterpret_cast<void*>(func), UTRAMP_FREPLACE,
-                                 reinterpret_cast<void*>(replacement), &o);
+  utramp_link* l = utramp_attach_replace(reinterpret_cast<void*>(func),
+                                         reinterpret_cast<void*>(replacement), nullptr);
   if (!l) throw error(errno, utramp_last_error());
   return Link(l, nullptr);
 }

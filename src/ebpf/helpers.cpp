@@ -339,10 +339,15 @@ u64 h_func_arg(u64 ctx, u64 n, u64 value, u64, u64) {
   return 0;
 }
 
+// The kernel's verifier turns this helper into -EOPNOTSUPP outside fexit and fmod_ret
+// programs; here the image says whether the return slot is valid (abi::kCtxRetValid).
 u64 h_func_ret(u64 ctx, u64 value, u64, u64, u64) {
-  u64 cnt = 0, v = 0;
+  u64 head = 0, v = 0;
   if (!writable(value, 8)) return neg(EFAULT);
-  if (!read_ctx(ctx, abi::kCtxArgCount, &cnt) || (cnt &= abi::kCtxArgCountMask, cnt > 64) || !read_ctx(ctx, static_cast<int64_t>(cnt), &v)) return neg(EINVAL);
+  if (!read_ctx(ctx, abi::kCtxArgCount, &head)) return neg(EINVAL);
+  if (!(head & abi::kCtxRetValid)) return neg(EOPNOTSUPP);
+  const u64 cnt = head & abi::kCtxArgCountMask;
+  if (cnt > 64 || !read_ctx(ctx, static_cast<int64_t>(cnt), &v)) return neg(EINVAL);
   *reinterpret_cast<u64*>(value) = v;
   return 0;
 }

@@ -115,10 +115,15 @@ extern "C" void utramp_register_thread() {
   // (Unreachable in practice: the kernel's default threads-max is lower per user.)
 }
 
-CounterSnapshot snapshot_counters(const std::vector<uint32_t>& slots) {
-  CounterSnapshot out;
+namespace {
+
+// Calls `visit(tid, block)` for every registered thread whose block could be read:
+// `read(block)` copies what the caller needs from it with process_vm_readv and returns
+// false when the memory is gone. A thread that exited (its memory unmapped, or its tid
+// gone) has its entry released instead.
+template <class Read, class Visit>
+void for_each_thread(Read&& read, Visit&& visit) {
   const pid_t pid = getpid();
-  std::vector<uint32_t> buf(kCounterSlots);
   const size_t n = g_used.load(std::memory_order_acquire);
   for (size_t i = 0; i < n; ++i) {
     Entry& e = g_entries[i];
@@ -126,11 +131,7 @@ CounterSnapshot snapshot_counters(const std::vector<uint32_t>& slots) {
     const pid_t tid = e.tid.load(std::memory_order_acquire);
     if (!block || !tid) continue;  // free, or being claimed (its thread has not yet
                                    // used the counters: it is still in the stub's slow path)
-    iovec local{buf.data(), buf.size() * sizeof(uint32_t)};
-    iovec remote{block->counters, buf.size() * sizeof(uint32_t)};
-    const bool readable =
-        process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(local.iov_len);
-    if (!readable || (syscall(SYS_tgkill, pid, tid, 0) != 0 && errno == ESRCH)) {
+    if (!read(block) || (syscall(SYS_tgkill, pid, tid, 0) != 0 && errno == ESRCH)) {
       // The thread is gone (its memory unmapped, or reused by a thread that registers
       // itself anew): release its entry.
       ThreadBlock* b = block;
@@ -138,13 +139,54 @@ CounterSnapshot snapshot_counters(const std::vector<uint32_t>& slots) {
         e.tid.store(0, std::memory_order_release);
       continue;
     }
-    std::vector<uint32_t> v;
-    v.reserve(slots.size());
-    for (uint32_t s : slots) v.push_back(buf[s]);
-    out.values.push_back(std::move(v));
-    out.tids.push_back(tid);
+    visit(tid);
   }
+}
+
+bool read_remote(void* dst, const void* src, size_t n) {
+  iovec local{dst, n};
+  iovec remote{const_cast<void*>(src), n};
+  return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(n);
+}
+
+}  // namespace
+
+CounterSnapshot snapshot_counters(const std::vector<uint32_t>& slots) {
+  CounterSnapshot out;
+  std::vector<uint32_t> buf(kCounterSlots);
+  for_each_thread(
+      [&](ThreadBlock* b) { return read_remote(buf.data(), b->counters, buf.size() * sizeof(uint32_t)); },
+      [&](pid_t tid) {
+        std::vector<uint32_t> v;
+        v.reserve(slots.size());
+        for (uint32_t s : slots) v.push_back(buf[s]);
+        out.values.push_back(std::move(v));
+        out.tids.push_back(tid);
+      });
   return out;
+}
+
+GuardSnapshot snapshot_guard(uint32_t prog) {
+  GuardSnapshot out;
+  uint64_t holder = 0;
+  if (prog >= kProgSlots) return out;
+  for_each_thread([&](ThreadBlock* b) { return read_remote(&holder, &b->active[prog], sizeof holder); },
+                  [&](pid_t tid) {
+                    out.tids.push_back(tid);
+                    out.holders.push_back(holder);
+                  });
+  return out;
+}
+
+bool this_thread_runs(uint32_t prog, uint64_t frame) {
+  const uint64_t h = prog < kProgSlots ? t_block.active[prog] : 0;
+  return h && os::holder_still_runs(h, frame);
+}
+
+bool this_thread_in_program(uint64_t frame) {
+  for (uint32_t g = 0; g < kProgSlots; ++g)
+    if (this_thread_runs(g, frame)) return true;
+  return false;
 }
 
 Result<uint32_t> alloc_counter_slot() { return alloc_in(g_counter_used, "thread counter"); }

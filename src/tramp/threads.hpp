@@ -57,6 +57,19 @@ struct CounterSnapshot {
 };
 CounterSnapshot snapshot_counters(const std::vector<uint32_t>& slots);
 
+// Every registered thread's program guard `prog` (active[prog]), read the same way.
+struct GuardSnapshot {
+  std::vector<int> tids;
+  std::vector<uint64_t> holders;  // [thread]: 0, or the stack pointer of the run holding it
+};
+GuardSnapshot snapshot_guard(uint32_t prog);
+
+// Whether the calling thread is running a program now: one of its guards is held by a
+// run that still runs below `frame` (a guard left by a signal handler's longjmp is not).
+bool this_thread_in_program(uint64_t frame);
+// The same for one program guard.
+bool this_thread_runs(uint32_t prog, uint64_t frame);
+
 // Slot allocation for counters and program guards. Released slots are reused only once
 // the caller has proven every thread's counter for them is zero.
 Result<uint32_t> alloc_counter_slot();

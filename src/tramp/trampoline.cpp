@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -39,14 +40,32 @@ std::string_view attach_type_name(AttachType t) noexcept {
   return "?";
 }
 
-// An immutable generated image. `slot` is its own counter (images that call the
-// original), `site_slot` the counter of the stub that leads to it.
+// Where an image calls one link's program: `call rel32` (near), or, for a program out
+// of rel32 reach, `mov r11, imm64` of its address followed by `call r11` (far; `at` is
+// the mov, `resume` the instruction after the call). `bytes` are the instruction at `at`
+// as emitted: what disabling the call expects to find there.
+struct ProgCall {
+  uint64_t link_id = 0;
+  uint64_t at = 0;
+  uint64_t resume = 0;
+  bool far = false;
+  bool disabled = false;
+  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> skip;  // what replaces `bytes` while disabled (empty: not made yet)
+  uint64_t skip_to = 0;       // where the disabled call goes (J, or its T)
+};
+
+// A generated image, immutable but for its program calls, which detach may disable
+// (Manager::disable_calls). `slot` is its own counter (images that call the original),
+// `site_slot` the counter of the stub that leads to it.
 struct Manager::Image {
   os::ExecBlock block;
   bool calls_original = false;
   uint32_t slot = UINT32_MAX;
   uint32_t site_slot = 0;
   arch::DebugHandle* debug = nullptr;
+  std::vector<ProgCall> calls;       // in the order the image runs its programs
+  std::vector<os::ExecBlock> skips;  // where disabled calls go; freed with the image
 };
 
 struct Manager::Retired {
@@ -294,6 +313,78 @@ namespace {
 
 void drop_image(std::unique_ptr<Manager::Image>& img);
 
+// Frees what an image holds once nothing can reach it or run in it: its code, the
+// thunks its disabled calls go to, its unwind and debugger records, its counter.
+void free_image(Manager::Image& img) {
+  {
+    std::lock_guard lock(g_images_mu);
+    images().erase(img.block.addr);
+  }
+  arch::unregister_image(img.debug);
+  os::ExecArena::instance().free(img.block);
+  for (const os::ExecBlock& b : img.skips) os::ExecArena::instance().free(b);
+  if (img.slot != UINT32_MAX) free_counter_slot(img.slot);
+}
+
+// movabs: REX, opcode, then the 8-byte immediate last.
+constexpr uint8_t kMovImm64Len = 10;
+
+// A program that does nothing: where detach sends an image's calls of a detached link's
+// program (returning 0, as a missed program does: fmod_ret continues to the body).
+uint64_t skipped_program(uint64_t*) { return 0; }
+
+// Where the image of `code` at `base` calls each of `runs` (link id, program), which are
+// in the order the image runs them (ImageSpec: fentry, fmod_ret, fexit; arch/image.hpp).
+// Found by decoding the image rather than reported by the emitter: a call to a program
+// is `call rel32` to it, or an instruction whose last eight bytes are its address (the
+// `mov r11, imm64`) followed by an indirect call. Every run must be found, in order:
+// anything else is an image this protocol does not know, refused before it is used.
+Result<std::vector<ProgCall>> find_prog_calls(std::span<const uint8_t> code, uint64_t base,
+                                              const std::vector<std::pair<uint64_t, uint64_t>>& runs) {
+  std::vector<ProgCall> out;
+  if (runs.empty()) return out;
+  auto is_prog = [&](uint64_t a) {
+    return std::any_of(runs.begin(), runs.end(), [&](const auto& r) { return r.second == a; });
+  };
+  std::optional<arch::Insn> prev;
+  for (size_t off = 0; off < code.size();) {
+    auto insn = arch::decode(code.data() + off, code.size() - off, base + off);
+    if (!insn) return make_error(Errc::bad_format, fmt::format("image at {:#x}+{:#x}: {}", base, off,
+                                                               insn.error().message));
+    uint64_t target = 0;
+    const arch::Insn* at = nullptr;
+    if (insn->flow == arch::Flow::call && insn->relative_branch) {
+      target = insn->target;
+      at = &*insn;
+    } else if (insn->flow == arch::Flow::indirect_call && prev && prev->length == kMovImm64Len) {
+      std::memcpy(&target, prev->bytes.data() + prev->length - 8, 8);
+      at = &*prev;
+    }
+    if (at && is_prog(target)) {
+      const size_t k = out.size();
+      if (k >= runs.size() || runs[k].second != target)
+        return make_error(Errc::bad_format,
+                          fmt::format("image at {:#x}: call #{} at {:#x} goes to {:#x}, expected {}",
+                                      base, k, at->address, target,
+                                      k < runs.size() ? fmt::format("{:#x}", runs[k].second)
+                                                      : std::string("no more program calls")));
+      ProgCall c;
+      c.link_id = runs[k].first;
+      c.at = at->address;
+      c.far = at != &*insn;
+      c.resume = insn->address + insn->length;
+      c.bytes.assign(at->raw().begin(), at->raw().end());
+      out.push_back(std::move(c));
+    }
+    off += insn->length;
+    prev = *insn;
+  }
+  if (out.size() != runs.size())
+    return make_error(Errc::bad_format, fmt::format("image at {:#x}: {} program calls found, {} expected",
+                                                    base, out.size(), runs.size()));
+  return out;
+}
+
 }  // namespace
 
 Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) {
@@ -357,10 +448,12 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     spec.stats_begin = reinterpret_cast<uint64_t>(&utramp_stats_begin);
     spec.stats_end = reinterpret_cast<uint64_t>(&utramp_stats_end);
     const bool stats = stats_.load();
+    std::vector<std::pair<uint64_t, uint64_t>> runs;  // link id, program: in run order
     auto add = [&](std::vector<arch::ImageProg>& v, Link* l) {
       v.push_back({l->prog->fn, l->prog->guard, l->cookie,
                    reinterpret_cast<uint64_t>(&l->prog->misses),
                    stats ? reinterpret_cast<uint64_t>(&l->prog->stats) : 0});
+      runs.push_back({l->id, l->prog->fn});
     };
     for (Link* l : fentry) add(spec.fentry, l);
     for (Link* l : fmod) add(spec.fmod_ret, l);
@@ -382,6 +475,9 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     if (code->code.size() > block->size)
       return fail(make_error(Errc::too_big, fmt::format("image of {} bytes over its bound {}",
                                                         code->code.size(), block->size)));
+    auto calls = find_prog_calls(code->code, block->addr, runs);
+    if (!calls) return fail(calls.error());
+    img->calls = std::move(*calls);
     if (auto r = os::ExecArena::instance().write(*block, 0, code->code); !r) return fail(r.error());
     img->block = *block;
     // Unwind info, perf map and gdb: published before anything can reach the image.
@@ -412,13 +508,7 @@ namespace {
 // Unpublishes an image that never became reachable.
 void drop_image(std::unique_ptr<Manager::Image>& img) {
   if (!img || !img->block) return;
-  {
-    std::lock_guard lock(g_images_mu);
-    images().erase(img->block.addr);
-  }
-  arch::unregister_image(img->debug);
-  os::ExecArena::instance().free(img->block);
-  if (img->slot != UINT32_MAX) free_counter_slot(img->slot);
+  free_image(*img);
   img.reset();
 }
 
@@ -674,26 +764,235 @@ Result<Link*> Manager::attach_name(const std::string& symbol, AttachType type, u
   return attach(s->info.func, type, prog, opts);
 }
 
+// Detach (docs/trampolines.md, "Detach"): when it returns, no program of the link runs
+// and none will, although threads may still be inside the images that called it (asleep
+// in the traced function, or preempted between a stub and its image):
+//   1. under the lock, an image without the link is published; the old one is retired
+//      (nothing changes when this fails);
+//   2. outside it, quiesce(): usually every thread is soon seen out of the retired
+//      images that run the program, and they are freed; where one stays in (asleep in
+//      the function), their calls of the program are disabled instead, and what is left
+//      is to wait for runs of the program already begun.
 Result<void> Manager::detach(Link* link) {
-  std::lock_guard lock(mu_);
-  auto it = std::find_if(links_.begin(), links_.end(),
-                         [&](const std::unique_ptr<Link>& l) { return l.get() == link; });
-  if (!link || it == links_.end())
-    return make_error(Errc::not_found, "detach: not a live link (already detached?)");
-  Trampoline& t = *link->tramp;
-  std::vector<Link*> links;
-  for (Link* l : t.links)
-    if (l != link) links.push_back(l);
-  UTRAMP_TRY(rebuild(t, links));
-  if (Prog* p = link->prog; p && --p->links == 0) {
-    // The guard slot is reused only by a new program; an old image that still runs
-    // this one keeps its own copy of the guard index, so the slot stays reserved
-    // until no image can reference it: we simply never free guard slots of programs
-    // that ran (1024 distinct programs per process).
-    (void)p;
+  uint64_t id = 0;
+  uint32_t guard = UINT32_MAX;
+  std::string name;
+  {
+    std::lock_guard lock(mu_);
+    auto it = std::find_if(links_.begin(), links_.end(),
+                           [&](const std::unique_ptr<Link>& l) { return l.get() == link; });
+    if (!link || it == links_.end())
+      return make_error(Errc::not_found, "detach: not a live link (already detached?)");
+    Trampoline& t = *link->tramp;
+    Prog* prog = link->prog;
+    if (prog && this_thread_runs(prog->guard, reinterpret_cast<uint64_t>(__builtin_frame_address(0))))
+      return make_error(Errc::busy,
+                        fmt::format("detach of {} on {}: called from inside its own program, it "
+                                    "would wait for itself",
+                                    attach_type_name(link->type), t.name));
+    std::vector<Link*> links;
+    for (Link* l : t.links)
+      if (l != link) links.push_back(l);
+    UTRAMP_TRY(rebuild(t, links));
+    // The guard slot is never freed (nor the Prog): images, old ones included, keep the
+    // index, and a later link of the same program reuses both (1024 distinct programs
+    // per process).
+    if (prog) {
+      --prog->links;
+      guard = prog->guard;
+    }
+    id = link->id;
+    name = t.name;
+    links_.erase(it);
   }
-  links_.erase(it);
+  if (guard != UINT32_MAX) quiesce(id, guard, name);
   return {};
+}
+
+namespace {
+
+// How long detach lets threads leave the retired images on their own before it disables
+// the images' calls of the program (a patch batch, and a trap-table entry per call for
+// good): longer than a thread preempted in an image usually stays there, short enough
+// not to matter next to a thread asleep in the function.
+constexpr auto kLeaveBudget = std::chrono::milliseconds(10);
+
+void backoff(unsigned spins) {
+  if (spins < 64) {
+    sched_yield();
+  } else {
+    timespec ts{0, 50 * 1000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+}  // namespace
+
+bool Manager::retired_run(uint64_t link_id) const {
+  std::lock_guard rl(retired_mu_);
+  for (const auto& r : retired_)
+    for (const ProgCall& c : r->image->calls)
+      if (c.link_id == link_id) return true;
+  return false;
+}
+
+// Step 2 of detach. The retired images that run link `id`'s program are freed by
+// reclamation once every thread has been seen out of them (reclaim_now); no thread can
+// enter them again (publishing the new image ended with a membarrier), so then no run
+// of the program through this link remains. Otherwise, after kLeaveBudget, their calls
+// of it are disabled (disable_calls) and only runs already begun are waited for
+// (wait_outside). If that patch cannot be made (out of executable memory near an image),
+// the images are waited for however long it takes.
+void Manager::quiesce(uint64_t id, uint32_t guard, const std::string& name) {
+  const auto deadline = std::chrono::steady_clock::now() + kLeaveBudget;
+  for (unsigned spins = 0; retired_run(id); ++spins) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      if (disable_calls(id, name)) {
+        wait_outside(guard);
+        return;
+      }
+      while (retired_run(id)) {
+        reclaim_now();
+        backoff(64);
+      }
+      return;
+    }
+    reclaim_now();
+    if (retired_run(id)) backoff(spins);
+  }
+}
+
+// The calls of link `id`'s program in every retired image not yet freed. A near call
+// becomes a call of a thunk that jumps to skipped_program; a far one (mov r11, imm64;
+// call r11) has its mov become a jump to a thunk that calls the same and jumps back
+// after the `call r11`:
+//
+//   near:  call prog             ->  call J
+//   far:   mov r11, prog         ->  jmp T ; nop5
+//          call r11                  call r11      (reached only by a thread already
+//                                                  past the mov: it runs the program)
+//   J:     jmp skipped_program   (rel32, or absolute when out of reach)
+//   T:     call J ; jmp <after call r11>
+//
+// The thunks lie within rel32 reach of the image and are freed with it. A thread that
+// traps on a call being changed is sent on as the disabled call goes. The reclaimer is
+// held off (g_reclaim_mu) while the images are patched.
+Result<void> Manager::disable_calls(uint64_t id, const std::string& name) {
+  std::lock_guard serial(g_reclaim_mu);
+  std::vector<Image*> imgs;
+  {
+    std::lock_guard rl(retired_mu_);
+    for (auto& r : retired_) imgs.push_back(r->image.get());
+  }
+  std::vector<patch::PatchOp> ops;
+  std::vector<ProgCall*> changed;
+  for (Image* img : imgs) {
+    std::vector<ProgCall*> mine;
+    for (ProgCall& c : img->calls)
+      if (c.link_id == id && !c.disabled) mine.push_back(&c);
+    if (mine.empty()) continue;
+    UTRAMP_TRY(make_skips(*img, mine));
+    for (ProgCall* c : mine) {
+      const patch::Emulation em = c->far ? patch::Emulation::jump_to(c->skip_to)
+                                         : patch::Emulation::call(c->skip_to, c->at + c->bytes.size());
+      ops.push_back({c->at, c->bytes, c->skip, em,
+                     fmt::format("{} image+{:#x}", name, c->at - img->block.addr)});
+      changed.push_back(c);
+    }
+  }
+  if (ops.empty()) return {};
+  UTRAMP_TRY(patch::apply(ops));
+  for (ProgCall* c : changed) c->disabled = true;
+  return {};
+}
+
+// The thunks of disable_calls for `calls` of `img` that have none yet, and the bytes
+// each call is replaced with.
+Result<void> Manager::make_skips(Image& img, const std::vector<ProgCall*>& calls) {
+  std::vector<ProgCall*> todo;
+  for (ProgCall* c : calls)
+    if (c->skip.empty()) todo.push_back(c);
+  if (todo.empty()) return {};
+  const arch::Window a = arch::rel32_window(img.block.addr);
+  const arch::Window b = arch::rel32_window(img.block.addr + img.block.size);
+  const uint64_t lo = std::max(a.lo, b.lo), hi = std::min(a.hi, b.hi);
+  const auto skip_fn = reinterpret_cast<uint64_t>(&skipped_program);
+  constexpr size_t j_len = 32;  // J, in its longest (absolute) form, and padding
+  const size_t far = static_cast<size_t>(
+      std::count_if(todo.begin(), todo.end(), [](const ProgCall* c) { return c->far; }));
+  const size_t t_len = 2 * arch::kSiteLen;  // call J ; jmp back
+  auto block = os::ExecArena::instance().allocate(j_len + far * t_len, lo, hi);
+  if (!block) return std::move(block).error();
+  auto fail = [&](Error e) -> Error {
+    os::ExecArena::instance().free(*block);
+    return e;
+  };
+  const uint64_t j = block->addr;
+  auto jump = arch::encode_jump_anywhere(j, skip_fn);
+  if (!jump) return fail(jump.error());
+  if (jump->size() > j_len)
+    return fail(make_error(Errc::too_big, fmt::format("a jump of {} bytes", jump->size())));
+  std::vector<uint8_t> code(block->size, arch::kTrapByte);
+  std::copy(jump->begin(), jump->end(), code.begin());
+  std::vector<std::pair<ProgCall*, std::vector<uint8_t>>> skips;
+  uint64_t next = j + j_len;
+  for (ProgCall* c : todo) {
+    std::vector<uint8_t> bytes;
+    uint64_t to = j;
+    if (!c->far) {
+      auto call = arch::encode_call(c->at, j);
+      if (!call) return fail(call.error());
+      bytes.assign(call->begin(), call->end());
+    } else {
+      to = next;
+      next += t_len;
+      auto call = arch::encode_call(to, j);
+      auto back = arch::encode_jmp(to + arch::kSiteLen, c->resume);
+      auto go = arch::encode_jmp(c->at, to);
+      if (!call || !back || !go) return fail(!call ? call.error() : !back ? back.error() : go.error());
+      std::copy(call->begin(), call->end(), code.begin() + static_cast<ptrdiff_t>(to - j));
+      std::copy(back->begin(), back->end(), code.begin() + static_cast<ptrdiff_t>(to - j + arch::kSiteLen));
+      bytes.assign(go->begin(), go->end());
+      while (bytes.size() + arch::kNop5.size() <= c->bytes.size())
+        bytes.insert(bytes.end(), arch::kNop5.begin(), arch::kNop5.end());
+      bytes.resize(c->bytes.size(), arch::kNop1);
+    }
+    if (bytes.size() != c->bytes.size())
+      return fail(make_error(Errc::bad_format,
+                             fmt::format("call at {:#x}: {} bytes, its replacement {}", c->at,
+                                         c->bytes.size(), bytes.size())));
+    c->skip_to = to;
+    skips.push_back({c, std::move(bytes)});
+  }
+  if (auto r = os::ExecArena::instance().write(*block, 0, code); !r) return fail(r.error());
+  for (auto& [c, bytes] : skips) c->skip = std::move(bytes);
+  img.skips.push_back(*block);
+  return {};
+}
+
+// The end of detach once the calls are disabled. Every thread that ran the program
+// through a disabled call took its guard before the call (run_prog in
+// arch/x86_64/image.cpp) and keeps it until the program returns; the membarrier that
+// ended the patch batch made that store visible (a thread that took the guard after it
+// executes the disabled call). So a thread seen with the guard free, or held by another
+// run than at the first look (the run holding it then has ended), is outside for good.
+// Threads that were in no run are not waited for at all; the others for as long as
+// their run takes. This thread is not one of them: detach refused a call from inside
+// the program, and a guard left here by a signal handler's longjmp holds no run.
+void Manager::wait_outside(uint32_t guard) {
+  const int self = static_cast<int>(gettid());
+  const GuardSnapshot first = snapshot_guard(guard);
+  std::vector<std::pair<int, uint64_t>> pending;  // tid, holder at the first look
+  for (size_t i = 0; i < first.tids.size(); ++i)
+    if (first.holders[i] && first.tids[i] != self) pending.push_back({first.tids[i], first.holders[i]});
+  for (unsigned spins = 0; !pending.empty(); ++spins) {
+    backoff(spins);
+    const GuardSnapshot now = snapshot_guard(guard);
+    std::erase_if(pending, [&](const std::pair<int, uint64_t>& p) {
+      auto at = std::find(now.tids.begin(), now.tids.end(), p.first);
+      return at == now.tids.end() || now.holders[static_cast<size_t>(at - now.tids.begin())] != p.second;
+    });
+  }
 }
 
 void Manager::set_stats(bool on) {
@@ -702,6 +1001,24 @@ void Manager::set_stats(bool on) {
   for (auto& t : tramps_)
     if (!t->links.empty()) (void)rebuild(*t, t->links);
 }
+
+namespace {
+
+LinkInfo info_of(const Link& l) {
+  const Prog* p = l.prog;
+  return {&l,
+          l.id,
+          l.type,
+          p ? p->fn : l.replacement,
+          l.cookie,
+          l.tramp->func,
+          l.tramp->name.c_str(),
+          p ? p->stats.run_cnt.load(std::memory_order_relaxed) : 0,
+          p ? p->stats.run_ns.load(std::memory_order_relaxed) : 0,
+          p ? p->misses.load(std::memory_order_relaxed) : 0};
+}
+
+}  // namespace
 
 std::vector<TrampolineInfo> Manager::list() {
   std::lock_guard lock(mu_);
@@ -714,13 +1031,24 @@ std::vector<TrampolineInfo> Manager::list() {
     ti.signature_source = t->sig.source;
     ti.has_image = t->image != nullptr;
     ti.image_bytes = t->image ? t->image->block.size : 0;
-    for (Link* l : t->links)
-      ti.links.push_back({l->id, l->type, l->prog ? l->prog->fn : l->replacement, l->cookie,
-                          l->prog ? l->prog->stats.run_cnt.load() : 0,
-                          l->prog ? l->prog->stats.run_ns.load() : 0,
-                          l->prog ? l->prog->misses.load() : 0});
+    for (Link* l : t->links) ti.links.push_back(info_of(*l));
     out.push_back(std::move(ti));
   }
+  return out;
+}
+
+Result<LinkInfo> Manager::link_info(const Link* link) {
+  std::lock_guard lock(mu_);
+  for (auto& l : links_)
+    if (l.get() == link) return info_of(*l);
+  return make_error(Errc::not_found, "not a live link (detached?)");
+}
+
+std::vector<LinkInfo> Manager::links() {
+  std::lock_guard lock(mu_);
+  std::vector<LinkInfo> out;
+  out.reserve(links_.size());
+  for (auto& l : links_) out.push_back(info_of(*l));
   return out;
 }
 
@@ -785,16 +1113,7 @@ size_t Manager::reclaim_now() {
   if (done.empty()) return 0;
   // Nothing refers to these images any more: they are freed without mu_, so a thread
   // attaching and detaching without pause cannot starve reclamation.
-  for (Retired* r : done) {
-    Image* img = r->image.get();
-    {
-      std::lock_guard il(g_images_mu);
-      images().erase(img->block.addr);
-    }
-    arch::unregister_image(img->debug);
-    os::ExecArena::instance().free(img->block);
-    if (img->slot != UINT32_MAX) free_counter_slot(img->slot);
-  }
+  for (Retired* r : done) free_image(*r->image);
   std::sort(done.begin(), done.end());
   std::lock_guard lock(retired_mu_);
   std::erase_if(retired_, [&](const std::unique_ptr<Retired>& x) {

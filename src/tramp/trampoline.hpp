@@ -2,10 +2,11 @@
 // point, its links, and immutable generated Images swapped in with one patch each.
 //
 // Lifetimes. A Link is the user's handle; detaching it takes effect at once (a new image
-// without it is published) and never waits for threads. An Image that is replaced is
-// retired and freed by the reclaimer once no thread can execute it (see threads.hpp
-// and arch/image.hpp for the counters that prove it). Trampolines and their stubs are
-// permanent: one per function ever attached.
+// without it is published) and returns once no thread runs its program any more,
+// without waiting for threads inside the traced function (Manager::detach). An Image
+// that is replaced is retired and freed by the reclaimer once no thread can execute it
+// (see threads.hpp and arch/image.hpp for the counters that prove it). Trampolines and
+// their stubs are permanent: one per function ever attached.
 #pragma once
 
 #include <atomic>
@@ -53,6 +54,7 @@ struct Prog {
 };
 
 struct Trampoline;
+struct ProgCall;
 
 struct Link {
   Trampoline* tramp = nullptr;
@@ -73,11 +75,17 @@ struct AttachOptions {
   bool caller = false;
 };
 
+// A live link as the read side reports it. The counters are its program's: links of one
+// program share them, as kernel links of one bpf_prog share its stats (run_cnt and
+// run_ns count only while stats are on).
 struct LinkInfo {
+  const Link* link;
   uint64_t id;
   AttachType type;
-  uint64_t prog;
+  uint64_t prog;           // the program; freplace: the replacement; tracer: its hooks
   uint64_t cookie;
+  uint64_t func;
+  const char* function;    // its name (trampolines are permanent, so is the string)
   uint64_t run_cnt, run_ns, misses;
 };
 
@@ -110,8 +118,14 @@ class Manager {
   std::vector<Result<Link*>> attach_many(const std::vector<AttachRequest>& reqs);
   Result<Link*> attach_name(const std::string& symbol, AttachType type, uint64_t prog,
                             const AttachOptions& opts);
-  // Detaches at once; the link is freed here, the image it ran in later.
+  // Detaches at once; returns when no thread runs the link's program any more (never
+  // waiting for a thread inside the traced function: docs/trampolines.md, "Detach").
+  // The link is freed here, the images it ran in later. busy from inside its program.
   Result<void> detach(Link* link);
+
+  // One live link (not_found for anything else), and every live link in attach order.
+  Result<LinkInfo> link_info(const Link* link);
+  std::vector<LinkInfo> links();
 
   void set_stats(bool on);
   bool stats() const { return stats_.load(); }
@@ -139,6 +153,11 @@ class Manager {
   Result<void> publish(std::vector<Plan>& plans);
   Result<void> rebuild(Trampoline& t, std::vector<Link*> links);
   void retire(Trampoline& t, Image* img);
+  void quiesce(uint64_t link_id, uint32_t guard, const std::string& name);
+  bool retired_run(uint64_t link_id) const;
+  Result<void> disable_calls(uint64_t link_id, const std::string& name);
+  Result<void> make_skips(Image& img, const std::vector<ProgCall*>& calls);
+  static void wait_outside(uint32_t guard);
   void reclaimer_loop();
   void ensure_reclaimer();
 

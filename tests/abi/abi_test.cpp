@@ -302,8 +302,10 @@ Bytes call(void (*drive)(void*), size_t n) {
 struct Linked {
   utramp_link* link = nullptr;
   Linked(const abi_entry& e, utramp_attach_type t, void* prog, bool dwarf) {
-    utramp_attach_opts o{sizeof o, 0, e.signature};
-    link = utramp_attach(e.fn, t, prog, dwarf ? nullptr : &o);
+    UTRAMP_OPTS(utramp_attach_opts, o, .signature = e.signature);
+    link = t == UTRAMP_FREPLACE
+               ? utramp_attach_replace(e.fn, prog, dwarf ? nullptr : &o)
+               : utramp_attach(e.fn, t, reinterpret_cast<utramp_prog_t>(prog), dwarf ? nullptr : &o);
   }
   ~Linked() {
     if (link) {

@@ -10,9 +10,11 @@
 #include <cstring>
 #include <thread>
 
+#include "abi/ctx.hpp"
 #include "ebpf/asm.hpp"
 #include "ebpf/engine.hpp"
 #include "ebpf/jit.hpp"
+#include "ebpf/helpers.hpp"
 #include "ebpf/maps.hpp"
 
 namespace {
@@ -311,6 +313,26 @@ TEST_P(Engines, ConcurrentRuns) {
 // fails as any bad store does, and changes nothing: a lock word set by a program would
 // hang every thread that takes it. Stores into the value a lookup handed out still go
 // through, and afterwards the map works, with exact counts from several threads.
+// bpf_get_func_ret (184) answers from the return slot only when the image says it is
+// valid (fmod_ret and fexit programs): in an fentry program -EOPNOTSUPP, as the kernel's
+// verifier makes the call there, and the destination is left alone.
+TEST_P(Engines, GetFuncRetOnlyWhereTheReturnSlotIsValid) {
+  ExecOptions o;
+  o.helpers = &runtime_helpers();
+  const char* store = "stdw [%r10-8], 7\nmov %r2, %r10\nadd %r2, -8\ncall 184\n";
+  auto rc = load_text(std::string(store) + "exit\n", o);
+  auto value = load_text(std::string(store) + "ldxdw %r0, [%r10-8]\nexit\n", o);
+  // ctx[-3] cookie, ctx[-2] function, ctx[-1] one argument slot; ctx[0], then ctx[1] the
+  // return slot.
+  uint64_t mem[6] = {0, 0, 0x1000, 1, 5, 99};
+  uint64_t* ctx = &mem[4];
+  EXPECT_EQ(run_ok(*rc, ctx), static_cast<uint64_t>(-EOPNOTSUPP)) << "fentry";
+  EXPECT_EQ(run_ok(*value, ctx), 7u) << "left unchanged";
+  mem[3] |= utramp::abi::kCtxRetValid;
+  EXPECT_EQ(run_ok(*rc, ctx), 0u) << "fexit, fmod_ret";
+  EXPECT_EQ(run_ok(*value, ctx), 99u);
+}
+
 TEST_P(Engines, MapInternalsAreNotWritable) {
   char path[] = "/tmp/utramp-engine-test-XXXXXX";
   const int fd = mkstemp(path);

@@ -54,7 +54,7 @@ TEST_P(Override, FmodRetResultReachesTheCaller) {
   const Build& b = GetParam();
   ASSERT_EQ(b.call_echo(41), 42);
   utramp_link* l = utramp_attach(reinterpret_cast<void*>(b.echo), UTRAMP_FMOD_RET,
-                                 reinterpret_cast<void*>(&inject_minus_5), nullptr);
+                                 &inject_minus_5, nullptr);
   ASSERT_NE(l, nullptr) << utramp_last_error();
   EXPECT_EQ(b.call_echo(41), -5);
   ASSERT_EQ(utramp_link_detach(l), 0);
@@ -65,7 +65,7 @@ TEST_P(Override, EveryCallOfAPureFunctionRuns) {
   const Build& b = GetParam();
   ASSERT_EQ(b.call_is_big_twice(5), 0);
   utramp_link* l = utramp_attach(reinterpret_cast<void*>(b.is_big), UTRAMP_FMOD_RET,
-                                 reinterpret_cast<void*>(&inject_minus_5), nullptr);
+                                 &inject_minus_5, nullptr);
   ASSERT_NE(l, nullptr) << utramp_last_error();
   EXPECT_EQ(b.call_is_big_twice(5), -10);  // both calls made, neither folded
   ASSERT_EQ(utramp_link_detach(l), 0);
@@ -74,8 +74,8 @@ TEST_P(Override, EveryCallOfAPureFunctionRuns) {
 TEST_P(Override, FreplaceOfAStaticFunctionReachesTheCaller) {
   const Build& b = GetParam();
   ASSERT_EQ(b.call_twice(10), 21);
-  utramp_link* l = utramp_attach(reinterpret_cast<void*>(*b.twice), UTRAMP_FREPLACE,
-                                 reinterpret_cast<void*>(&thrice), nullptr);
+  utramp_link* l = utramp_attach_replace(reinterpret_cast<void*>(*b.twice),
+                                         reinterpret_cast<void*>(&thrice), nullptr);
   ASSERT_NE(l, nullptr) << utramp_last_error();
   EXPECT_EQ(b.call_twice(10), 31);
   ASSERT_EQ(utramp_link_detach(l), 0);

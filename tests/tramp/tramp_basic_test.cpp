@@ -8,18 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "targets.h"
 #include "tramp/trampoline.hpp"
-
-extern "C" {
-int64_t tt_add(int64_t, int64_t);
-double tt_mix(int, double, float, long);
-int tt_many(int, int, int, int, int, int, int, int);
-int tt_check(int);
-int tt_unmarked(int);
-int tt_replace_me(int);
-int tt_replacement(int);
-double tt_mix2(int, double, float, long);
-}
 
 namespace {
 
@@ -53,7 +43,7 @@ uint64_t inject_einval(uint64_t* ctx) { return ctx[0] == 7 ? uint64_t(-22) : 0; 
 TEST(Tramp, FentrySeesArgumentsAndCookie) {
   utramp_attach_opts o{sizeof o, 0x1234, "i64,i64 -> i64"};
   auto* l = utramp_attach(reinterpret_cast<void*>(&tt_add), UTRAMP_FENTRY,
-                          reinterpret_cast<void*>(&record_entry), &o);
+                          &record_entry, &o);
   ASSERT_NE(l, nullptr) << utramp_last_error();
   g_runs = 0;
   EXPECT_EQ(call(&tt_add, int64_t(40), int64_t(2)), 42);
@@ -71,7 +61,7 @@ TEST(Tramp, FentrySeesArgumentsAndCookie) {
 TEST(Tramp, FexitSeesReturnValueMixedArgs) {
   utramp_attach_opts o{sizeof o, 0, "i32,f64,f32,i64 -> f64"};
   auto* l = utramp_attach(reinterpret_cast<void*>(&tt_mix), UTRAMP_FEXIT,
-                          reinterpret_cast<void*>(&record_exit), &o);
+                          &record_exit, &o);
   ASSERT_NE(l, nullptr) << utramp_last_error();
   double (*volatile f)(int, double, float, long) = &tt_mix;
   const double r = f(1, 2.5, 3.0f, 4);
@@ -84,10 +74,10 @@ TEST(Tramp, FexitSeesReturnValueMixedArgs) {
 
 TEST(Tramp, StackArgumentsReachTheOriginal) {
   auto* l1 = utramp_attach(reinterpret_cast<void*>(&tt_many), UTRAMP_FEXIT,
-                           reinterpret_cast<void*>(&record_exit), nullptr);
+                           &record_exit, nullptr);
   ASSERT_NE(l1, nullptr) << utramp_last_error();
   auto* l2 = utramp_attach(reinterpret_cast<void*>(&tt_many), UTRAMP_FENTRY,
-                           reinterpret_cast<void*>(&record_entry), nullptr);
+                           &record_entry, nullptr);
   ASSERT_NE(l2, nullptr) << utramp_last_error();
   int (*volatile f)(int, int, int, int, int, int, int, int) = &tt_many;
   EXPECT_EQ(f(1, 2, 3, 4, 5, 6, 7, 8), 1 + 4 + 9 + 16 + 25 + 36 + 49 + 64);
@@ -98,12 +88,12 @@ TEST(Tramp, StackArgumentsReachTheOriginal) {
 
 TEST(Tramp, FmodRetOverridesOnlyMarkedFunctions) {
   auto* bad = utramp_attach(reinterpret_cast<void*>(&tt_unmarked), UTRAMP_FMOD_RET,
-                            reinterpret_cast<void*>(&inject_einval), nullptr);
+                            &inject_einval, nullptr);
   ASSERT_EQ(bad, nullptr);
   EXPECT_NE(std::string(utramp_last_error()).find("UTRAMP_ALLOW_ERROR_INJECTION"), std::string::npos)
       << utramp_last_error();
   auto* l = utramp_attach(reinterpret_cast<void*>(&tt_check), UTRAMP_FMOD_RET,
-                          reinterpret_cast<void*>(&inject_einval), nullptr);
+                          &inject_einval, nullptr);
   ASSERT_NE(l, nullptr) << utramp_last_error();
   EXPECT_EQ(call(&tt_check, 7), -22) << "a non-zero fmod_ret result replaces the body";
   EXPECT_EQ(call(&tt_check, 5), 0) << "zero runs the body";
@@ -112,12 +102,12 @@ TEST(Tramp, FmodRetOverridesOnlyMarkedFunctions) {
 }
 
 TEST(Tramp, FreplaceExcludesOthers) {
-  auto* l = utramp_attach(reinterpret_cast<void*>(&tt_replace_me), UTRAMP_FREPLACE,
-                          reinterpret_cast<void*>(&tt_replacement), nullptr);
+  auto* l = utramp_attach_replace(reinterpret_cast<void*>(&tt_replace_me),
+                                  reinterpret_cast<void*>(&tt_replacement), nullptr);
   ASSERT_NE(l, nullptr) << utramp_last_error();
   EXPECT_EQ(call(&tt_replace_me, 3), 300);
   auto* l2 = utramp_attach(reinterpret_cast<void*>(&tt_replace_me), UTRAMP_FENTRY,
-                           reinterpret_cast<void*>(&record_entry), nullptr);
+                           &record_entry, nullptr);
   EXPECT_EQ(l2, nullptr);
   EXPECT_EQ(errno, EBUSY);
   ASSERT_EQ(utramp_link_detach(l), 0);
@@ -130,12 +120,12 @@ TEST(Tramp, ThirtyEightLinksAndNoMore) {
   std::vector<utramp_link*> links;
   for (int i = 0; i < 38; ++i) {
     auto* l = utramp_attach(reinterpret_cast<void*>(&tt_add), i % 2 ? UTRAMP_FEXIT : UTRAMP_FENTRY,
-                            reinterpret_cast<void*>(&nop_prog), nullptr);
+                            &nop_prog, nullptr);
     ASSERT_NE(l, nullptr) << i << ": " << utramp_last_error();
     links.push_back(l);
   }
   EXPECT_EQ(utramp_attach(reinterpret_cast<void*>(&tt_add), UTRAMP_FENTRY,
-                          reinterpret_cast<void*>(&nop_prog), nullptr),
+                          &nop_prog, nullptr),
             nullptr);
   EXPECT_NE(std::string(utramp_last_error()).find("38"), std::string::npos) << utramp_last_error();
   EXPECT_EQ(call(&tt_add, int64_t(2), int64_t(3)), 5);
@@ -146,16 +136,16 @@ TEST(Tramp, BadInputIsRefused) {
   EXPECT_EQ(utramp_attach(reinterpret_cast<void*>(&tt_add), UTRAMP_FENTRY, nullptr, nullptr), nullptr);
   EXPECT_EQ(errno, EINVAL);
   EXPECT_EQ(utramp_attach(reinterpret_cast<char*>(&tt_add) + 1, UTRAMP_FENTRY,
-                          reinterpret_cast<void*>(&nop_prog), nullptr),
+                          &nop_prog, nullptr),
             nullptr);
   EXPECT_NE(std::string(utramp_last_error()).find("tt_add+0x1"), std::string::npos) << utramp_last_error();
   utramp_attach_opts bad_sig{sizeof bad_sig, 0, "i32,zz -> i32"};
   EXPECT_EQ(utramp_attach(reinterpret_cast<void*>(&tt_add), UTRAMP_FENTRY,
-                          reinterpret_cast<void*>(&nop_prog), &bad_sig),
+                          &nop_prog, &bad_sig),
             nullptr);
   EXPECT_NE(std::string(utramp_last_error()).find("zz"), std::string::npos) << utramp_last_error();
   EXPECT_EQ(utramp_attach_name("no_such_function_anywhere", UTRAMP_FENTRY,
-                               reinterpret_cast<void*>(&nop_prog), nullptr),
+                               &nop_prog, nullptr),
             nullptr);
   EXPECT_EQ(errno, ENOENT);
 }
@@ -165,7 +155,7 @@ TEST(Tramp, BadInputIsRefused) {
 namespace {
 
 TEST(Tramp, SignatureComesFromDwarfWithoutOptions) {
-  auto* l = utramp_attach_name("tt_mix2", UTRAMP_FEXIT, reinterpret_cast<void*>(&record_exit), nullptr);
+  auto* l = utramp_attach_name("tt_mix2", UTRAMP_FEXIT, &record_exit, nullptr);
   ASSERT_NE(l, nullptr) << utramp_last_error();
   bool found = false;
   for (const auto& t : utramp::tramp::Manager::instance().list()) {

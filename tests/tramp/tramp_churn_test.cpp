@@ -19,14 +19,7 @@
 
 #include "os/exec_memory.hpp"
 #include "tramp/trampoline.hpp"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define UTRAMP_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UTRAMP_TEST_ASAN 1
-#endif
-#endif
+#include "tramp_test_util.hpp"
 
 #ifdef UTRAMP_TEST_ASAN
 // AddressSanitizer's allocator (sanitizer/allocator_interface.h, which gcc does not
@@ -47,12 +40,8 @@ namespace {
 
 namespace ut = utramp::tramp;
 using Prog = uint64_t (*)(uint64_t*);
-
-template <class F>
-F* opaque(F* f) {
-  F* volatile p = f;
-  return p;
-}
+using tramp_test::drain_retired;
+using tramp_test::opaque;
 
 enum Fn { kAdd, kFma, kCheck, kFns };
 enum Ty { kEntry, kExit, kModRet, kTypes };
@@ -86,7 +75,7 @@ int32_t as_i32(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v
 
 uint64_t churn_entry(uint64_t* ctx) {
   const int f = fn_index(ctx[-2]);
-  if (f < 0 || ctx[-1] != kArgs[f]) {
+  if (f < 0 || utramp_get_func_arg_cnt(ctx) != kArgs[f]) {
     ++g_bad_ctx;
     return 0;
   }
@@ -96,7 +85,7 @@ uint64_t churn_entry(uint64_t* ctx) {
 
 uint64_t churn_exit(uint64_t* ctx) {
   const int f = fn_index(ctx[-2]);
-  bool ok = f >= 0 && ctx[-1] == kArgs[f];
+  bool ok = f >= 0 && utramp_get_func_arg_cnt(ctx) == kArgs[f];
   if (ok) {
     switch (f) {
       case kAdd: ok = ctx[2] == ctx[0] + ctx[1]; break;
@@ -119,7 +108,7 @@ uint64_t churn_exit(uint64_t* ctx) {
 }
 
 uint64_t churn_modret(uint64_t* ctx) {
-  if (fn_index(ctx[-2]) != kCheck || ctx[-1] != 1) {
+  if (fn_index(ctx[-2]) != kCheck || utramp_get_func_arg_cnt(ctx) != 1) {
     ++g_bad_ctx;
     return 0;
   }
@@ -140,16 +129,6 @@ size_t rss_bytes() {
   if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
   std::fclose(f);
   return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-}
-
-bool drain_retired() {
-  auto& m = ut::Manager::instance();
-  for (int i = 0; i < 1000; ++i) {
-    m.reclaim_now();
-    if (m.retired() == 0) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return m.retired() == 0;
 }
 
 // The attaching side: a deterministic random walk over at most kMaxLive links.
@@ -198,7 +177,7 @@ class Churner {
   // Attaches type t to function f and checks a call on this thread runs it.
   int attach(int f, int t) {
     utramp_attach_opts o{sizeof o, attaches_, kSig[f]};
-    utramp_link* l = utramp_attach(fn_addr(f), kType[t], reinterpret_cast<void*>(kProg[t]), &o);
+    utramp_link* l = utramp_attach(fn_addr(f), kType[t], kProg[t], &o);
     if (!l) {
       ADD_FAILURE() << "attach #" << attaches_ << ": " << utramp_last_error();
       failed_ = true;
@@ -282,13 +261,11 @@ struct Callers {
   static constexpr int kThreads = 4;
   static constexpr int64_t kBurst = 128;
   static constexpr std::chrono::microseconds kPause{100};
-  std::atomic<bool> stop{false};
   std::atomic<uint64_t> wrong{0}, calls{0}, injected{0};
-  std::vector<std::thread> threads;
+  tramp_test::Threads threads;
 
   void start() {
-    for (int k = 0; k < kThreads; ++k)
-      threads.emplace_back([this, k] {
+    threads.start(kThreads, [this](int k, const std::atomic<bool>& stop) {
         uint64_t n = 0, inj = 0, bad = 0;
         for (int64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
           if (opaque(&tc_add)(i, k) != i + k) ++bad;
@@ -308,24 +285,14 @@ struct Callers {
         wrong += bad;
       });
   }
-  void join() {
-    stop = true;
-    for (auto& t : threads) t.join();
-    threads.clear();
-  }
-  ~Callers() { join(); }  // a failed assertion returns early
+  void join() { threads.join(); }
 };
 
 TEST(TrampChurn, AttachDetachWhileFourThreadsCall) {
   // Attaches, and as many detaches. Measured on 2 shared cores: 100,000 take ~14 s in
   // the regular build and ~60 s under AddressSanitizer (its allocator dominates the
   // attach path), which runs 40,000 (~25 s). UTRAMP_CHURN_CYCLES overrides, for soaks.
-#ifdef UTRAMP_TEST_ASAN
-  uint64_t kCycles = 40000;
-#else
-  uint64_t kCycles = 100000;
-#endif
-  if (const char* env = std::getenv("UTRAMP_CHURN_CYCLES")) kCycles = std::strtoull(env, nullptr, 10);
+  const uint64_t kCycles = tramp_test::cycles("UTRAMP_CHURN_CYCLES", 100000, 40000);
   constexpr uint64_t kWarmup = 2000;
   auto& m = ut::Manager::instance();
   auto& arena = utramp::os::ExecArena::instance();
