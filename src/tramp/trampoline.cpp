@@ -599,7 +599,10 @@ void Manager::retire(Trampoline&, Image* img) {
     std::lock_guard rl(retired_mu_);
     retired_.push_back(std::make_unique<Retired>(Retired{std::unique_ptr<Image>(img)}));
   }
-  ensure_reclaimer();
+  // The reclaimer is started by the caller once mu_ is released (ReclaimerKick): creating
+  // a thread takes the loader's TLS lock, which a thread inside dlopen (the loader hook)
+  // may hold while it waits for mu_.
+  reclaimer_wanted_.store(true, std::memory_order_relaxed);
   cv_.notify_all();
 }
 
@@ -687,6 +690,7 @@ Result<Link*> Manager::attach(uint64_t func, AttachType type, uint64_t prog,
 }
 
 std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>& reqs) {
+  ReclaimerKick kick{*this};  // destroyed after the lock below is released
   std::lock_guard lock(mu_);
   std::vector<Result<Link*>> out(reqs.size(), Result<Link*>(make_error(Errc::busy, "not attached")));
   // Links per trampoline, in request order, made but not yet published.
@@ -778,6 +782,7 @@ Result<void> Manager::detach(Link* link) {
   uint32_t guard = UINT32_MAX;
   std::string name;
   {
+    ReclaimerKick kick{*this};  // destroyed after the lock below is released
     std::lock_guard lock(mu_);
     auto it = std::find_if(links_.begin(), links_.end(),
                            [&](const std::unique_ptr<Link>& l) { return l.get() == link; });
@@ -996,6 +1001,7 @@ void Manager::wait_outside(uint32_t guard) {
 }
 
 void Manager::set_stats(bool on) {
+  ReclaimerKick kick{*this};  // destroyed after the lock below is released
   std::lock_guard lock(mu_);
   if (stats_.exchange(on) == on) return;
   for (auto& t : tramps_)
@@ -1122,12 +1128,25 @@ size_t Manager::reclaim_now() {
   return done.size();
 }
 
-void Manager::ensure_reclaimer() {
-  // Called with mu_ held. After fork the child has no reclaimer thread: start one.
-  if (reclaimer_running_ && reclaimer_pid_ == getpid()) return;
-  reclaimer_running_ = true;
-  reclaimer_pid_ = getpid();
-  std::thread([this] { reclaimer_loop(); }).detach();
+Manager::ReclaimerKick::~ReclaimerKick() { m.start_reclaimer(); }
+
+void Manager::start_reclaimer() {
+  // Called with no Manager lock held. One reclaimer per process: after fork the child has
+  // none (threads do not survive fork) and its pid differs from the recorded one.
+  if (!reclaimer_wanted_.load(std::memory_order_relaxed)) return;
+  const int pid = getpid();
+  int cur = reclaimer_pid_.load(std::memory_order_acquire);
+  while (cur != pid)
+    if (reclaimer_pid_.compare_exchange_weak(cur, pid, std::memory_order_acq_rel)) {
+      try {
+        std::thread([this] { reclaimer_loop(); }).detach();
+      } catch (const std::system_error&) {
+        // No thread now (EAGAIN): images stay retired until a later attach or detach
+        // starts one; nothing is freed early.
+        reclaimer_pid_.store(0, std::memory_order_release);
+      }
+      return;
+    }
 }
 
 void Manager::reclaimer_loop() {

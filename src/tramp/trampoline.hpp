@@ -159,7 +159,13 @@ class Manager {
   Result<void> make_skips(Image& img, const std::vector<ProgCall*>& calls);
   static void wait_outside(uint32_t guard);
   void reclaimer_loop();
-  void ensure_reclaimer();
+  void start_reclaimer();
+  // Starts the reclaimer, if an image was retired, when the scope ends: declared before
+  // the scope's lock of mu_, it runs after the lock is released.
+  struct ReclaimerKick {
+    Manager& m;
+    ~ReclaimerKick();
+  };
 
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Trampoline>> tramps_;
@@ -171,8 +177,8 @@ class Manager {
   std::atomic<bool> stats_{false};
 
   std::condition_variable cv_;
-  bool reclaimer_running_ = false;
-  int reclaimer_pid_ = 0;
+  std::atomic<bool> reclaimer_wanted_{false};  // an image was retired in this process
+  std::atomic<int> reclaimer_pid_{0};          // the process whose reclaimer runs
   friend struct Trampoline;
 };
 
