@@ -15,7 +15,9 @@
 namespace utramp::trace {
 
 // One page in front of each ring. Lines: the producer's (written on every event), the
-// owner's identity, the consumer's.
+// owner's identity, the consumer's position (the producer reads it for room). The
+// consumer keeps the rest of its state in its own memory (ShmBuffers::Ring): the traced
+// program can write anything here.
 struct Control {
   std::atomic<uint64_t> head;     // events [0, head) are published (indices, not slots)
   std::atomic<uint64_t> lost;     // events the producer dropped, cumulative
@@ -27,10 +29,6 @@ struct Control {
   std::atomic<uint32_t> pid;
   std::atomic<uint32_t> tid;
   alignas(64) std::atomic<uint64_t> tail;  // consumer: events [0, tail) were taken
-  uint64_t lost_reported;                  // consumer: `lost` already reported
-  uint64_t last_time;                      // consumer: time of the last event seen
-  uint64_t marked_seen;                    // consumer: the last marker's running total
-  uint64_t nested_reported;                // consumer: `nested` already counted
 };
 static_assert(sizeof(Control) <= 4096);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);

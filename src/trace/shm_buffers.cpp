@@ -44,13 +44,17 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cinttypes>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <new>
+#include <utility>
 
 namespace utramp::trace {
 
@@ -75,18 +79,7 @@ struct Header {
 };
 static_assert(sizeof(Header) <= kPage);
 
-}  // namespace
-
-
-namespace {
-
 Header* header_of(void* base) { return static_cast<Header*>(base); }
-
-Control* control_of(void* base, uint32_t i) {
-  Header* h = header_of(base);
-  return reinterpret_cast<Control*>(static_cast<char*>(base) + h->header_size +
-                                    static_cast<size_t>(i) * h->buffer_stride);
-}
 
 Event* ring_of(Control* c) { return reinterpret_cast<Event*>(reinterpret_cast<char*>(c) + kPage); }
 
@@ -174,32 +167,35 @@ void Producer::release_abandoned(bool keep_staged) noexcept {
 // ---------------------------------------------------------------------------------
 // ShmBuffers
 
-Result<ShmBuffers> ShmBuffers::create(const std::string& path, const ShmConfig& cfg) {
-  if (cfg.events_per_buffer < 4 || (cfg.events_per_buffer & (cfg.events_per_buffer - 1)) != 0)
-    return make_error(Errc::invalid_argument,
-                      "events per buffer must be a power of two >= 4, not " +
-                          std::to_string(cfg.events_per_buffer));
-  if (cfg.max_buffers == 0) return make_error(Errc::invalid_argument, "max_buffers must be > 0");
-  if (cfg.mode != BufferMode::discard && cfg.mode != BufferMode::overwrite)
-    return make_error(Errc::invalid_argument, "unknown buffer mode");
+namespace {
+
+// The highest pid or tid Linux hands out (PID_MAX_LIMIT on 64-bit): an owner beyond it
+// was not written by claim().
+constexpr uint32_t kMaxPid = 4u << 20;
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+std::string hex64(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%#" PRIx64, v);
+  return buf;
+}
+
+}  // namespace
+
+Result<ShmBuffers> ShmBuffers::map_new(int fd, const std::string& name, const ShmConfig& cfg) {
   uint64_t size = 0, stride = 0;
-  if (overflows_size(cfg, &size, &stride))
-    return make_error(Errc::too_big, "ring buffers of " + std::to_string(cfg.max_buffers) + " x " +
-                                         std::to_string(cfg.events_per_buffer) +
-                                         " events exceed 1 TiB");
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return make_error(Errc::io, path + ": " + std::strerror(errno));
-  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return make_error(Errc::io, path + ": cannot size to " + std::to_string(size) +
-                                    " bytes: " + std::strerror(err));
-  }
+  (void)overflows_size(cfg, &size, &stride);  // checked by the callers
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0)
+    return make_error(Errc::io, name + ": cannot size to " + std::to_string(size) +
+                                    " bytes: " + std::strerror(errno));
   void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int err = errno;
-  ::close(fd);
   if (base == MAP_FAILED)
-    return make_error(Errc::no_memory, path + ": mmap: " + std::strerror(err));
+    return make_error(Errc::no_memory, name + ": mmap: " + std::strerror(errno));
 
   // The file is fresh (zero-filled); only the header needs values. The magic goes last
   // so that an agent attaching concurrently never sees a half-initialised header.
@@ -217,6 +213,61 @@ Result<ShmBuffers> ShmBuffers::create(const std::string& path, const ShmConfig& 
   ShmBuffers b;
   b.base_ = base;
   b.size_ = size;
+  b.cfg_ = cfg;
+  b.stride_ = stride;
+  return b;
+}
+
+namespace {
+
+Result<void> check_config(const ShmConfig& cfg) {
+  if (cfg.events_per_buffer < 4 || (cfg.events_per_buffer & (cfg.events_per_buffer - 1)) != 0)
+    return make_error(Errc::invalid_argument,
+                      "events per buffer must be a power of two >= 4, not " +
+                          std::to_string(cfg.events_per_buffer));
+  if (cfg.max_buffers == 0) return make_error(Errc::invalid_argument, "max_buffers must be > 0");
+  if (cfg.mode != BufferMode::discard && cfg.mode != BufferMode::overwrite)
+    return make_error(Errc::invalid_argument, "unknown buffer mode");
+  uint64_t size = 0, stride = 0;
+  if (overflows_size(cfg, &size, &stride))
+    return make_error(Errc::too_big, "ring buffers of " + std::to_string(cfg.max_buffers) + " x " +
+                                         std::to_string(cfg.events_per_buffer) +
+                                         " events exceed 1 TiB");
+  return {};
+}
+
+}  // namespace
+
+Result<ShmBuffers> ShmBuffers::create(const std::string& path, const ShmConfig& cfg) {
+  UTRAMP_TRY(check_config(cfg));
+  // A new file, never one that exists nor a symbolic link planted at `path`.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return make_error(Errc::io, path + ": " + std::strerror(errno));
+  auto b = map_new(fd, path, cfg);
+  ::close(fd);
+  if (!b) {
+    ::unlink(path.c_str());
+    return b;
+  }
+  b->agent_path_ = path;
+  return b;
+}
+
+Result<ShmBuffers> ShmBuffers::create_anonymous(const ShmConfig& cfg) {
+  UTRAMP_TRY(check_config(cfg));
+  const int fd = ::memfd_create("utramp-buffers", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return make_error(Errc::io, std::string("memfd_create: ") + std::strerror(errno));
+  auto b = map_new(fd, "ring buffers (memfd)", cfg);
+  // Sized once and for all: no process that opens it can shrink it under a mapping
+  // (an access beyond the end is SIGBUS) nor grow it.
+  if (b && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    b = make_error(Errc::io, std::string("ring buffers (memfd): cannot seal: ") + std::strerror(errno));
+  if (!b) {
+    ::close(fd);
+    return b;
+  }
+  b->fd_ = fd;
+  b->agent_path_ = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fd);
   return b;
 }
 
@@ -239,63 +290,74 @@ Result<ShmBuffers> ShmBuffers::attach(const std::string& path) {
   b.size_ = size;
   const Header* h = header_of(base);
   std::string why;
+  ShmConfig cfg{h->max_buffers, h->events_per_buffer, static_cast<BufferMode>(h->mode)};
+  uint64_t want = 0, stride = 0;
   if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0)
     why = "not a utramp ring buffer file (bad magic)";
   else if (h->version != kShmVersion)
     why = "ring buffer version " + std::to_string(h->version) + ", expected " +
           std::to_string(kShmVersion);
-  else {
-    ShmConfig cfg{h->max_buffers, h->events_per_buffer, static_cast<BufferMode>(h->mode)};
-    uint64_t want = 0, stride = 0;
-    if (cfg.events_per_buffer < 4 || (cfg.events_per_buffer & (cfg.events_per_buffer - 1)) ||
-        cfg.max_buffers == 0 || h->mode > 1 || overflows_size(cfg, &want, &stride) ||
-        h->header_size != kPage || h->buffer_stride != stride || h->file_size != want ||
-        want != size)
-      why = "inconsistent header (sizes do not match the file)";
-  }
+  else if (cfg.events_per_buffer < 4 || (cfg.events_per_buffer & (cfg.events_per_buffer - 1)) ||
+           cfg.max_buffers == 0 || h->mode > 1 || overflows_size(cfg, &want, &stride) ||
+           h->header_size != kPage || h->buffer_stride != stride || h->file_size != want ||
+           want != size)
+    why = "inconsistent header (sizes do not match the file)";
   if (!why.empty()) return make_error(Errc::bad_format, path + ": " + why);
+  // From here on the layout is this copy, checked against the file's size: the header
+  // may be overwritten later, the mapping's bounds never move.
+  b.cfg_ = cfg;
+  b.stride_ = stride;
   return b;
 }
 
-ShmBuffers::ShmBuffers(ShmBuffers&& o) noexcept
-    : base_(o.base_), size_(o.size_), scratch_(std::move(o.scratch_)), nested_lost_(o.nested_lost_) {
-  o.base_ = nullptr;
-  o.size_ = 0;
-}
+ShmBuffers::ShmBuffers(ShmBuffers&& o) noexcept { *this = std::move(o); }
 
 ShmBuffers& ShmBuffers::operator=(ShmBuffers&& o) noexcept {
   if (this != &o) {
     if (base_) ::munmap(base_, size_);
-    base_ = o.base_;
-    size_ = o.size_;
+    if (fd_ >= 0) ::close(fd_);
+    base_ = std::exchange(o.base_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    fd_ = std::exchange(o.fd_, -1);
+    agent_path_ = std::move(o.agent_path_);
+    cfg_ = o.cfg_;
+    stride_ = o.stride_;
     scratch_ = std::move(o.scratch_);
+    rings_ = std::move(o.rings_);
+    used_ = o.used_;
+    unclaimed_seen_ = o.unclaimed_seen_;
     nested_lost_ = o.nested_lost_;
-    o.base_ = nullptr;
-    o.size_ = 0;
+    overwrites_ = std::move(o.overwrites_);
+    header_overwritten_ = std::move(o.header_overwritten_);
   }
   return *this;
 }
 
 ShmBuffers::~ShmBuffers() {
   if (base_) ::munmap(base_, size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Control* ShmBuffers::control(uint32_t i) const noexcept {
+  return reinterpret_cast<Control*>(static_cast<char*>(base_) + kPage + static_cast<size_t>(i) * stride_);
 }
 
 Producer ShmBuffers::claim(uint32_t pid, uint32_t tid) noexcept {
   Producer p;
   if (base_ == nullptr) return p;
   Header* h = header_of(base_);
+  const uint32_t max = cfg_.max_buffers;
   Control* c = nullptr;
   uint32_t i = h->next.load(std::memory_order_relaxed);
-  while (i < h->max_buffers &&
-         !h->next.compare_exchange_weak(i, i + 1, std::memory_order_relaxed)) {
+  while (i < max && !h->next.compare_exchange_weak(i, i + 1, std::memory_order_relaxed)) {
   }
-  if (i < h->max_buffers) {
-    c = control_of(base_, i);
+  if (i < max) {
+    c = control(i);
     c->state.store(kClaiming, std::memory_order_relaxed);
   } else {
     // No fresh buffer left: take one the consumer recycled.
-    for (uint32_t j = 0; j < h->max_buffers && c == nullptr; ++j) {
-      Control* cand = control_of(base_, j);
+    for (uint32_t j = 0; j < max && c == nullptr; ++j) {
+      Control* cand = control(j);
       uint32_t want = kRecycled;
       if (cand->state.load(std::memory_order_relaxed) == kRecycled &&
           cand->state.compare_exchange_strong(want, kClaiming, std::memory_order_acquire))
@@ -312,24 +374,47 @@ Producer ShmBuffers::claim(uint32_t pid, uint32_t tid) noexcept {
   c->state.store(kActive, std::memory_order_release);
   p.ctl_ = c;
   p.ring_ = ring_of(c);
-  p.mask_ = h->events_per_buffer - 1;
-  p.mode_ = h->mode;
+  p.mask_ = cfg_.events_per_buffer - 1;
+  p.mode_ = static_cast<uint32_t>(cfg_.mode);
   return p;
 }
 
 std::vector<uint32_t> ShmBuffers::producer_pids() const {
   std::vector<uint32_t> pids;
-  if (base_ == nullptr) return pids;
-  Header* hdr = header_of(base_);
-  const uint32_t used = std::min(hdr->next.load(std::memory_order_acquire), hdr->max_buffers);
-  for (uint32_t i = 0; i < used; ++i) {
-    Control* c = control_of(base_, i);
-    const uint32_t st = c->state.load(std::memory_order_acquire);
-    if (st != kActive && st != kClaiming) continue;
-    const uint32_t pid = c->pid.load(std::memory_order_relaxed);
-    if (pid && std::find(pids.begin(), pids.end(), pid) == pids.end()) pids.push_back(pid);
-  }
+  for (const Ring& r : rings_)
+    if (r.active && std::find(pids.begin(), pids.end(), r.pid) == pids.end()) pids.push_back(r.pid);
   return pids;
+}
+
+void ShmBuffers::overwrite(Ring& r, std::string what) {
+  if (r.reported) return;
+  r.reported = true;
+  overwrites_.push_back({r.pid, r.tid, r.last_time, std::move(what)});
+}
+
+// The header as the CLI wrote it: what it holds now is only reported (the layout in use
+// is cfg_), and `unclaimed` is believed only while the header is intact and it grows.
+void ShmBuffers::check_header() {
+  if (!header_overwritten_.empty()) return;
+  const Header* h = header_of(base_);
+  uint64_t want = 0, stride = 0;
+  (void)overflows_size(cfg_, &want, &stride);
+  const uint64_t unclaimed = h->unclaimed.load(std::memory_order_relaxed);
+  if (std::memcmp(h->magic, kMagic, sizeof kMagic) == 0 && h->version == kShmVersion &&
+      h->mode == static_cast<uint32_t>(cfg_.mode) && h->max_buffers == cfg_.max_buffers &&
+      h->events_per_buffer == cfg_.events_per_buffer && h->header_size == kPage &&
+      h->buffer_stride == stride && h->file_size == want && unclaimed >= unclaimed_seen_) {
+    unclaimed_seen_ = unclaimed;
+    return;
+  }
+  char magic[17];
+  for (int i = 0; i < 8; ++i)
+    std::snprintf(magic + 2 * i, 3, "%02x", static_cast<unsigned char>(h->magic[i]));
+  header_overwritten_ = "magic " + std::string(magic) + ", " + std::to_string(h->max_buffers) + " x " +
+                        std::to_string(h->events_per_buffer) + " events, " +
+                        std::to_string(unclaimed) + " threads unclaimed; written as " +
+                        std::to_string(cfg_.max_buffers) + " x " +
+                        std::to_string(cfg_.events_per_buffer) + ", " + std::to_string(unclaimed_seen_);
 }
 
 namespace {
@@ -348,71 +433,128 @@ bool staged_is_whole(const Event& slot, uint64_t last_time) {
 
 size_t ShmBuffers::drain(
     const std::function<void(uint32_t, uint32_t, std::span<const Event>, uint64_t)>& fn,
-    bool final) {
+    bool final_all, std::span<const uint32_t> running) {
   if (base_ == nullptr) return 0;
+  check_header();
   Header* hdr = header_of(base_);
-  const uint64_t n = hdr->events_per_buffer;
-  const bool overwrite = hdr->mode == static_cast<uint32_t>(BufferMode::overwrite);
+  const uint64_t n = cfg_.events_per_buffer;
+  const bool overwrite_mode = cfg_.mode == BufferMode::overwrite;
   // Slot 0 is kept for a `lost` marker in front, the last one for one behind.
   if (scratch_.size() < n + 2) scratch_.resize(n + 2);
-  const uint32_t used = std::min(hdr->next.load(std::memory_order_acquire), hdr->max_buffers);
+  if (rings_.size() < cfg_.max_buffers) rings_.resize(cfg_.max_buffers);
+  // `next` only grows: a smaller value is not the allocator's, the highest seen stands.
+  used_ = std::max(used_, std::min(hdr->next.load(std::memory_order_acquire), cfg_.max_buffers));
+  const uint64_t now = monotonic_ns();
   size_t delivered = 0;
 
-  for (uint32_t i = 0; i < used; ++i) {
-    Control* c = control_of(base_, i);
+  for (uint32_t i = 0; i < used_; ++i) {
+    Control* c = control(i);
+    Ring& r = rings_[i];
     const uint32_t st = c->state.load(std::memory_order_acquire);  // pairs with claim()/close()
-    if (st != kActive && st != kClosed) continue;
-    const uint32_t pid = c->pid.load(std::memory_order_relaxed);
-    const uint32_t tid = c->tid.load(std::memory_order_relaxed);
+    if (!r.active) {
+      if (st > kRecycled && !r.reported) {  // no state the protocol has: not its owner's either
+        overwrites_.push_back({0, 0, 0, "ring " + std::to_string(i) + ": state " + std::to_string(st) +
+                                            " before its owner was known; not read"});
+        r.reported = true;
+      }
+      if (st != kActive && st != kClosed) continue;
+      // Claimed since the last look: its owner, once (claim() wrote it before `active`).
+      const uint32_t pid = c->pid.load(std::memory_order_relaxed);
+      const uint32_t tid = c->tid.load(std::memory_order_relaxed);
+      if (pid == 0 || pid > kMaxPid || tid == 0 || tid > kMaxPid) {
+        if (!r.reported)
+          overwrites_.push_back({0, 0, 0, "ring " + std::to_string(i) + ": owner pid " +
+                                              std::to_string(pid) + ", tid " + std::to_string(tid) +
+                                              " (no such thread); not read"});
+        r.reported = true;
+        continue;
+      }
+      r = Ring{};
+      r.active = true;
+      r.pid = pid;
+      r.tid = tid;
+      r.seen_ns = now;
+      // tail: 0 in a fresh file and after a recycle (the consumer reset the ring).
+    } else if (st != kActive && st != kClosed) {
+      overwrite(r, "state " + std::to_string(st) + " (neither active nor closed)");
+    }
+    const bool closed = st == kClosed;
+    const bool final = final_all && std::find(running.begin(), running.end(), r.pid) == running.end();
     const Event* ring = ring_of(c);
-    uint64_t tail = c->tail.load(std::memory_order_relaxed);
     uint64_t h1 = c->head.load(std::memory_order_acquire);  // pairs with write()'s release
-    if (final && c->staged.exchange(0, std::memory_order_relaxed) != 0 &&
-        staged_is_whole(ring[h1 & (n - 1)], c->last_time)) {
+    // A position the protocol cannot produce: the producer only moves head forward, and
+    // in discard mode never more than a ring ahead of the tail it was given.
+    const bool head_bad = h1 < r.tail || (!overwrite_mode && h1 - r.tail > n);
+    // Counters only grow, and a producer cannot drop more than one event a nanosecond.
+    const uint64_t bound = now - r.seen_ns + 1'000'000'000ull;
+    const uint64_t produced_lost = c->lost.load(std::memory_order_relaxed);
+    const uint64_t nested = c->nested.load(std::memory_order_relaxed);
+    const bool lost_bad = produced_lost < r.lost_reported || produced_lost > bound;
+    const bool nested_bad = nested < r.nested_reported || nested > bound;
+    if (head_bad || lost_bad || nested_bad) {
+      overwrite(r, head_bad ? "head " + hex64(h1) + " with the consumer at " + std::to_string(r.tail) +
+                                  " in a ring of " + std::to_string(n) + " events"
+                   : lost_bad ? "lost count " + hex64(produced_lost) + " after " + std::to_string(r.lost_reported)
+                              : "nested count " + hex64(nested) + " after " + std::to_string(r.nested_reported));
+      // Go on from where the producer is now: nothing in between can be trusted.
+      r.tail = h1;
+      r.lost_reported = r.marked_seen = produced_lost;
+      r.nested_reported = nested;
+      c->tail.store(h1, std::memory_order_release);
+      if (closed) {
+        c->staged.store(0, std::memory_order_relaxed);
+      } else {
+        continue;
+      }
+    }
+    if (final && !head_bad && c->staged.exchange(0, std::memory_order_relaxed) != 0 &&
+        (overwrite_mode || h1 - r.tail < n) && staged_is_whole(ring[h1 & (n - 1)], r.last_time)) {
       // The producer is gone with an entry staged (its thread was inside a call with
       // no event since): that entry is recorded too.
       c->head.store(++h1, std::memory_order_relaxed);
     }
+    uint64_t tail = r.tail;
     uint64_t lost = 0;
-    if (h1 < tail) h1 = tail;  // a scribbled head: never go back
     // Events the producer dropped since the last drain (a full ring, a nested write):
     // discard mode has marked them in the ring, overwrite mode has not (see below).
-    const uint64_t produced_lost = c->lost.load(std::memory_order_relaxed);
-    const uint64_t dropped = produced_lost - c->lost_reported;
-    c->lost_reported = produced_lost;
-    const uint64_t nested = c->nested.load(std::memory_order_relaxed);
-    nested_lost_ += nested - c->nested_reported;
-    c->nested_reported = nested;
+    const uint64_t dropped = lost_bad ? 0 : produced_lost - r.lost_reported;
+    r.lost_reported = produced_lost;
+    if (!nested_bad) nested_lost_ += nested - r.nested_reported;
+    r.nested_reported = nested;
     lost += dropped;
     // What is handed to fn: up to two runs of events (a wrapped ring read in place, or
     // the scratch copy) and a `lost` marker at the end.
     std::span<const Event> runs[2];
     Event tail_marker{};
     bool has_tail_marker = false;
-    if (!overwrite) {
-      if (h1 - tail > n) {  // impossible unless the target scribbled on the control page
-        lost += h1 - tail - n;
-        tail = h1 - n;
-      }
+    if (!overwrite_mode) {
       // In place: the producer never writes [tail, h1) before tail moves past it, which
       // happens below, after fn has consumed them (no copy of what may be most of the
-      // recording's bytes).
+      // recording's bytes). A program that writes there anyway only spoils its own
+      // events: nothing below trusts their contents beyond this ring.
       const uint64_t first = tail & (n - 1), len = h1 - tail;
       const uint64_t run1 = std::min(len, n - first);
       runs[0] = std::span<const Event>(ring + first, run1);
       runs[1] = std::span<const Event>(ring, len - run1);
       // The producer's markers carry running totals: counts since the previous marker
       // here, in place (the producer does not write [tail, h1) until tail moves). One
-      // that counts nothing new (published twice) is left out, from a copy.
+      // that counts nothing new (published twice) is left out, from a copy. A total
+      // cannot exceed the producer's count of drops, read after head.
       bool empty_marker = false;
       for (const auto& run : runs)
         for (const Event& e : run)
           if (e.type == static_cast<uint8_t>(EventType::lost)) {
-            Event& m = const_cast<Event&>(e);
-            const uint64_t total = m.data;
-            m.data = total > c->marked_seen ? total - c->marked_seen : 0;
-            if (total > c->marked_seen) c->marked_seen = total;
-            empty_marker |= m.data == 0;
+            auto data = std::atomic_ref<uint64_t>(const_cast<Event&>(e).data);
+            uint64_t total = data.load(std::memory_order_relaxed);
+            if (total > produced_lost) {
+              overwrite(r, "a lost marker counts " + hex64(total) + " of the producer's " +
+                               std::to_string(produced_lost) + " drops");
+              total = r.marked_seen;
+            }
+            const uint64_t count = total > r.marked_seen ? total - r.marked_seen : 0;
+            if (total > r.marked_seen) r.marked_seen = total;
+            data.store(count, std::memory_order_relaxed);
+            empty_marker |= count == 0;
           }
       if (empty_marker) {
         size_t count = 0;
@@ -428,7 +570,11 @@ size_t ShmBuffers::drain(
       const uint64_t start = std::max(tail, h1 >= n ? h1 - n + 1 : 0);
       for (uint64_t k = start; k < h1; ++k) load_slot(&ring[k & (n - 1)], &out[count++]);
       std::atomic_thread_fence(std::memory_order_acquire);  // pairs with write()'s release fence
-      const uint64_t h2 = c->head.load(std::memory_order_relaxed);
+      uint64_t h2 = c->head.load(std::memory_order_relaxed);
+      if (h2 < h1) {
+        overwrite(r, "head " + hex64(h2) + " went back from " + std::to_string(h1));
+        h2 = h1;
+      }
       const uint64_t valid = std::min(h1, std::max(start, h2 >= n ? h2 - n + 1 : 0));
       out += valid - start;
       count -= valid - start;
@@ -445,33 +591,34 @@ size_t ShmBuffers::drain(
               out[k].type != static_cast<uint8_t>(EventType::string))
             first = &out[k];
         const Event marker =
-            lost_event(unmarked, first ? first->time : c->last_time, first ? first->depth : 0);
+            lost_event(unmarked, first ? first->time : r.last_time, first ? first->depth : 0);
         *--out = marker;
         ++count;
       }
       runs[0] = std::span<const Event>(out, count);
     }
-    for (int r = 1; r >= 0; --r) {
+    for (int k = 1; k >= 0; --k) {
       bool found = false;
-      for (size_t k = runs[r].size(); k-- > 0;)
-        if (runs[r][k].type != static_cast<uint8_t>(EventType::arg) &&
-            runs[r][k].type != static_cast<uint8_t>(EventType::string)) {
+      for (size_t j = runs[k].size(); j-- > 0;)
+        if (runs[k][j].type != static_cast<uint8_t>(EventType::arg) &&
+            runs[k][j].type != static_cast<uint8_t>(EventType::string)) {
           // A leaf ends at its exit's time (data): a `lost` marker put behind it at the
           // end must not go back before it.
-          const Event& e = runs[r][k];
-          c->last_time = e.type == static_cast<uint8_t>(EventType::leaf) ? e.data : e.time;
+          const Event& e = runs[k][j];
+          r.last_time = e.type == static_cast<uint8_t>(EventType::leaf) ? e.data : e.time;
           found = true;
           break;
         }
       if (found) break;
     }
-    if (final || st == kClosed) {
+    if (final || closed) {
       // The producer is gone: drops it never got to mark are marked at the end.
       c->pending.store(0, std::memory_order_relaxed);
-      const uint64_t p = overwrite || produced_lost < c->marked_seen ? 0 : produced_lost - c->marked_seen;
-      c->marked_seen = produced_lost;
+      const uint64_t p =
+          overwrite_mode || produced_lost < r.marked_seen ? 0 : produced_lost - r.marked_seen;
+      r.marked_seen = produced_lost;
       if (p) {
-        tail_marker = lost_event(p, c->last_time, 0);
+        tail_marker = lost_event(p, r.last_time, 0);
         has_tail_marker = true;
       }
     }
@@ -484,24 +631,22 @@ size_t ShmBuffers::drain(
                                                                        : 0;
     }
     if (count || lost) {
-      fn(pid, tid, runs[0], lost);
-      if (!runs[1].empty()) fn(pid, tid, runs[1], 0);
+      fn(r.pid, r.tid, runs[0], lost);
+      if (!runs[1].empty()) fn(r.pid, r.tid, runs[1], 0);
     }
-    if (has_tail_marker) fn(pid, tid, std::span<const Event>(&tail_marker, 1), 0);
+    if (has_tail_marker) fn(r.pid, r.tid, std::span<const Event>(&tail_marker, 1), 0);
+    r.tail = h1;
     c->tail.store(h1, std::memory_order_release);  // pairs with write()'s acquire of tail
 
-    if (st == kClosed) {
+    if (closed) {
       c->head.store(0, std::memory_order_relaxed);
       c->lost.store(0, std::memory_order_relaxed);
       c->pending.store(0, std::memory_order_relaxed);
       c->busy.store(0, std::memory_order_relaxed);
       c->staged.store(0, std::memory_order_relaxed);
       c->tail.store(0, std::memory_order_relaxed);
-      c->lost_reported = 0;
-      c->last_time = 0;
-      c->marked_seen = 0;
       c->nested.store(0, std::memory_order_relaxed);
-      c->nested_reported = 0;
+      r = Ring{};
       c->state.store(kRecycled, std::memory_order_release);  // pairs with claim()'s acquire
     }
   }
@@ -509,17 +654,9 @@ size_t ShmBuffers::drain(
 }
 
 uint64_t ShmBuffers::unclaimed() const noexcept {
-  return base_ ? header_of(base_)->unclaimed.load(std::memory_order_relaxed) : 0;
-}
-
-BufferMode ShmBuffers::mode() const noexcept {
-  return base_ ? static_cast<BufferMode>(header_of(base_)->mode) : BufferMode::discard;
-}
-
-ShmConfig ShmBuffers::config() const noexcept {
-  if (base_ == nullptr) return {};
-  const Header* h = header_of(base_);
-  return ShmConfig{h->max_buffers, h->events_per_buffer, static_cast<BufferMode>(h->mode)};
+  if (base_ == nullptr) return 0;
+  if (!header_overwritten_.empty()) return unclaimed_seen_;
+  return std::max(unclaimed_seen_, header_of(base_)->unclaimed.load(std::memory_order_relaxed));
 }
 
 }  // namespace utramp::trace

@@ -3,8 +3,8 @@
 // _exit or SIGKILL: the CLI owns the mapping and drains it while the target runs and
 // after it ends.
 //
-// Layout of the shared file (created by the CLI, mapped by the agent in every traced
-// process, forked children included):
+// Layout of the shared file (created by the CLI, an anonymous memfd, mapped by the agent
+// in every traced process, forked children included):
 //   Header (one page): magic, version, sizes, mode, an atomic allocator of buffers.
 //   Buffer[0..max): each one page of control (producer head, consumer tail, lost
 //   count, pid, tid, state) followed by a power-of-two ring of Events.
@@ -15,7 +15,9 @@
 // returns). Overwrite mode (flight recorder): always writes; the consumer detects what
 // was overwritten from head and counts it as lost.
 // Consumer: copies [tail, head), re-reads head, and discards what may have been
-// overwritten during the copy (overwrite mode), then publishes tail.
+// overwritten during the copy (overwrite mode), then publishes tail. It keeps its own
+// state (tail, what it reported) in its own memory and trusts nothing in the file: the
+// traced program can write all of it (docs/trace-format.md, "The ring buffers").
 //
 // Rules for the agent (the full protocol is in shm_buffers.cpp and docs/trace-format.md):
 //   - one Producer per thread; write() is re-entrant in the sense that a signal handler
@@ -107,14 +109,25 @@ class Producer {
 
 class ShmBuffers {
  public:
-  // CLI side: creates the file at `path` (truncating), sized for `cfg`, and maps it.
+  // CLI side: creates a new file at `path` (refusing one that exists, or a symbolic link
+  // someone left there), owner-only, sized for `cfg`, and maps it.
   static Result<ShmBuffers> create(const std::string& path, const ShmConfig& cfg);
-  // Agent side: maps an existing file created by create().
+  // CLI side: the same in an anonymous file (memfd) that has no name to leave behind: it
+  // is freed when the last process that maps it is gone, whatever happens to the CLI.
+  // It is sealed against shrinking and growing, so no process can cut it under the
+  // CLI's mapping (which would kill the CLI with SIGBUS). Agents open it through
+  // agent_path(), a path valid while this object lives.
+  static Result<ShmBuffers> create_anonymous(const ShmConfig& cfg);
+  // Agent side: maps an existing file created by create() or create_anonymous().
   static Result<ShmBuffers> attach(const std::string& path);
   ShmBuffers() = default;
   ShmBuffers(ShmBuffers&&) noexcept;
   ShmBuffers& operator=(ShmBuffers&&) noexcept;
   ~ShmBuffers();
+
+  // The path an agent passes to attach(): the file create() made, or /proc/PID/fd/N of
+  // the CLI's descriptor of the anonymous one.
+  const std::string& agent_path() const noexcept { return agent_path_; }
 
   // Agent side: claims a free buffer for (pid, tid). Async-signal-safe (atomics only).
   // An invalid Producer when all are taken (the loss is counted in the header).
@@ -124,11 +137,18 @@ class ShmBuffers {
   // Returns the number of events delivered, `lost` markers not counted. `events` carry
   // `lost` markers where losses happened (written by the producer in discard mode,
   // inserted here for what overwrite mode overwrote). `final`: the producers are gone
-  // (the target ended), so losses not yet marked in a ring are marked at its end; closed
-  // rings are always finished so and then recycled. One consumer at a time.
+  // (the target ended), so losses not yet marked in a ring are marked at its end, except
+  // in the rings of the processes `running` (still writing); closed rings are always
+  // finished so and then recycled. One consumer at a time.
+  //
+  // Everything it reads from the shared file is the target's to write, stray writes
+  // included: the layout it uses is its own copy (the CLI made the file), the owner of a
+  // ring is taken once when it is claimed, the consumer's own state (how far it read,
+  // what it reported) is kept here, not in the file, and every counter and position is
+  // checked against what the protocol allows before it is used (see overwritten()).
   size_t drain(const std::function<void(uint32_t pid, uint32_t tid, std::span<const Event>,
                                         uint64_t lost)>& fn,
-               bool final = false);
+               bool final = false, std::span<const uint32_t> running = {});
   // CLI side: the processes owning rings still open (not closed by their thread).
   std::vector<uint32_t> producer_pids() const;
   // Buffers that could not be claimed (threads untraced for lack of buffers).
@@ -136,17 +156,58 @@ class ShmBuffers {
   // CLI side: of the events drain() reported lost, those of calls made while their thread
   // ran the tracer's own code (Producer::drop(), a nested write), not for want of room.
   uint64_t nested_lost() const noexcept { return nested_lost_; }
-  BufferMode mode() const noexcept;
-  ShmConfig config() const noexcept;
+  BufferMode mode() const noexcept { return cfg_.mode; }
+  ShmConfig config() const noexcept { return cfg_; }
   size_t file_size() const noexcept { return size_; }
 
-  static constexpr uint32_t kShmVersion = 3;  // 3: markers carry running totals
+  // CLI side: rings drain() found written by something other than the protocol (a
+  // position going back or jumping past the ring, a counter going back or beyond what
+  // the time allows, an unknown state): the first evidence of each, with the time of
+  // the last event taken from it before. Its reading goes on from where the producer
+  // is then; what was lost there is not counted (it cannot be known).
+  struct Overwrite {
+    uint32_t pid = 0, tid = 0;  // 0, 0: a ring whose owner was never known
+    uint64_t time = 0;
+    std::string what;
+  };
+  const std::vector<Overwrite>& overwritten() const noexcept { return overwrites_; }
+  // CLI side: non-empty when the file's header no longer holds what the CLI wrote there
+  // (what it found); the layout in use is the CLI's own copy either way.
+  const std::string& header_overwritten() const noexcept { return header_overwritten_; }
+
+  static constexpr uint32_t kShmVersion = 4;  // 4: the consumer's state left the file
 
  private:
+  // The consumer's view of one ring, in the CLI's memory only.
+  struct Ring {
+    bool active = false;            // its owner is known (claimed, not yet recycled)
+    bool reported = false;          // an overwrite of it was reported
+    uint32_t pid = 0, tid = 0;      // the owner, as it was when the ring was claimed
+    uint64_t tail = 0;              // events [0, tail) were taken
+    uint64_t lost_reported = 0;     // the producer's `lost` already reported
+    uint64_t nested_reported = 0;   // its `nested` already counted
+    uint64_t marked_seen = 0;       // the last marker's running total
+    uint64_t last_time = 0;         // time of the last event taken
+    uint64_t seen_ns = 0;           // when it was first seen claimed (monotonic clock)
+  };
+  static Result<ShmBuffers> map_new(int fd, const std::string& name, const ShmConfig& cfg);
+  struct Control* control(uint32_t i) const noexcept;
+  void check_header();
+  void overwrite(Ring& r, std::string what);
+
   void* base_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;                 // the anonymous file, held open (CLI side)
+  std::string agent_path_;
+  ShmConfig cfg_{};             // the layout: the CLI's own copy, or checked at attach()
+  uint64_t stride_ = 0;         // control page + ring, bytes
   std::vector<Event> scratch_;  // drain()'s copy of one ring (consumer side only)
+  std::vector<Ring> rings_;     // consumer side
+  uint32_t used_ = 0;           // rings handed out, as far as drain() knows (only grows)
+  uint64_t unclaimed_seen_ = 0; // the header's count, while the header was intact
   uint64_t nested_lost_ = 0;
+  std::vector<Overwrite> overwrites_;
+  std::string header_overwritten_;
 };
 
 }  // namespace utramp::trace

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <elf.h>
@@ -62,32 +63,60 @@ bool parse_name(const std::string& name, const char* prefix, const char* suffix,
   return true;
 }
 
-bool write_all(int fd, const void* data, size_t len) {
+// Writes LEN bytes; returns how many were written (LEN, or fewer with errno set).
+size_t write_some(int fd, const void* data, size_t len) {
   const char* p = static_cast<const char*>(data);
-  while (len) {
-    const ssize_t n = ::write(fd, p, len);
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t n = ::write(fd, p + done, len - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    len -= static_cast<size_t>(n);
+    if (n <= 0) {
+      if (n == 0) errno = ENOSPC;
+      break;
+    }
+    done += static_cast<size_t>(n);
   }
-  return true;
+  return done;
 }
 
-// Writes a small file whole: to NAME.tmp, then renamed, so a reader never sees half.
-// The agent writes these inside the traced program: owner-only, and never through a
-// symbolic link someone left at NAME.tmp (rename() replaces a link at NAME itself).
-Result<void> write_file_atomic(const std::string& path, std::string_view text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return make_error(Errc::io, tmp + ": " + errno_text(errno));
-  const bool ok = write_all(fd, text.data(), text.size());
+bool write_all(int fd, const void* data, size_t len) { return write_some(fd, data, len) == len; }
+
+// Writes a small file whole, in the directory DIRFD: to NAME.tmp, then renamed, so a
+// reader never sees half. NAME.tmp is removed first and created anew, owner-only: never
+// a file or symbolic link someone left there (rename() replaces a link at NAME itself).
+// WHERE names the directory in messages.
+Result<void> write_file_at(int dirfd, const std::string& where, const std::string& name,
+                           std::string_view text) {
+  const std::string tmp = name + ".tmp";
+  if (::unlinkat(dirfd, tmp.c_str(), 0) != 0 && errno != ENOENT)
+    return make_error(Errc::io, where + "/" + tmp + ": " + errno_text(errno));
+  const int fd = ::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return make_error(Errc::io, where + "/" + tmp + ": " + errno_text(errno));
+  const bool ok = ::fchmod(fd, 0600) == 0 && write_all(fd, text.data(), text.size());
   const int err = errno;
   ::close(fd);
-  if (!ok) return make_error(Errc::io, tmp + ": " + errno_text(err));
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    return make_error(Errc::io, path + ": " + errno_text(errno));
+  if (!ok) {
+    ::unlinkat(dirfd, tmp.c_str(), 0);
+    return make_error(Errc::io, where + "/" + tmp + ": " + errno_text(err));
+  }
+  if (::renameat(dirfd, tmp.c_str(), dirfd, name.c_str()) != 0) {
+    const int e = errno;
+    ::unlinkat(dirfd, tmp.c_str(), 0);
+    return make_error(Errc::io, where + "/" + name + ": " + errno_text(e));
+  }
   return {};
+}
+
+// The same by path (the agent's files, written inside the traced program).
+Result<void> write_file_atomic(const std::string& path, std::string_view text) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const int dirfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirfd < 0) return make_error(Errc::io, dir + ": " + errno_text(errno));
+  auto r = write_file_at(dirfd, dir, name, text);
+  ::close(dirfd);
+  return r;
 }
 
 // False with errno set when PATH cannot be read.
@@ -117,7 +146,7 @@ bool is_trace_file(const std::string& name) {
   uint32_t a, b;
   std::string n = name;
   if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) n.resize(n.size() - 4);
-  return n == "info.json" || n == "agent.json" || n == "buffers.shm" ||
+  return name == "reserve.tmp" || n == "info.json" || n == "agent.json" || n == "buffers.shm" ||
          parse_name(n, "events-", ".bin", true, &a, &b) ||
          parse_name(n, "functions-", ".tsv", false, &a, nullptr) ||
          parse_name(n, "process-", ".json", false, &a, nullptr) ||
@@ -127,9 +156,13 @@ bool is_trace_file(const std::string& name) {
 
 json to_json(const TraceInfo& info) {
   json threads = json::array();
-  for (const auto& t : info.threads)
-    threads.push_back({{"pid", t.pid}, {"tid", t.tid}, {"events", t.events}, {"lost", t.lost}});
-  return json{{"format", "utramp-trace"},
+  for (const auto& t : info.threads) {
+    json j{{"pid", t.pid}, {"tid", t.tid}, {"events", t.events}, {"lost", t.lost}};
+    if (t.unsaved) j["unsaved"] = t.unsaved;
+    if (!t.overwritten.empty()) j["overwritten"] = t.overwritten;
+    threads.push_back(std::move(j));
+  }
+  json j{{"format", "utramp-trace"},
               {"version", info.version},
               {"command", info.command},
               {"tracer", info.tracer},
@@ -140,7 +173,13 @@ json to_json(const TraceInfo& info) {
               {"exit", info.exit},
               {"exit_code", info.exit_code},
               {"unclaimed_threads", info.unclaimed_threads},
-              {"threads", threads}};
+              {"threads", threads},
+              {"state", info.state},
+              {"recorder_pid", info.recorder_pid},
+              {"still_running", info.still_running}};
+  if (!info.cut_reason.empty()) j["cut"] = {{"reason", info.cut_reason}, {"time", info.cut_time}};
+  if (!info.rings_overwritten.empty()) j["rings_overwritten"] = info.rings_overwritten;
+  return j;
 }
 
 // Reads what it can; `problem` says what was wrong with the rest.
@@ -164,6 +203,18 @@ TraceInfo info_from_json(const json& j, std::string* problem) {
   get("exit", info.exit);
   get("exit_code", info.exit_code);
   get("unclaimed_threads", info.unclaimed_threads);
+  get("state", info.state);  // absent (older recorders): complete, as they wrote it last
+  get("recorder_pid", info.recorder_pid);
+  get("still_running", info.still_running);
+  get("rings_overwritten", info.rings_overwritten);
+  if (j.contains("cut") && j["cut"].is_object()) {
+    try {
+      info.cut_reason = j["cut"].value("reason", std::string("unknown"));
+      info.cut_time = j["cut"].value("time", uint64_t{0});
+    } catch (const json::exception&) {
+      if (problem->empty()) *problem = "bad value for \"cut\"";
+    }
+  }
   if (j.contains("threads") && j["threads"].is_array()) {
     for (const auto& t : j["threads"]) {
       ThreadInfo ti;
@@ -172,6 +223,8 @@ TraceInfo info_from_json(const json& j, std::string* problem) {
         ti.tid = t.at("tid").get<uint32_t>();
         ti.events = t.value("events", uint64_t{0});
         ti.lost = t.value("lost", uint64_t{0});
+        ti.unsaved = t.value("unsaved", uint64_t{0});
+        ti.overwritten = t.value("overwritten", std::string());
       } catch (const json::exception&) {
         if (problem->empty()) *problem = "bad entry in \"threads\"";
         continue;
@@ -186,6 +239,10 @@ TraceInfo info_from_json(const json& j, std::string* problem) {
   if (info.time_unit != "ns" && info.time_unit != "tsc") {
     if (problem->empty()) *problem = "unknown time_unit \"" + info.time_unit + "\", using ns";
     info.time_unit = "ns";
+  }
+  if (info.state != "recording" && info.state != "complete" && info.state != "cut") {
+    if (problem->empty()) *problem = "unknown state \"" + info.state + "\"";
+    info.state = "complete";
   }
   if (info.time_unit == "tsc" && !(info.ticks_per_ns > 0)) {
     if (problem->empty()) *problem = "ticks_per_ns must be > 0, using 1";
@@ -277,19 +334,102 @@ Result<void> write_maps_file(const std::string& dir, uint32_t pid, std::string_v
 // ---------------------------------------------------------------------------------
 // TraceWriter
 
+namespace {
+
+// Space kept free for the end of a recording (info.json and its temporary copy, the
+// process file record completes): enough for thousands of threads' counts.
+constexpr off_t kReserveBytes = 1 << 20;
+constexpr const char* kReserveName = "reserve.tmp";
+
+uint64_t events_in(std::span<const Event> events) {
+  uint64_t n = 0;
+  for (const Event& e : events)
+    n += e.type == static_cast<uint8_t>(EventType::leaf) ? 2 : e.type != static_cast<uint8_t>(EventType::lost);
+  return n;
+}
+
+// The time of the first event of EVENTS that has one (arg and string events carry
+// values), or `otherwise`.
+uint64_t first_time(std::span<const Event> events, uint64_t otherwise) {
+  for (const Event& e : events)
+    if (e.type != static_cast<uint8_t>(EventType::arg) && e.type != static_cast<uint8_t>(EventType::string))
+      return e.time;
+  return otherwise;
+}
+
+// The recorder info.json in DIRFD names, 0 when unknown.
+uint32_t recorder_in(int dirfd) {
+  const int fd = ::openat(dirfd, "info.json", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return 0;
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0 && text.size() < (1u << 20);)
+    text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  const json j = json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("recorder_pid") || !j["recorder_pid"].is_number_unsigned()) return 0;
+  return j["recorder_pid"].get<uint32_t>();
+}
+
+// DIR, opened to write a trace into: created (0700) when missing; refused when it, or a
+// symbolic link at its name, belongs to another user (root's trace written into a
+// directory someone else controls could be read or redirected by them).
+Result<int> open_trace_dir(const std::string& dir) {
+  const uid_t me = ::geteuid();
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT) return make_error(Errc::io, dir + ": " + errno_text(errno));
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+      return make_error(Errc::io, dir + ": cannot create: " + errno_text(errno));
+    if (::lstat(dir.c_str(), &st) != 0) return make_error(Errc::io, dir + ": " + errno_text(errno));
+  }
+  // A link is followed only when its owner is the user or root (the rule the kernel's
+  // protected_symlinks applies in sticky directories): another user could point it at
+  // any directory of ours.
+  if (S_ISLNK(st.st_mode) && st.st_uid != me && st.st_uid != 0)
+    return make_error(Errc::invalid_argument,
+                      dir + ": a symbolic link owned by uid " + std::to_string(st.st_uid) +
+                          ", not by you: not followed; remove it or choose another directory with -o");
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOTDIR) return make_error(Errc::invalid_argument, dir + ": not a directory");
+    return make_error(Errc::io, dir + ": " + errno_text(errno));
+  }
+  if (::fstat(fd, &st) != 0 || st.st_uid != me) {
+    const uid_t owner = st.st_uid;
+    ::close(fd);
+    return make_error(Errc::invalid_argument,
+                      dir + ": owned by uid " + std::to_string(owner) +
+                          ", not by you: its owner could read the trace or change it; choose "
+                          "another directory with -o");
+  }
+  return fd;
+}
+
+}  // namespace
+
 struct TraceWriter::Impl {
   struct File {
     int fd = -1;
     bool started = false;  // the file exists with its header
+    uint64_t bytes = 0;    // its size: the header and whole records
     ThreadInfo info;
     std::list<uint64_t>::iterator lru;
   };
   std::string dir;
+  int dirfd = -1;       // DIR, locked (flock) while this writer lives
+  int reserve_fd = -1;  // reserve.tmp
+  std::string cut_reason;
+  uint64_t cut_time = 0;
   std::unordered_map<uint64_t, File> files;
   std::vector<uint64_t> order;   // threads in order of first appearance
   std::list<uint64_t> open_lru;  // most recently used first
 
-  ~Impl() { close_all(); }
+  ~Impl() {
+    close_all();
+    release_reserve();
+    if (dirfd >= 0) ::close(dirfd);
+  }
   void close_all() {
     for (auto& [k, f] : files)
       if (f.fd >= 0) {
@@ -297,6 +437,18 @@ struct TraceWriter::Impl {
         f.fd = -1;
       }
     open_lru.clear();
+  }
+  void release_reserve() {
+    if (reserve_fd < 0) return;
+    ::close(reserve_fd);
+    ::unlinkat(dirfd, kReserveName, 0);
+    reserve_fd = -1;
+  }
+  void cut(std::string reason, uint64_t time) {
+    if (!cut_reason.empty()) return;
+    cut_reason = std::move(reason);
+    cut_time = time;
+    close_all();  // nothing more is written: no descriptor kept for it
   }
   File& file(uint32_t pid, uint32_t tid) {
     const uint64_t k = thread_key(pid, tid);
@@ -321,10 +473,11 @@ struct TraceWriter::Impl {
       victim.fd = -1;
       open_lru.pop_back();
     }
-    const std::string path = dir + "/" + events_name(f.info.pid, f.info.tid);
-    const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (f.started ? 0 : O_TRUNC);
-    const int fd = ::open(path.c_str(), flags, 0644);
-    if (fd < 0) return make_error(Errc::io, path + ": " + errno_text(errno));
+    const std::string name = events_name(f.info.pid, f.info.tid);
+    // Created here (create() removed any old one), or reopened: never a link.
+    const int flags = O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW | (f.started ? 0 : O_CREAT | O_EXCL);
+    const int fd = ::openat(dirfd, name.c_str(), flags, 0600);
+    if (fd < 0) return make_error(Errc::io, dir + "/" + name + ": " + errno_text(errno));
     if (!f.started) {
       EventFileHeader h{};
       std::memcpy(h.magic, kEventFileMagic, sizeof h.magic);
@@ -332,12 +485,14 @@ struct TraceWriter::Impl {
       h.record_size = sizeof(Event);
       h.pid = f.info.pid;
       h.tid = f.info.tid;
-      if (!write_all(fd, &h, sizeof h)) {
+      if (::fchmod(fd, 0600) != 0 || !write_all(fd, &h, sizeof h)) {
         const int err = errno;
         ::close(fd);
-        return make_error(Errc::io, path + ": " + errno_text(err));
+        ::unlinkat(dirfd, name.c_str(), 0);  // no file rather than half a header
+        return make_error(Errc::io, dir + "/" + name + ": " + errno_text(err));
       }
       f.started = true;
+      f.bytes = sizeof h;
     }
     f.fd = fd;
     open_lru.push_front(thread_key(f.info.pid, f.info.tid));
@@ -348,38 +503,58 @@ struct TraceWriter::Impl {
 
 Result<TraceWriter> TraceWriter::create(const std::string& dir) {
   if (dir.empty()) return make_error(Errc::invalid_argument, "empty trace directory name");
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) return make_error(Errc::invalid_argument, dir + ": not a directory");
-    DIR* d = ::opendir(dir.c_str());
-    if (!d) return make_error(Errc::io, dir + ": " + errno_text(errno));
-    std::vector<std::string> ours;
-    std::string foreign;
-    while (dirent* e = ::readdir(d)) {
-      const std::string name = e->d_name;
-      if (name == "." || name == "..") continue;
-      if (is_trace_file(name))
-        ours.push_back(name);
-      else if (foreign.empty())
-        foreign = name;
-    }
-    ::closedir(d);
-    // Never empty a directory that holds anything but a trace: DIR may be a typo for $HOME.
-    if (!foreign.empty())
-      return make_error(Errc::invalid_argument,
-                        dir + ": exists and is not a utramp trace directory (it holds " + foreign +
-                            "); remove it or choose another with -o");
-    for (const auto& name : ours)
-      if (::unlink((dir + "/" + name).c_str()) != 0 && errno != ENOENT)
-        return make_error(Errc::io, dir + "/" + name + ": " + errno_text(errno));
-  } else if (errno != ENOENT) {
-    return make_error(Errc::io, dir + ": " + errno_text(errno));
-  } else if (::mkdir(dir.c_str(), 0755) != 0) {
-    return make_error(Errc::io, dir + ": cannot create: " + errno_text(errno));
+  auto opened = open_trace_dir(dir);
+  if (!opened) return std::move(opened).error();
+  auto impl = std::make_unique<Impl>();
+  impl->dir = dir;
+  impl->dirfd = *opened;
+  const int fd = *opened;
+  // One writer at a time, and the lock before anything is removed. Where the file system
+  // has no flock (some network ones) there is no lock.
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    const uint32_t pid = recorder_in(fd);
+    return make_error(Errc::busy, dir + ": another utramp record" +
+                                      (pid ? " (pid " + std::to_string(pid) + ")" : std::string()) +
+                                      " is recording into it; wait for it to end, or choose another "
+                                      "directory with -o");
   }
+  DIR* d = ::fdopendir(::dup(fd));
+  if (!d) return make_error(Errc::io, dir + ": " + errno_text(errno));
+  std::vector<std::string> ours;
+  std::string foreign;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    if (is_trace_file(name))
+      ours.push_back(name);
+    else if (foreign.empty())
+      foreign = name;
+  }
+  ::closedir(d);
+  // Never empty a directory that holds anything but a trace: DIR may be a typo for $HOME.
+  if (!foreign.empty())
+    return make_error(Errc::invalid_argument,
+                      dir + ": exists and is not a utramp trace directory (it holds " + foreign +
+                          "); remove it or choose another with -o");
+  for (const auto& name : ours)
+    if (::unlinkat(fd, name.c_str(), 0) != 0 && errno != ENOENT)
+      return make_error(Errc::io, dir + "/" + name + ": " + errno_text(errno));
+  // Arguments captured with -A can be passwords: the user's alone, whatever the umask.
+  if (::fchmod(fd, 0700) != 0) return make_error(Errc::io, dir + ": chmod: " + errno_text(errno));
+  // The space the end of the recording needs, taken now (a full disk later cuts the
+  // events, never the files that say so).
+  impl->reserve_fd = ::openat(fd, kReserveName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (impl->reserve_fd < 0) return make_error(Errc::io, dir + "/" + kReserveName + ": " + errno_text(errno));
+  int err = ::posix_fallocate(impl->reserve_fd, 0, kReserveBytes);
+  if (err == EOPNOTSUPP || err == EINVAL) {  // no fallocate here: written out
+    const std::vector<char> zeros(kReserveBytes);
+    err = write_all(impl->reserve_fd, zeros.data(), zeros.size()) ? 0 : errno;
+  }
+  if (err != 0)
+    return make_error(Errc::io, dir + ": cannot keep " + std::to_string(kReserveBytes >> 10) +
+                                    " KiB for the end of the recording: " + errno_text(err));
   TraceWriter w;
-  w.impl_ = std::make_unique<Impl>();
-  w.impl_->dir = dir;
+  w.impl_ = std::move(impl);
   return w;
 }
 
@@ -390,15 +565,28 @@ TraceWriter::~TraceWriter() = default;
 Result<void> TraceWriter::append(uint32_t pid, uint32_t tid, std::span<const Event> events) {
   if (!impl_) return make_error(Errc::invalid_argument, "trace writer not created");
   auto& f = impl_->file(pid, tid);
+  if (!impl_->cut_reason.empty()) {  // cut: counted, not written
+    f.info.unsaved += events_in(events);
+    return {};
+  }
   auto fd = impl_->open_file(f);
-  if (!fd) return std::move(fd).error();
-  if (!write_all(*fd, events.data(), events.size_bytes()))
-    return make_error(Errc::io,
-                      impl_->dir + "/" + events_name(pid, tid) + ": " + errno_text(errno));
-  for (const Event& e : events)
-    if (e.type == static_cast<uint8_t>(EventType::leaf)) f.info.events += 2;
-    else if (e.type != static_cast<uint8_t>(EventType::lost)) ++f.info.events;
-  return {};
+  if (!fd) {
+    impl_->cut(fd.error().message, first_time(events, 0));
+    f.info.unsaved += events_in(events);
+    return std::move(fd).error();
+  }
+  const size_t done = write_some(*fd, events.data(), events.size_bytes());
+  const size_t whole = done / sizeof(Event);
+  f.info.events += events_in(events.first(whole));
+  f.bytes += whole * sizeof(Event);
+  if (done == events.size_bytes()) return {};
+  // Cut: the file keeps its whole records (part of one would read as a damaged file).
+  const int err = errno;
+  if (done % sizeof(Event) != 0) (void)!::ftruncate(*fd, static_cast<off_t>(f.bytes));
+  const std::string why = impl_->dir + "/" + events_name(pid, tid) + ": " + errno_text(err);
+  f.info.unsaved += events_in(events.subspan(whole));
+  impl_->cut(why, first_time(events.subspan(whole), whole ? events[whole - 1].time : 0));
+  return make_error(Errc::io, why);
 }
 
 void TraceWriter::add_lost(uint32_t pid, uint32_t tid, uint64_t n) {
@@ -409,8 +597,34 @@ Result<void> TraceWriter::write_info(const TraceInfo& info) {
   if (!impl_) return make_error(Errc::invalid_argument, "trace writer not created");
   TraceInfo copy = info;
   if (copy.threads.empty()) copy.threads = threads();
-  return write_file_atomic(impl_->dir + "/info.json", to_json(copy).dump(2) + "\n");
+  return write_file_at(impl_->dirfd, impl_->dir, "info.json", to_json(copy).dump(2) + "\n");
 }
+
+Result<void> TraceWriter::finish(const TraceInfo& info) {
+  if (!impl_) return make_error(Errc::invalid_argument, "trace writer not created");
+  impl_->close_all();
+  impl_->release_reserve();
+  TraceInfo copy = info;
+  copy.threads = threads();
+  // What the caller knows of threads (their rings overwritten), on the writer's counts.
+  for (const ThreadInfo& t : info.threads) {
+    auto it = std::find_if(copy.threads.begin(), copy.threads.end(),
+                           [&](const ThreadInfo& x) { return x.pid == t.pid && x.tid == t.tid; });
+    if (it == copy.threads.end()) it = copy.threads.insert(copy.threads.end(), ThreadInfo{t.pid, t.tid});
+    if (!t.overwritten.empty()) it->overwritten = t.overwritten;
+  }
+  copy.state = impl_->cut_reason.empty() ? "complete" : "cut";
+  copy.cut_reason = impl_->cut_reason;
+  copy.cut_time = impl_->cut_time;
+  return write_file_at(impl_->dirfd, impl_->dir, "info.json", to_json(copy).dump(2) + "\n");
+}
+
+const std::string& TraceWriter::cut_reason() const {
+  static const std::string none;
+  return impl_ ? impl_->cut_reason : none;
+}
+
+uint64_t TraceWriter::cut_time() const { return impl_ ? impl_->cut_time : 0; }
 
 Result<void> TraceWriter::close() {
   if (impl_) impl_->close_all();
@@ -464,19 +678,29 @@ std::string SymbolTable::name(uint64_t addr) const {
 
 namespace {
 
+// What a stream adds after the last record of a file: in a trace cut short (a full
+// disk), one `lost` event for what the thread recorded and the disk did not take — its
+// events not saved, and losses whose markers were not saved either (those info.json
+// counts beyond what the file marks).
+struct CutEnd {
+  bool cut = false;
+  uint64_t unsaved = 0, lost = 0;  // of info.json's entry for the thread
+};
+
 // One events file, read a chunk at a time with pread. With many threads merged, the
 // file is opened per chunk so that a trace of thousands of threads needs no more
 // descriptors than one.
 class FileStream final : public EventStream {
  public:
   FileStream(std::string path, uint32_t pid, uint32_t tid, uint64_t records, size_t chunk,
-             bool keep_open)
+             bool keep_open, CutEnd cut)
       : path_(std::move(path)),
         pid_(pid),
         tid_(tid),
         records_(records),
         chunk_(chunk),
-        keep_open_(keep_open) {}
+        keep_open_(keep_open),
+        cut_(cut) {}
   ~FileStream() override {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -489,9 +713,12 @@ class FileStream final : public EventStream {
       return e;
     }
     if (pos_ == buf_.size()) {
-      if (!refill()) return std::nullopt;
+      if (!refill()) return end_of_cut_trace();
     }
     Event e = buf_[pos_++];
+    if (e.type == static_cast<uint8_t>(EventType::lost)) marked_ += e.data;
+    if (e.type != static_cast<uint8_t>(EventType::arg) && e.type != static_cast<uint8_t>(EventType::string))
+      last_time_ = e.type == static_cast<uint8_t>(EventType::leaf) ? e.data : e.time;
     if (e.type == static_cast<uint8_t>(EventType::leaf)) {
       // One record, two events: the entry now, its exit (at `data`) next.
       Event x = e;
@@ -506,6 +733,18 @@ class FileStream final : public EventStream {
   }
 
  private:
+  std::optional<Event> end_of_cut_trace() {
+    if (!cut_.cut) return std::nullopt;
+    cut_.cut = false;
+    const uint64_t n = cut_.unsaved + (cut_.lost > marked_ ? cut_.lost - marked_ : 0);
+    if (n == 0) return std::nullopt;
+    Event e{};
+    e.time = last_time_;
+    e.data = n;
+    e.type = static_cast<uint8_t>(EventType::lost);
+    return e;
+  }
+
   bool refill() {
     buf_.clear();
     pos_ = 0;
@@ -547,6 +786,9 @@ class FileStream final : public EventStream {
   std::vector<Event> buf_;
   size_t pos_ = 0;
   std::optional<Event> leaf_exit_;
+  CutEnd cut_;
+  uint64_t marked_ = 0;     // counts of the `lost` events read
+  uint64_t last_time_ = 0;  // of the last event read that has a time
 };
 
 bool glued(const Event& e) {
@@ -683,6 +925,54 @@ void load_functions(const std::string& path, SymbolTable* table, std::vector<std
 
 }  // namespace
 
+namespace {
+
+// What info.json says of how the recording went, for the reader to show: not finished
+// (its recorder is still at it, or died), cut, processes cut, rings overwritten.
+void recording_warnings(const std::string& dir, const TraceInfo& info, std::vector<std::string>* warn) {
+  const auto since_start = [&](uint64_t t) {
+    const double ticks = t > info.start_time ? static_cast<double>(t - info.start_time) : 0.0;
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "+%.3f ms", ticks / (info.time_unit == "tsc" ? info.ticks_per_ns : 1.0) / 1e6);
+    return std::string(buf);
+  };
+  const std::string who =
+      "utramp record" + (info.recorder_pid ? " (pid " + std::to_string(info.recorder_pid) + ")" : std::string());
+  if (info.state == "recording") {
+    // The recorder holds DIR's lock while it lives (TraceWriter).
+    bool live = false;
+    if (const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); fd >= 0) {
+      live = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+      ::close(fd);
+    }
+    warn->push_back(live ? "info.json: being recorded now by " + who + ": this is what it saved so far"
+                         : "info.json: the recording did not finish: " + who +
+                               " ended before it could (killed?); the events it saved until then are "
+                               "shown; what the rings still held, how the target ended and what was "
+                               "lost are not known");
+  } else if (info.state == "cut") {
+    uint64_t unsaved = 0;
+    for (const ThreadInfo& t : info.threads) unsaved += t.unsaved;
+    warn->push_back("info.json: the recording was cut at " + since_start(info.cut_time) + ": " +
+                    info.cut_reason + "; " + std::to_string(unsaved) +
+                    " events recorded after that were not saved (each thread's events end with a "
+                    "`lost` event for them)");
+  }
+  for (uint32_t pid : info.still_running)
+    warn->push_back("info.json: process " + std::to_string(pid) +
+                    " was still running when the recording ended (record waits for the processes "
+                    "the program started only as long as --wait-children says): its events stop there");
+  for (const std::string& what : info.rings_overwritten)
+    warn->push_back("info.json: the program overwrote its ring buffers (" + what +
+                    "): threads it started afterwards may not have been recorded");
+  for (const ThreadInfo& t : info.threads)
+    if (!t.overwritten.empty())
+      warn->push_back(events_name(t.pid, t.tid) + ": the program overwrote its ring buffer (" + t.overwritten +
+                      "): events from there on may be missing");
+}
+
+}  // namespace
+
 Result<TraceReader> TraceReader::open(const std::string& dir) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) {
@@ -798,6 +1088,7 @@ Result<TraceReader> TraceReader::open(const std::string& dir) {
                                  [&](const auto& x) { return x.pid == t.pid && x.tid == t.tid; }))
       warn.push_back(events_name(t.pid, t.tid) + ": missing (info.json lists " +
                      std::to_string(t.events) + " events for it)");
+  recording_warnings(dir, impl->info, &warn);
 
   TraceReader r;
   r.impl_ = std::move(impl);
@@ -831,10 +1122,27 @@ bool TraceReader::truncated(uint32_t pid, uint32_t tid) const {
   return false;
 }
 
+namespace {
+
+CutEnd cut_end(const TraceInfo& info, uint32_t pid, uint32_t tid) {
+  CutEnd c;
+  if (info.state != "cut") return c;
+  c.cut = true;
+  for (const ThreadInfo& t : info.threads)
+    if (t.pid == pid && t.tid == tid) {
+      c.unsaved = t.unsaved;
+      c.lost = t.lost;
+    }
+  return c;
+}
+
+}  // namespace
+
 std::unique_ptr<EventStream> TraceReader::stream(uint32_t pid, uint32_t tid) const {
   for (const auto& t : impl_->threads)
     if (t.pid == pid && t.tid == tid)
-      return std::make_unique<FileStream>(t.path, t.pid, t.tid, t.records, 4096, true);
+      return std::make_unique<FileStream>(t.path, t.pid, t.tid, t.records, 4096, true,
+                                          cut_end(impl_->info, t.pid, t.tid));
   return nullptr;
 }
 
@@ -846,8 +1154,8 @@ std::unique_ptr<EventStream> TraceReader::merged() const {
   const bool keep_open = n <= 64;
   std::vector<std::unique_ptr<EventStream>> streams;
   for (const auto& t : impl_->threads)
-    streams.push_back(
-        std::make_unique<FileStream>(t.path, t.pid, t.tid, t.records, chunk, keep_open));
+    streams.push_back(std::make_unique<FileStream>(t.path, t.pid, t.tid, t.records, chunk, keep_open,
+                                                   cut_end(impl_->info, t.pid, t.tid)));
   return std::make_unique<MergedStream>(std::move(streams));
 }
 

@@ -9,8 +9,9 @@
 //                                 function the agent traced in process PID
 //   DIR/process-PID.json          parent pid (fork), exec'd command, start/end
 //   DIR/maps-PID.txt              /proc/PID/maps as the agent last saw it (start, dlopen)
-// and, from `utramp record`, agent.json, buffers.shm and agent-PID.log (TraceWriter::
-// create() removes these too, and refuses to empty a directory holding anything else).
+// and, from `utramp record`, agent.json, agent-PID.log and, while it records,
+// reserve.tmp (TraceWriter::create() removes these too, and refuses to empty a directory
+// holding anything else).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,9 @@ namespace utramp::trace {
 
 struct ThreadInfo {
   uint32_t pid = 0, tid = 0;
-  uint64_t events = 0, lost = 0;
+  uint64_t events = 0, lost = 0;  // events saved; events lost in its ring
+  uint64_t unsaved = 0;           // recorded but not saved: the trace was cut there
+  std::string overwritten;        // the program overwrote this thread's ring: what was found
 };
 
 struct TraceInfo {
@@ -44,6 +47,19 @@ struct TraceInfo {
   int exit_code = 0;
   uint64_t unclaimed_threads = 0; // threads that got no buffer
   std::vector<ThreadInfo> threads;
+  // "recording" from the start of a recording (what one whose recorder was killed
+  // keeps), "complete" when it finished, "cut" when it finished with events it could not
+  // save: the first failure (a full disk) is cut_reason, at cut_time (time_unit).
+  std::string state = "complete";
+  uint32_t recorder_pid = 0;      // the `utramp record` that wrote it
+  std::string cut_reason;
+  uint64_t cut_time = 0;
+  // Processes still running when the recording ended (record waits for a traced
+  // process's children only so long: --wait-children): their events stop there.
+  std::vector<uint32_t> still_running;
+  // What the program overwrote in the rings that belongs to no thread the recorder knew
+  // (their header, a ring before its owner was known): what was found.
+  std::vector<std::string> rings_overwritten;
 };
 
 // The first 32 bytes of every events-PID-TID.bin.
@@ -97,6 +113,18 @@ Result<ProcessInfo> read_process_file(const std::string& dir, uint32_t pid);
 // maps-PID.txt: the text of /proc/PID/maps.
 Result<void> write_maps_file(const std::string& dir, uint32_t pid, std::string_view maps);
 
+// The writer of a recording (`record`). It owns DIR while it lives:
+//   - DIR is created 0700, or is an existing trace directory of the user's (never one
+//     owned by someone else, never reached through a symbolic link another user owns),
+//     made 0700; every file in it is created 0600, relative to DIR's descriptor, never
+//     through a symbolic link and never over a file it did not remove first;
+//   - DIR is locked (flock) against a second writer, which is refused before it removes
+//     anything: TraceReader tells a recording in progress from one whose recorder died;
+//   - space for the final info.json is kept (reserve.tmp, 1 MiB) from the start and
+//     given back by finish(), so that a disk that fills still gets a readable trace.
+// A write that fails (a full disk) cuts the trace there: every events file keeps its
+// whole records, later events are counted as unsaved (ThreadInfo::unsaved) and not
+// written, and finish() says where and why (TraceInfo::state "cut").
 class TraceWriter {
  public:
   static Result<TraceWriter> create(const std::string& dir);  // creates or empties DIR
@@ -104,12 +132,21 @@ class TraceWriter {
   TraceWriter(TraceWriter&&) noexcept;
   TraceWriter& operator=(TraceWriter&&) noexcept;
   ~TraceWriter();
-  // Appends events of one thread (files opened on first use, kept open).
+  // Appends events of one thread (files opened on first use, kept open). The error of
+  // the write that cut the trace is returned once; after the cut, events are counted
+  // as unsaved and not written.
   Result<void> append(uint32_t pid, uint32_t tid, std::span<const Event> events);
   void add_lost(uint32_t pid, uint32_t tid, uint64_t n);
-  // Writes info.json (also callable early, to leave a readable trace if we die). An
-  // empty info.threads is filled from what append()/add_lost() saw.
+  // Writes info.json (early, to leave a readable trace if we die). An empty info.threads
+  // is filled from what append()/add_lost() saw.
   Result<void> write_info(const TraceInfo& info);
+  // The end of the recording: gives back the space kept for it, then writes info.json
+  // with the state ("complete", or "cut" with where and why) and the threads' counts
+  // (info.threads as given, with the counts of the threads this writer saw).
+  Result<void> finish(const TraceInfo& info);
+  // Where the trace was cut (empty reason: it was not).
+  const std::string& cut_reason() const;
+  uint64_t cut_time() const;
   // Flushes and closes every events file (the destructor does too).
   Result<void> close();
   const std::string& dir() const;

@@ -1,10 +1,14 @@
 // Ring buffers in shared memory: exact delivery, exact loss accounting in both modes,
 // buffer claiming and recycling, a forked child writing into the same file, bad files.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <vector>
 
 #include "ring_util.hpp"
@@ -468,4 +472,178 @@ TEST(Abandoned, TheFinalDrainTakesOnlyAWholeStagedRecord) {
   const auto ev = drain_all(b, /*final=*/true);
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].addr, 0x1000u);
+}
+
+// ---- a target that writes over its rings (the consumer validates what it reads) ----
+//
+// The file as the CLI lays it out (shm_buffers.cpp): a 4 KiB header (magic, version,
+// mode, max_buffers, events_per_buffer, sizes, the allocator), then per ring a control
+// page (head at 0, lost at 8, nested at 32, state at 64, pid at 68, tid at 72) and the
+// ring. These tests map the file a second time and write into it as a program would.
+
+namespace {
+
+struct Scribbler {
+  char* base = nullptr;
+  size_t size = 0;
+  uint64_t stride = 0;
+  Scribbler(const TempDir& dir, uint32_t events) {
+    const int fd = open((dir / "buffers.shm").c_str(), O_RDWR);
+    size = static_cast<size_t>(lseek(fd, 0, SEEK_END));
+    base = static_cast<char*>(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    close(fd);
+    stride = 4096 + uint64_t{events} * sizeof(Event);
+  }
+  ~Scribbler() { munmap(base, size); }
+  char* control(uint32_t i) const { return base + 4096 + i * stride; }
+  template <class T>
+  void put(char* at, T v) const { std::memcpy(at, &v, sizeof v); }
+};
+
+struct Drained {
+  std::map<uint32_t, StreamCheck> by_tid;
+  std::map<uint32_t, uint32_t> pid_of;
+  size_t calls = 0;
+};
+
+void drain_checked(ShmBuffers& b, Drained& d, bool final = false) {
+  b.drain(
+      [&](uint32_t pid, uint32_t tid, std::span<const Event> ev, uint64_t lost) {
+        ++d.calls;
+        d.pid_of[tid] = pid;
+        d.by_tid[tid].owner = tid;
+        d.by_tid[tid].take(ev, lost);
+      },
+      final);
+}
+
+}  // namespace
+
+// Zeros, then a pattern, over the header: the layout stays the CLI's own copy, the rings
+// handed out stay known (the allocator's `next` going back is not believed), and every
+// event is delivered.
+TEST(Hostile, AnOverwrittenHeaderChangesNothingButIsReported) {
+  for (const int pattern : {0x00, 0xA5}) {
+    SCOPED_TRACE(pattern);
+    TempDir dir;
+    auto b = make(dir, 64, BufferMode::discard, 4);
+    Scribbler s(dir, 64);
+    Producer p1 = b.claim(1, 11), p2 = b.claim(1, 12);
+    uint64_t seq1 = 0, seq2 = 0;
+    for (int i = 0; i < 10; ++i) p1.write(seq_event(seq1++, 11)), p2.write(seq_event(seq2++, 12));
+    Drained d;
+    drain_checked(b, d);
+    std::memset(s.base, pattern, 4096);
+    for (int i = 0; i < 30; ++i) p1.write(seq_event(seq1++, 11)), p2.write(seq_event(seq2++, 12));
+    drain_checked(b, d, true);
+    EXPECT_EQ(d.by_tid[11].delivered, seq1);
+    EXPECT_EQ(d.by_tid[12].delivered, seq2);
+    for (auto& [tid, c] : d.by_tid) EXPECT_EQ(c.torn + c.reordered + c.unmarked_gap + c.reported, 0u) << tid;
+    EXPECT_NE(b.header_overwritten(), "");
+    EXPECT_TRUE(b.overwritten().empty());
+    EXPECT_EQ(b.unclaimed(), 0u);
+  }
+}
+
+// One ring overwritten with a pattern (its control page and its events), as a stray
+// memset from its own thread would: it is reported once, with what was found, and
+// nothing of it is believed (no count of 0xa5a5... lost events); the other ring
+// delivers every event, before and after.
+TEST(Hostile, AnOverwrittenRingIsReportedAndTheOthersLoseNothing) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard, 4);
+  Scribbler s(dir, 64);
+  Producer good = b.claim(1, 21), bad = b.claim(1, 22);
+  uint64_t seq = 0;
+  for (int i = 0; i < 20; ++i) good.write(seq_event(seq++, 21)), bad.write(seq_event(i, 22));
+  Drained d;
+  drain_checked(b, d);
+  std::memset(s.control(1), 0xA5, s.stride);
+  for (int round = 0; round < 5; ++round) {
+    for (int i = 0; i < 40; ++i) good.write(seq_event(seq++, 21)), bad.write(seq_event(100 + i, 22));
+    drain_checked(b, d);
+  }
+  drain_checked(b, d, true);
+  EXPECT_EQ(d.by_tid[21].delivered, seq);
+  EXPECT_EQ(d.by_tid[21].torn + d.by_tid[21].unmarked_gap + d.by_tid[21].reported, 0u);
+  EXPECT_EQ(d.by_tid[22].delivered, 20u);  // what was drained before
+  EXPECT_LT(d.by_tid[22].reported + d.by_tid[22].marked, 1000u) << "a scribbled count believed";
+  ASSERT_EQ(b.overwritten().size(), 1u);
+  EXPECT_EQ(b.overwritten()[0].pid, 1u);
+  EXPECT_EQ(b.overwritten()[0].tid, 22u);
+  EXPECT_EQ(b.overwritten()[0].time, 19u) << "the time of the last event taken from it";
+  EXPECT_FALSE(b.overwritten()[0].what.empty());
+}
+
+// A control page zeroed under a live producer: its owner is kept (not taken from the
+// zeros), the zeroed state is reported, and what it writes from then on is read again.
+TEST(Hostile, AZeroedRingIsReadAgainFromWhereItsProducerIs) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard, 4);
+  Scribbler s(dir, 64);
+  Producer p = b.claim(7, 31);
+  for (int i = 0; i < 10; ++i) p.write(seq_event(i, 31));
+  Drained d;
+  drain_checked(b, d);
+  std::memset(s.control(0), 0, 4096);
+  for (int i = 10; i < 15; ++i) p.write(seq_event(i, 31));
+  drain_checked(b, d);  // state 0, head 5 below the tail of 10: reported, read on from 5
+  for (int i = 15; i < 25; ++i) p.write(seq_event(i, 31));
+  drain_checked(b, d);
+  EXPECT_EQ(d.pid_of[31], 7u);
+  EXPECT_EQ(d.by_tid[31].delivered, 20u);  // 10 before, 10 after; the 5 in between lost
+  ASSERT_EQ(b.overwritten().size(), 1u);
+  EXPECT_NE(b.overwritten()[0].what.find("state 0"), std::string::npos) << b.overwritten()[0].what;
+  EXPECT_EQ(b.producer_pids(), std::vector<uint32_t>{7});
+}
+
+// Counters no producer can reach (more drops than nanoseconds since the ring was seen
+// claimed), a head a ring and more ahead of the tail, an owner no thread can have:
+// never believed, each reported.
+TEST(Hostile, ImpossibleValuesAreNotBelieved) {
+  TempDir dir;
+  auto b = make(dir, 64, BufferMode::discard, 4);
+  Scribbler s(dir, 64);
+  Producer p1 = b.claim(1, 41), p2 = b.claim(1, 42);
+  p1.write(seq_event(0, 41));
+  p2.write(seq_event(0, 42));
+  Drained d;
+  drain_checked(b, d);
+  s.put<uint64_t>(s.control(0) + 8, uint64_t{1} << 60);  // p1's lost
+  s.put<uint64_t>(s.control(1) + 0, 1000);                // p2's head, 999 past its tail
+  // A ring never handed out, made to look claimed by a pid beyond any.
+  s.put<uint32_t>(s.control(3) + 64, 2);
+  s.put<uint32_t>(s.control(3) + 68, 0xFFFFFFFF);
+  s.put<uint32_t>(s.control(3) + 72, 5);
+  s.put<uint32_t>(s.base + 64, 4);  // the allocator's next: all four handed out
+  drain_checked(b, d);
+  EXPECT_EQ(d.by_tid[41].reported + d.by_tid[41].marked, 0u);
+  EXPECT_EQ(d.by_tid[42].delivered, 1u);
+  EXPECT_EQ(d.by_tid.count(5), 0u) << "a ring of no thread was read";
+  ASSERT_EQ(b.overwritten().size(), 3u);
+  std::string all;
+  for (const auto& o : b.overwritten()) all += o.what + "\n";
+  EXPECT_NE(all.find("lost count 0x1000000000000000"), std::string::npos) << all;
+  EXPECT_NE(all.find("head 0x3e8"), std::string::npos) << all;
+  EXPECT_NE(all.find("owner pid 4294967295"), std::string::npos) << all;
+}
+
+// The CLI's rings: an anonymous, sealed file that no one can shrink under its mapping.
+TEST(Hostile, AnonymousRingsCannotBeCut) {
+  auto b = ShmBuffers::create_anonymous(ShmConfig{2, 64, BufferMode::discard});
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  const std::string path = b->agent_path();
+  EXPECT_TRUE(path.starts_with("/proc/" + std::to_string(getpid()) + "/fd/")) << path;
+  const int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  EXPECT_NE(ftruncate(fd, 4096), 0);
+  EXPECT_EQ(errno, EPERM);
+  close(fd);
+  auto a = ShmBuffers::attach(path);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  Producer p = a->claim(3, 4);
+  p.write(seq_event(0, 4));
+  Drained d;
+  drain_checked(*b, d);
+  EXPECT_EQ(d.by_tid[4].delivered, 1u);
 }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -427,20 +428,153 @@ TEST(TraceDir, FunctionsWithTabsAreLeftOutAndSaid) {
   EXPECT_EQ(text.str(), "# address\tsize\tname\tobject\n0x10\t4\tgood\t/bin/app\n");
 }
 
-// The agent writes into a directory others may write to: never through a link.
+// Files are never written through a link someone left: one at the temporary name is
+// removed and the file created anew (exclusively), one at the name itself replaced.
 TEST(TraceDir, ProcessFilesAreNotWrittenThroughLinks) {
   TempDir tmp, elsewhere;
   const std::string target = elsewhere.path + "/victim";
   ASSERT_EQ(symlink(target.c_str(), (tmp.path + "/process-3.json.tmp").c_str()), 0);
   auto w = write_process_file(tmp.path, {3, 0, {"x"}, 1, 0, ""});
-  ASSERT_FALSE(w.ok());
-  EXPECT_NE(w.error().message.find("process-3.json.tmp"), std::string::npos) << w.error().message;
+  ASSERT_TRUE(w.ok()) << w.error().message;
   EXPECT_FALSE(std::filesystem::exists(target));
+  EXPECT_FALSE(std::filesystem::exists(tmp.path + "/process-3.json.tmp"));
+  EXPECT_TRUE(read_process_file(tmp.path, 3).ok());
   // A link at the name itself is replaced, not followed.
   ASSERT_EQ(symlink(target.c_str(), (tmp.path + "/maps-3.txt").c_str()), 0);
   ASSERT_TRUE(write_maps_file(tmp.path, 3, "text\n").ok());
   EXPECT_FALSE(std::filesystem::exists(target));
   EXPECT_FALSE(std::filesystem::is_symlink(tmp.path + "/maps-3.txt"));
+}
+
+// A second writer of the same directory is refused before it removes anything, and
+// names the first; once the first is gone, the directory can be recorded into again.
+TEST(TraceDir, OneWriterAtATime) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  {
+    auto first = TraceWriter::create(dir);
+    ASSERT_TRUE(first.ok()) << first.error().message;
+    TraceInfo info;
+    info.state = "recording";
+    info.recorder_pid = 4242;
+    ASSERT_TRUE(first->write_info(info).ok());
+    ASSERT_TRUE(first->append(1, 1, std::vector<Event>{seq_event(0)}).ok());
+    auto second = TraceWriter::create(dir);
+    ASSERT_FALSE(second.ok());
+    EXPECT_EQ(second.error().code, Errc::busy);
+    EXPECT_NE(second.error().message.find("another utramp record (pid 4242)"), std::string::npos)
+        << second.error().message;
+    EXPECT_TRUE(std::filesystem::exists(dir + "/events-1-1.bin"));
+    EXPECT_TRUE(std::filesystem::exists(dir + "/info.json"));
+    // A reader while it records: told so, not told it was cut.
+    auto r = TraceReader::open(dir);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(has_warning(*r, "being recorded now by utramp record (pid 4242)")) << all_warnings(*r);
+  }
+  // The writer is gone and info.json still says "recording": its recorder died.
+  auto r = TraceReader::open(dir);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(has_warning(*r, "the recording did not finish: utramp record (pid 4242)")) << all_warnings(*r);
+  EXPECT_TRUE(TraceWriter::create(dir).ok());
+}
+
+// A write that fails (here: past RLIMIT_FSIZE, as a full disk would) cuts the trace:
+// whole records stay, what follows is counted as unsaved, info.json says where, and a
+// reader ends the thread's events with a `lost` event for what was not saved.
+TEST(TraceDir, AFailedWriteCutsTheTraceAtWholeRecords) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  auto w = TraceWriter::create(dir);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  std::vector<Event> a, b;
+  for (uint64_t i = 0; i < 60; ++i) a.push_back(seq_event(i)), b.push_back(seq_event(60 + i));
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto old_xfsz = signal(SIGXFSZ, SIG_IGN);
+  const rlimit small{32 + 100 * 32 + 17, old.rlim_max};  // 100 records and part of one
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  const bool first_ok = w->append(1, 2, a).ok();
+  auto cut = w->append(1, 2, b);
+  const bool after_ok = w->append(1, 2, a).ok();  // counted, not written
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, old_xfsz);
+  EXPECT_TRUE(first_ok);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_TRUE(after_ok);
+  EXPECT_NE(cut.error().message.find("events-1-2.bin: File too large"), std::string::npos) << cut.error().message;
+  EXPECT_EQ(w->cut_reason(), cut.error().message);
+  EXPECT_EQ(w->cut_time(), 100u);  // the first event not saved
+  TraceInfo info;
+  ASSERT_TRUE(w->finish(info).ok());
+  EXPECT_EQ(std::filesystem::file_size(dir + "/events-1-2.bin"), 32u + 100 * 32u);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/reserve.tmp"));
+
+  auto r = TraceReader::open(dir);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->info().state, "cut");
+  ASSERT_EQ(r->info().threads.size(), 1u);
+  EXPECT_EQ(r->info().threads[0].events, 100u);
+  EXPECT_EQ(r->info().threads[0].unsaved, 80u);
+  EXPECT_FALSE(r->truncated(1, 2));
+  const auto events = read_all(*r->stream(1, 2));
+  ASSERT_EQ(events.size(), 101u);
+  EXPECT_EQ(events[99].time, 99u);
+  EXPECT_EQ(events[100].type, static_cast<uint8_t>(EventType::lost));
+  EXPECT_EQ(events[100].data, 80u);
+  EXPECT_EQ(events[100].time, 99u);
+  EXPECT_TRUE(has_warning(*r, "the recording was cut at +")) << all_warnings(*r);
+}
+
+// Arguments captured with -A can be passwords: the directory and every file are the
+// user's alone whatever the umask, and a directory that was looser becomes so.
+TEST(TraceDir, OwnerOnlyWhateverTheUmask) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  ASSERT_EQ(mkdir(dir.c_str(), 0777), 0);
+  const mode_t old = umask(0);
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  {
+    auto w = TraceWriter::create(dir);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    ASSERT_TRUE(w->append(1, 1, std::vector<Event>{seq_event(0)}).ok());
+    ASSERT_TRUE(w->finish(TraceInfo{}).ok());
+  }
+  ASSERT_TRUE(write_process_file(dir, {1, 0, {"x"}, 1, 0, ""}).ok());
+  ASSERT_TRUE(write_maps_file(dir, 1, "maps\n").ok());
+  ASSERT_TRUE(write_functions_file(dir, 1, std::vector<Function>{{0x10, 4, "f", "/bin/app"}}).ok());
+  umask(old);
+  struct stat st {};
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    ASSERT_EQ(lstat(e.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << e.path();
+    ++files;
+  }
+  EXPECT_EQ(files, 5u);  // info, events, process, maps, functions
+}
+
+// Only the user's own directory, reached only through the user's (or root's) links.
+TEST(TraceDir, AnotherUsersDirectoryOrLinkIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to give a directory and a link to another user";
+  TempDir tmp;
+  const std::string theirs = tmp / "theirs", mine = tmp / "mine", link = tmp / "link";
+  ASSERT_EQ(mkdir(theirs.c_str(), 0700), 0);
+  ASSERT_EQ(chown(theirs.c_str(), 65534, 65534), 0);
+  auto w = TraceWriter::create(theirs);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.error().message.find("owned by uid 65534, not by you"), std::string::npos) << w.error().message;
+  ASSERT_EQ(mkdir(mine.c_str(), 0700), 0);
+  std::ofstream(mine + "/info.json") << "mine\n";
+  ASSERT_EQ(symlink(mine.c_str(), link.c_str()), 0);
+  EXPECT_TRUE(TraceWriter::create(link).ok()) << "the user's own link is followed";
+  std::ofstream(mine + "/info.json") << "mine\n";
+  ASSERT_EQ(lchown(link.c_str(), 65534, 65534), 0);
+  w = TraceWriter::create(link);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.error().message.find("a symbolic link owned by uid 65534"), std::string::npos) << w.error().message;
+  EXPECT_TRUE(std::filesystem::exists(mine + "/info.json"));
 }
 
 TEST(TraceDir, ExitDescriptions) {

@@ -91,6 +91,7 @@ int hist(const HistFlags& f) {
   std::cout << fmt::format("{} calls of {}; target {}\n", durations.size(), f.func, r.ended);
   print_latency_hist(std::cout, durations, f.unit);
   if (r.lost) std::cout << fmt::format("({} events lost: counts are low)\n", r.lost);
+  if (!r.cut.empty()) std::cout << fmt::format("(the recording was cut: {}: counts are low)\n", r.cut);
   return code;
 }
 

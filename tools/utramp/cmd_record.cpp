@@ -17,7 +17,7 @@ namespace {
 struct Flags {
   RecordOptions rec;
   std::vector<std::string> args, rets;
-  std::string time_filter, mode = "discard";
+  std::string time_filter, mode = "discard", wait_children = "10";
 };
 
 // -A 'func@arg1,arg2/s' and -R 'func[/fmt]' into captures; the forms are
@@ -94,6 +94,9 @@ void add_record(CLI::App& app) {
   sub->add_option("--mode", f->mode, "discard (default: keep the oldest) or overwrite (flight recorder)")
       ->check(CLI::IsMember({"discard", "overwrite"}));
   sub->add_flag("--follow-exec", f->rec.agent.follow_exec, "keep tracing across exec");
+  sub->add_option("--wait-children", f->wait_children,
+                  "once the program ended, wait this long for the traced processes it started "
+                  "(SECONDS, default 10, or forever)");
   sub->add_flag("-q,--quiet", f->rec.quiet, "no summary line at the end");
   sub->add_option("command", f->rec.command, "-- PROGRAM [ARGS]")->required();
   sub->callback([f] {
@@ -104,6 +107,12 @@ void add_record(CLI::App& app) {
       std::exit(2);
     }
     if (!parse_captures(*f)) std::exit(2);
+    if (!parse_wait(f->wait_children, &f->rec.wait_children_s)) {
+      fmt::print(stderr, "utramp record: --wait-children '{}': expected SECONDS or forever (a decimal "
+                         "number of seconds, at most a year: 0, 2.5, 60)\n",
+                 f->wait_children);
+      std::exit(2);
+    }
     uint32_t n = f->rec.events_per_buffer;
     if (n < 64 || (n & (n - 1))) {
       fmt::print(stderr, "utramp record: --buffer-size {}: must be a power of two >= 64\n", n);

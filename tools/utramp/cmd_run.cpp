@@ -378,8 +378,22 @@ int run(const RunFlags& f) {
   }
   using clock = std::chrono::steady_clock;
   auto next_print = clock::now() + std::chrono::duration<double>(f.interval);
+  // Once the agent has started (it mapped the maps and read its configuration, and
+  // forked children inherit the mapping), nothing in the scratch directory is needed:
+  // it goes at once, so that a CLI killed later leaves nothing behind.
+  std::string st;
+  auto read_status = [&] {
+    std::ifstream in(cfg.bpf_status_file);
+    std::string line;
+    std::getline(in, line);
+    return line;
+  };
   const Ended ended = launch->wait(
       [&] {
+        if (st.empty() && read_status() == "ok") {
+          st = "ok";
+          scratch->remove();
+        }
         const bool any = drain_rings(*mf, f.json) != 0;
         if (f.interval > 0 && clock::now() >= next_print) {
           print_maps(*mf, specs, f.json);
@@ -388,11 +402,7 @@ int run(const RunFlags& f) {
         return any;
       },
       5);
-  std::string st;
-  {
-    std::ifstream in(cfg.bpf_status_file);
-    std::getline(in, st);
-  }
+  if (st.empty()) st = read_status();
   if (st.rfind("error: ", 0) == 0) {
     fmt::print(stderr, "{}: {}; target not started\n", me, st.substr(7));
     return 2;

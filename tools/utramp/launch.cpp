@@ -1,7 +1,10 @@
 #include "launch.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -14,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 #include <thread>
 
 #include "os/elf_file.hpp"
@@ -135,22 +139,116 @@ std::string agent_library() {
   return first;
 }
 
-Result<ScratchDir> ScratchDir::create(const std::string& prefix) {
+namespace {
+
+std::string temp_root() {
   const char* tmp = getenv("TMPDIR");
-  std::string tmpl = fmt::format("{}/{}-XXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
-  if (!mkdtemp(tmpl.data()))  // mode 0700
-    return make_error(Errc::io, fmt::format("cannot create a directory like {}: {}", tmpl, strerror(errno)));
-  return ScratchDir(tmpl);
+  return tmp && *tmp ? tmp : "/tmp";
 }
 
-ScratchDir::~ScratchDir() {
+// The scratch directories' prefixes (ScratchDir::create's callers).
+constexpr const char* kScratchPrefixes[] = {"utramp-run-", "utramp-hist-"};
+
+// The CLI pid in a scratch directory's name PREFIX-PID-XXXXXX; 0 if it is not one.
+pid_t scratch_owner(const std::string& name) {
+  for (const char* prefix : kScratchPrefixes) {
+    if (!name.starts_with(prefix)) continue;
+    const std::string rest = name.substr(std::strlen(prefix));
+    const size_t dash = rest.find('-');
+    if (dash == 0 || dash == std::string::npos || rest.size() - dash - 1 != 6 ||
+        rest.find_first_not_of("0123456789") != dash)
+      return 0;
+    return static_cast<pid_t>(std::strtol(rest.substr(0, dash).c_str(), nullptr, 10));
+  }
+  return 0;
+}
+
+// The CLI pid in the name of the ring buffer file older versions of `record` made in
+// /dev/shm, utramp-PID-N.buffers (2 GiB sparse, left there when that CLI was killed);
+// 0 if it is not one. The rings are anonymous now: nothing new is named so.
+pid_t old_rings_owner(const std::string& name) {
+  constexpr std::string_view prefix = "utramp-", suffix = ".buffers";
+  if (!name.starts_with(prefix) || !name.ends_with(suffix)) return 0;
+  const std::string mid = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  const size_t dash = mid.find('-');
+  if (dash == 0 || dash == std::string::npos || dash + 1 == mid.size() ||
+      mid.find_first_not_of("0123456789-") != std::string::npos || mid.find('-', dash + 1) != std::string::npos)
+    return 0;
+  return static_cast<pid_t>(std::strtol(mid.substr(0, dash).c_str(), nullptr, 10));
+}
+
+// Whether the CLI OWNER is gone: no such process (a pid reused since only delays the
+// sweep).
+bool owner_gone(pid_t owner) { return owner > 0 && owner != getpid() && kill(owner, 0) != 0 && errno == ESRCH; }
+
+}  // namespace
+
+Result<ScratchDir> ScratchDir::create(const std::string& prefix) {
+  std::string tmpl = fmt::format("{}/{}-{}-XXXXXX", temp_root(), prefix, getpid());
+  if (!mkdtemp(tmpl.data()))  // mode 0700
+    return make_error(Errc::io, fmt::format("cannot create a directory like {}: {}", tmpl, strerror(errno)));
+  // Locked until it is removed: sweep_stale_scratch() leaves it alone meanwhile (a
+  // sweeper that sees it before the lock is taken sees this CLI's pid running).
+  const int fd = open(tmpl.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    if (fd >= 0) close(fd);
+    rmdir(tmpl.c_str());
+    return make_error(Errc::io, fmt::format("{}: cannot lock: {}", tmpl, strerror(e)));
+  }
+  return ScratchDir(tmpl, fd);
+}
+
+void ScratchDir::remove() {
   if (path_.empty()) return;
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
+  path_.clear();
+  if (lock_fd_ >= 0) close(lock_fd_);
+  lock_fd_ = -1;
+}
+
+ScratchDir::~ScratchDir() { remove(); }
+
+void sweep_stale_scratch() {
+  const std::string root = temp_root();
+  DIR* d = opendir(root.c_str());
+  if (!d) return;
+  std::vector<std::string> stale;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (!owner_gone(scratch_owner(name))) continue;
+    const std::string path = root + "/" + name;
+    const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st;
+    // The user's own, and not locked: not a live CLI's in another pid namespace.
+    if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && flock(fd, LOCK_EX | LOCK_NB) == 0)
+      stale.push_back(path);
+    close(fd);
+  }
+  closedir(d);
+  for (const auto& path : stale) {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  // Ring buffer files of older versions whose CLI is gone: the user's own regular files
+  // (unlinking one still mapped by a traced process takes nothing from it).
+  if (DIR* shm = opendir("/dev/shm")) {
+    while (dirent* e = readdir(shm)) {
+      struct stat st;
+      if (owner_gone(old_rings_owner(e->d_name)) &&
+          fstatat(dirfd(shm), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+          st.st_uid == geteuid())
+        unlinkat(dirfd(shm), e->d_name, 0);
+    }
+    closedir(shm);
+  }
 }
 
 Result<Launch> Launch::start(const Target& target, const std::vector<std::string>& argv,
                              const agent::Config& config, const std::string& config_path) {
+  sweep_stale_scratch();
   const std::string agent = agent_library();
   if (agent.empty() || access(agent.c_str(), R_OK) != 0)
     return make_error(Errc::not_found, fmt::format("the agent library {} is missing", agent));
@@ -159,7 +257,8 @@ Result<Launch> Launch::start(const Target& target, const std::vector<std::string
     if (fd < 0)
       return make_error(Errc::io, fmt::format("cannot create {}: {}", config_path, strerror(errno)));
     const std::string text = agent::dump_config(config);
-    const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    // 0600 whatever the umask: the agent (the same user) must be able to read it.
+    const bool ok = fchmod(fd, 0600) == 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
     close(fd);
     if (!ok) return make_error(Errc::io, fmt::format("cannot write {}: {}", config_path, strerror(errno)));
   }

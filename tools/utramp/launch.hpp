@@ -44,20 +44,35 @@ Result<Target> resolve_target(const std::string& program);
 std::string agent_library();
 
 // A directory of the CLI's own (mode 0700, under $TMPDIR or /tmp), removed with all it
-// holds when the object goes.
+// holds when the object goes (or sooner, by remove()). Named PREFIX-PID-XXXXXX (PID: the
+// CLI's) and locked (flock) while the object lives, so that one left behind by a CLI
+// that was killed is known as such: the next CLI that starts a program removes it
+// (sweep_stale_scratch()).
 class ScratchDir {
  public:
   static Result<ScratchDir> create(const std::string& prefix);
-  ScratchDir(ScratchDir&& o) noexcept : path_(std::move(o.path_)) { o.path_.clear(); }
+  ScratchDir(ScratchDir&& o) noexcept : path_(std::move(o.path_)), lock_fd_(o.lock_fd_) {
+    o.path_.clear();
+    o.lock_fd_ = -1;
+  }
   ScratchDir& operator=(ScratchDir&&) = delete;
   ScratchDir(const ScratchDir&) = delete;
   ~ScratchDir();
   const std::string& path() const { return path_; }
+  // Removes it now (nothing in it is needed any more); path() is empty after.
+  void remove();
 
  private:
-  explicit ScratchDir(std::string p) : path_(std::move(p)) {}
+  ScratchDir(std::string p, int fd) : path_(std::move(p)), lock_fd_(fd) {}
   std::string path_;
+  int lock_fd_ = -1;
 };
+
+// Removes the scratch directories (utramp-run-PID-*, utramp-hist-PID-*, under $TMPDIR or
+// /tmp) of CLIs that are gone: owned by this user, PID not running, not locked; and the
+// ring buffer files older versions left in /dev/shm (utramp-PID-N.buffers) the same way.
+// Called when a program is started.
+void sweep_stale_scratch();
 
 // How the program ended.
 struct Ended {

@@ -1,8 +1,12 @@
 #include "record_run.hpp"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "arch/cpu.hpp"
@@ -46,6 +51,21 @@ std::string lost_summary(uint64_t lost, uint64_t nested) {
 
 }  // namespace
 
+bool parse_wait(const std::string& s, double* seconds) {
+  if (s == "forever") {
+    *seconds = -1;
+    return true;
+  }
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end || errno == ERANGE || !std::isfinite(v) || v < 0 || v > 86400.0 * 366 ||
+      s.find_first_not_of("0123456789.") != std::string::npos)
+    return false;
+  *seconds = v;
+  return true;
+}
+
 bool parse_duration(const std::string& s, uint64_t* ns) {
   char* end = nullptr;
   errno = 0;
@@ -66,6 +86,114 @@ bool parse_duration(const std::string& s, uint64_t* ns) {
   *ns = static_cast<uint64_t>(total);
   return true;
 }
+
+namespace {
+
+// The processes the program started that run under the agent (forked children, what
+// they exec'd with --follow-exec), learnt from the trace while it is drained: `fork`
+// events, the rings' owners, the process files the agents write. Each is watched from
+// when it is learnt through a pidfd, which stays that process's even once its pid is
+// reused; one that does not map the agent (an exec without --follow-exec) is not waited
+// for: it records nothing.
+class Descendants {
+ public:
+  Descendants(uint32_t root, std::string dir) : root_(root), dir_(std::move(dir)) {}
+  Descendants(const Descendants&) = delete;
+  Descendants& operator=(const Descendants&) = delete;
+  ~Descendants() {
+    for (auto& [pid, w] : watched_)
+      if (w.pidfd >= 0) ::close(w.pidfd);
+  }
+
+  void learn(uint32_t pid) {
+    if (pid == 0 || pid == root_ || watched_.count(pid)) return;
+    Watched& w = watched_[pid];
+    w.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+    if (w.pidfd < 0 && errno != ENOSYS) w.gone = true;  // ESRCH: already gone
+    if (!w.gone && !maps_agent(pid)) forget(w);
+  }
+
+  // The processes whose files say they have not ended (those the agent saw `exit` have).
+  void learn_from_files() {
+    DIR* d = ::opendir(dir_.c_str());
+    if (!d) return;
+    std::vector<uint32_t> pids;
+    while (dirent* e = ::readdir(d)) {
+      unsigned long pid = 0;
+      int used = 0;
+      if (std::sscanf(e->d_name, "process-%lu.json%n", &pid, &used) == 1 &&
+          e->d_name[used] == '\0' && pid <= UINT32_MAX && !watched_.count(static_cast<uint32_t>(pid)))
+        pids.push_back(static_cast<uint32_t>(pid));
+    }
+    ::closedir(d);
+    for (uint32_t pid : pids)
+      if (auto p = trace::read_process_file(dir_, pid); p && p->exit.empty()) learn(pid);
+  }
+
+  // Forgets the processes that no longer map the agent: a child that exec'd a program
+  // without --follow-exec since it was learnt (fork then exec: a daemon, system())
+  // records nothing more, and is not waited for.
+  void drop_untraced() {
+    for (auto& [pid, w] : watched_)
+      if (!w.gone && !maps_agent(pid)) forget(w);
+  }
+
+  std::vector<uint32_t> running() {
+    std::vector<uint32_t> out;
+    for (auto& [pid, w] : watched_) {
+      if (w.gone) continue;
+      bool ended;
+      if (w.pidfd >= 0) {
+        pollfd p{w.pidfd, POLLIN, 0};
+        ended = ::poll(&p, 1, 0) != 0;  // readable once the process has ended
+      } else {
+        ended = (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) || zombie(pid);
+      }
+      if (ended) forget(w);
+      else out.push_back(pid);
+    }
+    return out;
+  }
+
+ private:
+  struct Watched {
+    int pidfd = -1;
+    bool gone = false;
+  };
+  static void forget(Watched& w) {
+    if (w.pidfd >= 0) ::close(w.pidfd);
+    w.pidfd = -1;
+    w.gone = true;
+  }
+  // Whether the process maps the agent; true when that cannot be read (it is then taken
+  // at its word: the trace named it).
+  static bool maps_agent(uint32_t pid) {
+    std::ifstream in(fmt::format("/proc/{}/maps", pid));
+    if (!in) return true;
+    for (std::string line; std::getline(in, line);)
+      if (line.find("/libutramp-agent") != std::string::npos) return true;
+    return false;
+  }
+  static bool zombie(uint32_t pid) {
+    std::ifstream in(fmt::format("/proc/{}/stat", pid));
+    std::string stat;
+    std::getline(in, stat);
+    const size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z';
+  }
+
+  uint32_t root_;
+  std::string dir_;
+  std::map<uint32_t, Watched> watched_;
+};
+
+volatile sig_atomic_t g_stop_waiting = 0;
+
+std::string since_start(uint64_t t, uint64_t start, double ticks_per_ns) {
+  return fmt::format("+{:.3f} ms", t > start ? static_cast<double>(t - start) / ticks_per_ns / 1e6 : 0.0);
+}
+
+}  // namespace
 
 int run_record(const RecordOptions& o, RecordResult* out) {
   if (o.command.empty()) {
@@ -100,21 +228,26 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     return 2;
   }
 
+  // DIR: created 0700 or checked to be the user's, locked against a second recording,
+  // emptied of an older trace (TraceWriter).
   auto writer = trace::TraceWriter::create(o.output);
   if (!writer) {
     fmt::print(stderr, "utramp record: {}\n", writer.error().message);
     return 2;
   }
-  // The rings live in tmpfs (no write-back to disk while the target runs); the file is
-  // removed when the recording ends. Without /dev/shm: in the trace directory.
-  std::string shm_path = o.output + "/buffers.shm";
-  if (access("/dev/shm", W_OK) == 0)
-    shm_path = fmt::format("/dev/shm/utramp-{}-{}.buffers", getpid(), mono_ns() % 1000000007);
+  // The agent writes into DIR from the target, whose working directory may change.
+  std::string dir_path = o.output;
+  if (char* abs = realpath(o.output.c_str(), nullptr)) {
+    dir_path = abs;
+    free(abs);
+  }
+  // The rings: an anonymous file, so that nothing of them outlives the processes that
+  // map them, whatever ends the CLI (the agent maps it through /proc/CLI/fd/N).
   trace::ShmConfig sc;
   sc.events_per_buffer = o.events_per_buffer;
   sc.max_buffers = o.max_buffers;
   sc.mode = o.overwrite ? trace::BufferMode::overwrite : trace::BufferMode::discard;
-  auto shm = trace::ShmBuffers::create(shm_path, sc);
+  auto shm = trace::ShmBuffers::create_anonymous(sc);
   if (!shm) {
     fmt::print(stderr, "utramp record: {}\n", shm.error().message);
     return 2;
@@ -128,10 +261,11 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   const double rate0 = static_cast<double>(arch::cycles() - tsc0) / static_cast<double>(mono_ns() - ns0);
 
   agent::Config cfg = o.agent;
-  cfg.shm_path = shm_path;
-  cfg.trace_dir = o.output;
+  cfg.shm_path = shm->agent_path();
+  cfg.trace_dir = dir_path;
   cfg.ticks_per_ns = rate0;
 
+  // Written first as "recording": what a recording whose CLI was killed keeps.
   trace::TraceInfo info;
   info.command = o.command;
   info.time_unit = "tsc";
@@ -139,24 +273,35 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   info.start_time = arch::cycles();
   info.buffer_mode = o.overwrite ? "overwrite" : "discard";
   info.tracer = cfg.tracer;
-  (void)writer->write_info(info);
+  info.state = "recording";
+  info.recorder_pid = static_cast<uint32_t>(getpid());
+  if (auto w = writer->write_info(info); !w) {
+    fmt::print(stderr, "utramp record: {}\n", w.error().message);
+    return 2;
+  }
 
-  auto launch = Launch::start(*target, o.command, cfg, o.output + "/agent.json");
+  // By its absolute path too: a program exec'd under --follow-exec after a chdir reads it.
+  auto launch = Launch::start(*target, o.command, cfg, dir_path + "/agent.json");
   if (!launch) {
     fmt::print(stderr, "utramp record: {}\n", launch.error().message);
-    unlink(shm_path.c_str());
     return launch.error().code == Errc::not_found ? 2 : 127;
   }
   const pid_t child = launch->pid();
+  Descendants descendants(static_cast<uint32_t>(child), dir_path);
 
+  std::vector<uint32_t> still_running;
   auto drain = [&](bool final = false) {
     const size_t n = shm->drain(
         [&](uint32_t pid, uint32_t tid, std::span<const trace::Event> ev, uint64_t lost) {
+          // A write that fails cuts the trace (TraceWriter): said at the end.
           if (!ev.empty()) (void)writer->append(pid, tid, ev);
           if (lost) writer->add_lost(pid, tid, lost);
           out->lost += lost;
+          for (const trace::Event& e : ev)
+            if (e.type == static_cast<uint8_t>(trace::EventType::fork) && e.data <= UINT32_MAX)
+              descendants.learn(static_cast<uint32_t>(e.data));
         },
-        final);
+        final, still_running);
     out->events += n;
     return n;
   };
@@ -166,22 +311,40 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   // thread a cache miss — it doubled the per-call cost in a tight loop.
   const Ended ended = launch->wait([&] { return drain() >= sc.events_per_buffer / 4; }, 1);
   const uint64_t child_end = arch::cycles();  // when it was seen gone, in the trace's time base
-  // Children the target forked may still be writing: drain until no process that
-  // owns a ring is left (bounded: 2 s without an event, 10 s in all).
-  const uint64_t give_up = mono_ns() + 10'000'000'000ull;
-  for (int quiet = 0; quiet < 400 && mono_ns() < give_up;) {
-    if (drain() != 0) {
-      quiet = 0;
-      continue;
+
+  // The processes it started that are traced may still be writing: drained until none
+  // is left, or for --wait-children seconds (Ctrl-C ends the wait: the CLI ignores
+  // SIGINT while the program runs, so that the program gets it).
+  {
+    g_stop_waiting = 0;
+    struct sigaction stop {}, ignore {};
+    stop.sa_handler = [](int) { g_stop_waiting = 1; };
+    sigaction(SIGINT, &stop, nullptr);
+    const uint64_t give_up =
+        o.wait_children_s < 0 ? UINT64_MAX : mono_ns() + static_cast<uint64_t>(o.wait_children_s * 1e9);
+    uint64_t next_files = 0;
+    for (;;) {
+      const size_t n = drain();
+      for (uint32_t pid : shm->producer_pids()) descendants.learn(pid);
+      if (mono_ns() >= next_files) {
+        descendants.learn_from_files();
+        descendants.drop_untraced();
+        next_files = mono_ns() + 200'000'000;
+      }
+      std::vector<uint32_t> running = descendants.running();
+      if (running.empty()) break;
+      if (g_stop_waiting || mono_ns() >= give_up) {
+        still_running = std::move(running);
+        break;
+      }
+      if (n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    bool alive = false;
-    for (uint32_t pid : shm->producer_pids())
-      if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) alive = true;
-    if (!alive) break;
-    ++quiet;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGINT, &ignore, nullptr);  // Launch restores the CLI's own when it goes
   }
-  drain(true);  // losses still pending at the end are marked where they happened
+  // Losses still pending at the end are marked where they happened (not in the rings of
+  // processes still running: they may still be writing there).
+  drain(true);
   out->exit_code = ended.exit_code;
   out->ended = ended.how;
   set_exit_on_broken_pipe(out->exit_code);
@@ -190,8 +353,52 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   info.exit = out->ended;
   info.exit_code = out->exit_code;
   info.unclaimed_threads = shm->unclaimed();
-  info.threads = writer->threads();
-  (void)writer->write_info(info);
+  info.still_running = still_running;
+
+  info.threads.clear();
+  std::vector<std::string> notes;  // said after the summary line
+  for (const auto& w : shm->overwritten()) {
+    const std::string what =
+        w.pid ? fmt::format("{}, after {}", w.what, since_start(w.time, info.start_time, info.ticks_per_ns)) : w.what;
+    if (w.pid) {
+      trace::ThreadInfo t;
+      t.pid = w.pid;
+      t.tid = w.tid;
+      t.overwritten = what;
+      info.threads.push_back(t);
+      notes.push_back(fmt::format("thread {}/{}: the program overwrote its ring buffer ({}): its events "
+                                  "from there on may be missing",
+                                  w.pid, w.tid, what));
+    } else {
+      info.rings_overwritten.push_back(what);
+      notes.push_back(fmt::format("the program overwrote its ring buffers: {}", what));
+    }
+  }
+  if (!shm->header_overwritten().empty()) {
+    info.rings_overwritten.push_back("header: " + shm->header_overwritten());
+    notes.push_back(fmt::format("the ring buffers' header was overwritten by the program ({}); the "
+                                "recorder used its own copy of their layout",
+                                shm->header_overwritten()));
+  }
+  for (uint32_t pid : still_running)
+    notes.push_back(fmt::format("process {} was still running {}: its recording stops there "
+                                "(--wait-children=SECONDS|forever waits longer)",
+                                pid, g_stop_waiting ? "when the wait was interrupted"
+                                                    : fmt::format("{} s after the program ended", o.wait_children_s)));
+  bool saved_whole = true;
+  if (auto w = writer->finish(info); !w) {
+    notes.push_back(fmt::format("cannot finish the trace: {}; replay will say the recording did not finish",
+                                w.error().message));
+    saved_whole = false;
+  }
+  for (const auto& t : writer->threads()) out->saved += t.events;
+  out->cut = writer->cut_reason();
+  if (!out->cut.empty()) {
+    notes.push_back(fmt::format("{}: the trace was cut there, at {}: {} of {} events saved, {} not saved",
+                                out->cut, since_start(writer->cut_time(), info.start_time, info.ticks_per_ns),
+                                out->saved, out->events, out->events - out->saved));
+    saved_whole = false;
+  }
   // The agent wrote the started process's file (parent, command, start); how it ended
   // only we know. Without the agent (it never ran), what we know of it.
   trace::ProcessInfo root;
@@ -205,8 +412,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   root.end_time = child_end;
   root.exit = out->ended;
   if (auto w = trace::write_process_file(o.output, root); !w)
-    fmt::print(stderr, "utramp record: {}\n", w.error().message);
-  unlink(shm_path.c_str());
+    notes.push_back(w.error().message);
   if (!o.quiet) {
     fmt::print(stderr, "utramp: {} events recorded in {}; target {}{}\n", out->events, o.output,
                out->ended, lost_summary(out->lost, std::min(shm->nested_lost(), out->lost)));
@@ -215,6 +421,8 @@ int run_record(const RecordOptions& o, RecordResult* out) {
                          "(--max-threads)\n",
                  info.unclaimed_threads, o.max_buffers);
   }
+  for (const auto& n : notes) fmt::print(stderr, "utramp record: {}\n", n);
+  if (!saved_whole) out->exit_code = kExitSaveFailed;
   return out->exit_code;
 }
 

@@ -16,20 +16,34 @@ struct RecordOptions {
   uint32_t max_buffers = 256;
   bool overwrite = false;            // flight-recorder mode
   bool quiet = false;                // no summary line
+  // How long to wait, once the program ended, for the processes it started that are
+  // traced (forked children...); < 0: as long as they run. Those still running then
+  // are said to be cut.
+  double wait_children_s = 10;
   std::vector<std::string> command;  // PROGRAM ARGS
 };
 
 struct RecordResult {
   int exit_code = 0;                 // what `utramp record` exits with
   std::string ended;                 // "exited 0", "killed by SIGSEGV"...
-  uint64_t events = 0, lost = 0;
+  uint64_t events = 0, lost = 0;     // recorded (drained from the rings), lost in the rings
+  uint64_t saved = 0;                // of `events`, those the trace holds
+  std::string cut;                   // why the trace was cut ("" when it was not)
 };
 
-// Returns the target's exit status as the CLI should exit with, or a CLI error (> 0
-// with the message printed) before anything ran.
+// What `record` exits with when the trace could not be saved whole (a full disk, an
+// info.json that cannot be written): EX_IOERR of sysexits.h. The target's status is in
+// the summary line and the trace.
+inline constexpr int kExitSaveFailed = 74;
+
+// Returns the target's exit status as the CLI should exit with, kExitSaveFailed when the
+// trace was cut, or a CLI error (> 0 with the message printed) before anything ran.
 int run_record(const RecordOptions& o, RecordResult* out);
 
 // "10us", "1.5ms", "2s", "300" (ns) -> ns; false if malformed.
 bool parse_duration(const std::string& s, uint64_t* ns);
+
+// --wait-children: "SECONDS" (a decimal number, at most a year) or "forever" (-1).
+bool parse_wait(const std::string& s, double* seconds);
 
 }  // namespace utramp::cli
