@@ -15,6 +15,12 @@
 //   fmod_ret       one program returning 0 (so the function runs), "i32 -> i32"
 //   fentry_fexit   one of each
 //   fentry_xN      N = 4, 16, 38 fentry programs (38: the most one function takes)
+// and, for functions reached without a compiler site, whose stub and images keep every
+// register (arch/image.hpp: preserve_all), pairs of copies of a body long enough for a
+// relocated prologue (UTRAMP_BENCH_LOAD: `mov eax, [rip+one]; add eax, edi; ret`):
+//   ld_nop                  NOP site, nothing attached
+//   ld_K / pro_K            K = fentry, fexit, fmod_ret as above, on a copy with a NOP
+//                           site (ld_) and on one with none (pro_: a relocated prologue)
 // Each benchmark iteration makes kCallsPerIter dependent calls (acc = f(acc)) through a
 // volatile function pointer, from one loop shared by every configuration. The
 // configurations are registered round-robin, `--rounds` times, in an order that rotates
@@ -56,6 +62,13 @@ int utramp_tc_fentry_fexit(int);
 int utramp_tc_fentry_x4(int);
 int utramp_tc_fentry_x16(int);
 int utramp_tc_fentry_x38(int);
+int utramp_tc_ld_nop(int);
+int utramp_tc_ld_fentry(int);
+int utramp_tc_ld_fexit(int);
+int utramp_tc_ld_fmod_ret(int);
+int utramp_tc_pro_fentry(int);
+int utramp_tc_pro_fexit(int);
+int utramp_tc_pro_fmod_ret(int);
 
 // The floor stub's handler: an empty C function.
 __attribute__((noinline)) void utramp_tc_floor_handler() { asm volatile(""); }
@@ -154,6 +167,18 @@ std::vector<Config> make_configs() {
   v.push_back({"fentry_x4", "fentry x 4", utramp_tc_fentry_x4, Kind::tramp, fentries(4)});
   v.push_back({"fentry_x16", "fentry x 16", utramp_tc_fentry_x16, Kind::tramp, fentries(16)});
   v.push_back({"fentry_x38", "fentry x 38", utramp_tc_fentry_x38, Kind::tramp, fentries(38)});
+  v.push_back({"ld_nop", "load body: NOP site", utramp_tc_ld_nop, Kind::nop});
+  v.push_back({"ld_fentry", "load body: fentry", utramp_tc_ld_fentry, Kind::tramp, fentries(1)});
+  v.push_back({"ld_fexit", "load body: fexit", utramp_tc_ld_fexit, Kind::tramp,
+               {{UTRAMP_FEXIT, 0}}});
+  v.push_back({"ld_fmod_ret", "load body: fmod_ret", utramp_tc_ld_fmod_ret, Kind::tramp,
+               {{UTRAMP_FMOD_RET, 0}}});
+  v.push_back({"pro_fentry", "load body, no site: fentry", utramp_tc_pro_fentry, Kind::tramp,
+               fentries(1)});
+  v.push_back({"pro_fexit", "load body, no site: fexit", utramp_tc_pro_fexit, Kind::tramp,
+               {{UTRAMP_FEXIT, 0}}});
+  v.push_back({"pro_fmod_ret", "load body, no site: fmod_ret", utramp_tc_pro_fmod_ret,
+               Kind::tramp, {{UTRAMP_FMOD_RET, 0}}});
   return v;
 }
 
@@ -245,12 +270,19 @@ size_t straight_bytes(uint64_t pc) {
   return pc - start;
 }
 
+// Where the body goes on after the site: site + 5, or past the relocated prologue.
+uint64_t body_of(uint64_t fn) {
+  const sites::Site* s = sites::SiteTable::instance().find(fn);
+  if (!s) fail(fmt::format("no site at {:#x}", fn));
+  return s->info.site + s->info.site_len;
+}
+
 // From the function's entry to the final ret, taking no conditional branch (the hot
 // path of every configuration has none taken) and not following calls.
 std::vector<PathInsn> hot_path(uint64_t fn) {
   static const char* const kRegions[] = {"site", "stub", "image", "stub", "?"};
   std::vector<PathInsn> out;
-  const uint64_t body = fn + arch::kSiteLen;
+  const uint64_t body = body_of(fn);
   uint64_t pc = fn;
   int region = 0;
   bool in_body = false;
@@ -321,7 +353,7 @@ void summary(const std::vector<Config>& cfgs, const bench::KeepingReporter& rep,
     const double vs_nop = m.med({c.name, "nop"}, [](auto& x) { return x[0] - x[1]; });
     int insns = 0;
     if (c.kind == Kind::plain) insns = callee_len(addr_of(c.fn));
-    else if (c.kind == Kind::nop) insns = 1 + callee_len(addr_of(c.fn) + arch::kSiteLen);
+    else if (c.kind == Kind::nop) insns = 1 + callee_len(body_of(addr_of(c.fn)));
     else if (c.kind == Kind::floor)
       insns = 1 + callee_len(kFloorStub) + callee_len(kFloorHandler) +
               callee_len(addr_of(c.fn) + arch::kSiteLen);
@@ -345,6 +377,25 @@ void summary(const std::vector<Config>& cfgs, const bench::KeepingReporter& rep,
     }
     const double d = m.med({name, "fentry"}, [](auto& x) { return x[0] - x[1]; });
     fmt::print("{:<12} {:>8.3f} {:>+14.3f} {:>18.3f}\n", n, ns, d, d / (n - 1));
+  }
+
+  // Keeping every register: the same programs on the same body, reached through a
+  // relocated prologue (pro_) and through a NOP site (ld_).
+  fmt::print("\nno compiler site (every register kept) vs NOP site, same body (load):\n");
+  fmt::print("{:<10} {:>12} {:>12} {:>9} {:>10} {:>10}\n", "attached", "NOP ns/call",
+             "no-site ns", "+ns", "NOP insns", "no-site");
+  for (const char* k : {"fentry", "fexit", "fmod_ret"}) {
+    const std::string fp = std::string("ld_") + k, pro = std::string("pro_") + k;
+    const double ns_fp = m.med({fp}, [](auto& x) { return x[0]; });
+    const double ns_pro = m.med({pro}, [](auto& x) { return x[0]; });
+    const double d = m.med({pro, fp}, [](auto& x) { return x[0] - x[1]; });
+    int i_fp = 0, i_pro = 0;
+    for (const Config& c : cfgs) {
+      if (c.name == fp) i_fp = count(hot_path(addr_of(c.fn))).total();
+      if (c.name == pro) i_pro = count(hot_path(addr_of(c.fn))).total();
+    }
+    fmt::print("{:<10} {:>12.3f} {:>12.3f} {:>+9.3f} {:>10} {:>10}\n", k, ns_fp, ns_pro, d, i_fp,
+               i_pro);
   }
 
   // The goals, next to what was measured (not asserted: a benchmark is not a test).
@@ -378,7 +429,9 @@ void print_listings(const std::vector<Config>& cfgs) {
                                           straight_bytes(kFloorStub)},
                                          kFloorStub));
     }
-    if (c.name == "fentry" || c.name == "fexit" || c.name == "fentry_nosig") print_path(c);
+    if (c.name == "fentry" || c.name == "fexit" || c.name == "fentry_nosig" ||
+        c.name == "pro_fentry" || c.name == "pro_fexit")
+      print_path(c);
   }
 }
 

@@ -14,6 +14,26 @@
 //   slow:  save argument registers, call utramp_register_thread, restore, jmp stub
 //   exit:  dec dword fs:[counters + 4*r11]; ret   (images holding their own counter)
 //
+// Keeping every register (StubSpec/ImageSpec::preserve_all). The ABI lets a function
+// change rax, rcx, rdx, rsi, rdi, r8-r11, the flags, the vector registers and the x87
+// and MXCSR status, and what utramp runs around a call changes them freely. That is
+// invisible to callers that rely on the ABI alone, but not to callers compiled with
+// gcc's interprocedural register allocation (-fipa-ra, on from -O2): when gcc knows
+// what a callee in the same translation unit clobbers, its callers keep values in the
+// other call-clobbered registers across the call. gcc turns that off for translation
+// units built with -pg or -fpatchable-function-entry (toplev.cc: "Do not use IPA
+// optimizations for register allocation if profiler is active or patchable function
+// entries are inserted"), so functions with those sites need nothing more; a function
+// reached without a compiler site (sites::SiteKind::prologue) may have such callers.
+// Its stub and images then keep every general register, and the extended state
+// (arch/xstate.hpp: x87, MXCSR, every vector and mask register) around everything that
+// calls out; the flags are not kept: gcc counts them (a fixed register) and the x87
+// stack as clobbered by every call (final.cc: collect_fn_hard_reg_usage), and clang
+// has no interprocedural register allocation by default. Such a stub's `slow` saves
+// everything, and its exit keeps r11 (the image pushes it before jumping there):
+//
+//   exit:  dec dword fs:[counters + 4*r11]; pop r11; ret
+//
 // The stub and its counter make reclamation exact without stopping threads: a thread
 // that may still jump to an old image holds S from before it reads the hop until it
 // leaves the image (fentry-only images) or until the image has taken its own counter
@@ -25,6 +45,7 @@
 
 #include "common/result.hpp"
 #include "abi/signature.hpp"
+#include "arch/xstate.hpp"
 
 namespace utramp::arch {
 
@@ -42,6 +63,8 @@ struct StubSpec {
   uint32_t counter_slot;
   ThreadLayout tls;
   uint64_t register_fn;   // utramp_register_thread
+  bool preserve_all = false;  // see the note on keeping every register above
+  XStateSave xstate;          // how (preserve_all only)
 };
 
 struct StubCode {
@@ -50,6 +73,7 @@ struct StubCode {
   uint32_t pass = 0;      // offset of the pass-through (hop's target with no image)
   uint32_t original = 0;  // offset of the relocated prologue, or 0 when none
   uint32_t exit = 0;      // offset of the shared exit: dec dword fs:[counters+4*r11]; ret
+                          // (preserve_all: ...; pop r11; ret)
 };
 
 Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base);
@@ -125,12 +149,19 @@ struct ImageSpec {
   uint64_t guard_left = 0;    // uint64_t (*)(uint64_t holder, uint64_t frame): see tramp/threads.hpp
   TracerHooks tracer;         // entry == 0: no tracer on this function
   bool store_caller = false;  // ctx[-4] = the caller's return address (a program reads it)
+  // Keep every register, as seen by the function and by its caller, around everything
+  // the image runs (see the note above). The stub must have been made with it too:
+  // `exit_fn` is then the exit that keeps r11.
+  bool preserve_all = false;
+  XStateSave xstate;          // how (preserve_all only)
 };
 
 struct ImageCode {
   std::vector<uint8_t> code;
   std::vector<uint32_t> exits;  // offsets of each `leave` (for unwind information)
   uint32_t exit_len = 0;        // bytes from each `leave` to the end of its exit
+  uint32_t exit_push = 0;       // bytes from each `leave` to the end of a `push r11` in
+                                // its exit (preserve_all images), 0 when none
 };
 
 Result<ImageCode> emit_image(const ImageSpec& spec, uint64_t base);

@@ -44,6 +44,10 @@ struct ImageFrame {
   // ret`; an image that leaves by `leave; jmp ...` (or more instructions that touch
   // neither rsp nor rbp) gives that sequence's length, and only the `leave` is checked.
   uint32_t exit_len = 2;
+  // Bytes from each exit's `leave` to the end of one `push` in it (0: none): from there
+  // to the end of the exit the CFA is rsp+16. An image that keeps every register pushes
+  // r11 there for the stub's exit to pop (arch/image.hpp).
+  uint32_t exit_push = 0;
 };
 
 struct DebugHandle;  // opaque; owned by the registration

@@ -23,6 +23,16 @@ enum class SiteKind : uint8_t {
 
 std::string_view site_kind_name(SiteKind k) noexcept;
 
+// Whether callers of a function with this entry may rely on more than the ABI: keep
+// values in call-clobbered registers the function does not touch (gcc -fipa-ra, on from
+// -O2, for callers in the same translation unit). gcc turns that off in translation
+// units built with -pg or -fpatchable-function-entry, and clang has no interprocedural
+// register allocation by default, so only a function without a compiler site is
+// exposed (a gcc `patchable_function_entry` attribute alone plants a site without
+// turning it off: docs/sites.md). Everything utramp runs around an exposed function
+// keeps every register (arch/image.hpp: preserve_all).
+constexpr bool ipa_ra_exposed(SiteKind k) noexcept { return k == SiteKind::prologue; }
+
 struct SiteInfo {
   std::string name;
   uint64_t func = 0;      // function start

@@ -88,6 +88,7 @@ struct Trampoline {
   arch::StubCode stub;
   uint32_t site_slot = 0;
   uint64_t original = 0;          // where the image calls the body
+  bool preserve_all = false;      // stub and images keep every register (arch/image.hpp)
   std::vector<Link*> links;       // in attach order
   std::unique_ptr<Manager::Image> image;
   uint64_t hop_target = 0;        // what the stub's hop jumps to now
@@ -261,6 +262,9 @@ Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& 
   const auto tl = tls_layout();
   spec.tls = {tl.registered, tl.counters, tl.active};
   spec.register_fn = reinterpret_cast<uint64_t>(&utramp_register_thread);
+  t->preserve_all = sites::ipa_ra_exposed(s->info.kind);
+  spec.preserve_all = t->preserve_all;
+  if (t->preserve_all) spec.xstate = arch::host_xstate();
   if (s->info.kind == sites::SiteKind::prologue) {
     const auto* p = reinterpret_cast<const uint8_t*>(s->addr());
     spec.prologue.assign(p, p + s->info.site_len);
@@ -460,6 +464,8 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     for (Link* l : fexit) add(spec.fexit, l);
     if (hooks) spec.tracer = *hooks;
     spec.store_caller = std::any_of(links.begin(), links.end(), [](Link* l) { return l->caller; });
+    spec.preserve_all = t.preserve_all;
+    if (t.preserve_all) spec.xstate = arch::host_xstate();
     // Within rel32 of the stub: the hop jumps to the image, the image to pass/exit.
     const auto w = arch::rel32_window(t.stub_block.addr);
     auto block = os::ExecArena::instance().allocate(arch::image_size_bound(spec), w.lo, w.hi);
@@ -481,7 +487,8 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     if (auto r = os::ExecArena::instance().write(*block, 0, code->code); !r) return fail(r.error());
     img->block = *block;
     // Unwind info, perf map and gdb: published before anything can reach the image.
-    arch::ImageFrame frame{block->addr, code->code.size(), code->exits, code->exit_len};
+    arch::ImageFrame frame{block->addr, code->code.size(), code->exits, code->exit_len,
+                           code->exit_push};
     auto dbg = arch::register_image(frame, fmt::format("utramp_image:{}", t.name),
                                     reinterpret_cast<void*>(&utramp_image_personality));
     if (!dbg) return fail(dbg.error());

@@ -63,9 +63,30 @@ arch::StubSpec stub_spec() {
   return s;
 }
 
+// How a CPU with AVX-512 saves its extended state (arch::XStateSave), fixed here; `mode`
+// varies between the goldens of images that keep every register.
+arch::XStateSave xstate(arch::XStateSave::Mode mode) {
+  arch::XStateSave x;
+  x.mode = mode;
+  x.size = mode == arch::XStateSave::Mode::fxsave ? 512 : 2696;
+  x.mask = mode == arch::XStateSave::Mode::fxsave ? 0 : 0x2e7;
+  return x;
+}
+
+// A relocated-prologue site's stub that keeps every register.
+arch::StubSpec kept_stub_spec(arch::XStateSave::Mode mode) {
+  arch::StubSpec spec = stub_spec();
+  // push rbp; mov rbp, rsp; mov rax, [rip+0x100]: the last one re-targeted.
+  spec.prologue = {0x55, 0x48, 0x89, 0xe5, 0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00};
+  spec.original = kFunc + spec.prologue.size();
+  spec.preserve_all = true;
+  spec.xstate = xstate(mode);
+  return spec;
+}
+
 // The stub's offsets, as emit_stub() reports them for kStub.
-arch::StubCode stub_at_base() {
-  auto s = arch::emit_stub(stub_spec(), kStub);
+arch::StubCode stub_at_base(const arch::StubSpec& spec = stub_spec()) {
+  auto s = arch::emit_stub(spec, kStub);
   EXPECT_TRUE(s.ok()) << s.error().message;
   return s.ok() ? *s : arch::StubCode{};
 }
@@ -121,7 +142,9 @@ void expect_image(const std::string& name, const std::string& what, const arch::
   std::string head = fmt::format("# {}\n# signature {}; {} bytes at {}; exits at", what,
                                  sp.sig->describe(), img->code.size(), hexaddr(kImage));
   for (uint32_t e : img->exits) head += fmt::format(" +{:#x}", e);
-  head += fmt::format(" ({} bytes each)\n", img->exit_len);
+  head += fmt::format(" ({} bytes each", img->exit_len);
+  if (img->exit_push) head += fmt::format(", r11 pushed by +{}", img->exit_push);
+  head += ")\n";
   test::expect_golden(name, head + listing_of(img->code, kImage));
 }
 
@@ -214,4 +237,69 @@ TEST(CodegenGolden, TracerWithFentry) {
   sp.fentry = {prog(0)};
   expect_image("image_tracer_fentry",
                "function_graph tracer and an fentry program (a general image: hooks only)", sp);
+}
+
+// ---- keeping every register (relocated-prologue sites: arch/image.hpp, preserve_all) ----
+
+// An image spec as image_spec()'s, for a relocated prologue whose stub keeps every
+// register: the original is the stub's copy of the prologue.
+arch::ImageSpec kept_image_spec(bool calls_original, arch::XStateSave::Mode mode) {
+  arch::ImageSpec sp = image_spec(calls_original);
+  const arch::StubCode stub = stub_at_base(kept_stub_spec(mode));
+  sp.original = kStub + stub.original;
+  sp.pass = kStub + stub.pass;
+  sp.exit_fn = kStub + stub.exit;
+  sp.preserve_all = true;
+  sp.xstate = xstate(mode);
+  return sp;
+}
+
+TEST(CodegenGolden, StubKeepingEverything) {
+  const arch::StubSpec spec = kept_stub_spec(arch::XStateSave::Mode::xsavec);
+  auto s = arch::emit_stub(spec, kStub);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  test::expect_golden(
+      "stub_kept",
+      fmt::format("# the stub of a relocated-prologue site at {} ({} bytes moved), keeping\n"
+                  "# every register: XSAVEC, {} bytes, components {:#x}\n"
+                  "# hop +{:#x}, pass +{:#x}, original +{:#x}, exit +{:#x}\n",
+                  hexaddr(kFunc), spec.prologue.size(), spec.xstate.size, spec.xstate.mask,
+                  s->hop, s->pass, s->original, s->exit) +
+          listing_of(s->code, kStub));
+}
+
+TEST(CodegenGolden, KeptFentryOnly) {
+  arch::ImageSpec sp = kept_image_spec(false, arch::XStateSave::Mode::xsavec);
+  sp.fentry = {prog(0)};
+  expect_image("image_kept_fentry",
+               "one fentry program, keeping every register (XSAVEC): ends at the stub's pass", sp);
+}
+
+TEST(CodegenGolden, KeptFentryFexitFmodRet) {
+  arch::ImageSpec sp = kept_image_spec(true, arch::XStateSave::Mode::xsave);
+  sp.fentry = {prog(0, /*stats=*/true)};
+  sp.fmod_ret = {prog(1)};
+  sp.fexit = {prog(2)};
+  expect_image("image_kept_all",
+               "fentry (with run-time stats), fmod_ret and fexit, keeping every register "
+               "(XSAVE, standard form)",
+               sp);
+}
+
+TEST(CodegenGolden, KeptTracerInline) {
+  arch::ImageSpec sp = kept_image_spec(true, arch::XStateSave::Mode::xsavec);
+  sp.tracer = tracer(true);
+  expect_image("image_kept_tracer_inline",
+               "function_graph tracer, the inline path on, keeping every register (XSAVEC "
+               "around the general code only)",
+               sp);
+}
+
+TEST(CodegenGolden, KeptTracerHooks) {
+  arch::ImageSpec sp = kept_image_spec(true, arch::XStateSave::Mode::fxsave);
+  sp.tracer = tracer(false);
+  expect_image("image_kept_tracer_hooks",
+               "function_graph tracer, the inline path off, keeping every register (FXSAVE "
+               "around the general code only)",
+               sp);
 }

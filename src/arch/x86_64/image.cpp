@@ -126,11 +126,15 @@ int32_t copy_window(const Signature& sig, const Layout& l) {
 //   rbp-32                scratch (a program's return value across stats_end)
 //   rbp-32-16*8 ...       full xmm0-7 (variadic and unknown signatures only)
 //   ... gpr save          rdi..r9 (variadic and unknown signatures, and any with an
-//                         argument register carrying fewer than 8 bytes)
+//                         argument register carrying fewer than 8 bytes); keeping every
+//                         register (preserve_all): rdi..r9, rax, r10, r11 always, and no
+//                         xmm area (the extended state is saved whole, below)
 //   ctx-32                the caller's return address (utramp's extension; stored only
 //                         when a link asks: ImageSpec::store_caller)
 //   ctx-24, -16, -8       cookie, function address, slot count
 //   ctx+0 ...             argument slots, then two return slots
+//   ... rsp               preserve_all: the extended state's save area, at rsp aligned
+//                         down to 64 (XStateSave::size bytes)
 // Return-value slots after the arguments (ctx[n], ctx[n+1]: abi/ctx.hpp).
 constexpr int kRetSlots = 2;
 // Bytes of an x87 long double in its two return slots (the rest is zeroed).
@@ -145,11 +149,30 @@ struct Frame {
   int32_t ctx = 0;        // rbp-relative address of ctx[0]
   int32_t size = 0;       // bytes below rbp, keeps rsp 16-aligned
   int nslots = 0;
+  bool preserve = false;  // every register kept (ImageSpec::preserve_all)
+  uint32_t xsave = 0;     // bytes of the extended state's save area (preserve only)
 };
 
-Frame frame_for(const Signature& sig, const Layout& l) {
+// The general registers code that keeps every register saves (preserve_all), in their
+// frame slots' order: the argument registers first, so that the slots double as the
+// argument registers' save area (Frame::gpr + 8 * kIntArgs index).
+const ax::Gp kKeptGprs[] = {ax::rdi, ax::rsi, ax::rdx, ax::rcx, ax::r8, ax::r9, ax::rax, ax::r10, ax::r11};
+constexpr int kKeptRax = 6, kKeptRdx = 2;
+
+Frame frame_for(const Signature& sig, const Layout& l, const ImageSpec& sp) {
   Frame f;
   int32_t at = f.scratch;
+  if (sp.preserve_all) {
+    f.preserve = true;
+    f.xsave = sp.xstate.size;
+    at -= 8 * static_cast<int32_t>(std::size(kKeptGprs));
+    f.gpr = at;
+    f.nslots = static_cast<int>(l.slots.size());
+    at -= 8 * (abi::kCtxHeaderSlots + f.nslots + kRetSlots);
+    f.ctx = at + 8 * abi::kCtxHeaderSlots;
+    f.size = (-at + 15) / 16 * 16;
+    return f;
+  }
   const bool save_all = sig.variadic || !sig.known;
   // Registers of arguments narrower than 8 bytes are also kept as they came (below).
   const bool narrow = std::any_of(l.slots.begin(), l.slots.end(), [](const Loc& s) {
@@ -193,7 +216,7 @@ void zext_r11_odd(ax::Assembler& a, int size) {
 //   mov  [ctx+0], rdi
 //   movq [ctx+8], xmm0
 //   mov  [gpr+8], rsi ; mov r11d, esi ; mov [ctx+16], r11
-void save_args(ax::Assembler& a, const Signature& sig, const Layout& l, const Frame& f) {
+void save_args(ax::Assembler& a, const Layout& l, const Frame& f) {
   for (size_t i = 0; i < l.slots.size(); ++i) {
     const Loc& s = l.slots[i];
     switch (s.kind) {
@@ -202,7 +225,7 @@ void save_args(ax::Assembler& a, const Signature& sig, const Layout& l, const Fr
         if (s.size == 8) {
           a.mov(ctx_slot(f, int(i)), r);
         } else {
-          a.mov(rbp_q(f.gpr + 8 * s.reg), r);
+          if (!f.preserve) a.mov(rbp_q(f.gpr + 8 * s.reg), r);
           if (s.size == 4) a.mov(ax::r11d, r.r32());
           else if (s.size == 2) a.movzx(ax::r11d, r.r16());
           else if (s.size == 1) a.movzx(ax::r11d, r.r8());
@@ -241,12 +264,13 @@ void save_args(ax::Assembler& a, const Signature& sig, const Layout& l, const Fr
         break;
     }
   }
-  if (sig.variadic || !sig.known) {
+  // (Keeping every register, all of them are saved already: save_all.)
+  if (f.xmm) {
     for (int r = 0; r < 6; ++r) a.mov(rbp_q(f.gpr + 8 * r), kIntArgs[r]);
     for (int x = 0; x < kSseArgs; ++x) a.movdqu(ax::ptr(ax::rbp, f.xmm + 16 * x), ax::xmm(x));
+    a.mov(rbp_q(f.rax), ax::rax);
   }
-  if (sig.variadic || !sig.known) a.mov(rbp_q(f.rax), ax::rax);
-  if (l.hidden_ret) a.mov(rbp_q(f.hidden), ax::rdi);
+  if (l.hidden_ret && !f.preserve) a.mov(rbp_q(f.hidden), ax::rdi);
 }
 
 void restore_args(ax::Assembler& a, const Signature& sig, const Layout& l, const Frame& f) {
@@ -339,6 +363,87 @@ void restore_ret(ax::Assembler& a, const RetType& r, const Frame& f) {
   }
 }
 
+// ---- keeping every register (ImageSpec::preserve_all, arch/image.hpp) ----------------
+//
+// The extended state is saved with the CPU's XSAVEC, XSAVE or FXSAVE (XStateSave) into a
+// 64-byte aligned area; XSAVE and XRSTOR take the components in edx:eax, so rax and rdx
+// are saved before and reloaded after. XRSTOR faults on a header (bytes 512..575) whose
+// reserved bytes are not zero, and neither XSAVE (writes bytes 0..7) nor XSAVEC (0..15)
+// writes them: they are zeroed first, the area being fresh stack.
+void xsave_to(ax::Assembler& a, const XStateSave& x, const ax::Gp& base) {
+  if (x.mode == XStateSave::Mode::fxsave) {
+    a.fxsave64(ax::ptr(base));
+    return;
+  }
+  for (int32_t off = 512 + 8; off < 512 + 64; off += 8) a.mov(ax::qword_ptr(base, off), Imm(0));
+  a.mov(ax::eax, Imm(static_cast<uint32_t>(x.mask)));
+  a.mov(ax::edx, Imm(static_cast<uint32_t>(x.mask >> 32)));
+  if (x.mode == XStateSave::Mode::xsavec) a.xsavec64(ax::ptr(base));
+  else a.xsave64(ax::ptr(base));
+}
+
+void xrstor_from(ax::Assembler& a, const XStateSave& x, const ax::Gp& base) {
+  if (x.mode == XStateSave::Mode::fxsave) {
+    a.fxrstor64(ax::ptr(base));
+    return;
+  }
+  a.mov(ax::eax, Imm(static_cast<uint32_t>(x.mask)));
+  a.mov(ax::edx, Imm(static_cast<uint32_t>(x.mask >> 32)));
+  a.xrstor64(ax::ptr(base));
+}
+
+// Everything into the image's frame (general registers into Frame::gpr, the extended
+// state at rsp, 64-aligned); every register holds what it held before when it ends:
+//
+//   mov [gpr+0], rdi ; mov [gpr+8], rsi ; ... ; mov [gpr+64], r11
+//   mov qword [rsp+520], 0 ; ... ; mov qword [rsp+568], 0   ; the header's reserved bytes
+//   mov eax, mask ; mov edx, mask >> 32 ; xsavec64 [rsp]
+//   mov rax, [gpr+48] ; mov rdx, [gpr+16]
+void save_all(ax::Assembler& a, const ImageSpec& sp, const Frame& f) {
+  for (size_t i = 0; i < std::size(kKeptGprs); ++i) a.mov(rbp_q(f.gpr + 8 * int32_t(i)), kKeptGprs[i]);
+  xsave_to(a, sp.xstate, ax::rsp);
+  a.mov(ax::rax, rbp_q(f.gpr + 8 * kKeptRax));
+  a.mov(ax::rdx, rbp_q(f.gpr + 8 * kKeptRdx));
+}
+
+//   mov eax, mask ; mov edx, mask >> 32 ; xrstor64 [rsp]
+//   mov rdi, [gpr+0] ; ... ; mov r11, [gpr+64]
+void restore_all(ax::Assembler& a, const ImageSpec& sp, const Frame& f) {
+  xrstor_from(a, sp.xstate, ax::rsp);
+  for (size_t i = 0; i < std::size(kKeptGprs); ++i) a.mov(kKeptGprs[i], rbp_q(f.gpr + 8 * int32_t(i)));
+}
+
+// A call of C code (rdi and rsi its arguments) that changes no register, emitted where
+// rsp is 16-aligned and nothing else is saved: the thread's first entry in a stub, a
+// tracer hook's general code. rbx (kept by the callee) holds the stack pointer across:
+//
+//   lea  rsp, [rsp-80]
+//   mov  [rsp], rax ; ... ; mov [rsp+64], r11 ; mov [rsp+72], rbx
+//   mov  rbx, rsp ; sub rsp, size ; and rsp, -64
+//   mov  qword [rsp+520], 0 ; ... ; mov  eax, mask ; mov edx, mask >> 32 ; xsavec64 [rsp]
+//   call fn
+//   mov  eax, mask ; mov edx, mask >> 32 ; xrstor64 [rsp]
+//   mov  rsp, rbx
+//   mov  rax, [rsp] ; ... ; mov rbx, [rsp+72]
+//   lea  rsp, [rsp+80]
+void call_keeping_all(ax::Assembler& a, const XStateSave& x, uint64_t fn, uint64_t base) {
+  static const ax::Gp kSaved[] = {ax::rax, ax::rcx, ax::rdx, ax::rsi, ax::rdi,
+                                  ax::r8,  ax::r9,  ax::r10, ax::r11, ax::rbx};
+  static_assert(std::size(kSaved) % 2 == 0, "rsp stays 16-aligned");
+  const int32_t bytes = 8 * static_cast<int32_t>(std::size(kSaved));
+  a.lea(ax::rsp, ax::ptr(ax::rsp, -bytes));
+  for (size_t i = 0; i < std::size(kSaved); ++i) a.mov(ax::qword_ptr(ax::rsp, 8 * int32_t(i)), kSaved[i]);
+  a.mov(ax::rbx, ax::rsp);
+  a.sub(ax::rsp, Imm(x.size));
+  a.and_(ax::rsp, Imm(-64));
+  xsave_to(a, x, ax::rsp);
+  call_abs(a, fn, base);
+  xrstor_from(a, x, ax::rsp);
+  a.mov(ax::rsp, ax::rbx);
+  for (size_t i = 0; i < std::size(kSaved); ++i) a.mov(kSaved[i], ax::qword_ptr(ax::rsp, 8 * int32_t(i)));
+  a.lea(ax::rsp, ax::ptr(ax::rsp, bytes));
+}
+
 struct ProgMiss {
   Label held, after, take;
   const ImageProg* prog;
@@ -421,21 +526,34 @@ void hook_call(ax::Assembler& a, const ImageSpec& sp, uint64_t base, uint64_t fn
   slow.push_back(h);
 }
 
-// On entry rax (al: vector registers of a variadic call), rdi and rsi carry the call.
-void hook_entry(ax::Assembler& a, const ImageSpec& sp, uint64_t base, std::vector<HookSlow>& slow) {
+// A hook's call keeping rax, rdi and rsi: on entry they carry the call (al: vector
+// registers of a variadic call); after it, an image that keeps every register keeps them,
+// and r11 too (the call goes through it when the hook is out of rel32 reach).
+void hook_keeping_three(ax::Assembler& a, const ImageSpec& sp, uint64_t base, uint64_t fn,
+                        uint64_t general, std::vector<HookSlow>& slow) {
+  const ax::Gp fourth = sp.preserve_all ? ax::r11 : ax::rsi;  // an even count: rsp aligned
   a.push(ax::rax);
   a.push(ax::rdi);
   a.push(ax::rsi);
-  a.push(ax::rsi);
-  hook_call(a, sp, base, sp.tracer.entry, sp.tracer.entry_general, slow);
-  a.pop(ax::rsi);
+  a.push(fourth);
+  hook_call(a, sp, base, fn, general, slow);
+  a.pop(fourth);
   a.pop(ax::rsi);
   a.pop(ax::rdi);
   a.pop(ax::rax);
 }
 
-// After the call only rax of the three is live (rdi and rsi are not return registers).
+void hook_entry(ax::Assembler& a, const ImageSpec& sp, uint64_t base, std::vector<HookSlow>& slow) {
+  hook_keeping_three(a, sp, base, sp.tracer.entry, sp.tracer.entry_general, slow);
+}
+
+// After the call only rax of the three is live (rdi and rsi are not return registers),
+// unless the image keeps every register.
 void hook_exit(ax::Assembler& a, const ImageSpec& sp, uint64_t base, std::vector<HookSlow>& slow) {
+  if (sp.preserve_all) {
+    hook_keeping_three(a, sp, base, sp.tracer.exit, sp.tracer.exit_general, slow);
+    return;
+  }
   a.push(ax::rax);
   a.push(ax::rax);
   hook_call(a, sp, base, sp.tracer.exit, sp.tracer.exit_general, slow);
@@ -671,12 +789,18 @@ void inline_exit(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, L
 // The inline common case around a hook call: registers the inline code uses are saved
 // (an even count keeps rsp 16-aligned), and it leaves by `done` (recorded), `out` (a
 // check failed while it held t_in_tracer, released here) or `bail` (the hook decides).
+// An image that keeps every register saves all the inline code and the hook call use.
 void hook_inline(ax::Assembler& a, const ImageSpec& sp, uint64_t base,
                  std::vector<HookSlow>& slow, bool entry) {
   static const ax::Gp kEntrySaved[] = {ax::rax, ax::rdi, ax::rsi, ax::rdx, ax::rcx, ax::rcx};
   static const ax::Gp kExitSaved[] = {ax::rax, ax::rdx};  // only return registers are live
-  const std::span<const ax::Gp> saved = entry ? std::span<const ax::Gp>(kEntrySaved)
-                                              : std::span<const ax::Gp>(kExitSaved);
+  static const ax::Gp kEntryKept[] = {ax::rax, ax::rdi, ax::rsi, ax::rdx, ax::rcx, ax::r11};
+  static const ax::Gp kExitKept[] = {ax::rax, ax::rdx, ax::rcx, ax::rdi,
+                                     ax::rsi, ax::r8,  ax::r11, ax::r11};
+  std::span<const ax::Gp> saved = entry ? std::span<const ax::Gp>(kEntrySaved)
+                                        : std::span<const ax::Gp>(kExitSaved);
+  if (sp.preserve_all)
+    saved = entry ? std::span<const ax::Gp>(kEntryKept) : std::span<const ax::Gp>(kExitKept);
   Label bail = a.newLabel(), out = a.newLabel(), done = a.newLabel();
   for (const ax::Gp& r : saved) a.push(r);
   if (entry) inline_entry(a, sp, bail, out, done);
@@ -690,10 +814,15 @@ void hook_inline(ax::Assembler& a, const ImageSpec& sp, uint64_t base,
   for (size_t i = saved.size(); i-- > 0;) a.pop(saved[i]);
 }
 
-void hook_slow_paths(ax::Assembler& a, uint64_t base, const std::vector<HookSlow>& slow) {
+// `keep`: the general code's thunk keeps the registers the ABI uses for arguments and
+// results only; an image that keeps every register and has saved nothing else around
+// the hooks (the tracer's image) keeps the rest here.
+void hook_slow_paths(ax::Assembler& a, uint64_t base, const std::vector<HookSlow>& slow,
+                     const XStateSave* keep) {
   for (const HookSlow& h : slow) {
     a.bind(h.slow);
-    call_abs(a, h.fn, base);
+    if (keep) call_keeping_all(a, *keep, h.fn, base);
+    else call_abs(a, h.fn, base);
     a.long_().jmp(h.back);
   }
 }
@@ -705,10 +834,26 @@ void hook_slow_paths(ax::Assembler& a, uint64_t base, const std::vector<HookSlow
 //   mov  r11, [rbp+16] ; mov [rsp], r11 ; mov r11, [rbp+24] ; mov [rsp+8], r11 ...
 //   call original
 //   add  rsp, window
+//
+// An image that keeps every register has them all as the function must see them here,
+// r11 included: it copies with pushes instead (from the last eightbyte down, after a
+// pad of 8 when the window holds an odd number), and calls by rel32 (the stub's
+// relocated prologue, always in reach):
+//
+//   lea  rsp, [rsp-8] ; push qword [rbp+16+window-8] ; ... ; push qword [rbp+16]
+//   call original
+//   lea  rsp, [rsp+window rounded up to 16]
 void call_original(ax::Assembler& a, const ImageSpec& sp, const Signature& sig, const Layout& l,
                    uint64_t base) {
   const int32_t window = copy_window(sig, l);
   const int32_t wpad = (window + 15) / 16 * 16;
+  if (sp.preserve_all) {
+    if (wpad != window) a.lea(ax::rsp, ax::ptr(ax::rsp, window - wpad));
+    for (int32_t k = window - 8; k >= 0; k -= 8) a.push(rbp_q(Frame::kStackArgs + k));
+    a.call(Imm(sp.original));
+    if (wpad) a.lea(ax::rsp, ax::ptr(ax::rsp, wpad));
+    return;
+  }
   if (wpad) {
     a.sub(ax::rsp, Imm(wpad));
     for (int32_t k = 0; k < window; k += 8) {
@@ -736,8 +881,10 @@ void image_enter(ax::Assembler& a, const ImageSpec& sp) {
 //
 //   leave ; mov r11d, I ; jmp exit    calls_original: the stub's exit releases counter I
 //   leave ; jmp pass                  fentry only: the stub's pass-through runs the body
+//   leave ; push r11 ; mov r11d, I ; jmp exit    calls_original, keeping every register:
+//                                     the stub's exit pops r11 back before its ret
 struct Exits {
-  std::vector<Label> leave, end;
+  std::vector<Label> leave, end, pushed;
 };
 
 void image_leave(ax::Assembler& a, const ImageSpec& sp, Exits& ex) {
@@ -745,6 +892,12 @@ void image_leave(ax::Assembler& a, const ImageSpec& sp, Exits& ex) {
   a.bind(lv);
   a.leave();
   if (sp.calls_original) {
+    if (sp.preserve_all) {
+      Label pushed = a.newLabel();
+      a.push(ax::r11);
+      a.bind(pushed);
+      ex.pushed.push_back(pushed);
+    }
     a.mov(ax::r11d, Imm(sp.image_slot));
     a.long_().jmp(Imm(sp.exit_fn));
   } else {
@@ -760,6 +913,7 @@ void record_exits(const asmjit::CodeHolder& c, const Exits& ex, ImageCode& out) 
     const auto at = static_cast<uint32_t>(c.labelOffset(ex.leave[i]));
     out.exits.push_back(at);
     out.exit_len = static_cast<uint32_t>(c.labelOffset(ex.end[i])) - at;  // the same for each
+    if (i < ex.pushed.size()) out.exit_push = static_cast<uint32_t>(c.labelOffset(ex.pushed[i])) - at;
   }
 }
 
@@ -796,7 +950,10 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
           a.bind(ool);
           std::vector<uint8_t> placeholder(prologue_len, kTrapByte);
           a.embed(placeholder.data(), placeholder.size());
-          jmp_abs(a, spec.site + spec.prologue.size(), base);
+          // Keeping every register, back by rel32 only (the stub is within the site's
+          // reach), never through r11.
+          if (spec.preserve_all) a.long_().jmp(Imm(spec.site + spec.prologue.size()));
+          else jmp_abs(a, spec.site + spec.prologue.size(), base);
         }
         a.bind(slow);
         // Entered by jmp from the function's entry, where the stack is usually 8 mod 16
@@ -805,22 +962,28 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
         a.push(ax::rbp);
         a.mov(ax::rbp, ax::rsp);
         a.and_(ax::rsp, Imm(-16));
-        for (const ax::Gp& r : kIntArgs) a.push(r);
-        a.push(ax::rax);
-        a.push(ax::r10);
-        a.sub(ax::rsp, Imm(16 * kSseArgs));
-        for (int x = 0; x < kSseArgs; ++x) a.movdqu(ax::ptr(ax::rsp, 16 * x), ax::xmm(x));
-        call_abs(a, spec.register_fn, base);
-        for (int x = 0; x < kSseArgs; ++x) a.movdqu(ax::xmm(x), ax::ptr(ax::rsp, 16 * x));
-        a.add(ax::rsp, Imm(16 * kSseArgs));
-        a.pop(ax::r10);
-        a.pop(ax::rax);
-        for (int r = 5; r >= 0; --r) a.pop(kIntArgs[r]);
+        if (spec.preserve_all) {
+          call_keeping_all(a, spec.xstate, spec.register_fn, base);
+        } else {
+          for (const ax::Gp& r : kIntArgs) a.push(r);
+          a.push(ax::rax);
+          a.push(ax::r10);
+          a.sub(ax::rsp, Imm(16 * kSseArgs));
+          for (int x = 0; x < kSseArgs; ++x) a.movdqu(ax::ptr(ax::rsp, 16 * x), ax::xmm(x));
+          call_abs(a, spec.register_fn, base);
+          for (int x = 0; x < kSseArgs; ++x) a.movdqu(ax::xmm(x), ax::ptr(ax::rsp, 16 * x));
+          a.add(ax::rsp, Imm(16 * kSseArgs));
+          a.pop(ax::r10);
+          a.pop(ax::rax);
+          for (int r = 5; r >= 0; --r) a.pop(kIntArgs[r]);
+        }
         a.leave();
         a.long_().jmp(stub);
-        // exit: images that hold their own counter leave through here, slot in r11.
+        // exit: images that hold their own counter leave through here, slot in r11 (and,
+        // keeping every register, the caller's r11 pushed above the return address).
         a.bind(exit);
         a.dec(fs_mem(spec.tls.counters, ax::r11, 2, 4));
+        if (spec.preserve_all) a.pop(ax::r11);
         a.ret();
         out.exit = exit.id();
         out.hop = hop.id();   // label ids for now; offsets below
@@ -849,7 +1012,8 @@ size_t image_size_bound(const ImageSpec& spec) {
   const size_t progs = spec.fentry.size() + spec.fmod_ret.size() + spec.fexit.size();
   const size_t args = spec.sig ? spec.sig->args.size() * 2 + 8 : 16;
   return 512 + progs * 192 + args * 24 + 64 * 8 /* stack window copy */ + 512 +
-         (spec.tracer.entry ? 256 : 0) + (spec.tracer.inline_path ? 768 : 0);
+         (spec.tracer.entry ? 256 : 0) + (spec.tracer.inline_path ? 768 : 0) +
+         (spec.preserve_all ? 1024 : 0);
 }
 
 // Image layout (calls_original; fentry-only images omit the marked parts and end with
@@ -880,6 +1044,11 @@ namespace {
 //   <copy stack arguments; call original>                           | calls_original
 //   <exit hook>                                                     |
 //   leave ; mov r11d, I ; jmp exit       (entry-only: leave ; jmp pass)
+//
+// Keeping every register, the inline path and the hooks save every general register
+// they use, the general code's call saves everything (call_keeping_all), the stack
+// arguments are copied with pushes and the exit keeps r11: the common case costs a few
+// more pushes and pops, and no extended-state save.
 Result<ImageCode> emit_tracer_image(const ImageSpec& sp, uint64_t base) {
   const Signature& sig = *sp.sig;
   const Layout l = assign(sig);
@@ -897,7 +1066,7 @@ Result<ImageCode> emit_tracer_image(const ImageSpec& sp, uint64_t base) {
       else if (sp.tracer.exit) hook_exit(a, sp, base, slow);
     }
     image_leave(a, sp, exits);
-    hook_slow_paths(a, base, slow);
+    hook_slow_paths(a, base, slow, sp.preserve_all ? &sp.xstate : nullptr);
   }, [&](asmjit::CodeHolder& c) { record_exits(c, exits, out); });
   if (!code) return std::move(code).error();
   out.code = std::move(*code);
@@ -911,21 +1080,23 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
     return emit_tracer_image(sp, base);
   const Signature& sig = *sp.sig;
   const Layout l = assign(sig);
-  const Frame f = frame_for(sig, l);
+  const Frame f = frame_for(sig, l, sp);
   ImageCode out;
   Exits exits;
   auto code = assemble(base, fmt::format("the image of {:#x}", sp.func), [&](ax::Assembler& a) {
     std::vector<ProgMiss> misses;
     std::vector<HookSlow> hook_slow;
-    Label fexit = a.newLabel();
+    Label fexit = a.newLabel(), skipped = a.newLabel();
     image_enter(a, sp);
-    a.sub(ax::rsp, Imm(f.size));
+    a.sub(ax::rsp, Imm(f.size + f.xsave));
     // The stack is 8 mod 16 at a function's entry only when its caller kept the ABI's
     // alignment: gcc does not for local callees it knows need none. Programs and the
-    // original are called with it aligned whatever it was.
-    a.and_(ax::rsp, Imm(-16));
+    // original are called with it aligned whatever it was (to 64 for the extended
+    // state's save area when every register is kept).
+    a.and_(ax::rsp, Imm(f.preserve ? -64 : -16));
+    if (f.preserve) save_all(a, sp, f);
     if (sp.tracer.entry) hook_entry(a, sp, base, hook_slow);
-    save_args(a, sig, l, f);
+    save_args(a, l, f);
     a.mov(ctx_slot(f, abi::kCtxArgCount), Imm(f.nslots));
     if (static_cast<int64_t>(sp.func) == static_cast<int32_t>(sp.func)) {
       a.mov(ctx_slot(f, abi::kCtxFuncIp), Imm(static_cast<int32_t>(sp.func)));
@@ -938,8 +1109,12 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       a.mov(ctx_slot(f, abi::kCtxCaller), ax::r11);
     }
     for (const ImageProg& p : sp.fentry) run_prog(a, sp, f, p, base, misses);
+    // Keeping every register, the body's skipped by fmod_ret leaves them as they came
+    // but for the result (a function returning nothing keeps rax as well).
+    const bool skip_sets_rax = f.preserve && sig.ret.kind != RetType::Kind::none;
     if (!sp.calls_original) {
-      restore_args(a, sig, l, f);
+      if (f.preserve) restore_all(a, sp, f);
+      else restore_args(a, sig, l, f);
       image_leave(a, sp, exits);
     } else {
       // ctx[n] is the return slot from here (abi/ctx.hpp: kCtxRetValid, which fentry
@@ -952,16 +1127,28 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
         a.mov(ctx_slot(f, f.nslots), ax::rax);
         a.mov(ctx_slot(f, f.nslots + 1), Imm(0));
         a.test(ax::rax, ax::rax);
-        a.jnz(fexit);
+        a.jnz(skip_sets_rax ? skipped : fexit);
       }
-      restore_args(a, sig, l, f);
+      if (f.preserve) restore_all(a, sp, f);
+      else restore_args(a, sig, l, f);
       call_original(a, sp, sig, l, base);
+      if (f.preserve) save_all(a, sp, f);
       save_ret(a, sig.ret, f);
       a.bind(fexit);
       for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses);
-      restore_ret(a, sig.ret, f);
-      if (sp.tracer.exit) hook_exit(a, sp, base, hook_slow);
+      if (f.preserve) {
+        if (sp.tracer.exit) hook_exit(a, sp, base, hook_slow);
+        restore_all(a, sp, f);  // the registers as the body (or the entry) left them
+      } else {
+        restore_ret(a, sig.ret, f);
+        if (sp.tracer.exit) hook_exit(a, sp, base, hook_slow);
+      }
       image_leave(a, sp, exits);
+    }
+    if (skip_sets_rax && !sp.fmod_ret.empty()) {
+      a.bind(skipped);  // out of line: the fmod_ret result is what rax is restored to
+      a.mov(rbp_q(f.gpr + 8 * kKeptRax), ax::rax);
+      a.long_().jmp(fexit);
     }
     // Out of line: a held guard, taken over when its holder was left, else a miss.
     // rax = 0 for fmod_ret's test. (rsp is 16-aligned here, as at the program's call.)
@@ -977,7 +1164,7 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       a.xor_(ax::eax, ax::eax);
       a.long_().jmp(m.after);
     }
-    hook_slow_paths(a, base, hook_slow);
+    hook_slow_paths(a, base, hook_slow, nullptr);  // what they change, restore_all undoes
   }, [&](asmjit::CodeHolder& c) { record_exits(c, exits, out); });
   if (!code) return std::move(code).error();
   out.code = std::move(*code);

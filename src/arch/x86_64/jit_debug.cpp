@@ -12,6 +12,7 @@
 //        DW_CFA_advance_loc 3; DW_CFA_def_cfa_register rbp         ; after mov rbp,rsp
 //        advance to e1+1; DW_CFA_remember_state;
 //        DW_CFA_def_cfa rsp+8; DW_CFA_restore rbp                  ; after leave (at ret)
+//        (exits with a push: advance past it; DW_CFA_def_cfa_offset 16)
 //        advance to e1+2; DW_CFA_restore_state                     ; body goes on
 //        advance to e2+1; DW_CFA_remember_state; def_cfa rsp+8; restore rbp
 //        (e2+2 == size: nothing follows, no restore_state)
@@ -195,7 +196,8 @@ Result<std::vector<uint32_t>> checked_exits(const ImageFrame& f) {
   std::sort(exits.begin(), exits.end());
   uint64_t next_free = kPrologueLen;
   for (uint32_t e : exits) {
-    if (f.exit_len < 2 || e < next_free || uint64_t{e} + f.exit_len > f.size)
+    if (f.exit_len < 2 || (f.exit_push && (f.exit_push < 2 || f.exit_push >= f.exit_len)) ||
+        e < next_free || uint64_t{e} + f.exit_len > f.size)
       return make_error(Errc::invalid_argument,
                         fmt::format("image {:#x} size {}: exit at +{} overlaps the prologue, "
                                     "another exit or the end",
@@ -289,6 +291,11 @@ Result<std::vector<uint8_t>> eh_frame_for(const ImageFrame& f, std::span<const u
     b.uleb(kDwRsp);
     b.uleb(8);
     b.u8(DW_CFA_restore | kDwRbp);
+    if (f.exit_push) {
+      advance_to(e + f.exit_push);  // after the push: one more slot below the CFA
+      b.u8(DW_CFA_def_cfa_offset);
+      b.uleb(16);
+    }
     if (uint64_t{e} + f.exit_len < f.size) {
       advance_to(e + f.exit_len);  // the body goes on after this exit
       b.u8(DW_CFA_restore_state);

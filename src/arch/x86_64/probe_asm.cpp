@@ -4,13 +4,13 @@
 //
 // Compiled with -mgeneral-regs-only: everything here runs where the interrupted code's
 // vector registers are still live and not yet saved.
-#include <cpuid.h>
 #include <unwind.h>
 
 #include <cstdint>
 #include <exception>
 
 #include "arch/probe.hpp"
+#include "arch/xstate.hpp"
 #include "common/init.hpp"
 
 extern "C" {
@@ -183,37 +183,16 @@ void set_retprobe_callbacks(const RetprobeCallbacks& cb) noexcept {
 
 namespace {
 
-// How this CPU saves its extended state: XSAVEC (compact, skips components in their
-// initial state), XSAVE, or FXSAVE (x87 and SSE only) where the OS enables no XSAVE.
-struct XState {
-  enum Mode { fxsave, xsave, xsavec } mode = fxsave;
-  uint32_t size = 512;
-  uint64_t mask = 0;  // XCR0 without AMX tile state (needs per-process permission)
-};
-
-XState detect() {
-  XState x;
-  unsigned a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return x;
-  uint32_t lo, hi;
-  asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  x.mask = ((uint64_t{hi} << 32) | lo) & ~((uint64_t{1} << 17) | (uint64_t{1} << 18));
-  __cpuid_count(0xd, 0, a, b, c, d);
-  x.size = b;
-  __cpuid_count(0xd, 1, a, b, c, d);
-  x.mode = (a & 0x2) ? XState::xsavec : XState::xsave;
-  return x;
-}
-
-XState g_xstate{};  // set at load (constant-initialised before: common/init.hpp)
-__attribute__((constructor(UTRAMP_INIT_RUNTIME))) void init_xstate() { g_xstate = detect(); }
+// arch/xstate.hpp's, copied at load so that the hit path reads a plain variable.
+XStateSave g_xstate{};  // set at load (constant-initialised before: common/init.hpp)
+__attribute__((constructor(UTRAMP_INIT_RUNTIME))) void init_xstate() { g_xstate = host_xstate(); }
 
 }  // namespace
 
 size_t xstate_size() noexcept { return g_xstate.size; }
 
 void xstate_save(void* buf) noexcept {
-  if (g_xstate.mode == XState::fxsave) {
+  if (g_xstate.mode == XStateSave::Mode::fxsave) {
     asm volatile("fxsave64 (%0)" : : "r"(buf) : "memory");
     return;
   }
@@ -221,14 +200,14 @@ void xstate_save(void* buf) noexcept {
   volatile uint64_t* header = reinterpret_cast<volatile uint64_t*>(static_cast<char*>(buf) + 512);
   for (int i = 0; i < 8; ++i) header[i] = 0;
   const uint32_t lo = static_cast<uint32_t>(g_xstate.mask), hi = static_cast<uint32_t>(g_xstate.mask >> 32);
-  if (g_xstate.mode == XState::xsavec)
+  if (g_xstate.mode == XStateSave::Mode::xsavec)
     asm volatile("xsavec64 (%0)" : : "r"(buf), "a"(lo), "d"(hi) : "memory");
   else
     asm volatile("xsave64 (%0)" : : "r"(buf), "a"(lo), "d"(hi) : "memory");
 }
 
 void xstate_restore(const void* buf) noexcept {
-  if (g_xstate.mode == XState::fxsave) {
+  if (g_xstate.mode == XStateSave::Mode::fxsave) {
     asm volatile("fxrstor64 (%0)" : : "r"(buf) : "memory");
     return;
   }
