@@ -22,8 +22,10 @@
 #include "agent/bpf.hpp"
 #include "agent/config.hpp"
 #include "agent/process_files.hpp"
+#include "agent/trust.hpp"
 #include "common/init.hpp"
 #include "ftrace/graph.hpp"
+#include "os/file.hpp"
 #include "os/signal_stack.hpp"
 #include "patch/patcher.hpp"
 #include "sites/loader_watch.hpp"
@@ -38,6 +40,7 @@ namespace {
 
 struct Agent {
   Config cfg;
+  TrustedDir dir;  // where cfg came from: the only directory the agent writes into
   trace::ShmBuffers buffers;
   std::vector<std::unique_ptr<ftrace::FuncRecord>> records;  // cookies: never freed
   ProcessFiles files;  // this process's files in the trace directory
@@ -51,9 +54,13 @@ Agent* g_agent = nullptr;
 void logf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void logf(const char* fmt, ...) {
   if (!g_agent || g_agent->cfg.trace_dir.empty()) return;
-  const std::string path = fmt::format("{}/agent-{}.log", g_agent->cfg.trace_dir, getpid());
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return;
+  // In the checked directory, appended to only when it is our own file (agent/trust.hpp).
+  auto dfd = g_agent->dir.open_fd();
+  if (!dfd) return;
+  auto log = os::open_append_at(*dfd, g_agent->dir.path(), fmt::format("agent-{}.log", getpid()));
+  close(*dfd);
+  if (!log) return;
+  const int fd = *log;
   char buf[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -239,10 +246,14 @@ void atfork_child() {
 __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
   const char* path = getenv("UTRAMP_AGENT");
   if (!path || !*path) return;
-  auto cfg = load_config(path);
-  if (!cfg) return;  // nowhere to report but the trace dir, which we do not know
+  // A configuration that cannot be trusted is refused whole: the agent then reads, maps
+  // and writes nothing (not even a log: it would go where that file says). The CLI
+  // finds no trace of the agent and says why, with the same check (agent/trust.hpp).
+  auto cfg = load_trusted_config(path);
+  if (!cfg) return;
   g_agent = new Agent();
-  g_agent->cfg = std::move(*cfg);
+  g_agent->cfg = std::move(cfg->config);
+  g_agent->dir = std::move(cfg->dir);
   pthread_atfork(fork_prepare, fork_parent, atfork_child);
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -253,10 +264,18 @@ __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
     unsetenv("UTRAMP_AGENT");
   }
   if (!g_agent->cfg.bpf_objects.empty()) {  // `utramp run`
-    bpf_start_or_exit(g_agent->cfg);
+    bpf_start_or_exit(g_agent->cfg, g_agent->dir);
     if (g_agent->cfg.tracer == "none") return;
   }
-  auto buffers = trace::ShmBuffers::attach(g_agent->cfg.shm_path);
+  // The ring buffers are outside the trace directory (/dev/shm): mapped only when they
+  // are the user's own file, reached without a symbolic link.
+  auto shm = open_own_shared_file(g_agent->cfg.shm_path);
+  if (!shm) {
+    logf("cannot map the trace buffers: %s", shm.error().message.c_str());
+    return;
+  }
+  auto buffers = trace::ShmBuffers::attach(fmt::format("/proc/self/fd/{}", *shm));
+  close(*shm);
   if (!buffers) {
     logf("cannot map the trace buffers: %s", buffers.error().message.c_str());
     return;
@@ -271,7 +290,7 @@ __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
   ftrace::configure(&g_agent->buffers, o);
   g_agent->hooks = ftrace::hooks();
   tramp::set_unwind_hook(&ftrace::on_unwind);
-  log_error(g_agent->files.started(g_agent->cfg.trace_dir));
+  log_error(g_agent->files.started(&g_agent->dir));
   // Registered before the C library registers the dynamic loader's destructor pass (at
   // the start of main's caller): exit() runs its handlers last registered first, so
   // this one runs after the program's exit handlers and every ELF destructor, and the

@@ -1,10 +1,13 @@
 #include "agent/bpf.hpp"
 
+#include "os/file.hpp"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -80,9 +83,13 @@ tramp::AttachType attach_type(ebpf::ProgKind k) {
 
 }  // namespace
 
-Result<void> bpf_start(const Config& cfg) {
+Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std::string>* int3s) {
   auto st = std::make_unique<BpfState>();
-  auto mf = ebpf::MapFile::attach(cfg.bpf_map_file);
+  auto own = open_own_shared_file(dir, cfg.bpf_map_file);
+  if (!own) return std::move(own).error();
+  // The descriptor checked, mapped through its /proc name (the same open file).
+  auto mf = ebpf::MapFile::attach(fmt::format("/proc/self/fd/{}", *own));
+  close(*own);
   if (!mf) return std::move(mf).error();
   st->maps = std::move(*mf);
   const ebpf::MapFile& maps = st->maps;
@@ -211,20 +218,33 @@ Result<void> bpf_start(const Config& cfg) {
     undo_probes();
     return make_error(Errc::invalid_argument, "cannot attach " + errors);
   }
+  // The uprobes that stayed int3s, named as the errors name them.
+  std::map<uint64_t, std::string> what_by_cookie;
+  for (size_t i = 0; i < uprobes.size(); ++i) what_by_cookie[uprobes[i].cookie] = uprobe_what[i];
+  for (size_t i = 0; i < uretprobes.size(); ++i) what_by_cookie[uretprobes[i].cookie] = uretprobe_what[i];
+  for (const probe::ProbeInfo& pi : pm.list()) {
+    auto w = what_by_cookie.find(pi.cookie);
+    if (w != what_by_cookie.end() && pi.state == probe::State::int3)
+      int3s->push_back(fmt::format("{} at {} ({:#x})", w->second, pi.symbol, pi.addr));
+  }
   g_bpf = st.release();
   return {};
 }
 
-void bpf_start_or_exit(const Config& cfg) {
-  auto r = bpf_start(cfg);
-  const std::string msg = r ? std::string("ok\n") : "error: " + r.error().message + "\n";
-  if (!cfg.bpf_status_file.empty()) {
-    const int fd = open(cfg.bpf_status_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-      (void)!write(fd, msg.data(), msg.size());
-      close(fd);
+void bpf_start_or_exit(const Config& cfg, const TrustedDir& dir) {
+  std::vector<std::string> int3s;
+  auto r = bpf_start(cfg, dir, &int3s);
+  std::string msg = r ? std::string("ok\n") : "error: " + r.error().message + "\n";
+  if (r)
+    for (const auto& line : int3s) msg += "int3 " + line + "\n";
+  // In the checked directory, created anew, never through a link (load_trusted_config
+  // made sure the status file is in it).
+  if (!cfg.bpf_status_file.empty())
+    if (auto dfd = dir.open_fd()) {
+      const std::string name = cfg.bpf_status_file.substr(cfg.bpf_status_file.rfind('/') + 1);
+      (void)os::write_file_at(*dfd, dir.path(), name, msg);
+      close(*dfd);
     }
-  }
   if (!r) _exit(125);
 }
 

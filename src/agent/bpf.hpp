@@ -4,18 +4,25 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "agent/config.hpp"
+#include "agent/trust.hpp"
 #include "common/result.hpp"
 
 namespace utramp::agent {
 
 // All or nothing: on error every link made is detached again and the message says what
 // and where (the caller reports it and ends the target before main).
-Result<void> bpf_start(const Config& cfg);
+// The map file is mapped only when it is the user's own, in DIR (agent/trust.hpp).
+// INT3S gets a line for each uprobe that stayed an int3 (no jump fits there):
+// "PROGRAM (uprobe TARGET) at SYMBOL+0xOFF (0xADDR)".
+Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std::string>* int3s);
 
-// bpf_start(), its outcome written to cfg.bpf_status_file ("ok", or "error: ..."); on
-// error the target exits with status 125 before main runs (never started).
-void bpf_start_or_exit(const Config& cfg);
+// bpf_start(), its outcome written to cfg.bpf_status_file in DIR: "ok" then a line
+// "int3 LINE" for each of INT3S (`run` names them for a thread that blocks SIGTRAP,
+// docs/sites.md), or "error: ..."; on error the target exits with status 125 before
+// main runs (never started).
+void bpf_start_or_exit(const Config& cfg, const TrustedDir& dir);
 
 }  // namespace utramp::agent

@@ -2,9 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 namespace utramp::agent {
 
@@ -66,13 +64,9 @@ std::string dump_config(const Config& c) {
   return j.dump(2);
 }
 
-Result<Config> load_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return make_error(Errc::not_found, fmt::format("agent config {}: cannot open", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
+Result<Config> parse_config(const std::string& text, const std::string& path) {
   try {
-    const json j = json::parse(ss.str());
+    const json j = json::parse(text);
     Config c;
     c.shm_path = j.at("shm_path").get<std::string>();
     c.trace_dir = j.value("trace_dir", "");

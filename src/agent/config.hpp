@@ -50,7 +50,10 @@ struct Config {
   std::string bpf_status_file;
 };
 
-Result<Config> load_config(const std::string& path);
+// The configuration in TEXT (the file's contents; SHOWN names it in errors). The agent
+// reads the file only through load_trusted_config (agent/trust.hpp), which checks who
+// made it first.
+Result<Config> parse_config(const std::string& text, const std::string& shown);
 std::string dump_config(const Config& c);  // JSON text
 
 }  // namespace utramp::agent

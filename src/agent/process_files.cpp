@@ -38,33 +38,55 @@ std::vector<std::string> own_command() {
 
 }  // namespace
 
-Result<void> ProcessFiles::started(const std::string& dir) {
+template <class F>
+Result<void> ProcessFiles::in_dir(F f) const {
+  if (!dir_ || dir_->empty()) return {};
+  auto dfd = dir_->open_fd();
+  if (!dfd) return std::move(dfd).error();
+  auto r = f(*dfd);
+  close(*dfd);
+  return r;
+}
+
+Result<void> ProcessFiles::started(const TrustedDir* dir) {
   dir_ = dir;
-  if (dir_.empty()) return {};
   const uint32_t pid = own_pid();
-  if (auto before = trace::read_process_file(dir_, pid);
-      before && before->end_time == 0 && before->exit.empty()) {
-    process_ = std::move(*before);
-  } else {
-    process_ = {};
-    process_.pid = pid;
-    process_.start_time = arch::cycles();
-    const auto ppid = static_cast<uint32_t>(getppid());
-    if (trace::read_process_file(dir_, ppid)) process_.parent = ppid;
-  }
-  process_.command = own_command();
-  return trace::write_process_file(dir_, process_);
+  const uint64_t now = arch::cycles();
+  return in_dir([&](int dfd) -> Result<void> {
+    const std::string& path = dir_->path();
+    Result<void> kept;
+    if (auto before = trace::read_process_file(dfd, path, pid);
+        before && before->end_time == 0 && before->exit.empty()) {
+      // An exec: the same process runs another program. The one before keeps its files
+      // as image N (the index it has in "images").
+      process_ = std::move(*before);
+      if (process_.images.empty()) process_.images.push_back({process_.start_time, process_.command});
+      kept = trace::keep_image_files(dfd, path, pid, static_cast<uint32_t>(process_.images.size() - 1));
+    } else {
+      process_ = {};
+      process_.pid = pid;
+      process_.start_time = now;
+      const auto ppid = static_cast<uint32_t>(getppid());
+      if (trace::read_process_file(dfd, path, ppid)) process_.parent = ppid;
+    }
+    process_.command = own_command();
+    process_.images.push_back({now, process_.command});
+    auto written = trace::write_process_file(dfd, path, process_);
+    return !kept ? kept : written;
+  });
 }
 
 Result<void> ProcessFiles::forked() {
-  if (dir_.empty()) return {};
+  if (!dir_ || dir_->empty()) return {};
   process_.parent = process_.pid;
   process_.pid = own_pid();
   process_.start_time = arch::cycles();
   process_.end_time = 0;
   process_.exit.clear();
+  // One program: its parent's at the fork.
+  process_.images = {{process_.start_time, process_.command}};
   // Each file is written even when another could not be; the first error is returned.
-  auto process = trace::write_process_file(dir_, process_);
+  auto process = in_dir([&](int dfd) { return trace::write_process_file(dfd, dir_->path(), process_); });
   auto functions = write_functions();
   auto maps = write_maps();
   return !process ? process : !functions ? functions : maps;
@@ -72,10 +94,10 @@ Result<void> ProcessFiles::forked() {
 
 Result<void> ProcessFiles::exiting(int status) {
   // A child that forked without our atfork handler (vfork, clone) is not this process.
-  if (dir_.empty() || process_.pid != own_pid()) return {};
+  if (process_.pid != own_pid()) return {};
   process_.end_time = arch::cycles();
   process_.exit = trace::exit_description(W_EXITCODE(status & 0xff, 0));
-  return trace::write_process_file(dir_, process_);
+  return in_dir([&](int dfd) { return trace::write_process_file(dfd, dir_->path(), process_); });
 }
 
 Result<void> ProcessFiles::traced(std::vector<trace::Function> more) {
@@ -85,13 +107,11 @@ Result<void> ProcessFiles::traced(std::vector<trace::Function> more) {
 }
 
 Result<void> ProcessFiles::write_functions() const {
-  if (dir_.empty()) return {};
-  return trace::write_functions_file(dir_, own_pid(), functions_);
+  return in_dir([&](int dfd) { return trace::write_functions_file(dfd, dir_->path(), own_pid(), functions_); });
 }
 
 Result<void> ProcessFiles::write_maps() const {
-  if (dir_.empty()) return {};
-  return trace::write_maps_file(dir_, own_pid(), read_proc("/proc/self/maps"));
+  return in_dir([&](int dfd) { return trace::write_maps_file(dfd, dir_->path(), own_pid(), read_proc("/proc/self/maps")); });
 }
 
 }  // namespace utramp::agent

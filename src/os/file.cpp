@@ -23,6 +23,86 @@ const char* file_kind(mode_t mode) {
   return "not a regular file";
 }
 
+std::string not_own_file(const struct stat& st) {
+  if (!S_ISREG(st.st_mode)) return file_kind(st.st_mode);
+  if (st.st_uid != geteuid()) return fmt::format("owned by uid {}, not {}", st.st_uid, geteuid());
+  if (st.st_nlink != 1) return fmt::format("{} hard links", st.st_nlink);
+  return {};
+}
+
+namespace {
+
+std::string shown(const std::string& dir, const std::string& name) {
+  return dir.empty() || name.starts_with('/') ? name : dir + "/" + name;
+}
+
+bool write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<void> write_file_at(int dirfd, const std::string& dir_shown, const std::string& name, std::string_view text) {
+  const std::string tmp = name + ".tmp";
+  // Whatever is at NAME.tmp (a link planted there, or our own left by a write that was
+  // cut) goes: O_EXCL below then creates a file that is ours alone.
+  (void)::unlinkat(dirfd, tmp.c_str(), 0);
+  const int fd = ::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return make_error(Errc::io, fmt::format("{}: {}", shown(dir_shown, tmp), strerror(errno)));
+  // fchmod: 0600 whatever the umask (it can only take bits away, but be explicit).
+  const bool ok = ::fchmod(fd, 0600) == 0 && write_all(fd, text);
+  const int err = errno;
+  ::close(fd);
+  if (!ok) {
+    (void)::unlinkat(dirfd, tmp.c_str(), 0);
+    return make_error(Errc::io, fmt::format("{}: {}", shown(dir_shown, tmp), strerror(err)));
+  }
+  if (::renameat(dirfd, tmp.c_str(), dirfd, name.c_str()) != 0) {
+    const int e = errno;
+    (void)::unlinkat(dirfd, tmp.c_str(), 0);
+    return make_error(Errc::io, fmt::format("{}: {}", shown(dir_shown, name), strerror(e)));
+  }
+  return {};
+}
+
+Result<int> open_append_at(int dirfd, const std::string& dir_shown, const std::string& name) {
+  const std::string path = shown(dir_shown, name);
+  // O_NONBLOCK: a FIFO must not block the open (it is refused below); O_NOCTTY: a
+  // terminal never becomes ours.
+  constexpr int kFlags = O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+  int fd = ::openat(dirfd, name.c_str(), kFlags);
+  if (fd < 0 && errno == ENOENT) {
+    fd = ::openat(dirfd, name.c_str(), kFlags | O_CREAT | O_EXCL, 0600);
+    if (fd >= 0 && ::fchmod(fd, 0600) != 0) {
+      const int e = errno;
+      ::close(fd);
+      return make_error(Errc::io, fmt::format("{}: {}", path, strerror(e)));
+    }
+  }
+  if (fd < 0) {
+    const int e = errno;
+    struct stat st;
+    // ELOOP: a symbolic link; ENXIO: a FIFO no one reads. Say what is there.
+    if ((e == ELOOP || e == ENXIO) && ::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+      return make_error(Errc::invalid_argument, fmt::format("{}: {}; not written", path, file_kind(st.st_mode)));
+    return make_error(Errc::io, fmt::format("{}: {}", path, strerror(e)));
+  }
+  struct stat st;
+  std::string why = ::fstat(fd, &st) != 0 ? std::string(strerror(errno)) : not_own_file(st);
+  if (!why.empty()) {
+    ::close(fd);
+    return make_error(Errc::invalid_argument, fmt::format("{}: {}; not written", path, why));
+  }
+  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
 Result<int> open_regular(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {

@@ -3,12 +3,20 @@
 // process writes, a device such as /dev/zero never ends, a directory is not a file. The
 // open itself never blocks (O_NONBLOCK until the file is known to be regular) and never
 // makes a terminal the caller's.
+//
+// And the one way utramp's runtime writes a file in a directory another user may be
+// able to write (the trace directory's parent, /tmp): relative to a descriptor of the
+// directory, never through a symbolic link, created 0600 whatever the umask, and a file
+// already there used only when it is the user's own (docs/tracing.md, "What the agent
+// trusts").
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.hpp"
@@ -24,5 +32,22 @@ Result<std::vector<uint8_t>> read_regular(const std::string& path, uint64_t max_
 
 // "a directory", "a FIFO", "a character device"... for a file type from stat.
 const char* file_kind(mode_t mode);
+
+// Why a file (its fstat) is not one the effective uid may use as its own: "" when it
+// is a regular file owned by the effective uid with one link; else "a FIFO", "owned by
+// uid 65534, not 0", "2 hard links" (someone else holds another name for it).
+std::string not_own_file(const struct stat& st);
+
+// Writes TEXT whole as NAME in the directory DIRFD (DIR_SHOWN in messages; AT_FDCWD
+// with NAME a path is allowed): to NAME.tmp, created anew (O_EXCL, O_NOFOLLOW; whatever
+// was left at that name, a symbolic link included, is removed first, never followed),
+// mode 0600, then renamed over NAME (a link at NAME is replaced, not followed). A reader
+// never sees half of it.
+Result<void> write_file_at(int dirfd, const std::string& dir_shown, const std::string& name, std::string_view text);
+
+// A descriptor (O_WRONLY | O_APPEND, O_CLOEXEC) of NAME in DIRFD to append to: created
+// 0600 when absent, else used only when not_own_file() finds nothing wrong (a symbolic
+// link, FIFO or another user's file is refused, never opened for writing).
+Result<int> open_append_at(int dirfd, const std::string& dir_shown, const std::string& name);
 
 }  // namespace utramp::os

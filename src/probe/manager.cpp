@@ -34,6 +34,7 @@
 #include "probe/analysis.hpp"
 #include "probe/hit.hpp"
 #include "probe/probe.hpp"
+#include "probe/sigtrap_mask.hpp"
 #include "sites/table.hpp"
 #include "tramp/trampoline.hpp"
 
@@ -358,6 +359,25 @@ Result<void> Manager::Impl::commit(const Changes& changes) {
     }
     desired[r] = d;
     why[r] = reason;
+  }
+
+  // A site about to become an int3 while a thread keeps SIGTRAP blocked where the agent
+  // cannot see it (the raw system call): that thread reaching it would not get a signal,
+  // the kernel would end the process. Refused, nothing changed, naming the thread
+  // (probe/sigtrap_mask.hpp; docs/sites.md, "A thread that blocks SIGTRAP unseen"). The
+  // masks are read only when there is such a site; a look takes /proc reads, no lock of
+  // ours and nothing that loads code.
+  for (SiteRec* r : affected) {
+    if (desired[r] != SiteState::int3 || r->applied == SiteState::int3) continue;
+    auto blocking = threads_keeping_sigtrap_blocked();
+    if (blocking && !blocking->empty())
+      return make_error(Errc::busy,
+                        fmt::format("{} ({:#x}) would be an int3 ({}), and {} keep{} SIGTRAP blocked: a "
+                                    "thread that reached it would not be handed the trap, the kernel "
+                                    "would end the process",
+                                    r->label, r->addr(), why[r].empty() ? "no jump fits" : why[r],
+                                    describe(*blocking), blocking->size() == 1 ? "s" : ""));
+    break;  // one look for the whole batch
   }
 
   // Publish the new lists (and arm new sites) before any byte changes.

@@ -3,6 +3,7 @@
 #include "trace/trace_dir.hpp"
 
 #include "os/elf_file.hpp"
+#include "os/file.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -38,9 +39,14 @@ uint64_t thread_key(uint32_t pid, uint32_t tid) { return (uint64_t{pid} << 32) |
 std::string events_name(uint32_t pid, uint32_t tid) {
   return "events-" + std::to_string(pid) + "-" + std::to_string(tid) + ".bin";
 }
-std::string functions_name(uint32_t pid) { return "functions-" + std::to_string(pid) + ".tsv"; }
+// The last program's files, and (IMAGE >= 0) those of program IMAGE before an exec.
+std::string functions_name(uint32_t pid, int64_t image = -1) {
+  return "functions-" + std::to_string(pid) + (image < 0 ? "" : "-" + std::to_string(image)) + ".tsv";
+}
 std::string process_name(uint32_t pid) { return "process-" + std::to_string(pid) + ".json"; }
-std::string maps_name(uint32_t pid) { return "maps-" + std::to_string(pid) + ".txt"; }
+std::string maps_name(uint32_t pid, int64_t image = -1) {
+  return "maps-" + std::to_string(pid) + (image < 0 ? "" : "-" + std::to_string(image)) + ".txt";
+}
 
 // Parses "PREFIX<n>[-<m>]SUFFIX"; m is required when `two`.
 bool parse_name(const std::string& name, const char* prefix, const char* suffix, bool two,
@@ -81,43 +87,21 @@ size_t write_some(int fd, const void* data, size_t len) {
 
 bool write_all(int fd, const void* data, size_t len) { return write_some(fd, data, len) == len; }
 
-// Writes a small file whole, in the directory DIRFD: to NAME.tmp, then renamed, so a
-// reader never sees half. NAME.tmp is removed first and created anew, owner-only: never
-// a file or symbolic link someone left there (rename() replaces a link at NAME itself).
-// WHERE names the directory in messages.
-Result<void> write_file_at(int dirfd, const std::string& where, const std::string& name,
-                           std::string_view text) {
-  const std::string tmp = name + ".tmp";
-  if (::unlinkat(dirfd, tmp.c_str(), 0) != 0 && errno != ENOENT)
-    return make_error(Errc::io, where + "/" + tmp + ": " + errno_text(errno));
-  const int fd = ::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return make_error(Errc::io, where + "/" + tmp + ": " + errno_text(errno));
-  const bool ok = ::fchmod(fd, 0600) == 0 && write_all(fd, text.data(), text.size());
-  const int err = errno;
-  ::close(fd);
-  if (!ok) {
-    ::unlinkat(dirfd, tmp.c_str(), 0);
-    return make_error(Errc::io, where + "/" + tmp + ": " + errno_text(err));
-  }
-  if (::renameat(dirfd, tmp.c_str(), dirfd, name.c_str()) != 0) {
-    const int e = errno;
-    ::unlinkat(dirfd, tmp.c_str(), 0);
-    return make_error(Errc::io, where + "/" + name + ": " + errno_text(e));
-  }
-  return {};
+// Writes a small file whole, owner-only, never through a symbolic link (os/file.hpp).
+Result<void> write_file_atomic(const std::string& path, std::string_view text) {
+  return os::write_file_at(AT_FDCWD, "", path, text);
 }
 
-// The same by path (the agent's files, written inside the traced program).
-Result<void> write_file_atomic(const std::string& path, std::string_view text) {
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  const int dirfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dirfd < 0) return make_error(Errc::io, dir + ": " + errno_text(errno));
-  auto r = write_file_at(dirfd, dir, name, text);
-  ::close(dirfd);
+// Runs F(dirfd) with a descriptor of DIR: the path forms of the process files' writers.
+template <class F>
+auto with_dir(const std::string& dir, F f) -> decltype(f(0)) {
+  const int dfd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return make_error(errno == ENOENT ? Errc::not_found : Errc::io, dir + ": " + errno_text(errno));
+  auto r = f(dfd);
+  ::close(dfd);
   return r;
 }
+
 
 // False with errno set when PATH cannot be read.
 bool read_small_file(const std::string& path, std::string* out) {
@@ -149,8 +133,10 @@ bool is_trace_file(const std::string& name) {
   return name == "reserve.tmp" || n == "info.json" || n == "agent.json" || n == "buffers.shm" ||
          parse_name(n, "events-", ".bin", true, &a, &b) ||
          parse_name(n, "functions-", ".tsv", false, &a, nullptr) ||
+         parse_name(n, "functions-", ".tsv", true, &a, &b) ||
          parse_name(n, "process-", ".json", false, &a, nullptr) ||
          parse_name(n, "maps-", ".txt", false, &a, nullptr) ||
+         parse_name(n, "maps-", ".txt", true, &a, &b) ||
          parse_name(n, "agent-", ".log", false, &a, nullptr);
 }
 
@@ -267,6 +253,11 @@ std::string exit_description(int wait_status) {
 
 Result<void> write_functions_file(const std::string& dir, uint32_t pid,
                                   std::span<const Function> functions) {
+  return with_dir(dir, [&](int dfd) { return write_functions_file(dfd, dir, pid, functions); });
+}
+
+Result<void> write_functions_file(int dirfd, const std::string& dir, uint32_t pid,
+                                  std::span<const Function> functions) {
   std::string text = "# address\tsize\tname\tobject\n";
   size_t left_out = 0;
   const Function* first_bad = nullptr;
@@ -285,7 +276,7 @@ Result<void> write_functions_file(const std::string& dir, uint32_t pid,
     text += '\n';
   }
   const std::string path = dir + "/" + functions_name(pid);
-  if (auto w = write_file_atomic(path, text); !w) return w;
+  if (auto w = os::write_file_at(dirfd, dir, functions_name(pid), text); !w) return w;
   if (left_out)
     return make_error(Errc::invalid_argument,
                       path + ": " + std::to_string(left_out) +
@@ -296,20 +287,41 @@ Result<void> write_functions_file(const std::string& dir, uint32_t pid,
 }
 
 Result<void> write_process_file(const std::string& dir, const ProcessInfo& p) {
+  return with_dir(dir, [&](int dfd) { return write_process_file(dfd, dir, p); });
+}
+
+Result<void> write_process_file(int dirfd, const std::string& dir, const ProcessInfo& p) {
   json j{{"pid", p.pid},           {"parent", p.parent},
          {"command", p.command},   {"start_time", p.start_time},
          {"end_time", p.end_time}, {"exit", p.exit}};
-  return write_file_atomic(dir + "/" + process_name(p.pid),
+  if (!p.images.empty()) {
+    json images = json::array();
+    for (const auto& im : p.images) images.push_back({{"time", im.time}, {"command", im.command}});
+    j["images"] = std::move(images);
+  }
+  return os::write_file_at(dirfd, dir, process_name(p.pid),
                            j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
 }
 
 Result<ProcessInfo> read_process_file(const std::string& dir, uint32_t pid) {
+  return with_dir(dir, [&](int dfd) { return read_process_file(dfd, dir, pid); });
+}
+
+Result<ProcessInfo> read_process_file(int dirfd, const std::string& dir, uint32_t pid) {
   const std::string path = dir + "/" + process_name(pid);
   std::string text;
-  if (!read_small_file(path, &text)) {
+  const int fd = ::openat(dirfd, process_name(pid).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     if (errno == ENOENT) return make_error(Errc::not_found, path + ": no such file");
     return make_error(Errc::io, path + ": " + errno_text(errno));
   }
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const bool read_ok = regular && read_small_file("/proc/self/fd/" + std::to_string(fd), &text);
+  const int err = errno;
+  ::close(fd);
+  if (!regular) return make_error(Errc::bad_format, path + ": " + os::file_kind(st.st_mode) + ", not a regular file");
+  if (!read_ok) return make_error(Errc::io, path + ": " + errno_text(err));
   const json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     return make_error(Errc::bad_format, process_name(pid) + ": not valid JSON");
@@ -321,14 +333,37 @@ Result<ProcessInfo> read_process_file(const std::string& dir, uint32_t pid) {
     p.start_time = j.value("start_time", uint64_t{0});
     p.end_time = j.value("end_time", uint64_t{0});
     p.exit = j.value("exit", std::string());
+    if (j.contains("images"))
+      for (const auto& im : j.at("images")) {
+        ProgramImage image;
+        image.time = im.value("time", uint64_t{0});
+        if (im.contains("command")) im.at("command").get_to(image.command);
+        p.images.push_back(std::move(image));
+      }
   } catch (const json::exception&) {
     return make_error(Errc::bad_format, process_name(pid) + ": bad values");
   }
+  for (size_t i = 1; i < p.images.size(); ++i)
+    if (p.images[i].time < p.images[i - 1].time)
+      return make_error(Errc::bad_format, process_name(pid) + ": images not in time order (image " +
+                                              std::to_string(i) + " before image " + std::to_string(i - 1) + ")");
   return p;
 }
 
 Result<void> write_maps_file(const std::string& dir, uint32_t pid, std::string_view maps) {
-  return write_file_atomic(dir + "/" + maps_name(pid), maps);
+  return with_dir(dir, [&](int dfd) { return write_maps_file(dfd, dir, pid, maps); });
+}
+
+Result<void> write_maps_file(int dirfd, const std::string& dir, uint32_t pid, std::string_view maps) {
+  return os::write_file_at(dirfd, dir, maps_name(pid), maps);
+}
+
+Result<void> keep_image_files(int dirfd, const std::string& dir, uint32_t pid, uint32_t index) {
+  for (const auto& [from, to] : {std::pair{functions_name(pid), functions_name(pid, index)},
+                                 std::pair{maps_name(pid), maps_name(pid, index)}})
+    if (::renameat(dirfd, from.c_str(), dirfd, to.c_str()) != 0 && errno != ENOENT)
+      return make_error(Errc::io, dir + "/" + from + " -> " + to + ": " + errno_text(errno));
+  return {};
 }
 
 // ---------------------------------------------------------------------------------
@@ -597,7 +632,7 @@ Result<void> TraceWriter::write_info(const TraceInfo& info) {
   if (!impl_) return make_error(Errc::invalid_argument, "trace writer not created");
   TraceInfo copy = info;
   if (copy.threads.empty()) copy.threads = threads();
-  return write_file_at(impl_->dirfd, impl_->dir, "info.json", to_json(copy).dump(2) + "\n");
+  return os::write_file_at(impl_->dirfd, impl_->dir, "info.json", to_json(copy).dump(2) + "\n");
 }
 
 Result<void> TraceWriter::finish(const TraceInfo& info) {
@@ -616,7 +651,7 @@ Result<void> TraceWriter::finish(const TraceInfo& info) {
   copy.state = impl_->cut_reason.empty() ? "complete" : "cut";
   copy.cut_reason = impl_->cut_reason;
   copy.cut_time = impl_->cut_time;
-  return write_file_at(impl_->dirfd, impl_->dir, "info.json", to_json(copy).dump(2) + "\n");
+  return os::write_file_at(impl_->dirfd, impl_->dir, "info.json", to_json(copy).dump(2) + "\n");
 }
 
 const std::string& TraceWriter::cut_reason() const {
@@ -872,15 +907,20 @@ struct TraceReader::Impl {
   TraceInfo info;
   std::vector<std::string> warnings;
   std::vector<Thread> threads;  // sorted by (pid, tid)
-  std::map<uint32_t, SymbolTable> symbols;
+  std::map<uint32_t, SymbolTable> symbols;  // functions-PID.tsv: the last program
+  std::map<std::pair<uint32_t, uint32_t>, SymbolTable> image_symbols;  // functions-PID-N.tsv
   std::map<uint32_t, ProcessInfo> processes;
   SymbolTable empty;
+  // The program of PID at TIME: (the process whose files hold it, its image index, or
+  // -1 for the last program: functions-PID.tsv). A forked child without files of its
+  // own has its parent's program of when it forked.
+  std::pair<uint32_t, int64_t> program_at(uint32_t pid, uint64_t time) const;
   // object_symbol(): mappings by process (loaded on first use), symbols by file.
   struct Mapping {
     uint64_t start, end, offset;
     std::string path;
   };
-  std::map<uint32_t, std::vector<Mapping>> maps;
+  std::map<std::pair<uint32_t, int64_t>, std::vector<Mapping>> maps;  // by program_at()
   std::map<std::string, std::shared_ptr<const FileSymbols>> file_symbols;  // by path
 };
 
@@ -1060,6 +1100,8 @@ Result<TraceReader> TraceReader::open(const std::string& dir) {
       impl->threads.push_back({a, b, path, records, body % sizeof(Event) != 0});
     } else if (parse_name(name, "functions-", ".tsv", false, &a, nullptr)) {
       load_functions(path, &impl->symbols[a], &warn, name);
+    } else if (parse_name(name, "functions-", ".tsv", true, &a, &b)) {
+      load_functions(path, &impl->image_symbols[{a, b}], &warn, name);
     } else if (parse_name(name, "process-", ".json", false, &a, nullptr)) {
       auto p = read_process_file(dir, a);
       if (!p) {
@@ -1159,15 +1201,36 @@ std::unique_ptr<EventStream> TraceReader::merged() const {
   return std::make_unique<MergedStream>(std::move(streams));
 }
 
-const SymbolTable& TraceReader::symbols(uint32_t pid) const {
-  // A forked child without a table of its own uses its parent's (same code, same addresses).
-  for (uint32_t p = pid, hops = 0; hops < 64; ++hops) {
-    auto it = impl_->symbols.find(p);
-    if (it != impl_->symbols.end()) return it->second;
-    auto pi = impl_->processes.find(p);
-    if (pi == impl_->processes.end() || pi->second.parent == 0) break;
-    p = pi->second.parent;
+std::pair<uint32_t, int64_t> TraceReader::Impl::program_at(uint32_t pid, uint64_t time) const {
+  // A forked child without a table of its own uses its parent's (same code, same
+  // addresses), as the parent's program was when the child started.
+  uint32_t p = pid;
+  for (uint32_t hops = 0; hops < 64; ++hops) {
+    const auto pi = processes.find(p);
+    const bool own = symbols.count(p) != 0;
+    if (!own && pi != processes.end() && pi->second.parent != 0) {
+      if (pi->second.start_time) time = std::min(time, pi->second.start_time);
+      p = pi->second.parent;
+      continue;
+    }
+    if (pi == processes.end() || pi->second.images.size() < 2) return {p, -1};
+    const auto& images = pi->second.images;
+    // The last image that started at or before TIME (the first when TIME is earlier).
+    size_t i = 0;
+    while (i + 1 < images.size() && images[i + 1].time <= time) ++i;
+    return {p, i + 1 == images.size() ? -1 : static_cast<int64_t>(i)};
   }
+  return {p, -1};
+}
+
+const SymbolTable& TraceReader::symbols(uint32_t pid, uint64_t time) const {
+  const auto [p, image] = impl_->program_at(pid, time);
+  if (image >= 0) {
+    auto it = impl_->image_symbols.find({p, static_cast<uint32_t>(image)});
+    return it != impl_->image_symbols.end() ? it->second : impl_->empty;
+  }
+  auto it = impl_->symbols.find(p);
+  if (it != impl_->symbols.end()) return it->second;
   if (impl_->symbols.size() == 1) return impl_->symbols.begin()->second;
   return impl_->empty;
 }
@@ -1193,12 +1256,13 @@ std::shared_ptr<const FileSymbols> read_file_symbols(const std::string& path) {
 
 }  // namespace
 
-std::string TraceReader::object_symbol(uint32_t pid, uint64_t addr) const {
-  // A forked child without a maps file of its own has its parent's mappings.
-  auto maps = impl_->maps.find(pid);
-  for (uint32_t p = pid, hops = 0; maps == impl_->maps.end() && hops < 64; ++hops) {
+std::string TraceReader::object_symbol(uint32_t pid, uint64_t addr, uint64_t time) const {
+  // The program's maps file (a forked child without one of its own has its parent's).
+  const auto program = impl_->program_at(pid, time);
+  auto maps = impl_->maps.find(program);
+  for (uint32_t p = program.first, hops = 0; maps == impl_->maps.end() && hops < 64; ++hops) {
     std::vector<Impl::Mapping> m;
-    std::ifstream in(impl_->dir + "/" + maps_name(p));
+    std::ifstream in(impl_->dir + "/" + maps_name(p, p == program.first ? program.second : -1));
     for (std::string line; in && std::getline(in, line);) {
       // start-end perms offset dev inode path: executable, file-backed mappings only
       unsigned long long start = 0, end = 0, off = 0, inode = 0;
@@ -1212,7 +1276,7 @@ std::string TraceReader::object_symbol(uint32_t pid, uint64_t addr) const {
       m.push_back({start, end, off, line.substr(static_cast<size_t>(path_at))});
     }
     if (!m.empty()) {
-      maps = impl_->maps.emplace(pid, std::move(m)).first;
+      maps = impl_->maps.emplace(program, std::move(m)).first;
       break;
     }
     auto pi = impl_->processes.find(p);

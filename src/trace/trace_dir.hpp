@@ -6,9 +6,13 @@
 //   DIR/events-PID-TID.bin        a 32-byte file header (EventFileHeader), then that
 //                                 thread's Events in order (32 bytes each)
 //   DIR/functions-PID.tsv         "address<TAB>size<TAB>name<TAB>object" of every
-//                                 function the agent traced in process PID
-//   DIR/process-PID.json          parent pid (fork), exec'd command, start/end
+//                                 function the agent traced in process PID (in the
+//                                 program it ran last)
+//   DIR/functions-PID-N.tsv       the same for the program it ran before exec number
+//                                 N+1 (--follow-exec)
+//   DIR/process-PID.json          parent pid (fork), the programs it ran, start/end
 //   DIR/maps-PID.txt              /proc/PID/maps as the agent last saw it (start, dlopen)
+//   DIR/maps-PID-N.txt            the same for the program before exec number N+1
 // and, from `utramp record`, agent.json, agent-PID.log and, while it records,
 // reserve.tmp (TraceWriter::create() removes these too, and refuses to empty a directory
 // holding anything else).
@@ -78,6 +82,12 @@ struct Function {
   std::string name, object;
 };
 
+// One program a process ran under the agent (process-PID.json "images").
+struct ProgramImage {
+  uint64_t time = 0;                 // when the agent started in it, in the trace's time_unit
+  std::vector<std::string> command;  // its argv
+};
+
 // process-PID.json: one traced process.
 struct ProcessInfo {
   uint32_t pid = 0;
@@ -86,6 +96,10 @@ struct ProcessInfo {
   std::vector<std::string> command;  // argv (after exec, the new one)
   uint64_t start_time = 0, end_time = 0;  // in the trace's time_unit, 0 when unknown
   std::string exit;                  // "exited 0", "killed by SIGKILL", "" when unknown
+  // Every program it ran under the agent, in time order (--follow-exec: more than one).
+  // Image N < last has its functions in functions-PID-N.tsv, the last in
+  // functions-PID.tsv. Empty in traces written before programs were kept: one.
+  std::vector<ProgramImage> images;
 };
 
 // How a process ended, from its wait status (waitpid(2)), as info.json and
@@ -100,18 +114,32 @@ std::string exit_description(int wait_status);
 // NAME.tmp, then renamed, so that a reader never sees half of one), mode 0600, never
 // through a symbolic link.
 
+//
+// Each comes in two forms: by the directory's path, and relative to DIRFD, a descriptor
+// of the directory (O_PATH is enough) that the caller checked (the agent: DIR is then
+// only shown in messages; agent/trust.hpp).
+
 // functions-PID.tsv: the functions traced in process PID, symbols as in the object. A
 // function whose name or object path holds a TAB or newline cannot be written: it is
 // left out, and the error says which (the others are written).
 Result<void> write_functions_file(const std::string& dir, uint32_t pid,
                                   std::span<const Function> functions);
+Result<void> write_functions_file(int dirfd, const std::string& dir, uint32_t pid,
+                                  std::span<const Function> functions);
 // process-PID.json.
 Result<void> write_process_file(const std::string& dir, const ProcessInfo& process);
+Result<void> write_process_file(int dirfd, const std::string& dir, const ProcessInfo& process);
 // process-PID.json as written; Errc::not_found when there is none, bad_format when it
-// is not one (the message says what is wrong).
+// is not one (the message says what is wrong). Never read through a symbolic link.
 Result<ProcessInfo> read_process_file(const std::string& dir, uint32_t pid);
+Result<ProcessInfo> read_process_file(int dirfd, const std::string& dir, uint32_t pid);
 // maps-PID.txt: the text of /proc/PID/maps.
 Result<void> write_maps_file(const std::string& dir, uint32_t pid, std::string_view maps);
+Result<void> write_maps_file(int dirfd, const std::string& dir, uint32_t pid, std::string_view maps);
+// At an exec under --follow-exec, before the new program writes its own: the files of
+// the program that exec'd (functions-PID.tsv, maps-PID.txt) become image INDEX's
+// (functions-PID-INDEX.tsv, maps-PID-INDEX.txt). A file that is not there is no error.
+Result<void> keep_image_files(int dirfd, const std::string& dir, uint32_t pid, uint32_t index);
 
 // The writer of a recording (`record`). It owns DIR while it lives:
 //   - DIR is created 0700, or is an existing trace directory of the user's (never one
@@ -157,8 +185,8 @@ class TraceWriter {
   std::unique_ptr<Impl> impl_;
 };
 
-// Symbols of one process: address -> function (from functions-PID.tsv; a forked child
-// without its own file uses its parent's).
+// Symbols of one program of a process: address -> function (from functions-PID.tsv or
+// functions-PID-N.tsv).
 class SymbolTable {
  public:
   void add(Function f);
@@ -197,7 +225,10 @@ class TraceReader {
   // Every thread's events merged by time (ties: thread order), streaming. `arg` and
   // `string` events stay right behind the event they belong to.
   std::unique_ptr<EventStream> merged() const;  // pid()/tid() of the last event
-  const SymbolTable& symbols(uint32_t pid) const;
+  // The functions of the program process PID ran at TIME (in the trace's time_unit;
+  // the default: the last it ran). A forked child without a file of its own has its
+  // parent's program of when it forked.
+  const SymbolTable& symbols(uint32_t pid, uint64_t time = UINT64_MAX) const;
   double to_ns(uint64_t ticks) const;           // durations in ns
   const std::string& dir() const;
   // process-PID.json of every process that has one, by pid.
@@ -211,7 +242,8 @@ class TraceReader {
   // library, or a function -F left out): from maps-PID.txt (the process's mappings as
   // the agent saw them) and the symbol tables of the mapped files, read now; "" when
   // unknown (no maps file, a file that changed or is gone, no symbol there).
-  std::string object_symbol(uint32_t pid, uint64_t addr) const;
+  // TIME chooses the program, as for symbols().
+  std::string object_symbol(uint32_t pid, uint64_t addr, uint64_t time = UINT64_MAX) const;
 
  private:
   struct Impl;

@@ -114,6 +114,27 @@ TEST(RunE2E, TargetThatOverwritesItsMapsDoesNotCrashTheCli) {
   EXPECT_NE(r.err.find("overwrote"), std::string::npos) << r.err;
 }
 
+// A thread that blocks SIGTRAP with the raw system call (the agent cannot keep it
+// deliverable: docs/sites.md) and then reaches a uprobe that stays an int3: the kernel
+// ends the target, which nothing in it can prevent. `run` names the thread while it
+// runs, as one that cannot be probed, and says what killed the target.
+TEST(RunE2E, ThreadBlockingSigtrapIsNamedAsNotProbed) {
+  const auto r = test::run_program({UTRAMP_CLI, "run", bad("int3_uprobe"), "--json", "--", UTRAMP_SIGTRAP_BLOCKER},
+                                   {.no_core = true, .timeout_s = 60});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 128 + SIGTRAP) << r.out << r.err;
+  EXPECT_NE(r.out.find("main 1\n"), std::string::npos) << r.out;
+  const size_t at = r.out.find("blocker ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string tid = std::to_string(std::stol(r.out.substr(at + 8)));
+  EXPECT_NE(r.err.find("thread " + tid + " (sigtrap_blocker, SigBlk"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("keeps SIGTRAP blocked"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("it cannot be probed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("count_hit (uprobe trap_target) at trap_target+0x0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("a thread that blocked SIGTRAP reached an int3 probe"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("\"hits\""), std::string::npos) << r.out;  // the maps were printed
+}
+
 TEST(RunE2E, LatencyHistogramTextDrawsBars) {
   auto r = run(example("latency"), {"1", "100"}, false);
   ASSERT_EQ(r.exit_code, 0) << r.err;

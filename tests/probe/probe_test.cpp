@@ -6,11 +6,14 @@
 // expect a multi-instruction window to be optimised need this process to have one
 // thread when they attach: they join every thread they start.
 #include <dlfcn.h>
+#include <fmt/format.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <thread>
 
@@ -547,6 +550,78 @@ TEST_F(Probes, AttachByName) {
   EXPECT_EQ(opaque(&pt_jcc)(-1), -101);
   EXPECT_EQ(n.load(), 1u);
   EXPECT_EQ(info_at(addr_of(&pt_jcc, 6))->symbol, "pt_jcc+0x6");
+}
+
+}  // namespace
+
+namespace {
+
+// A thread that blocks SIGTRAP with the raw system call (nothing in libc sees it) and
+// then reaches an int3 is not handed a signal: the kernel ends the whole process. So an
+// int3 probe is refused while such a thread runs, naming it, and allowed once it
+// unblocks. In a child process: without the refusal the child dies of SIGTRAP, and the
+// test says so instead of dying with it.
+int count_regs_hit(utramp::arch::PtRegs*, uint64_t cookie) {
+  reinterpret_cast<std::atomic<uint64_t>*>(cookie)->fetch_add(1, std::memory_order_relaxed);
+  return 0;
+}
+
+TEST(ProbeSigtrap, Int3RefusedWhileAThreadKeepsSigtrapBlocked) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::atomic<int> step{0};
+    std::atomic<long> tid{0};
+    std::thread blocker([&] {
+      const uint64_t trap = uint64_t{1} << (SIGTRAP - 1);
+      syscall(SYS_rt_sigprocmask, SIG_BLOCK, &trap, nullptr, sizeof trap);
+      tid = static_cast<long>(gettid());
+      step = 1;
+      while (step.load() < 2) usleep(1000);
+      (void)opaque(&pt_other)(1);  // an armed int3 here ends the process
+      syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &trap, nullptr, sizeof trap);
+      step = 3;
+      while (step.load() < 4) usleep(1000);
+    });
+    while (step.load() < 1) usleep(1000);
+    auto& m = Manager::instance();
+    std::atomic<uint64_t> hits{0};
+    utramp::probe::ProbeSpec spec;
+    spec.addr = addr_of(&pt_other);
+    spec.pre = count_regs_hit;
+    spec.cookie = cookie_of(hits);
+    spec.keep_int3 = true;
+    auto refused = m.attach(spec);
+    int code = 0;
+    if (refused) {
+      fprintf(stderr, "attached while thread %ld keeps SIGTRAP blocked\n", tid.load());
+      code = 10;
+    } else if (refused.error().message.find(fmt::format("thread {} (", tid.load())) == std::string::npos ||
+               refused.error().message.find("SIGTRAP blocked") == std::string::npos) {
+      fprintf(stderr, "refused without naming thread %ld: %s\n", tid.load(), refused.error().message.c_str());
+      code = 11;
+    }
+    step = 2;
+    while (step.load() < 3) usleep(1000);
+    // Unblocked now: the probe goes in, and traps as usual.
+    auto p = m.attach(spec);
+    if (!p) {
+      fprintf(stderr, "refused once no thread blocks SIGTRAP: %s\n", p.error().message.c_str());
+      if (!code) code = 12;
+    } else {
+      (void)opaque(&pt_other)(2);
+      if (hits.load() != 1 && !code) code = 13;
+      (void)m.detach(*p);
+    }
+    step = 4;
+    blocker.join();
+    _exit(code);
+  }
+  int st = 0;
+  ASSERT_EQ(waitpid(child, &st, 0), child);
+  ASSERT_FALSE(WIFSIGNALED(st)) << "the child was killed by signal " << WTERMSIG(st)
+                                << " (SIGTRAP is " << SIGTRAP << ")";
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "see the child's message above";
 }
 
 }  // namespace

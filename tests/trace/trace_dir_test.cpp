@@ -2,6 +2,7 @@
 // threads and chunk boundaries, and damaged directories (truncated, corrupt, missing).
 #include "trace/trace_dir.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -438,6 +439,7 @@ TEST(TraceDir, ProcessFilesAreNotWrittenThroughLinks) {
   ASSERT_TRUE(w.ok()) << w.error().message;
   EXPECT_FALSE(std::filesystem::exists(target));
   EXPECT_FALSE(std::filesystem::exists(tmp.path + "/process-3.json.tmp"));
+  EXPECT_TRUE(std::filesystem::is_regular_file(tmp.path + "/process-3.json"));
   EXPECT_TRUE(read_process_file(tmp.path, 3).ok());
   // A link at the name itself is replaced, not followed.
   ASSERT_EQ(symlink(target.c_str(), (tmp.path + "/maps-3.txt").c_str()), 0);
@@ -585,3 +587,59 @@ TEST(TraceDir, ExitDescriptions) {
 }
 
 }  // namespace
+
+// --follow-exec: a process that exec'd ran two programs, possibly with functions at the
+// same addresses. Each event is named from the program that ran at its time; a forked
+// child without files of its own has its parent's program of when it forked; a trace
+// whose process files list no images (written before they were kept) has one.
+TEST(TraceDir, EachProgramOfAProcessKeepsItsFunctions) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  {
+    auto w = TraceWriter::create(dir);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    ASSERT_TRUE(w->write_info(TraceInfo{}).ok());
+  }
+  const std::vector<Function> first{{0x1000, 0x10, "first_fn", "/bin/first"}};
+  const std::vector<Function> second{{0x1000, 0x10, "second_fn", "/bin/second"}};
+  // As the agents write them: the first program's files, then at the exec they become
+  // image 0's, and the second program's are written.
+  ASSERT_TRUE(write_functions_file(dir, 7, first).ok());
+  ASSERT_TRUE(write_maps_file(dir, 7, "first maps\n").ok());
+  const int dfd = open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dfd, 0);
+  ASSERT_TRUE(keep_image_files(dfd, dir, 7, 0).ok());
+  close(dfd);
+  ASSERT_TRUE(write_functions_file(dir, 7, second).ok());
+  ProcessInfo p{7, 0, {"/bin/second"}, 100, 0, "", {{100, {"/bin/first"}}, {500, {"/bin/second"}}}};
+  ASSERT_TRUE(write_process_file(dir, p).ok());
+  ASSERT_TRUE(write_process_file(dir, {8, 7, {"/bin/first"}, 300, 0, ""}).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir + "/functions-7-0.tsv"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/maps-7-0.txt"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/maps-7.txt"));
+
+  auto back = read_process_file(dir, 7);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ASSERT_EQ(back->images.size(), 2u);
+  EXPECT_EQ(back->images[1].time, 500u);
+  EXPECT_EQ(back->images[0].command, (std::vector<std::string>{"/bin/first"}));
+
+  auto r = TraceReader::open(dir);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->warnings().empty()) << all_warnings(*r);
+  EXPECT_EQ(r->symbols(7, 0).name(0x1000), "first_fn");
+  EXPECT_EQ(r->symbols(7, 499).name(0x1004), "first_fn+0x4");
+  EXPECT_EQ(r->symbols(7, 500).name(0x1000), "second_fn");
+  EXPECT_EQ(r->symbols(7).name(0x1000), "second_fn");
+  // The child forked at 300, before the exec: the first program, whatever the time.
+  EXPECT_EQ(r->symbols(8, 900).name(0x1000), "first_fn");
+
+  // Images out of time order are not believed.
+  std::ofstream(dir + "/process-9.json") << R"({"pid": 9, "images": [{"time": 5}, {"time": 4}]})";
+  auto bad = read_process_file(dir, 9);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("not in time order"), std::string::npos) << bad.error().message;
+  // A new trace directory over this one removes the per-image files too.
+  ASSERT_TRUE(TraceWriter::create(dir).ok());
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+}

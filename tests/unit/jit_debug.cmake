@@ -4,3 +4,4 @@
 utramp_add_gtest(unit_jit_debug unit jit_debug_test.cpp)
 target_link_libraries(unit_jit_debug PRIVATE asmjit::asmjit)
 set_target_properties(unit_jit_debug PROPERTIES ENABLE_EXPORTS ON)
+target_include_directories(unit_jit_debug PRIVATE ${PROJECT_SOURCE_DIR}/tests/e2e)  # second_user.hpp

@@ -66,7 +66,7 @@ class Chrome final : public Walker::Handler {
     for (const auto& [i, v] : f.args)
       args += fmt::format("{}\"arg{}\":{}", args.empty() ? "" : ",", i + 1, jstr(format_value(v)));
     emit(fmt::format(R"({{"name":{},"cat":"function","ph":"B","pid":{},"tid":{},"ts":{}{}}})",
-                     jstr(names_.get(t.pid, f.addr)), t.pid, t.tid, ts(f.entry),
+                     jstr(names_.get(t.pid, f.addr, f.entry)), t.pid, t.tid, ts(f.entry),
                      args.empty() ? "" : ",\"args\":{" + args + "}"));
   }
 
@@ -92,8 +92,8 @@ class Chrome final : public Walker::Handler {
   void call(WalkThread& t, const Frame& f) override {
     emit(fmt::format(
         R"({{"name":{},"cat":"function","ph":"i","s":"t","pid":{},"tid":{},"ts":{}{}}})",
-        jstr(names_.get(t.pid, f.addr)), t.pid, t.tid, ts(f.entry),
-        f.caller ? ",\"args\":{\"caller\":" + jstr(names_.containing(t.pid, f.caller)) + "}"
+        jstr(names_.get(t.pid, f.addr, f.entry)), t.pid, t.tid, ts(f.entry),
+        f.caller ? ",\"args\":{\"caller\":" + jstr(names_.containing(t.pid, f.caller, f.entry)) + "}"
                  : std::string()));
   }
 
@@ -163,14 +163,14 @@ class Folded final : public Walker::Handler {
     std::string key;
     for (const Frame& g : t.stack) {
       if (!key.empty()) key += ';';
-      key += names_.get(t.pid, g.addr);
+      key += names_.get(t.pid, g.addr, g.entry);
     }
     stacks_[key] += weight;
   }
   // The function tracer knows only caller -> callee: two-frame stacks, by count.
   void call(WalkThread& t, const Frame& f) override {
-    std::string key = f.caller ? names_.containing(t.pid, f.caller) + ";" : std::string();
-    stacks_[key + names_.get(t.pid, f.addr)] += 1;
+    std::string key = f.caller ? names_.containing(t.pid, f.caller, f.entry) + ";" : std::string();
+    stacks_[key + names_.get(t.pid, f.addr, f.entry)] += 1;
   }
   void marker(WalkThread&, const Event&) override {}
   void corrupt(WalkThread&, const std::string&) override {}
@@ -225,7 +225,7 @@ int raw(const trace::TraceReader& r, const Options& o) {
                            e.type <= static_cast<uint8_t>(EventType::exit_longjmp));
     fmt::print("  {:>18} {:>8} {:>8} {:<13} {:>5} {:>#18x} {:>#18x} {:>5} {:>#8x}  {}\n", e.time,
                pid, tid, type_name(e.type), e.depth, e.addr, e.data, e.flags, e.aux,
-               has_addr ? names.get(pid, e.addr) : "");
+               has_addr ? names.get(pid, e.addr, e.time) : "");
   };
   if (o.no_merge) {
     for (auto [pid, tid] : r.threads()) {

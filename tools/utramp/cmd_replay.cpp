@@ -75,12 +75,12 @@ class Replay final : public Walker::Handler {
     const size_t idx = t.stack.size() - 1;
     if (selected(t)) {
       bool hidden = tv.hide_at >= 0;
-      if (!hidden && !notrace_.empty() && names_.matches(t.pid, f.addr, notrace_)) {
+      if (!hidden && !notrace_.empty() && names_.matches(t.pid, f.addr, notrace_, f.entry)) {
         tv.hide_at = static_cast<int>(idx);
         hidden = true;
       }
       if (!hidden && !filter_.empty() && tv.filter_at < 0) {
-        if (names_.matches(t.pid, f.addr, filter_)) {
+        if (names_.matches(t.pid, f.addr, filter_, f.entry)) {
           tv.filter_at = static_cast<int>(idx);
           tv.filter_base = f.depth;
         } else {
@@ -120,7 +120,7 @@ class Replay final : public Walker::Handler {
     std::string end;
     if (x.kind == ExitKind::trace_end) end = end_note(r_, t.pid, t.tid);
     const char* note = x.kind == ExitKind::trace_end ? end.c_str() : exit_note(x.kind);
-    const std::string& name = names_.get(t.pid, f.addr);
+    const std::string& name = names_.get(t.pid, f.addr, f.entry);
     if (pending_ == &t && !f.synthetic) {
       // Nothing was printed since the entry: one line.
       pending_ = nullptr;
@@ -143,10 +143,10 @@ class Replay final : public Walker::Handler {
   // The function tracer: one line per call, with its caller, as ftrace shows it.
   void call(WalkThread& t, const Frame& f) override {
     if (!selected(t)) return;
-    if (!notrace_.empty() && names_.matches(t.pid, f.addr, notrace_)) return;
-    if (!filter_.empty() && !names_.matches(t.pid, f.addr, filter_)) return;
+    if (!notrace_.empty() && names_.matches(t.pid, f.addr, notrace_, f.entry)) return;
+    if (!filter_.empty() && !names_.matches(t.pid, f.addr, filter_, f.entry)) return;
     std::string text = call_text(t, f);
-    if (f.caller) text += " <- " + names_.containing(t.pid, f.caller);
+    if (f.caller) text += " <- " + names_.containing(t.pid, f.caller, f.entry);
     line("", t.tid, 0, text);
   }
 
@@ -213,7 +213,7 @@ class Replay final : public Walker::Handler {
   // "parse(char const*, char const*) (0x7ffd1c08, \"x.conf\")", the values only when
   // some were recorded.
   std::string call_text(const WalkThread& t, const Frame& f) {
-    const std::string& name = names_.get(t.pid, f.addr);
+    const std::string& name = names_.get(t.pid, f.addr, f.entry);
     std::string values;
     for (size_t i = 0; i < f.args.size(); ++i) {
       if (i) values += ", ";

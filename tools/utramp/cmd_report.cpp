@@ -45,7 +45,7 @@ class Report final : public Walker::Handler {
   Report(const trace::TraceReader& r, const Options& o)
       : r_(r), names_(r, o.names), selection_(o.tids, o.pids) {}
   void enter(WalkThread& t, const Frame& f) override {
-    if (selected(t)) ++stats_[names_.get(t.pid, f.addr)].calls;
+    if (selected(t)) ++stats_[names_.get(t.pid, f.addr, f.entry)].calls;
   }
   void exit(WalkThread& t, const Frame& f, const Exit& x) override {
     if (!selected(t) || f.synthetic) return;
@@ -53,7 +53,7 @@ class Report final : public Walker::Handler {
       ++untimed_;
       return;
     }
-    Stat& s = stats_[names_.get(t.pid, f.addr)];
+    Stat& s = stats_[names_.get(t.pid, f.addr, f.entry)];
     const uint64_t ticks = x.time - f.entry;
     const double d = r_.to_ns(ticks);
     ++s.timed;
@@ -67,7 +67,7 @@ class Report final : public Walker::Handler {
     if (!nested) s.total += d;
   }
   void call(WalkThread& t, const Frame& f) override {
-    if (selected(t)) ++stats_[names_.get(t.pid, f.addr)].calls;
+    if (selected(t)) ++stats_[names_.get(t.pid, f.addr, f.entry)].calls;
   }
   void marker(WalkThread& t, const trace::Event& e) override {
     if (!selected(t)) return;

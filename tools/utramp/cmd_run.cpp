@@ -29,6 +29,7 @@
 // "entries":[{"key":K,"value":V[,"percpu":[...]]}...]} (histograms add "hist":[counts]),
 // {"type":"global","name":...,"section":".bss","value":V} (V a number, bool or string).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -39,11 +40,13 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
 #include "agent/config.hpp"
+#include "agent/trust.hpp"
 #include "commands.hpp"
 #include "arch/arch.hpp"
 #include "ebpf/core.hpp"
@@ -51,6 +54,7 @@
 #include "ebpf/loader.hpp"
 #include "ebpf/maps.hpp"
 #include "os/dwarf.hpp"
+#include "probe/sigtrap_mask.hpp"
 #include "launch.hpp"
 #include "sites/object.hpp"
 
@@ -286,6 +290,71 @@ std::string check_uprobe(const ebpf::LoadedProgram& p, const sites::SiteInfo& fn
   return {};
 }
 
+// While the target runs: its threads that keep SIGTRAP blocked where the agent cannot
+// see it (the raw rt_sigprocmask system call: docs/sites.md, "A thread that blocks
+// SIGTRAP unseen"). Such a thread that reaches an uprobe left as an int3 (the agent
+// lists them in its status file) is not handed the trap: the kernel ends the target.
+// Nothing can prevent that from outside; a thread seen twice in a row (50 ms apart)
+// with SIGTRAP blocked is named on stderr as one that cannot be probed, and a target
+// killed by SIGTRAP is said to be that.
+class SigtrapWatch {
+ public:
+  SigtrapWatch(pid_t pid, std::string status_file) : pid_(pid), status_file_(std::move(status_file)) {}
+
+  void look(const std::string& me) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_) return;
+    next_ = now + std::chrono::milliseconds(50);
+    if (!read_status()) return;  // the agent has not attached yet
+    if (int3s_.empty()) return;  // every probe is a jump: nothing a mask can break
+    auto blocking = probe::threads_blocking_sigtrap(pid_);
+    if (!blocking) return;
+    std::set<uint32_t> now_seen;
+    for (const auto& t : *blocking) {
+      now_seen.insert(t.tid);
+      if (!seen_before_.count(t.tid) || named_.count(t.tid)) continue;
+      named_.insert(t.tid);
+      named_threads_.push_back(t);
+      fmt::print(stderr,
+                 "{}: {} of the target keeps SIGTRAP blocked (not through sigprocmask or "
+                 "pthread_sigmask, which the agent keeps it out of): it cannot be probed, and if it "
+                 "reaches an int3 probe the kernel ends the target ({})\n",
+                 me, probe::describe({t}), fmt::join(int3s_, "; "));
+    }
+    seen_before_ = std::move(now_seen);
+  }
+
+  void killed_by_sigtrap(const std::string& me) {
+    read_status();
+    if (int3s_.empty()) return;
+    fmt::print(stderr, "{}: a thread that blocked SIGTRAP reached an int3 probe{}{} (docs/sites.md)\n", me,
+               named_threads_.empty() ? "" : ": seen blocking it: ", probe::describe(named_threads_));
+  }
+
+  // The uprobes that stayed int3s, from the status file ("ok", then "int3 ..." lines,
+  // written at once); false until the agent wrote it. Kept: the file goes with the
+  // scratch directory once read.
+  bool read_status() {
+    if (have_status_) return true;
+    std::ifstream in(status_file_);
+    std::string line;
+    if (!std::getline(in, line) || line != "ok") return false;
+    while (std::getline(in, line))
+      if (line.starts_with("int3 ")) int3s_.push_back(line.substr(5));
+    have_status_ = true;
+    return true;
+  }
+
+ private:
+  pid_t pid_;
+  std::string status_file_;
+  bool have_status_ = false;
+  std::vector<std::string> int3s_;
+  std::chrono::steady_clock::time_point next_{};
+  std::set<uint32_t> seen_before_, named_;
+  std::vector<probe::BlockingThread> named_threads_;
+};
+
 int run(const RunFlags& f) {
   const std::string me = "utramp run";
   if (f.command.empty()) {
@@ -380,7 +449,9 @@ int run(const RunFlags& f) {
   auto next_print = clock::now() + std::chrono::duration<double>(f.interval);
   // Once the agent has started (it mapped the maps and read its configuration, and
   // forked children inherit the mapping), nothing in the scratch directory is needed:
-  // it goes at once, so that a CLI killed later leaves nothing behind.
+  // the watch keeps what the status file says, and the directory goes at once, so that
+  // a CLI killed later leaves nothing behind.
+  SigtrapWatch watch(launch->pid(), cfg.bpf_status_file);
   std::string st;
   auto read_status = [&] {
     std::ifstream in(cfg.bpf_status_file);
@@ -390,10 +461,11 @@ int run(const RunFlags& f) {
   };
   const Ended ended = launch->wait(
       [&] {
-        if (st.empty() && read_status() == "ok") {
+        if (st.empty() && watch.read_status()) {
           st = "ok";
           scratch->remove();
         }
+        watch.look(me);
         const bool any = drain_rings(*mf, f.json) != 0;
         if (f.interval > 0 && clock::now() >= next_print) {
           print_maps(*mf, specs, f.json);
@@ -407,9 +479,19 @@ int run(const RunFlags& f) {
     fmt::print(stderr, "{}: {}; target not started\n", me, st.substr(7));
     return 2;
   }
+  if (st.empty()) {
+    // No status: the agent did not start. If it refused its configuration
+    // (agent/trust.hpp), the same check says why; nothing was attached.
+    if (auto trusted = agent::load_trusted_config(dir + "/agent.json"); !trusted) {
+      fmt::print(stderr, "{}: the agent did not start in the target, nothing was attached: {}\n", me,
+                 trusted.error().message);
+      return 2;
+    }
+  }
   drain_rings(*mf, f.json);
   print_maps(*mf, specs, f.json);
   if (ended.signaled) fmt::print(stderr, "{}: target {}\n", me, ended.how);
+  if (ended.signaled && WTERMSIG(ended.status) == SIGTRAP) watch.killed_by_sigtrap(me);
   if (mf->unlocked_reads())
     fmt::print(stderr, "{}: {} map bucket(s) were read while a lock the target took was still held "
                        "(it died holding it): their entries may be half updated\n",

@@ -20,6 +20,7 @@
 #include <map>
 #include <thread>
 
+#include "agent/trust.hpp"
 #include "arch/cpu.hpp"
 #include "commands.hpp"
 #include "launch.hpp"
@@ -408,6 +409,11 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     root.pid = static_cast<uint32_t>(child);
     root.command = o.command;
     root.start_time = info.start_time;
+    // No process file: the agent did not start. If it refused its configuration (one
+    // changed after we wrote it, agent/trust.hpp), the same check says why.
+    if (auto trusted = agent::load_trusted_config(o.output + "/agent.json"); !trusted)
+      fmt::print(stderr, "utramp record: the agent did not start in the target, nothing was traced: {}\n",
+                 trusted.error().message);
   }
   root.end_time = child_end;
   root.exit = out->ended;

@@ -103,8 +103,8 @@ std::string format_duration(double ns, const std::string& unit) {
 // ---------------------------------------------------------------------------------
 // Names
 
-const Names::Entry& Names::entry(uint32_t pid, uint64_t addr) {
-  const trace::SymbolTable* tab = &r_.symbols(pid);
+const Names::Entry& Names::entry(uint32_t pid, uint64_t addr, uint64_t time) {
+  const trace::SymbolTable* tab = &r_.symbols(pid, time);
   auto key = std::make_pair(tab, addr);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
@@ -115,18 +115,18 @@ const Names::Entry& Names::entry(uint32_t pid, uint64_t addr) {
   return cache_.emplace(key, std::move(e)).first->second;
 }
 
-const std::string& Names::get(uint32_t pid, uint64_t addr) { return entry(pid, addr).shown; }
+const std::string& Names::get(uint32_t pid, uint64_t addr, uint64_t time) { return entry(pid, addr, time).shown; }
 
-std::string Names::containing(uint32_t pid, uint64_t addr) {
-  if (const trace::Function* f = r_.symbols(pid).find(addr)) return get(pid, f->addr);
+std::string Names::containing(uint32_t pid, uint64_t addr, uint64_t time) {
+  if (const trace::Function* f = r_.symbols(pid, time).find(addr)) return get(pid, f->addr, time);
   // Not a traced function: the symbol tables of the process's mapped files.
-  const std::string sym = r_.object_symbol(pid, addr);
+  const std::string sym = r_.object_symbol(pid, addr, time);
   if (!sym.empty()) return symbols::Name(sym).in(style_);
   return fmt::format("{:#x}", addr);
 }
 
-bool Names::matches(uint32_t pid, uint64_t addr, const symbols::Globs& globs) {
-  return globs.matches(entry(pid, addr).name);
+bool Names::matches(uint32_t pid, uint64_t addr, const symbols::Globs& globs, uint64_t time) {
+  return globs.matches(entry(pid, addr, time).name);
 }
 
 // ---------------------------------------------------------------------------------
@@ -355,7 +355,7 @@ std::vector<uint64_t> function_durations(const trace::TraceReader& r, const symb
     void enter(WalkThread&, const Frame&) override {}
     void exit(WalkThread& t, const Frame& f, const Exit& x) override {
       if (!x.timed || f.synthetic || x.time < f.entry) return;
-      if (!names.matches(t.pid, f.addr, globs)) return;
+      if (!names.matches(t.pid, f.addr, globs, f.entry)) return;
       out.push_back(static_cast<uint64_t>(std::llround(r.to_ns(x.time - f.entry))));
     }
     void marker(WalkThread&, const Event&) override {}

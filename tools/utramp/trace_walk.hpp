@@ -127,22 +127,24 @@ class Walker {
 
 // The names of the functions at traced addresses, in the style asked for (simple by
 // default: symbols/names.hpp), cached per symbol table. An address inside a function
-// is "name+0x10"; one in no function, "0x401000".
+// is "name+0x10"; one in no function, "0x401000". TIME (an event's, in the trace's
+// time base) chooses the program when the process exec'd (--follow-exec); without it,
+// the last program it ran.
 class Names {
  public:
   Names(const trace::TraceReader& r, symbols::Style style) : r_(r), style_(style) {}
-  const std::string& get(uint32_t pid, uint64_t addr);
+  const std::string& get(uint32_t pid, uint64_t addr, uint64_t time = UINT64_MAX);
   // The function containing a code address (a caller's return address), no offset.
-  std::string containing(uint32_t pid, uint64_t addr);
+  std::string containing(uint32_t pid, uint64_t addr, uint64_t time = UINT64_MAX);
   // Whether the function at ADDR is one GLOBS name (symbols/glob.hpp: whatever the style).
-  bool matches(uint32_t pid, uint64_t addr, const symbols::Globs& globs);
+  bool matches(uint32_t pid, uint64_t addr, const symbols::Globs& globs, uint64_t time = UINT64_MAX);
 
  private:
   struct Entry {
     symbols::Name name;  // the function's symbol
     std::string shown;
   };
-  const Entry& entry(uint32_t pid, uint64_t addr);
+  const Entry& entry(uint32_t pid, uint64_t addr, uint64_t time);
   const trace::TraceReader& r_;
   symbols::Style style_;
   std::map<std::pair<const trace::SymbolTable*, uint64_t>, Entry> cache_;

@@ -40,6 +40,7 @@
 #include <string>
 
 #include "common/hex.hpp"
+#include "os/file.hpp"
 
 // ---------------------------------------------------------------------------------
 // GDB's JIT interface, as the GDB manual ("JIT Compilation Interface") specifies it.
@@ -463,15 +464,21 @@ std::atomic<int> g_perf_map{kPerfUnset};
 // One O_APPEND write per line: lines from concurrent registrations (and other writers
 // of the same file) never interleave. Opened per line, so a forked child writes its own
 // pid's file.
+//
+// /tmp/perf-PID.map is a name anyone can create in /tmp before this process exists. perf
+// reads the file only when the user running it, or root, owns it; so it must be the
+// process's own: created 0600 without following a symbolic link, or, when another JIT
+// of the process made it first, appended to only as a regular file of the same user
+// with one link (os::open_append_at). A link, FIFO or another user's file planted at the
+// name gets nothing.
 void perf_map_append(const ImageFrame& f, std::string_view name) {
   std::string line = fmt::format("{:x} {:x} ", f.start, f.size);
   for (char c : name) line.push_back(c == '\n' || c == '\r' || c == '\0' ? '_' : c);
   line.push_back('\n');
-  const std::string path = fmt::format("/tmp/perf-{}.map", getpid());
-  const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return;
-  [[maybe_unused]] const ssize_t n = write(fd, line.data(), line.size());
-  close(fd);
+  auto fd = os::open_append_at(AT_FDCWD, "", fmt::format("/tmp/perf-{}.map", getpid()));
+  if (!fd) return;
+  [[maybe_unused]] const ssize_t n = write(*fd, line.data(), line.size());
+  close(*fd);
 }
 
 }  // namespace

@@ -1,0 +1,4 @@
+# What the agent trusts and how it writes (src/agent/trust.hpp, src/os/file.hpp); some
+# cases act as a second user (nobody) and need root.
+utramp_add_gtest(unit_agent_trust unit agent_trust_test.cpp)
+target_include_directories(unit_agent_trust PRIVATE ${PROJECT_SOURCE_DIR}/tests/e2e)
