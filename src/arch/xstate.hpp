@@ -7,6 +7,11 @@
 
 namespace utramp::arch {
 
+// XCR0 / XINUSE component bits (SDM vol. 1, 13.1).
+inline constexpr uint64_t kXcompX87 = 1u << 0, kXcompSse = 1u << 1, kXcompAvx = 1u << 2,
+                          kXcompOpmask = 1u << 5, kXcompZmmHi256 = 1u << 6,
+                          kXcompHi16Zmm = 1u << 7, kXcompPkru = 1u << 9;
+
 struct XStateSave {
   // XSAVEC (compacted; skips components in their initial state), XSAVE (standard form:
   // the header's reserved bytes must be zeroed before, or XRSTOR faults), or FXSAVE
@@ -15,7 +20,17 @@ struct XStateSave {
   Mode mode = Mode::fxsave;
   uint32_t size = 512;  // bytes of the save area (64-byte aligned)
   uint64_t mask = 0;    // the components saved: XCR0 without AMX tile state, whose use
-                        // needs a per-process permission and an 8 KiB area
+                        // needs a per-process permission and an 8 KiB area, and without
+                        // PKRU, which is not a register code computes in but the
+                        // thread's memory access rights (changed only on purpose, as
+                        // mprotect would change them; a program that does keeps it so)
+  // What code that keeps the state with moves instead (the images' fast path,
+  // arch/x86_64/image.cpp: save_state) needs to know:
+  bool xinuse = false;  // XGETBV with ecx = 1 reads which components are in use
+                        // (CPUID.(EAX=0Dh,ECX=1):EAX bit 2)
+  bool avx = false;     // XCR0 enables the upper halves of ymm0-15 (vzeroupper exists)
+  bool avx512 = false;  // XCR0 enables opmask, ZMM_Hi256 and Hi16_ZMM (zmm16-31, k0-7)
+  bool kreg64 = false;  // AVX512BW: the opmask registers are 64 bits wide (kmovq)
 };
 
 // This CPU's, read once (CPUID, XGETBV) and kept.

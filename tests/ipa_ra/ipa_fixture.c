@@ -18,6 +18,13 @@
 //                         with a compiler site, where utramp keeps what the ABI requires
 //                         and the MXCSR status flags are not part of that
 //                         (scripts/ipa_ra_sweep.sh)
+//   ipa_fixture capi-vec  (CPUs with AVX) the capi modes twice, the programs changing the
+//                         AVX and AVX-512 state too, the checksum covering it: "clean-MODE
+//                         N" with the upper halves of ymm/zmm0-15 zero at each call (utramp
+//                         keeps the state with moves, and must zero what the programs
+//                         dirtied), "dirty-MODE N" with them holding values (it keeps the
+//                         state with XSAVE); zmm16-31 and k0-7 hold values in both.
+//                         Exit 3 without AVX.
 //
 // The functions are noinline but not noipa (which would turn IPA-RA off for their
 // callers), and noclone, so that each keeps its symbol.
@@ -81,6 +88,111 @@ static uint64_t workload(void) {
 
 static int g_raise = 1;  // poison raises FE_INEXACT (not in capi-abi mode)
 
+// capi-vec: 1 with AVX, 2 with AVX-512 (and the OS saving it). The vector state beyond
+// SSE is written and read by inline assembly only; the rest of this file is compiled
+// for plain x86-64, whose SSE code leaves the upper halves of ymm0-15 alone.
+static int g_vec;
+static const uint64_t kPattern[8] = {0x0123456789abcdefULL, 0xfedcba9876543210ULL,
+                                     0x1111222233334444ULL, 0x5555666677778888ULL,
+                                     0x9999aaaabbbbccccULL, 0xddddeeeeffff0000ULL,
+                                     0x0f0f0f0f0f0f0f0fULL, 0xf0f0f0f0f0f0f0f0ULL};
+
+// Everything vector a program may change beyond SSE, as compiled C calling AVX code
+// that skips vzeroupper may: the upper halves of ymm0-15 (and zmm0-15), zmm16-31, k0-7.
+static void poison_vec(void) {
+  if (g_vec >= 1)
+    __asm__ volatile(
+        "vpcmpeqd %%ymm0, %%ymm0, %%ymm0\n\tvpcmpeqd %%ymm1, %%ymm1, %%ymm1\n\t"
+        "vpcmpeqd %%ymm2, %%ymm2, %%ymm2\n\tvpcmpeqd %%ymm3, %%ymm3, %%ymm3\n\t"
+        "vpcmpeqd %%ymm4, %%ymm4, %%ymm4\n\tvpcmpeqd %%ymm5, %%ymm5, %%ymm5\n\t"
+        "vpcmpeqd %%ymm6, %%ymm6, %%ymm6\n\tvpcmpeqd %%ymm7, %%ymm7, %%ymm7\n\t"
+        "vpcmpeqd %%ymm8, %%ymm8, %%ymm8\n\tvpcmpeqd %%ymm9, %%ymm9, %%ymm9\n\t"
+        "vpcmpeqd %%ymm10, %%ymm10, %%ymm10\n\tvpcmpeqd %%ymm11, %%ymm11, %%ymm11\n\t"
+        "vpcmpeqd %%ymm12, %%ymm12, %%ymm12\n\tvpcmpeqd %%ymm13, %%ymm13, %%ymm13\n\t"
+        "vpcmpeqd %%ymm14, %%ymm14, %%ymm14\n\tvpcmpeqd %%ymm15, %%ymm15, %%ymm15\n\t"
+        ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+        "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+  if (g_vec >= 2)
+    __asm__ volatile(
+        "vpternlogd $0xff, %%zmm0, %%zmm0, %%zmm0\n\tvpternlogd $0xff, %%zmm9, %%zmm9, %%zmm9\n\t"
+        "vpternlogd $0xff, %%zmm16, %%zmm16, %%zmm16\n\tvpternlogd $0xff, %%zmm17, %%zmm17, %%zmm17\n\t"
+        "vpternlogd $0xff, %%zmm20, %%zmm20, %%zmm20\n\tvpternlogd $0xff, %%zmm23, %%zmm23, %%zmm23\n\t"
+        "vpternlogd $0xff, %%zmm28, %%zmm28, %%zmm28\n\tvpternlogd $0xff, %%zmm31, %%zmm31, %%zmm31\n\t"
+        "kxnorw %%k0, %%k0, %%k0\n\tkxnorw %%k1, %%k1, %%k1\n\tkxnorw %%k5, %%k5, %%k5\n\t"
+        "kxnorw %%k7, %%k7, %%k7\n\t"
+        ::: "xmm0", "xmm9");
+}
+
+// Before a workload: zmm16-31 and k1-7 hold the pattern; the upper halves of ymm0-15
+// (and zmm0-15) hold it too when `dirty`, else are zeroed. Lower halves stay as they are.
+static void vec_set(int dirty) {
+  if (dirty) {
+    __asm__ volatile(
+        "vinsertf128 $1, (%0), %%ymm0, %%ymm0\n\tvinsertf128 $1, (%0), %%ymm1, %%ymm1\n\t"
+        "vinsertf128 $1, (%0), %%ymm2, %%ymm2\n\tvinsertf128 $1, (%0), %%ymm3, %%ymm3\n\t"
+        "vinsertf128 $1, (%0), %%ymm4, %%ymm4\n\tvinsertf128 $1, (%0), %%ymm5, %%ymm5\n\t"
+        "vinsertf128 $1, (%0), %%ymm6, %%ymm6\n\tvinsertf128 $1, (%0), %%ymm7, %%ymm7\n\t"
+        "vinsertf128 $1, (%0), %%ymm8, %%ymm8\n\tvinsertf128 $1, (%0), %%ymm9, %%ymm9\n\t"
+        "vinsertf128 $1, (%0), %%ymm10, %%ymm10\n\tvinsertf128 $1, (%0), %%ymm11, %%ymm11\n\t"
+        "vinsertf128 $1, (%0), %%ymm12, %%ymm12\n\tvinsertf128 $1, (%0), %%ymm13, %%ymm13\n\t"
+        "vinsertf128 $1, (%0), %%ymm14, %%ymm14\n\tvinsertf128 $1, (%0), %%ymm15, %%ymm15\n\t"
+        :: "r"(kPattern) : "memory");
+    if (g_vec >= 2)
+      __asm__ volatile(
+          "vinserti64x4 $1, (%0), %%zmm0, %%zmm0\n\tvinserti64x4 $1, (%0), %%zmm5, %%zmm5\n\t"
+          "vinserti64x4 $1, (%0), %%zmm9, %%zmm9\n\tvinserti64x4 $1, (%0), %%zmm15, %%zmm15\n\t"
+          :: "r"(kPattern) : "memory");
+  } else {
+    __asm__ volatile("vzeroupper");
+  }
+  if (g_vec >= 2)
+    __asm__ volatile(
+        "vmovdqu64 (%0), %%zmm16\n\tvmovdqu64 (%0), %%zmm17\n\tvmovdqu64 (%0), %%zmm18\n\t"
+        "vmovdqu64 (%0), %%zmm19\n\tvmovdqu64 (%0), %%zmm20\n\tvmovdqu64 (%0), %%zmm21\n\t"
+        "vmovdqu64 (%0), %%zmm22\n\tvmovdqu64 (%0), %%zmm23\n\tvmovdqu64 (%0), %%zmm24\n\t"
+        "vmovdqu64 (%0), %%zmm25\n\tvmovdqu64 (%0), %%zmm26\n\tvmovdqu64 (%0), %%zmm27\n\t"
+        "vmovdqu64 (%0), %%zmm28\n\tvmovdqu64 (%0), %%zmm29\n\tvmovdqu64 (%0), %%zmm30\n\t"
+        "vmovdqu64 (%0), %%zmm31\n\t"
+        "kmovw 2(%0), %%k1\n\tkmovw 4(%0), %%k2\n\tkmovw 6(%0), %%k3\n\tkmovw 8(%0), %%k4\n\t"
+        "kmovw 10(%0), %%k5\n\tkmovw 12(%0), %%k6\n\tkmovw 14(%0), %%k7\n\t"
+        :: "r"(kPattern) : "memory");
+}
+
+// After a workload: a hash of what vec_set set (the lower halves of ymm0-15 are the
+// compiled code's and are left out).
+static uint64_t vec_hash(void) {
+  uint64_t y[16][4], z[32][8], k[8] = {0};
+  __asm__ volatile(
+      "vmovdqu %%ymm0, 0(%0)\n\tvmovdqu %%ymm1, 32(%0)\n\tvmovdqu %%ymm2, 64(%0)\n\t"
+      "vmovdqu %%ymm3, 96(%0)\n\tvmovdqu %%ymm4, 128(%0)\n\tvmovdqu %%ymm5, 160(%0)\n\t"
+      "vmovdqu %%ymm6, 192(%0)\n\tvmovdqu %%ymm7, 224(%0)\n\tvmovdqu %%ymm8, 256(%0)\n\t"
+      "vmovdqu %%ymm9, 288(%0)\n\tvmovdqu %%ymm10, 320(%0)\n\tvmovdqu %%ymm11, 352(%0)\n\t"
+      "vmovdqu %%ymm12, 384(%0)\n\tvmovdqu %%ymm13, 416(%0)\n\tvmovdqu %%ymm14, 448(%0)\n\t"
+      "vmovdqu %%ymm15, 480(%0)\n\t"
+      :: "r"(y) : "memory");
+  uint64_t h = 0;
+  for (int i = 0; i < 16; ++i) h = (h * 0x100000001b3ULL) ^ y[i][2] ^ (y[i][3] << 1);
+  if (g_vec < 2) return h;
+  __asm__ volatile(
+      "vmovdqu64 %%zmm0, 0(%0)\n\tvmovdqu64 %%zmm5, 320(%0)\n\tvmovdqu64 %%zmm9, 576(%0)\n\t"
+      "vmovdqu64 %%zmm15, 960(%0)\n\tvmovdqu64 %%zmm16, 1024(%0)\n\tvmovdqu64 %%zmm17, 1088(%0)\n\t"
+      "vmovdqu64 %%zmm18, 1152(%0)\n\tvmovdqu64 %%zmm19, 1216(%0)\n\tvmovdqu64 %%zmm20, 1280(%0)\n\t"
+      "vmovdqu64 %%zmm21, 1344(%0)\n\tvmovdqu64 %%zmm22, 1408(%0)\n\tvmovdqu64 %%zmm23, 1472(%0)\n\t"
+      "vmovdqu64 %%zmm24, 1536(%0)\n\tvmovdqu64 %%zmm25, 1600(%0)\n\tvmovdqu64 %%zmm26, 1664(%0)\n\t"
+      "vmovdqu64 %%zmm27, 1728(%0)\n\tvmovdqu64 %%zmm28, 1792(%0)\n\tvmovdqu64 %%zmm29, 1856(%0)\n\t"
+      "vmovdqu64 %%zmm30, 1920(%0)\n\tvmovdqu64 %%zmm31, 1984(%0)\n\t"
+      "kmovw %%k0, 0(%1)\n\tkmovw %%k1, 8(%1)\n\tkmovw %%k2, 16(%1)\n\tkmovw %%k3, 24(%1)\n\t"
+      "kmovw %%k4, 32(%1)\n\tkmovw %%k5, 40(%1)\n\tkmovw %%k6, 48(%1)\n\tkmovw %%k7, 56(%1)\n\t"
+      :: "r"(z), "r"(k) : "memory");
+  static const int kZmm[] = {0, 5, 9, 15};  // the upper halves of these, all of zmm16-31
+  for (int j = 0; j < 4; ++j)
+    for (int w = 4; w < 8; ++w) h = (h * 0x100000001b3ULL) ^ z[kZmm[j]][w];
+  for (int i = 16; i < 32; ++i)
+    for (int w = 0; w < 8; ++w) h = (h * 0x100000001b3ULL) ^ z[i][w];
+  for (int i = 1; i < 8; ++i) h = (h * 0x100000001b3ULL) ^ (k[i] & 0xffff);
+  return h;
+}
+
 // A program that changes every call-clobbered general and SSE register and raises
 // FE_INEXACT, as compiled C code may.
 static uint64_t poison(uint64_t* ctx) {
@@ -100,11 +212,22 @@ static uint64_t poison(uint64_t* ctx) {
       : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "xmm0", "xmm1", "xmm2",
         "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
         "xmm13", "xmm14", "xmm15", "memory");
+  poison_vec();
   if (g_raise) {
     volatile double third = 1.0;
     third /= 3.0;  // inexact
   }
   return 0;
+}
+
+static int g_dirty;  // capi-vec: the upper halves hold values during the workload
+
+// The workload as each mode measures it: with the vector state of capi-vec around it.
+static uint64_t measured(void) {
+  if (!g_vec) return workload();
+  vec_set(g_dirty);
+  const uint64_t sum = workload();
+  return sum * 1000003u ^ vec_hash();
 }
 
 // fmod_ret on fmr: the body's result, computed here, so the body is skipped.
@@ -155,7 +278,8 @@ static int run_attached(const char* name, int fentry, int fexit, int fmod_ret,
   for (int i = 0; i < kNumFuncs; ++i)
     if (fexit && attach(kFuncs[i], kSigs[i], UTRAMP_FEXIT, poison)) return -1;
   if (fmod_ret && attach((void*)fmr, kSigs[kNumFuncs - 1], UTRAMP_FMOD_RET, fmod)) return -1;
-  printf("%s %llu\n", name, (unsigned long long)workload());
+  printf("%s%s %llu\n", g_vec ? (g_dirty ? "dirty-" : "clean-") : "", name,
+         (unsigned long long)measured());
   fflush(stdout);
   return detach_all();
 }
@@ -180,14 +304,23 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc == 2 && strcmp(argv[1], "capi-abi") == 0) g_raise = 0;
-  if (argc == 2 && (strcmp(argv[1], "capi") == 0 || strcmp(argv[1], "capi-abi") == 0)) {
-    printf("untraced %llu\n", (unsigned long long)workload());
-    if (run_with("fentry", 1, 0, 0, 0) || run_with("fexit", 0, 1, 0, 0) ||
-        run_with("fentry+fexit+fmod_ret", 1, 1, 1, poison) ||
-        run_with("fmod_ret-skip", 0, 0, 1, skip_fmr))
-      return 1;
+  if (argc == 2 && strcmp(argv[1], "capi-vec") == 0) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx")) return 3;
+    g_vec = __builtin_cpu_supports("avx512f") ? 2 : 1;
+  }
+  if (argc == 2 && (strcmp(argv[1], "capi") == 0 || strcmp(argv[1], "capi-abi") == 0 ||
+                    strcmp(argv[1], "capi-vec") == 0)) {
+    for (g_dirty = 0; g_dirty <= (g_vec ? 1 : 0); ++g_dirty) {
+      printf("%suntraced %llu\n", g_vec ? (g_dirty ? "dirty-" : "clean-") : "",
+             (unsigned long long)measured());
+      if (run_with("fentry", 1, 0, 0, 0) || run_with("fexit", 0, 1, 0, 0) ||
+          run_with("fentry+fexit+fmod_ret", 1, 1, 1, poison) ||
+          run_with("fmod_ret-skip", 0, 0, 1, skip_fmr))
+        return 1;
+    }
     return 0;
   }
-  fprintf(stderr, "usage: ipa_fixture run|capi|capi-abi\n");
+  fprintf(stderr, "usage: ipa_fixture run|capi|capi-abi|capi-vec\n");
   return 2;
 }

@@ -63,13 +63,19 @@ arch::StubSpec stub_spec() {
   return s;
 }
 
-// How a CPU with AVX-512 saves its extended state (arch::XStateSave), fixed here; `mode`
-// varies between the goldens of images that keep every register.
+// How a CPU with AVX-512 (and AVX512BW, and XINUSE) keeps its extended state
+// (arch::XStateSave), fixed here; `mode` varies between the goldens of images that keep
+// every register. FXSAVE is a CPU whose OS enables no XSAVE: no AVX, moves only.
 arch::XStateSave xstate(arch::XStateSave::Mode mode) {
   arch::XStateSave x;
   x.mode = mode;
-  x.size = mode == arch::XStateSave::Mode::fxsave ? 512 : 2696;
-  x.mask = mode == arch::XStateSave::Mode::fxsave ? 0 : 0x2e7;
+  if (mode == arch::XStateSave::Mode::fxsave) return x;
+  x.size = 2696;
+  x.mask = 0xe7;
+  x.xinuse = true;
+  x.avx = true;
+  x.avx512 = true;
+  x.kreg64 = true;
   return x;
 }
 
@@ -261,7 +267,8 @@ TEST(CodegenGolden, StubKeepingEverything) {
   test::expect_golden(
       "stub_kept",
       fmt::format("# the stub of a relocated-prologue site at {} ({} bytes moved), keeping\n"
-                  "# every register: XSAVEC, {} bytes, components {:#x}\n"
+                  "# every register: moves, or XSAVEC ({} bytes, components {:#x}) when\n"
+                  "# XINUSE shows state the moves do not keep\n"
                   "# hop +{:#x}, pass +{:#x}, original +{:#x}, exit +{:#x}\n",
                   hexaddr(kFunc), spec.prologue.size(), spec.xstate.size, spec.xstate.mask,
                   s->hop, s->pass, s->original, s->exit) +
@@ -272,7 +279,8 @@ TEST(CodegenGolden, KeptFentryOnly) {
   arch::ImageSpec sp = kept_image_spec(false, arch::XStateSave::Mode::xsavec);
   sp.fentry = {prog(0)};
   expect_image("image_kept_fentry",
-               "one fentry program, keeping every register (XSAVEC): ends at the stub's pass", sp);
+               "one fentry program, keeping every register (moves, or XSAVEC as XINUSE "
+               "says): ends at the stub's pass", sp);
 }
 
 TEST(CodegenGolden, KeptFentryFexitFmodRet) {
@@ -282,16 +290,17 @@ TEST(CodegenGolden, KeptFentryFexitFmodRet) {
   sp.fexit = {prog(2)};
   expect_image("image_kept_all",
                "fentry (with run-time stats), fmod_ret and fexit, keeping every register "
-               "(XSAVE, standard form)",
+               "(moves, or XSAVE in standard form as XINUSE says)",
                sp);
 }
 
 TEST(CodegenGolden, KeptTracerInline) {
   arch::ImageSpec sp = kept_image_spec(true, arch::XStateSave::Mode::xsavec);
+  sp.xstate.xinuse = false;  // a CPU that cannot say what is in use: XSAVEC always
   sp.tracer = tracer(true);
   expect_image("image_kept_tracer_inline",
-               "function_graph tracer, the inline path on, keeping every register (XSAVEC "
-               "around the general code only)",
+               "function_graph tracer, the inline path on, keeping every register (XSAVEC, "
+               "no XINUSE, around the general code only)",
                sp);
 }
 
@@ -299,7 +308,7 @@ TEST(CodegenGolden, KeptTracerHooks) {
   arch::ImageSpec sp = kept_image_spec(true, arch::XStateSave::Mode::fxsave);
   sp.tracer = tracer(false);
   expect_image("image_kept_tracer_hooks",
-               "function_graph tracer, the inline path off, keeping every register (FXSAVE "
-               "around the general code only)",
+               "function_graph tracer, the inline path off, keeping every register (no "
+               "XSAVE: moves around the general code only)",
                sp);
 }

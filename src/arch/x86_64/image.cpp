@@ -127,14 +127,16 @@ int32_t copy_window(const Signature& sig, const Layout& l) {
 //   rbp-32-16*8 ...       full xmm0-7 (variadic and unknown signatures only)
 //   ... gpr save          rdi..r9 (variadic and unknown signatures, and any with an
 //                         argument register carrying fewer than 8 bytes); keeping every
-//                         register (preserve_all): rdi..r9, rax, r10, r11 always, and no
-//                         xmm area (the extended state is saved whole, below)
+//                         register (preserve_all): a byte saying how the extended state
+//                         was saved (Frame::path), then rdi..r9, rax, r10, r11 always, and
+//                         no xmm area (the extended state is kept below)
 //   ctx-32                the caller's return address (utramp's extension; stored only
 //                         when a link asks: ImageSpec::store_caller)
 //   ctx-24, -16, -8       cookie, function address, slot count
 //   ctx+0 ...             argument slots, then two return slots
 //   ... rsp               preserve_all: the extended state's save area, at rsp aligned
-//                         down to 64 (XStateSave::size bytes)
+//                         down to 64 (kept_area_bytes: XStateSave::size bytes or the
+//                         moved state's layout, whichever is larger)
 // Return-value slots after the arguments (ctx[n], ctx[n+1]: abi/ctx.hpp).
 constexpr int kRetSlots = 2;
 // Bytes of an x87 long double in its two return slots (the rest is zeroed).
@@ -151,20 +153,26 @@ struct Frame {
   int nslots = 0;
   bool preserve = false;  // every register kept (ImageSpec::preserve_all)
   uint32_t xsave = 0;     // bytes of the extended state's save area (preserve only)
+  int32_t path = 0;       // rbp-relative byte: how the extended state was saved (preserve
+                          // only: 0 moves, 1 XSAVE; see save_state)
 };
 
 // The general registers code that keeps every register saves (preserve_all), in their
 // frame slots' order: the argument registers first, so that the slots double as the
 // argument registers' save area (Frame::gpr + 8 * kIntArgs index).
+uint32_t kept_area_bytes(const XStateSave& x);  // below, with the ways of keeping state
+
 const ax::Gp kKeptGprs[] = {ax::rdi, ax::rsi, ax::rdx, ax::rcx, ax::r8, ax::r9, ax::rax, ax::r10, ax::r11};
-constexpr int kKeptRax = 6, kKeptRdx = 2;
+constexpr int kKeptRax = 6, kKeptRdx = 2, kKeptRcx = 3;
 
 Frame frame_for(const Signature& sig, const Layout& l, const ImageSpec& sp) {
   Frame f;
   int32_t at = f.scratch;
   if (sp.preserve_all) {
     f.preserve = true;
-    f.xsave = sp.xstate.size;
+    f.xsave = kept_area_bytes(sp.xstate);
+    at -= 8;
+    f.path = at;
     at -= 8 * static_cast<int32_t>(std::size(kKeptGprs));
     f.gpr = at;
     f.nslots = static_cast<int>(l.slots.size());
@@ -365,11 +373,89 @@ void restore_ret(ax::Assembler& a, const RetType& r, const Frame& f) {
 
 // ---- keeping every register (ImageSpec::preserve_all, arch/image.hpp) ----------------
 //
-// The extended state is saved with the CPU's XSAVEC, XSAVE or FXSAVE (XStateSave) into a
-// 64-byte aligned area; XSAVE and XRSTOR take the components in edx:eax, so rax and rdx
-// are saved before and reloaded after. XRSTOR faults on a header (bytes 512..575) whose
-// reserved bytes are not zero, and neither XSAVE (writes bytes 0..7) nor XSAVEC (0..15)
-// writes them: they are zeroed first, the area being fresh stack.
+// The general registers go into the frame with moves. The extended state is kept one of
+// two ways, chosen per save by what the caller has in use (XINUSE, XGETBV with ecx = 1):
+//
+// Moves (the common case). When no component but x87, SSE, the AVX-512 opmask and
+// Hi16_ZMM (zmm16-31) is in use, the state a caller can hold a value in is: xmm0-15,
+// zmm16-31, k0-7, MXCSR, and the x87 control and status words. They are saved with
+// moves (save_moved), and put back (restore_moved) with, before the xmm loads, a
+// `vzeroupper`: the upper halves of ymm0-15 and zmm0-15 (components AVX and ZMM_Hi256)
+// were in their initial state, zero (SDM vol. 1, 13.6: a component not in use is in its
+// initial configuration), so zero is exactly what they held, whatever the programs
+// left there; legacy SSE loads leave them zero. That `vzeroupper` also keeps a program
+// that dirties them (compiled C calling AVX code) from handing the traced program
+// dirty upper state, which would slow its SSE code on Intel CPUs. zmm16-31 and k0-7 are
+// saved whole, in use or not: glibc's EVEX string functions leave them in use in nearly
+// every process, and moving zeros back is as exact as anything. Not kept: the x87 data
+// registers and tags (st0-7, mm0-7) and its last-instruction pointers. The ABI has the
+// x87 stack empty at every call and return and gcc counts the x87 registers clobbered
+// by every call (final.cc: collect_fn_hard_reg_usage), so no caller holds a value
+// there; the control word is kept (fldcw) and so is the status word, whose exception
+// flags a program reads with fetestexcept: only when it changed (a program ran x87
+// code), the environment is stored, its status word replaced and loaded back.
+//
+// XSAVEC, XSAVE or FXSAVE (XStateSave) otherwise: the caller has upper halves of
+// ymm/zmm0-15 in use (AVX code that did not vzeroupper before the call) or a component
+// these moves do not know, or the CPU cannot say (no XINUSE). The area is 64-byte
+// aligned; XSAVE and XRSTOR take the components in edx:eax, so rax and rdx (and rcx, for
+// XGETBV) are saved before and reloaded after. XRSTOR faults on a header (bytes
+// 512..575) whose reserved bytes are not zero, and neither XSAVE (writes bytes 0..7) nor
+// XSAVEC (0..15) writes them: they are zeroed first, the area being fresh stack.
+//
+// XGETBV and the moves cost a fraction of an XSAVEC/XRSTOR pair (docs/benchmarks.md,
+// "Functions without a compiler site": 15 ns and about 25 ns against 270-420 ns there).
+
+// The moved state's layout in the save area, from its (64-aligned) start:
+//
+//   0       xmm0-15, 16 bytes each
+//   256     zmm16-31, 64 bytes each      (XStateSave::avx512 only)
+//   1280    k0-7, 8 bytes each           (XStateSave::avx512 only)
+//   M       MXCSR (4 bytes), x87 control word (2), x87 status word (2);  M = 1344 or 256
+//   M+8     the x87 environment (28 bytes), written only to put the status word back
+struct MovedState {
+  int32_t zmm = 0, k = 0, mxcsr = 0, fcw = 0, fsw = 0, env = 0, end = 0;
+};
+constexpr int32_t kX87EnvStatus = 4;  // the status word's offset in an x87 environment
+
+MovedState moved_layout(const XStateSave& x) {
+  MovedState m;
+  int32_t at = 16 * 16;
+  if (x.avx512) {
+    m.zmm = at;
+    at += 64 * 16;
+    m.k = at;
+    at += 8 * 8;
+  }
+  m.mxcsr = at;
+  m.fcw = at + 4;
+  m.fsw = at + 6;
+  m.env = at + 8;
+  m.end = m.env + 28;
+  return m;
+}
+
+// Components whose being in use sends a save to XSAVE: everything the moves do not keep.
+uint64_t xsave_components(const XStateSave& x) {
+  return x.mask & ~(kXcompX87 | kXcompSse | kXcompOpmask | kXcompHi16Zmm);
+}
+// Whether saves may use moves, and whether they must decide at run time (XGETBV).
+bool moves_possible(const XStateSave& x) {
+  return x.mode == XStateSave::Mode::fxsave || xsave_components(x) == 0 || x.xinuse;
+}
+bool decides(const XStateSave& x) { return moves_possible(x) && xsave_components(x) != 0; }
+
+// Bytes of the save area: the XSAVE area or the moved state, whichever is larger.
+uint32_t kept_area_bytes(const XStateSave& x) {
+  const uint32_t moved = static_cast<uint32_t>(moved_layout(x).end);
+  return (std::max(x.size, moved) + 63) / 64 * 64;
+}
+
+// Bytes of one save_state or restore_state at most (both ways and the choice: about
+// 480 with AVX-512). An image emits four at most: around the programs and around the
+// body, or two call_keeping_all.
+constexpr size_t kKeptStateBound = 640;
+
 void xsave_to(ax::Assembler& a, const XStateSave& x, const ax::Gp& base) {
   if (x.mode == XStateSave::Mode::fxsave) {
     a.fxsave64(ax::ptr(base));
@@ -392,53 +478,169 @@ void xrstor_from(ax::Assembler& a, const XStateSave& x, const ax::Gp& base) {
   a.xrstor64(ax::ptr(base));
 }
 
-// Everything into the image's frame (general registers into Frame::gpr, the extended
-// state at rsp, 64-aligned); every register holds what it held before when it ends:
-//
-//   mov [gpr+0], rdi ; mov [gpr+8], rsi ; ... ; mov [gpr+64], r11
-//   mov qword [rsp+520], 0 ; ... ; mov qword [rsp+568], 0   ; the header's reserved bytes
-//   mov eax, mask ; mov edx, mask >> 32 ; xsavec64 [rsp]
-//   mov rax, [gpr+48] ; mov rdx, [gpr+16]
-void save_all(ax::Assembler& a, const ImageSpec& sp, const Frame& f) {
-  for (size_t i = 0; i < std::size(kKeptGprs); ++i) a.mov(rbp_q(f.gpr + 8 * int32_t(i)), kKeptGprs[i]);
-  xsave_to(a, sp.xstate, ax::rsp);
-  a.mov(ax::rax, rbp_q(f.gpr + 8 * kKeptRax));
-  a.mov(ax::rdx, rbp_q(f.gpr + 8 * kKeptRdx));
+//   movaps [base], xmm0 ; ... ; movaps [base+240], xmm15
+//   vmovdqa64 [base+256], zmm16 ; ... ; kmovq [base+1280], k0 ; ...   (AVX-512)
+//   stmxcsr [base+M] ; fnstcw [base+M+4] ; fnstsw [base+M+6]
+void save_moved(ax::Assembler& a, const XStateSave& x, const ax::Gp& base) {
+  const MovedState m = moved_layout(x);
+  for (uint32_t i = 0; i < 16; ++i) a.movaps(ax::xmmword_ptr(base, int32_t(16 * i)), ax::xmm(i));
+  if (x.avx512) {
+    for (uint32_t i = 0; i < 16; ++i)
+      a.vmovdqa64(ax::zmmword_ptr(base, m.zmm + int32_t(64 * i)), ax::zmm(16 + i));
+    for (uint32_t i = 0; i < 8; ++i) {
+      if (x.kreg64) a.kmovq(ax::qword_ptr(base, m.k + int32_t(8 * i)), ax::k(i));
+      else a.kmovw(ax::word_ptr(base, m.k + int32_t(8 * i)), ax::k(i));
+    }
+  }
+  a.stmxcsr(ax::dword_ptr(base, m.mxcsr));
+  a.fnstcw(ax::word_ptr(base, m.fcw));
+  a.fnstsw(ax::word_ptr(base, m.fsw));
 }
 
-//   mov eax, mask ; mov edx, mask >> 32 ; xrstor64 [rsp]
+//   vzeroupper                                                        (AVX)
+//   movaps xmm0, [base] ; ... ; vmovdqa64 zmm16, [base+256] ; ... ; kmovq k0, [base+1280] ; ...
+//   ldmxcsr [base+M] ; fldcw [base+M+4]
+//   fnstsw ax ; cmp ax, [base+M+6] ; je kept
+//   fnstenv [base+M+8] ; mov ax, [base+M+6] ; mov [base+M+8+4], ax ; fldenv [base+M+8]
+//   kept:
+void restore_moved(ax::Assembler& a, const XStateSave& x, const ax::Gp& base) {
+  const MovedState m = moved_layout(x);
+  if (x.avx) a.vzeroupper();
+  for (uint32_t i = 0; i < 16; ++i) a.movaps(ax::xmm(i), ax::xmmword_ptr(base, int32_t(16 * i)));
+  if (x.avx512) {
+    for (uint32_t i = 0; i < 16; ++i)
+      a.vmovdqa64(ax::zmm(16 + i), ax::zmmword_ptr(base, m.zmm + int32_t(64 * i)));
+    for (uint32_t i = 0; i < 8; ++i) {
+      if (x.kreg64) a.kmovq(ax::k(i), ax::qword_ptr(base, m.k + int32_t(8 * i)));
+      else a.kmovw(ax::k(i), ax::word_ptr(base, m.k + int32_t(8 * i)));
+    }
+  }
+  a.ldmxcsr(ax::dword_ptr(base, m.mxcsr));
+  a.fldcw(ax::word_ptr(base, m.fcw));
+  Label kept = a.newLabel();
+  a.fnstsw(ax::ax);
+  a.cmp(ax::ax, ax::word_ptr(base, m.fsw));
+  a.je(kept);
+  a.fnstenv(ax::ptr(base, m.env));
+  a.mov(ax::ax, ax::word_ptr(base, m.fsw));
+  a.mov(ax::word_ptr(base, m.env + kX87EnvStatus), ax::ax);
+  a.fldenv(ax::ptr(base, m.env));
+  a.bind(kept);
+}
+
+// The extended state into the area at `base`; `path` (a byte) says which way it went
+// for restore_state, when the choice is made at run time. Clobbers rax, rcx, rdx.
+//
+//   mov ecx, 1 ; xgetbv                     ; edx:eax = the components in use
+//   test eax, XSAVE components ; jnz xsave  ; (and edx, when any is above bit 31)
+//   mov byte [path], 0
+//   <save_moved> ; jmp done
+//   xsave: mov byte [path], 1 ; <xsave_to>
+//   done:
+void save_state(ax::Assembler& a, const XStateSave& x, const ax::Gp& base, const ax::Mem& path) {
+  if (!moves_possible(x)) {
+    xsave_to(a, x, base);
+    return;
+  }
+  if (!decides(x)) {
+    save_moved(a, x, base);
+    return;
+  }
+  Label slow = a.newLabel(), done = a.newLabel();
+  const uint64_t xs = xsave_components(x);
+  a.mov(ax::ecx, Imm(1));
+  a.xgetbv();
+  if (static_cast<uint32_t>(xs)) {
+    a.test(ax::eax, Imm(static_cast<uint32_t>(xs)));
+    a.jnz(slow);
+  }
+  if (xs >> 32) {
+    a.test(ax::edx, Imm(static_cast<uint32_t>(xs >> 32)));
+    a.jnz(slow);
+  }
+  a.mov(path, Imm(0));
+  save_moved(a, x, base);
+  a.jmp(done);
+  a.bind(slow);
+  a.mov(path, Imm(1));
+  xsave_to(a, x, base);
+  a.bind(done);
+}
+
+// What save_state saved, back. Clobbers rax, rdx.
+//
+//   cmp byte [path], 0 ; jne xrstor
+//   <restore_moved> ; jmp done
+//   xrstor: <xrstor_from>
+//   done:
+void restore_state(ax::Assembler& a, const XStateSave& x, const ax::Gp& base, const ax::Mem& path) {
+  if (!moves_possible(x)) {
+    xrstor_from(a, x, base);
+    return;
+  }
+  if (!decides(x)) {
+    restore_moved(a, x, base);
+    return;
+  }
+  Label slow = a.newLabel(), done = a.newLabel();
+  a.cmp(path, Imm(0));
+  a.jne(slow);
+  restore_moved(a, x, base);
+  a.jmp(done);
+  a.bind(slow);
+  xrstor_from(a, x, base);
+  a.bind(done);
+}
+
+// Everything into the image's frame (general registers into Frame::gpr, the extended
+// state at rsp, 64-aligned, the way it went into Frame::path); every register holds
+// what it held before when it ends:
+//
+//   mov [gpr+0], rdi ; mov [gpr+8], rsi ; ... ; mov [gpr+64], r11
+//   <save_state [rsp], byte [path]>
+//   mov rax, [gpr+48] ; mov rdx, [gpr+16] ; mov rcx, [gpr+24]
+void save_all(ax::Assembler& a, const ImageSpec& sp, const Frame& f) {
+  for (size_t i = 0; i < std::size(kKeptGprs); ++i) a.mov(rbp_q(f.gpr + 8 * int32_t(i)), kKeptGprs[i]);
+  save_state(a, sp.xstate, ax::rsp, ax::byte_ptr(ax::rbp, f.path));
+  a.mov(ax::rax, rbp_q(f.gpr + 8 * kKeptRax));
+  a.mov(ax::rdx, rbp_q(f.gpr + 8 * kKeptRdx));
+  a.mov(ax::rcx, rbp_q(f.gpr + 8 * kKeptRcx));
+}
+
+//   <restore_state [rsp], byte [path]>
 //   mov rdi, [gpr+0] ; ... ; mov r11, [gpr+64]
 void restore_all(ax::Assembler& a, const ImageSpec& sp, const Frame& f) {
-  xrstor_from(a, sp.xstate, ax::rsp);
+  restore_state(a, sp.xstate, ax::rsp, ax::byte_ptr(ax::rbp, f.path));
   for (size_t i = 0; i < std::size(kKeptGprs); ++i) a.mov(kKeptGprs[i], rbp_q(f.gpr + 8 * int32_t(i)));
 }
 
 // A call of C code (rdi and rsi its arguments) that changes no register, emitted where
 // rsp is 16-aligned and nothing else is saved: the thread's first entry in a stub, a
-// tracer hook's general code. rbx (kept by the callee) holds the stack pointer across:
+// tracer hook's general code. rbx (kept by the callee) holds the stack pointer across,
+// and [rbx+80] the way the extended state went:
 //
-//   lea  rsp, [rsp-80]
+//   lea  rsp, [rsp-96]
 //   mov  [rsp], rax ; ... ; mov [rsp+64], r11 ; mov [rsp+72], rbx
 //   mov  rbx, rsp ; sub rsp, size ; and rsp, -64
-//   mov  qword [rsp+520], 0 ; ... ; mov  eax, mask ; mov edx, mask >> 32 ; xsavec64 [rsp]
+//   <save_state [rsp], byte [rbx+80]>
 //   call fn
-//   mov  eax, mask ; mov edx, mask >> 32 ; xrstor64 [rsp]
+//   <restore_state [rsp], byte [rbx+80]>
 //   mov  rsp, rbx
 //   mov  rax, [rsp] ; ... ; mov rbx, [rsp+72]
-//   lea  rsp, [rsp+80]
+//   lea  rsp, [rsp+96]
 void call_keeping_all(ax::Assembler& a, const XStateSave& x, uint64_t fn, uint64_t base) {
   static const ax::Gp kSaved[] = {ax::rax, ax::rcx, ax::rdx, ax::rsi, ax::rdi,
                                   ax::r8,  ax::r9,  ax::r10, ax::r11, ax::rbx};
-  static_assert(std::size(kSaved) % 2 == 0, "rsp stays 16-aligned");
-  const int32_t bytes = 8 * static_cast<int32_t>(std::size(kSaved));
+  const int32_t path = 8 * static_cast<int32_t>(std::size(kSaved));
+  const int32_t bytes = (path + 8 + 15) / 16 * 16;  // rsp stays 16-aligned
   a.lea(ax::rsp, ax::ptr(ax::rsp, -bytes));
   for (size_t i = 0; i < std::size(kSaved); ++i) a.mov(ax::qword_ptr(ax::rsp, 8 * int32_t(i)), kSaved[i]);
   a.mov(ax::rbx, ax::rsp);
-  a.sub(ax::rsp, Imm(x.size));
+  a.sub(ax::rsp, Imm(kept_area_bytes(x)));
   a.and_(ax::rsp, Imm(-64));
-  xsave_to(a, x, ax::rsp);
+  save_state(a, x, ax::rsp, ax::byte_ptr(ax::rbx, path));
   call_abs(a, fn, base);
-  xrstor_from(a, x, ax::rsp);
+  restore_state(a, x, ax::rsp, ax::byte_ptr(ax::rbx, path));
   a.mov(ax::rsp, ax::rbx);
   for (size_t i = 0; i < std::size(kSaved); ++i) a.mov(kSaved[i], ax::qword_ptr(ax::rsp, 8 * int32_t(i)));
   a.lea(ax::rsp, ax::ptr(ax::rsp, bytes));
@@ -1013,7 +1215,7 @@ size_t image_size_bound(const ImageSpec& spec) {
   const size_t args = spec.sig ? spec.sig->args.size() * 2 + 8 : 16;
   return 512 + progs * 192 + args * 24 + 64 * 8 /* stack window copy */ + 512 +
          (spec.tracer.entry ? 256 : 0) + (spec.tracer.inline_path ? 768 : 0) +
-         (spec.preserve_all ? 1024 : 0);
+         (spec.preserve_all ? 512 + 4 * kKeptStateBound : 0);
 }
 
 // Image layout (calls_original; fentry-only images omit the marked parts and end with
