@@ -4,7 +4,8 @@
 //                 memory checks, the loop budget, division tests, as before the verifier
 //   jit           the JIT's code for the verified program: the checks the proof makes
 //                 redundant left out (docs/ebpf.md)
-//   native        the same computation in C, gcc -O2 (ebpf_native.c), where there is one
+//   native        the same computation in C, gcc -O2 (ebpf_native.c), where there is one;
+//                 fnv also without vectorising (native_scalar), as a JIT's code is scalar
 // on these programs:
 //   - the conformance programs that loop (a backward jump), as the suite has them;
 //   - `prime` again with its input raised from 67 to 10007 (10005 loop iterations);
@@ -15,8 +16,8 @@
 // Every run is checked against the expected r0 (native C's result for fnv) before
 // timing. The summary gives ns/run per engine and jit/native (goal <= 1.1).
 //
-// Then the verifier's own cost: a generated program of about 1,000 instructions with
-// 20 counted loops (16 iterations each, over the stack and a map value), clamps and
+// Then the verifier's own cost: a generated program of just over 1,000 instructions
+// with 44 counted loops (16 iterations each, over the stack and a map value), clamps and
 // helper calls, verified in full (goal <= 50 ms), with its statistics.
 //
 // Cases are read from UTRAMP_CONFORMANCE_DIR (as the tests); without them the
@@ -37,6 +38,7 @@
 extern "C" {
 uint64_t utramp_bn_prime(uint64_t arg);
 uint64_t utramp_bn_fnv(uint64_t seed);
+uint64_t utramp_bn_fnv_scalar(uint64_t seed);
 }
 
 namespace {
@@ -54,6 +56,7 @@ struct Workload {
   std::unique_ptr<Executable> engines[kEngines];
   uint64_t expect;
   uint64_t (*native)(uint64_t) = nullptr;
+  uint64_t (*native_scalar)(uint64_t) = nullptr;  // the same without vectorising, if it differs
   uint64_t native_arg = 0;
 };
 
@@ -131,7 +134,12 @@ void setup() {
     std::memcpy(mem.data(), &seed, 8);
     Workload* w = add("fnv", must(assemble(kFnv), "assembling fnv"), mem, utramp_bn_fnv(seed));
     w->native = utramp_bn_fnv;
+    w->native_scalar = utramp_bn_fnv_scalar;
     w->native_arg = seed;
+    if (utramp_bn_fnv_scalar(seed) != w->expect) {
+      fmt::print(stderr, "fnv: the scalar native build disagrees\n");
+      std::exit(2);
+    }
   }
   if (!testing::conformance_present()) {
     fmt::print("no conformance cases in {}: only `empty` and `fnv` run\n", testing::conformance_dir().string());
@@ -164,9 +172,9 @@ void BM_run(benchmark::State& state, Workload* w, int engine) {
   for (auto _ : state) benchmark::DoNotOptimize(e.run(ctx, m.size(), &st));
 }
 
-void BM_native(benchmark::State& state, Workload* w) {
-  volatile uint64_t arg = w->native_arg;  // not a constant the compiler could fold
-  for (auto _ : state) benchmark::DoNotOptimize(w->native(arg));
+void BM_native(benchmark::State& state, uint64_t (*fn)(uint64_t), uint64_t native_arg) {
+  volatile uint64_t arg = native_arg;  // not a constant the compiler could fold
+  for (auto _ : state) benchmark::DoNotOptimize(fn(arg));
 }
 
 void BM_native_entry(benchmark::State& state, Workload* w) {
@@ -177,14 +185,14 @@ void BM_native_entry(benchmark::State& state, Workload* w) {
 
 // ---- the verifier's cost ---------------------------------------------------------------
 
-// About 1,000 instructions: 20 blocks, each a counted loop of 16 iterations over the
-// stack, one over a map value it looked up, a clamp of a context value and a helper
-// call.
+// Just over 1,000 instructions: 22 blocks, each a counted loop of 16 iterations over
+// the stack, one over a map value it looked up, a clamp of a context value and a
+// helper call.
 std::string big_program() {
   std::string t = "mov %r6, %r1\nmov %r7, 0\n";
   for (int k = 0; k < 8; ++k) t += fmt::format("stdw [%r10-{}], {}\n", 8 * (k + 1), k);
   t += "stw [%r10-68], 0\n";
-  for (int b = 0; b < 20; ++b) {
+  for (int b = 0; b < 22; ++b) {
     t += fmt::format("mov %r3, 0\nS{}:\nmov %r5, %r10\nadd %r5, -64\nmov %r4, %r3\nand %r4, 7\nlsh %r4, 3\n"
                      "add %r5, %r4\nldxdw %r4, [%r5+0]\nadd %r4, %r3\nstxdw [%r5+0], %r4\nadd %r3, 1\n"
                      "jlt %r3, 16, S{}\n",
@@ -253,7 +261,11 @@ int main(int argc, char** argv) {
   for (auto& w : g_work) {
     for (int e = 0; e < kEngines; ++e)
       benchmark::RegisterBenchmark(fmt::format("{}/{}", w->name, kEngineNames[e]).c_str(), BM_run, w.get(), e);
-    if (w->native) benchmark::RegisterBenchmark(fmt::format("{}/native", w->name).c_str(), BM_native, w.get());
+    if (w->native)
+      benchmark::RegisterBenchmark(fmt::format("{}/native", w->name).c_str(), BM_native, w->native, w->native_arg);
+    if (w->native_scalar)
+      benchmark::RegisterBenchmark(fmt::format("{}/native_scalar", w->name).c_str(), BM_native, w->native_scalar,
+                                   w->native_arg);
   }
   benchmark::RegisterBenchmark("empty/jit_native_entry", BM_native_entry, g_work[0].get());
   benchmark::RegisterBenchmark("verify/1000_insns", BM_verify, &big)->Unit(benchmark::kMillisecond);
@@ -276,6 +288,14 @@ int main(int argc, char** argv) {
     fmt::print("{:<14} {:>14.1f} {:>13.1f} {:>10.1f} {:>10} {:>10.2f}x {:>11}\n", w->name, ns[0], ns[1], ns[2],
                nat ? fmt::format("{:.1f}", nn) : "-", ns[2] / ns[1],
                nat ? fmt::format("{:.2f}x", ns[2] / nn) : "-");
+  }
+  for (auto& w : g_work) {
+    const auto* jit = rep.find(w->name + "/jit");
+    const auto* sc = w->native_scalar ? rep.find(w->name + "/native_scalar") : nullptr;
+    if (jit && sc)
+      fmt::print("{:<14} native without vectorising (gcc -fno-tree-vectorize): {:.1f} ns, jit/native {:.2f}x\n",
+                 w->name, bench::per_unit_ns(*sc, 1, false),
+                 bench::per_unit_ns(*jit, 1, false) / bench::per_unit_ns(*sc, 1, false));
   }
   if (const auto* nat = rep.find("empty/jit_native_entry"))
     fmt::print("{:<14} {:>14} {:>13} {:>10.1f}   (native entry: uint64_t fn(uint64_t* ctx))\n", "empty/entry", "", "",

@@ -479,14 +479,16 @@ void Emitter::shift(const Insn& n) {
   }
 }
 
-// div/mod/sdiv/smod. x86 divides rdx:rax, so r0 and r3 are kept in r9/r10 around it:
+// div/mod/sdiv/smod. x86 divides rdx:rax, so r0 and r3 are kept in r9/r10 around it
+// (the one that is DST is not: its old value is dead):
 //
 //   mov  r11, SRC           ; divisor
-//   test r11, r11 ; jz zero ; cmp r11, -1 ; je minus_one (signed)
+//   test r11, r11 ; jz zero ; cmp r11, -1 ; je minus_one (signed; both left out
+//                             where the proof says the divisor is never 0 or -1)
 //   mov  r9, rax ; mov r10, rdx
 //   mov  rax, DST ; xor edx, edx (cqo for signed)
 //   div  r11
-//   mov  r11, rax (rdx for mod) ; mov rax, r9 ; mov rdx, r10 ; mov DST, r11
+//   mov  DST, rax (rdx for mod) ; mov rax, r9 ; mov rdx, r10
 //
 // zero: div -> 0, mod -> DST (truncated to 32 bits for ALU32); minus_one: sdiv -> -DST,
 // smod -> 0 (x86 would trap on INT_MIN / -1).
@@ -528,18 +530,25 @@ void Emitter::divmod(size_t i, const Insn& n) {
       }));
     }
   }
-  a_.mov(ax::r9, ax::rax);
-  a_.mov(ax::r10, ax::rdx);
-  a_.mov(is64 ? ax::Gp(ax::rax) : ax::Gp(ax::eax), d);
+  // r0 (rax) and r3 (rdx) are kept only when neither is DST: DST's old value is dead.
+  const bool keep_rax = d64 != ax::rax, keep_rdx = d64 != ax::rdx;
+  if (keep_rax) a_.mov(ax::r9, ax::rax);
+  if (keep_rdx) a_.mov(ax::r10, ax::rdx);
+  if (keep_rax) a_.mov(is64 ? ax::Gp(ax::rax) : ax::Gp(ax::eax), d);
   if (is_signed) is64 ? a_.cqo() : a_.cdq();
   else a_.xor_(ax::edx, ax::edx);
   if (is_signed) a_.idiv(r11);
   else a_.div(r11);
-  if (is64) a_.mov(ax::r11, is_mod ? ax::rdx : ax::rax);
-  else a_.mov(ax::r11d, is_mod ? ax::edx : ax::eax);
-  a_.mov(ax::rax, ax::r9);
-  a_.mov(ax::rdx, ax::r10);
-  a_.mov(d, r11);
+  const ax::Gp result = is64 ? ax::Gp(is_mod ? ax::rdx : ax::rax) : ax::Gp(is_mod ? ax::edx : ax::eax);
+  if (!keep_rax || !keep_rdx) {  // DST is rax or rdx: one move at most, one register back
+    if (result.id() != d.id()) a_.mov(d, result);
+    if (keep_rax) a_.mov(ax::rax, ax::r9);
+    if (keep_rdx) a_.mov(ax::rdx, ax::r10);
+  } else {
+    a_.mov(d, result);
+    a_.mov(ax::rax, ax::r9);
+    a_.mov(ax::rdx, ax::r10);
+  }
   a_.bind(done);
 }
 
