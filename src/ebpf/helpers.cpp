@@ -434,10 +434,14 @@ u64 h_func_arg(u64 ctx, u64 n, u64 value, u64, u64) {
 
 // The kernel's verifier turns this helper into -EOPNOTSUPP outside fexit and fmod_ret
 // programs; here the image says whether the return slot is valid (abi::kCtxRetValid).
+// *value is written on every path, 0 on a failure, as bpf_get_func_arg's: the verifier
+// counts the 8 bytes as written by the call (a u64_out argument), so a program may read
+// them whatever the call returned.
 template <bool kTrusted>
 u64 h_func_ret(u64 ctx, u64 value, u64, u64, u64) {
   u64 head = 0, v = 0;
   if (!writable<kTrusted>(value, 8)) return neg(EFAULT);
+  *reinterpret_cast<u64*>(value) = 0;
   if (!read_ctx<kTrusted>(ctx, abi::kCtxArgCount, &head)) return neg(EINVAL);
   if (!(head & abi::kCtxRetValid)) return neg(EOPNOTSUPP);
   const u64 cnt = head & abi::kCtxArgCountMask;
