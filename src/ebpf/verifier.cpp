@@ -878,35 +878,22 @@ bool Verifier::jump(Work& w, const Insn& n, bool* ended) {
     return true;
   }
   State ts = w.st, fs = w.st;
-  bool t_ok, f_ok;
-  {
+  // The state on one edge: the operands narrowed by the outcome, and their copies;
+  // false when the outcome is impossible.
+  auto edge = [&](State& st, bool taken) {
     Scalar a = d.v, c = s.v;
-    t_ok = narrow(o, is64, true, a, c);
-    if (t_ok) {
-      Reg& rd = ts.reg(n.dst);
-      rd.v = a;
-      narrow_linked(ts, rd);
-      if (x) {
-        Reg& rs = ts.reg(n.src);
-        rs.v = c;
-        narrow_linked(ts, rs);
-      }
+    if (!narrow(o, is64, taken, a, c)) return false;
+    Reg& rd = st.reg(n.dst);
+    rd.v = a;
+    narrow_linked(st, rd);
+    if (x) {
+      Reg& rs = st.reg(n.src);
+      rs.v = c;
+      narrow_linked(st, rs);
     }
-  }
-  {
-    Scalar a = d.v, c = s.v;
-    f_ok = narrow(o, is64, false, a, c);
-    if (f_ok) {
-      Reg& rd = fs.reg(n.dst);
-      rd.v = a;
-      narrow_linked(fs, rd);
-      if (x) {
-        Reg& rs = fs.reg(n.src);
-        rs.v = c;
-        narrow_linked(fs, rs);
-      }
-    }
-  }
+    return true;
+  };
+  const bool t_ok = edge(ts, true), f_ok = edge(fs, false);
   if (t_ok && f_ok) {
     fork(std::move(ts), std::move(fs), mnemonic + " taken", mnemonic + " not taken");
   } else {
