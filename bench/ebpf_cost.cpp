@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
+#include "abi/signature.hpp"
 #include "ebpf/engine.hpp"
 #include "ebpf/helpers.hpp"
 #include "ebpf/loader.hpp"
@@ -142,11 +143,12 @@ std::unique_ptr<BpfObject> load_bpf(const std::string& path) {
     o.regions.push_back({reinterpret_cast<uint64_t>(d.data()),
                          reinterpret_cast<uint64_t>(d.data() + d.size()), !b->obj.maps[i].readonly});
   }
+  const abi::Signature sig = must(abi::parse_signature(kSignature), "the target's signature");
   for (ebpf::LoadedProgram& p : b->obj.programs) {
     ebpf::resolve(p, hdr, val);
     ebpf::ExecOptions po = o;
-    // "i32 -> i32": one argument, and the return value for fexit.
-    po.ctx_size = p.kind == ebpf::ProgKind::fentry ? 8 : 16;
+    // As the agent loads it: the context of "i32 -> i32", the maps; verified.
+    ebpf::program_options(b->obj, p, sig, po);
     b->progs.push_back(must(ebpf::load(ebpf::Program{p.name, p.section, p.insns}, po, ebpf::EngineKind::jit),
                             fmt::format("{}: program {}", path, p.name)));
   }

@@ -1,19 +1,31 @@
-// The eBPF JIT against the interpreter, per run of a program:
+// The eBPF engines per run of a program, in one process:
+//   interpreter   the reference, every check at run time
+//   jit_checked   the JIT's code for an unverified program (ExecOptions::unverified):
+//                 memory checks, the loop budget, division tests, as before the verifier
+//   jit           the JIT's code for the verified program: the checks the proof makes
+//                 redundant left out (docs/ebpf.md)
+//   native        the same computation in C, gcc -O2 (ebpf_native.c), where there is one;
+//                 fnv also without vectorising (native_scalar), as a JIT's code is scalar
+// on these programs:
 //   - the conformance programs that loop (a backward jump), as the suite has them;
-//   - `prime` again with its input raised from 67 to 10007 (the same code, 10005 loop
-//     iterations instead of 65: what a loop costs once entry and exit are amortised);
+//   - `prime` again with its input raised from 67 to 10007 (10005 loop iterations);
+//   - `fnv`: FNV-1a over a 256-byte stack buffer it fills first (two loops of 256
+//     iterations, a store or a load per iteration), seeded from its 8-byte context;
 //   - `empty` (mov r0, 0; exit): the fixed cost of a run, through Executable::run and,
 //     for the JIT, through the native entry a trampoline calls.
-// Every run is checked against the case's expected r0 before timing (a JIT that
-// computed the wrong thing fast would make the ratio meaningless). The summary prints
-// interpreter ns/run, JIT ns/run and their ratio. Default loop budget on (the cost of
-// its check on every backward jump is part of the JIT figure).
+// Every run is checked against the expected r0 (native C's result for fnv) before
+// timing. The summary gives ns/run per engine and jit/native (goal <= 1.1).
 //
-// Cases are read from UTRAMP_CONFORMANCE_DIR (as the tests); without them only `empty`
-// runs.
+// Then the verifier's own cost: a generated program of just over 1,000 instructions
+// with 44 counted loops (16 iterations each, over the stack and a map value), clamps and
+// helper calls, verified in full (goal <= 50 ms), with its statistics.
+//
+// Cases are read from UTRAMP_CONFORMANCE_DIR (as the tests); without them the
+// conformance programs are left out.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,17 +35,29 @@
 #include "ebpf/asm.hpp"
 #include "ebpf/engine.hpp"
 
+extern "C" {
+uint64_t utramp_bn_prime(uint64_t arg);
+uint64_t utramp_bn_fnv(uint64_t seed);
+uint64_t utramp_bn_fnv_scalar(uint64_t seed);
+}
+
 namespace {
 
 using namespace utramp;
 using namespace utramp::ebpf;
 using bench::must;
 
+constexpr int kEngines = 3;
+const char* const kEngineNames[kEngines] = {"interpreter", "jit_checked", "jit"};
+
 struct Workload {
   std::string name;
   std::vector<uint8_t> mem;
-  std::unique_ptr<Executable> engines[2];  // interpreter, jit
+  std::unique_ptr<Executable> engines[kEngines];
   uint64_t expect;
+  uint64_t (*native)(uint64_t) = nullptr;
+  uint64_t (*native_scalar)(uint64_t) = nullptr;  // the same without vectorising, if it differs
+  uint64_t native_arg = 0;
 };
 
 std::vector<std::unique_ptr<Workload>> g_work;
@@ -48,43 +72,93 @@ bool loops(const std::vector<Insn>& p) {
   return false;
 }
 
-void add(std::string name, std::vector<Insn> prog, std::vector<uint8_t> mem, uint64_t expect) {
+Workload* add(std::string name, std::vector<Insn> prog, std::vector<uint8_t> mem, uint64_t expect) {
   auto w = std::make_unique<Workload>();
   w->name = std::move(name);
   w->mem = std::move(mem);
   w->expect = expect;
-  ExecOptions o;
-  o.helpers = &testing::conformance_helpers();
-  o.ctx_writable = true;
-  for (int e = 0; e < 2; ++e) {
+  for (int e = 0; e < kEngines; ++e) {
+    ExecOptions o;
+    o.helpers = &testing::conformance_helpers();
+    o.ctx_writable = true;
+    o.ctx_size = w->mem.size();
+    o.unverified = e == 1;
     w->engines[e] = must(load(Program{w->name, "", prog}, o, e ? EngineKind::jit : EngineKind::interpreter),
                          "loading " + w->name);
     std::vector<uint8_t> m = w->mem;
     const uint64_t r0 = must(w->engines[e]->execute(m.empty() ? nullptr : m.data(), m.size()), w->name);
     if (r0 != expect) {
-      fmt::print(stderr, "{} on {} returned {:#x}, expected {:#x}\n", w->name, e ? "jit" : "interpreter", r0, expect);
+      fmt::print(stderr, "{} on {} returned {:#x}, expected {:#x}\n", w->name, kEngineNames[e], r0, expect);
       std::exit(2);
     }
   }
   g_work.push_back(std::move(w));
+  return g_work.back().get();
 }
+
+// FNV-1a over 256 stack bytes filled from the seed; ebpf_native.c has it in C.
+constexpr const char* kFnv = R"(
+  ldxdw %r2, [%r1+0]
+  mov %r3, 0
+fill:
+  mov %r4, %r3
+  add %r4, 1
+  mul %r4, %r2
+  rsh %r4, 8
+  mov %r5, %r10
+  add %r5, -256
+  add %r5, %r3
+  stxb [%r5+0], %r4
+  add %r3, 1
+  jlt %r3, 256, fill
+  lddw %r0, 0xcbf29ce484222325
+  lddw %r6, 0x100000001b3
+  mov %r3, 0
+hash:
+  mov %r5, %r10
+  add %r5, -256
+  add %r5, %r3
+  ldxb %r4, [%r5+0]
+  xor %r0, %r4
+  mul %r0, %r6
+  add %r3, 1
+  jlt %r3, 256, hash
+  exit
+)";
 
 void setup() {
   add("empty", must(assemble("mov %r0, 0\nexit\n"), "assembling"), {}, 0);
+  {
+    const uint64_t seed = 0x9e3779b97f4a7c15ull;
+    std::vector<uint8_t> mem(8);
+    std::memcpy(mem.data(), &seed, 8);
+    Workload* w = add("fnv", must(assemble(kFnv), "assembling fnv"), mem, utramp_bn_fnv(seed));
+    w->native = utramp_bn_fnv;
+    w->native_scalar = utramp_bn_fnv_scalar;
+    w->native_arg = seed;
+    if (utramp_bn_fnv_scalar(seed) != w->expect) {
+      fmt::print(stderr, "fnv: the scalar native build disagrees\n");
+      std::exit(2);
+    }
+  }
   if (!testing::conformance_present()) {
-    fmt::print("no conformance cases in {}: only `empty` runs\n", testing::conformance_dir().string());
+    fmt::print("no conformance cases in {}: only `empty` and `fnv` run\n", testing::conformance_dir().string());
     return;
   }
   for (const auto& path : testing::data_files(testing::conformance_dir() / "tests")) {
     auto c = must(testing::parse_data_file(path), path.string());
     auto prog = must(testing::case_program(c), path.string());
     if (!loops(prog) || !c.result) continue;
-    add(c.name, prog, c.mem, *c.result);
+    Workload* w = add(c.name, prog, c.mem, *c.result);
     if (c.name == "prime") {
+      w->native = utramp_bn_prime;
+      w->native_arg = 67;
       // The first instruction is `mov %r1, 67`: the number tested.
       if (prog[0].code == (op::kAlu64 | op::kMov) && prog[0].imm == 67) {
         prog[0].imm = 10007;
-        add("prime(10007)", prog, c.mem, 1);
+        Workload* big = add("prime(10007)", prog, c.mem, 1);
+        big->native = utramp_bn_prime;
+        big->native_arg = 10007;
       }
     }
   }
@@ -98,10 +172,78 @@ void BM_run(benchmark::State& state, Workload* w, int engine) {
   for (auto _ : state) benchmark::DoNotOptimize(e.run(ctx, m.size(), &st));
 }
 
-void BM_native(benchmark::State& state, Workload* w) {
-  NativeFn fn = w->engines[1]->native();
+void BM_native(benchmark::State& state, uint64_t (*fn)(uint64_t), uint64_t native_arg) {
+  volatile uint64_t arg = native_arg;  // not a constant the compiler could fold
+  for (auto _ : state) benchmark::DoNotOptimize(fn(arg));
+}
+
+void BM_native_entry(benchmark::State& state, Workload* w) {
+  NativeFn fn = w->engines[2]->native();
   uint64_t ctx[4] = {};
   for (auto _ : state) benchmark::DoNotOptimize(fn(ctx));
+}
+
+// ---- the verifier's cost ---------------------------------------------------------------
+
+// Just over 1,000 instructions: 22 blocks, each a counted loop of 16 iterations over
+// the stack, one over a map value it looked up, a clamp of a context value and a
+// helper call.
+std::string big_program() {
+  std::string t = "mov %r6, %r1\nmov %r7, 0\n";
+  for (int k = 0; k < 8; ++k) t += fmt::format("stdw [%r10-{}], {}\n", 8 * (k + 1), k);
+  t += "stw [%r10-68], 0\n";
+  for (int b = 0; b < 22; ++b) {
+    t += fmt::format("mov %r3, 0\nS{}:\nmov %r5, %r10\nadd %r5, -64\nmov %r4, %r3\nand %r4, 7\nlsh %r4, 3\n"
+                     "add %r5, %r4\nldxdw %r4, [%r5+0]\nadd %r4, %r3\nstxdw [%r5+0], %r4\nadd %r3, 1\n"
+                     "jlt %r3, 16, S{}\n",
+                     b, b);
+    t += fmt::format("mov %r2, %r10\nadd %r2, -68\nlddw %r1, map:vals\ncall 1\njeq %r0, 0, N{}\nmov %r3, 0\n"
+                     "V{}:\nmov %r5, %r0\nmov %r4, %r3\nlsh %r4, 2\nadd %r5, %r4\nldxw %r4, [%r5+0]\nadd %r7, %r4\n"
+                     "add %r3, 1\njlt %r3, 16, V{}\nN{}:\n",
+                     b, b, b, b);
+    t += fmt::format("ldxdw %r2, [%r6+{}]\njle %r2, 1000, C{}\nmov %r2, 1000\nC{}:\nadd %r7, %r2\n", 8 * (b % 2), b,
+                     b);
+    for (int k = 0; k < 3; ++k) t += fmt::format("xor %r7, {}\nmul %r7, 3\nrsh %r7, 1\nadd %r7, {}\n", b + k, k);
+    t += "call 5\nadd %r7, %r0\n";
+  }
+  t += "mov %r0, %r7\nexit\n";
+  return t;
+}
+
+struct BigProgram {
+  std::vector<Insn> insns;
+  ExecOptions options;
+};
+
+BigProgram make_big() {
+  BigProgram b;
+  std::string text = big_program();
+  // `map:vals` names the only map: the lddw's immediate is a placeholder, the MapRef
+  // says what it is.
+  for (size_t at; (at = text.find("map:vals")) != std::string::npos;) text.replace(at, 8, "0");
+  b.insns = must(assemble(text), "assembling the 1,000-instruction program");
+  MapSpec vals;
+  vals.name = "vals";
+  vals.type = uint32_t(MapType::array);
+  vals.key_size = 4;
+  vals.value_size = 64;
+  vals.max_entries = 1;
+  b.options.helpers = &runtime_helpers();
+  b.options.ctx_kind = CtxKind::tracing;
+  b.options.ctx_size = 16;
+  b.options.maps = {vals};
+  for (size_t i = 0; i < b.insns.size(); ++i) {
+    if (b.insns[i].code == op::kLddw) {
+      b.options.refs.push_back({static_cast<uint32_t>(i), 0, false, 0});
+      ++i;
+    }
+  }
+  return b;
+}
+
+void BM_verify(benchmark::State& state, const BigProgram* b) {
+  const VerifyEnv env = verify_env(b->options);
+  for (auto _ : state) benchmark::DoNotOptimize(verify(b->insns, env));
 }
 
 }  // namespace
@@ -110,28 +252,59 @@ int main(int argc, char** argv) {
   auto full = bench::with_default_min_time(argc, argv, "--benchmark_min_time=0.2");
   int n = static_cast<int>(full.size());
   benchmark::Initialize(&n, full.data());
-  bench::add_context("ns per run of each program, interpreter and JIT in one process; "
-                     "conformance programs with a backward jump, checked before timing");
+  bench::add_context("ns per run of each program on the interpreter, the JIT without a proof (checked), "
+                     "the JIT with the verifier's proof, and native C (gcc -O2), in one process; "
+                     "every result checked before timing; then verify() on a 1,000-instruction program");
   setup();
+  const BigProgram big = make_big();
+  const auto first = must(verify(big.insns, verify_env(big.options)), "verifying the 1,000-instruction program");
   for (auto& w : g_work) {
-    benchmark::RegisterBenchmark(fmt::format("{}/interpreter", w->name).c_str(), BM_run, w.get(), 0);
-    benchmark::RegisterBenchmark(fmt::format("{}/jit", w->name).c_str(), BM_run, w.get(), 1);
+    for (int e = 0; e < kEngines; ++e)
+      benchmark::RegisterBenchmark(fmt::format("{}/{}", w->name, kEngineNames[e]).c_str(), BM_run, w.get(), e);
+    if (w->native)
+      benchmark::RegisterBenchmark(fmt::format("{}/native", w->name).c_str(), BM_native, w->native, w->native_arg);
+    if (w->native_scalar)
+      benchmark::RegisterBenchmark(fmt::format("{}/native_scalar", w->name).c_str(), BM_native, w->native_scalar,
+                                   w->native_arg);
   }
-  benchmark::RegisterBenchmark("empty/jit_native", BM_native, g_work[0].get());
+  benchmark::RegisterBenchmark("empty/jit_native_entry", BM_native_entry, g_work[0].get());
+  benchmark::RegisterBenchmark("verify/1000_insns", BM_verify, &big)->Unit(benchmark::kMillisecond);
   bench::KeepingReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
 
-  fmt::print("\n{:<16} {:>16} {:>12} {:>10}\n", "program", "interpreter ns", "jit ns", "ratio");
+  fmt::print("\n{:<14} {:>14} {:>13} {:>10} {:>10} {:>11} {:>11}\n", "program", "interpreter ns", "jit_checked ns",
+             "jit ns", "native ns", "jit/checked", "jit/native");
   for (auto& w : g_work) {
-    const auto* i = rep.find(w->name + "/interpreter");
-    const auto* j = rep.find(w->name + "/jit");
-    if (!i || !j) continue;
-    const double ni = bench::per_unit_ns(*i, 1, false), nj = bench::per_unit_ns(*j, 1, false);
-    fmt::print("{:<16} {:>16.1f} {:>12.1f} {:>9.1f}x\n", w->name, ni, nj, ni / nj);
+    double ns[kEngines] = {};
+    bool ok = true;
+    for (int e = 0; e < kEngines; ++e) {
+      const auto* r = rep.find(w->name + "/" + kEngineNames[e]);
+      if (!r) ok = false;
+      else ns[e] = bench::per_unit_ns(*r, 1, false);
+    }
+    if (!ok) continue;
+    const auto* nat = w->native ? rep.find(w->name + "/native") : nullptr;
+    const double nn = nat ? bench::per_unit_ns(*nat, 1, false) : 0;
+    fmt::print("{:<14} {:>14.1f} {:>13.1f} {:>10.1f} {:>10} {:>10.2f}x {:>11}\n", w->name, ns[0], ns[1], ns[2],
+               nat ? fmt::format("{:.1f}", nn) : "-", ns[2] / ns[1],
+               nat ? fmt::format("{:.2f}x", ns[2] / nn) : "-");
   }
-  if (const auto* nat = rep.find("empty/jit_native"))
-    fmt::print("{:<16} {:>16} {:>12.1f}   (native entry: uint64_t fn(uint64_t* ctx))\n", "empty/native", "",
+  for (auto& w : g_work) {
+    const auto* jit = rep.find(w->name + "/jit");
+    const auto* sc = w->native_scalar ? rep.find(w->name + "/native_scalar") : nullptr;
+    if (jit && sc)
+      fmt::print("{:<14} native without vectorising (gcc -fno-tree-vectorize): {:.1f} ns, jit/native {:.2f}x\n",
+                 w->name, bench::per_unit_ns(*sc, 1, false),
+                 bench::per_unit_ns(*jit, 1, false) / bench::per_unit_ns(*sc, 1, false));
+  }
+  if (const auto* nat = rep.find("empty/jit_native_entry"))
+    fmt::print("{:<14} {:>14} {:>13} {:>10.1f}   (native entry: uint64_t fn(uint64_t* ctx))\n", "empty/entry", "", "",
                bench::per_unit_ns(*nat, 1, false));
+  if (const auto* v = rep.find("verify/1000_insns"))
+    fmt::print("\nverify(): {} instructions, {} processed, {} states stored, {} pruned: {:.2f} ms per verification "
+               "(goal <= 50 ms)\n",
+               big.insns.size(), first.proof.insns_processed, first.proof.states_stored, first.proof.pruned,
+               bench::per_unit_ns(*v, 1, false) / 1e6);
   bench::print_machine();
   benchmark::Shutdown();
   return 0;

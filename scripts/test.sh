@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds, and runs the whole test suite through ctest: the
 # regular build, then the unit and stress tests again under AddressSanitizer, then the
-# eBPF loader fuzzer for a minute (scripts/fuzz.sh; UTRAMP_FUZZ_SECONDS changes it,
+# eBPF loader and verifier fuzzers for a minute each (scripts/fuzz.sh; UTRAMP_FUZZ_SECONDS changes it,
 # UTRAMP_SKIP_FUZZ=1 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."

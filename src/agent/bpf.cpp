@@ -55,7 +55,7 @@ static_assert(sizeof(UprobeCtx) == (3 + 21) * 8);
 static_assert(offsetof(UprobeCtx, cookie) == offsetof(UprobeCtx, r15) + 8 * abi::kCtxCookie);
 static_assert(offsetof(UprobeCtx, func_ip) == offsetof(UprobeCtx, r15) + 8 * abi::kCtxFuncIp);
 static_assert(offsetof(UprobeCtx, nargs) == offsetof(UprobeCtx, r15) + 8 * abi::kCtxArgCount);
-constexpr uint64_t kPtRegsSize = 21 * 8;
+using ebpf::kPtRegsSize;
 constexpr uint64_t kUserCs = 0x33, kUserSs = 0x2b;  // the x86-64 user segment selectors
 
 // The probe handler of every uprobe and uretprobe program (hit path: no allocation; the
@@ -142,11 +142,10 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       abi::Signature sg = sig ? *sig : abi::Signature::fallback();
       if (sig) UTRAMP_TRY(ebpf::check_prototype(p, sg));
       ebpf::resolve(p, hdr, val);
+      // The same context, maps and references the CLI verified the program with
+      // (loader.hpp): the JIT leaves out what the proof makes redundant.
       ebpf::ExecOptions po = o;
-      po.ctx_size = ebpf::is_uprobe(p.kind)
-                        ? kPtRegsSize
-                        : 8 * static_cast<uint64_t>(sg.arg_slots() +
-                                                    (p.kind == ebpf::ProgKind::fentry ? 0 : std::max(1, sg.ret.slots())));
+      ebpf::program_options(*obj, p, sg, po);
       ebpf::Program prog{p.name, p.section, std::move(p.insns)};
       auto ex = ebpf::load(std::move(prog), po, ebpf::EngineKind::jit);
       if (!ex) return make_error(ex.error().code, fmt::format("{}: program '{}': {}", path, p.name, ex.error().message));

@@ -2,7 +2,8 @@
 // allocation, lifetime, the helper table) is src/ebpf/jit.cpp; this is only the bytes.
 //
 // The generated function has the semantics of the interpreter (src/ebpf/interpreter.cpp)
-// exactly, including memory checks and faults (src/ebpf/memory.hpp).
+// exactly, including memory checks and faults (src/ebpf/memory.hpp); for a verified
+// program, on every run the proof covers (all of them), without the checks.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include "common/result.hpp"
 #include "ebpf/insn.hpp"
+#include "ebpf/verifier.hpp"
 
 namespace utramp::arch {
 
@@ -26,6 +28,10 @@ struct BpfJitSpec {
   bool publish_run = false;       // keep ebpf::current_run() up to date
   uint64_t env = 0;               // const ebpf::RunEnv*, stored in each run's state
   uint64_t default_status = 0;    // ebpf::RunStatus* of runs through the native entry
+  // The verifier's proof, or null (an unverified program: every check at run time).
+  // With one the code is "proven": no run state, every access direct, no loop budget,
+  // local calls without a depth check (see the file's comment).
+  const ebpf::Proof* proof = nullptr;
 };
 
 struct BpfJitCode {

@@ -19,37 +19,29 @@ Result<uint64_t> Executable::execute(void* ctx, uint64_t len) const {
                                 describe_fault(program_.insns, st.kind(), st.insn(), st.addr())));
 }
 
-RunEnv make_env(const ExecOptions& o, std::span<const Insn> insns) {
-  RunEnv env;
-  env.regions = o.regions;
-  env.ctx_writable = o.ctx_writable;
-  env.ctx_size = o.ctx_size;
-  env.loop_budget = o.loop_budget;
-  if (o.helpers) {
-    env.callx.assign(o.helpers->id_limit(), 0);
-    for (const HelperInfo& h : o.helpers->all()) env.callx[h.id] = reinterpret_cast<uint64_t>(h.fn);
-    bool any_needs_run = false;
-    for (const HelperInfo& h : o.helpers->all()) any_needs_run |= h.needs_run;
-    for (const Insn& i : insns) {
-      if (i.code == op::kCallxOp) env.publish_run |= any_needs_run;
-      if (i.code != op::kCallOp || i.src != op::kCallHelper) continue;
-      const HelperInfo* h = o.helpers->find(static_cast<uint32_t>(i.imm));
-      env.publish_run |= h && h->needs_run;
-    }
-  }
-  return env;
-}
-
 Result<std::unique_ptr<Executable>> load(Program program, const ExecOptions& options, EngineKind kind) {
   UTRAMP_TRY(check_program(program.insns, options.helpers));
+  std::optional<Verified> verified;
+  if (!options.unverified) {
+    auto v = verify(program.insns, verify_env(options));
+    if (!v)
+      return make_error(v.error().code, fmt::format("{} refused by the verifier:\n{}",
+                                                    program.name.empty() ? "program" : "program '" + program.name + "'",
+                                                    v.error().message));
+    verified = std::move(*v);
+  }
+  std::unique_ptr<Executable> out;
   if (kind == EngineKind::interpreter) {
     auto r = Interpreter::create(std::move(program), options);
     if (!r) return std::move(r).error();
-    return std::unique_ptr<Executable>(std::move(*r));
+    out = std::move(*r);
+  } else {
+    auto r = JitProgram::compile(std::move(program), options, verified ? &verified->proof : nullptr);
+    if (!r) return std::move(r).error();
+    out = std::move(*r);
   }
-  auto r = JitProgram::compile(std::move(program), options);
-  if (!r) return std::move(r).error();
-  return std::unique_ptr<Executable>(std::move(*r));
+  out->set_verified(std::move(verified));
+  return out;
 }
 
 }  // namespace utramp::ebpf

@@ -12,12 +12,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "common/result.hpp"
 #include "ebpf/helpers.hpp"
 #include "ebpf/insn.hpp"
 #include "ebpf/memory.hpp"
+#include "ebpf/verifier.hpp"
 
 namespace utramp::ebpf {
 
@@ -31,10 +33,32 @@ struct ExecOptions {
   std::vector<Region> regions;     // static regions (maps, global data)
   uint64_t ctx_size = 0;           // 0: the context length is given per run
   bool ctx_writable = false;
-  // Backward jumps a run may take (0: unlimited). Untrusted programs need a bound: a
-  // loop that never ends would hang the traced thread. The verifier will lift it.
+  // Backward jumps a run may take (0: unlimited): the bound of an unverified program,
+  // whose loop that never ends would hang the traced thread. A verified program's JIT
+  // code has none (the proof says every path ends); the interpreter keeps it always.
   uint64_t loop_budget = kDefaultLoopBudget;
+
+  // What the verifier is told besides ctx_size and ctx_writable (verifier.hpp): what
+  // the context is, the maps and the lddws that name them, line info for messages.
+  CtxKind ctx_kind = CtxKind::memory;
+  std::string ctx_what;
+  std::vector<MapSpec> maps;
+  std::vector<MapRef> refs;
+  std::vector<LineInfo> lines;
+  int verifier_log = 0;           // VerifyEnv::log_level; the log is Executable::verifier_log()
+  uint64_t verifier_max_insns = VerifyEnv{}.max_insns;
+
+  // Tests only (`--unverified`): run the program without a proof, every runtime check
+  // on. The conformance suite's programs that are unsafe on purpose run this way.
+  bool unverified = false;
+  // Interpreter only: a load outside the program's memory (stack, context, regions) is
+  // a fault (FaultKind::wild_load) instead of a fault-safe copy. The verifier's fuzzer
+  // runs accepted programs so: none may ever fault.
+  bool strict_loads = false;
 };
+
+// The verifier's view of `options` (the context, maps, references, helpers).
+VerifyEnv verify_env(const ExecOptions& options);
 
 using NativeFn = uint64_t (*)(uint64_t* ctx);
 
@@ -54,18 +78,30 @@ class Executable {
 
   const Program& program() const { return program_; }
   const RunEnv& env() const { return env_; }
+  // The verifier's proof (null: loaded unverified) and its log (ExecOptions::verifier_log).
+  const Proof* proof() const { return verified_ ? &verified_->proof : nullptr; }
+  const std::string& verifier_log() const { return log_; }
+  void set_verified(std::optional<Verified> v) {
+    if (v) log_ = std::move(v->log);
+    verified_ = std::move(v);
+  }
 
  protected:
   Executable(Program p, RunEnv env) : program_(std::move(p)), env_(std::move(env)) {}
   Program program_;
   RunEnv env_;
+  std::optional<Verified> verified_;
+  std::string log_;
   mutable RunStatus default_status_;
 };
 
-// Checks the program (check.hpp) and prepares it for `kind`.
+// Checks the program (check.hpp), proves it safe (verifier.hpp; unless
+// options.unverified) and prepares it for `kind`. A refusal names the program and
+// carries the verifier's evidence.
 Result<std::unique_ptr<Executable>> load(Program program, const ExecOptions& options, EngineKind kind);
 
 // The environment both engines build from the options, for the (checked) program.
-RunEnv make_env(const ExecOptions& options, std::span<const Insn> insns);
+// `trusted`: the helpers are the trusted forms (a verified program's JIT code).
+RunEnv make_env(const ExecOptions& options, std::span<const Insn> insns, bool trusted = false);
 
 }  // namespace utramp::ebpf

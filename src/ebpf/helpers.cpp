@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "abi/ctx.hpp"
 #include "arch/cpu.hpp"
 #include "ebpf/maps.hpp"
@@ -19,10 +21,11 @@
 
 namespace utramp::ebpf {
 
-void HelperTable::add(uint32_t id, std::string name, HelperFn fn, bool needs_run) {
+void HelperTable::add(uint32_t id, std::string name, HelperFn fn, bool needs_run, HelperProto proto,
+                      HelperFn trusted) {
   auto it = std::lower_bound(helpers_.begin(), helpers_.end(), id,
                              [](const HelperInfo& h, uint32_t v) { return h.id < v; });
-  HelperInfo info{id, std::move(name), fn, needs_run};
+  HelperInfo info{id, std::move(name), fn, needs_run, proto, trusted};
   if (it != helpers_.end() && it->id == id) *it = std::move(info);
   else helpers_.insert(it, std::move(info));
 }
@@ -34,6 +37,54 @@ const HelperInfo* HelperTable::find(uint32_t id) const {
 }
 
 uint32_t HelperTable::id_limit() const { return helpers_.empty() ? 0 : helpers_.back().id + 1; }
+
+const char* arg_name(Arg a) {
+  switch (a) {
+    case Arg::none: return "none";
+    case Arg::anything: return "anything";
+    case Arg::scalar: return "scalar";
+    case Arg::map: return "map";
+    case Arg::map_key: return "map_key";
+    case Arg::map_value: return "map_value";
+    case Arg::mem: return "mem";
+    case Arg::mem_uninit: return "mem_uninit";
+    case Arg::size: return "size";
+    case Arg::size_or_zero: return "size_or_zero";
+    case Arg::alloc_size: return "alloc_size";
+    case Arg::ctx: return "ctx";
+    case Arg::ringbuf_record: return "ringbuf_record";
+    case Arg::u64_out: return "u64_out";
+  }
+  return "?";
+}
+
+const char* ret_name(Ret r) {
+  switch (r) {
+    case Ret::scalar: return "scalar";
+    case Ret::none: return "void";
+    case Ret::map_value_or_null: return "map_value_or_null";
+    case Ret::ringbuf_record_or_null: return "ringbuf_record_or_null";
+  }
+  return "?";
+}
+
+std::string describe_proto(const HelperInfo& h) {
+  std::string out = h.name + "(";
+  bool first = true;
+  for (Arg a : h.proto.args) {
+    if (a == Arg::none) break;
+    out += first ? "" : ", ";
+    first = false;
+    out += arg_name(a);
+    if (a == Arg::map && h.proto.map_types) {
+      std::string types;
+      for (uint32_t t = 0; t < 32; ++t)
+        if (h.proto.map_types & (1u << t)) types += fmt::format("{}{}", types.empty() ? "" : " ", map_type_name(t));
+      out += " [" + types + "]";
+    }
+  }
+  return out + ") -> " + ret_name(h.proto.ret);
+}
 
 std::string_view kernel_helper_name(uint32_t id) {
   // The ids of include/uapi/linux/bpf.h (___BPF_FUNC_MAPPER) that tracing programs use.
@@ -79,6 +130,13 @@ std::string_view kernel_helper_name(uint32_t id) {
 }
 
 // ---- runtime helpers -------------------------------------------------------------------
+//
+// Each helper that takes pointers or a map from the program is a template on kTrusted:
+// the checked form (false) serves programs that run unverified and checks what it is
+// given against the running program (current_run()) and the registered map files; the
+// trusted form (true) serves verified programs, whose calls the verifier proved match
+// the prototype (the map is one of the program's maps of an accepted type, every
+// pointer has the bytes the prototype asks for), and goes straight to memory.
 
 namespace {
 
@@ -89,7 +147,9 @@ std::atomic<MapHeader*> g_printk{nullptr};
 constexpr u64 kMaxCopy = 4096;  // keys and values a helper copies from the program
 
 // `dst` of n bytes is memory the running program may write.
+template <bool kTrusted>
 bool writable(u64 dst, u64 n) {
+  if constexpr (kTrusted) return n != 0;
   RunState* r = current_run();
   return r && n && run_allows(r, dst, n, true);
 }
@@ -101,42 +161,65 @@ u64 neg(int e) { return static_cast<u64>(-static_cast<int64_t>(e)); }
 // nearly always, a key sits on the stack), else by the fault-safe copy, which costs two
 // system calls (about a microsecond: it made a hash-map increment cost 1.5 us). The
 // helpers that call this are registered needs_run, so current_run() is theirs.
+template <bool kTrusted>
 bool read_arg(void* dst, u64 src, size_t n) {
-  const RunState* r = current_run();
-  if (r && n && run_allows(r, src, n, false)) {
-    std::memcpy(dst, reinterpret_cast<const void*>(src), n);
-    return true;
+  if constexpr (!kTrusted) {
+    const RunState* r = current_run();
+    if (!r || !n || !run_allows(r, src, n, false)) return os::safe_read(dst, src, n);
   }
-  return os::safe_read(dst, src, n);
+  std::memcpy(dst, reinterpret_cast<const void*>(src), n);
+  return true;
 }
 
+// The map a program passes: any address, checked against the registered files, or
+// (trusted) the header the loader put in the program's lddw.
+template <bool kTrusted>
+MapHeader* map_arg(u64 map) {
+  if constexpr (kTrusted) return reinterpret_cast<MapHeader*>(map);
+  return map_from_addr(map);
+}
+
+// A word of the tracing context's header (ctx[-1] count, ctx[-2] function, ctx[-3]
+// cookie) or an argument: fault-safe unless the verifier proved `ctx` is the context.
+template <bool kTrusted>
 bool read_ctx(u64 ctx, int64_t slot, u64* out) {
+  if constexpr (kTrusted) {
+    std::memcpy(out, reinterpret_cast<const void*>(ctx + static_cast<u64>(slot * 8)), 8);
+    return true;
+  }
   return os::safe_read(out, ctx + static_cast<u64>(slot * 8), 8);
 }
 
+template <bool kTrusted>
 u64 h_map_lookup(u64 map, u64 key, u64, u64, u64) {
-  MapHeader* m = map_from_addr(map);
-  if (!m || map_type(m) == uint32_t(MapType::ringbuf)) return 0;
+  MapHeader* m = map_arg<kTrusted>(map);
+  if (!kTrusted && (!m || map_type(m) == uint32_t(MapType::ringbuf))) return 0;
+  if constexpr (kTrusted) return reinterpret_cast<u64>(map_lookup(m, reinterpret_cast<const void*>(key)));
   uint8_t k[512];
-  if (!read_arg(k, key, map_key_size(m))) return 0;
+  if (!read_arg<kTrusted>(k, key, map_key_size(m))) return 0;
   return reinterpret_cast<u64>(map_lookup(m, k));
 }
 
+template <bool kTrusted>
 u64 h_map_update(u64 map, u64 key, u64 value, u64 flags, u64) {
-  MapHeader* m = map_from_addr(map);
-  if (!m || map_type(m) == uint32_t(MapType::ringbuf)) return neg(EINVAL);
+  MapHeader* m = map_arg<kTrusted>(map);
+  if (!kTrusted && (!m || map_type(m) == uint32_t(MapType::ringbuf))) return neg(EINVAL);
+  if constexpr (kTrusted)
+    return static_cast<u64>(map_update(m, reinterpret_cast<const void*>(key), reinterpret_cast<const void*>(value), flags));
   uint8_t k[512], v[kMaxCopy];
   if (map_value_size(m) > sizeof v) return neg(E2BIG);
-  if (!read_arg(k, key, map_key_size(m)) || !read_arg(v, value, map_value_size(m)))
+  if (!read_arg<kTrusted>(k, key, map_key_size(m)) || !read_arg<kTrusted>(v, value, map_value_size(m)))
     return neg(EFAULT);
   return static_cast<u64>(map_update(m, k, v, flags));
 }
 
+template <bool kTrusted>
 u64 h_map_delete(u64 map, u64 key, u64, u64, u64) {
-  MapHeader* m = map_from_addr(map);
-  if (!m) return neg(EINVAL);
+  MapHeader* m = map_arg<kTrusted>(map);
+  if (!kTrusted && !m) return neg(EINVAL);
+  if constexpr (kTrusted) return static_cast<u64>(map_delete(m, reinterpret_cast<const void*>(key)));
   uint8_t k[512];
-  if (!read_arg(k, key, map_key_size(m))) return neg(EFAULT);
+  if (!read_arg<kTrusted>(k, key, map_key_size(m))) return neg(EFAULT);
   return static_cast<u64>(map_delete(m, k));
 }
 
@@ -162,8 +245,9 @@ u64 h_pid_tgid(u64, u64, u64, u64, u64) {
   return t_pid_tgid;
 }
 
+template <bool kTrusted>
 u64 h_comm(u64 dst, u64 size, u64, u64, u64) {
-  if (!writable(dst, size)) return neg(EFAULT);
+  if (!writable<kTrusted>(dst, size)) return neg(EFAULT);
   char name[16] = {};
   prctl(PR_GET_NAME, name);
   auto* d = reinterpret_cast<char*>(dst);
@@ -186,8 +270,11 @@ u64 h_prandom(u64, u64, u64, u64, u64) {
   return static_cast<uint32_t>(t_rand >> 16);
 }
 
+// probe_read's size is a size_or_zero argument: 0 copies nothing and succeeds.
+template <bool kTrusted>
 u64 h_probe_read(u64 dst, u64 size, u64 src, u64, u64) {
-  if (size > (1u << 16) || !writable(dst, size)) return neg(EFAULT);
+  if (size == 0) return 0;
+  if (size > (1u << 16) || !writable<kTrusted>(dst, size)) return neg(EFAULT);
   if (os::safe_read(reinterpret_cast<void*>(dst), src, size)) return 0;
   std::memset(reinterpret_cast<void*>(dst), 0, size);
   return neg(EFAULT);
@@ -195,8 +282,9 @@ u64 h_probe_read(u64 dst, u64 size, u64 src, u64, u64) {
 
 // Reads a NUL-terminated string of at most size-1 bytes, a page's part at a time (the
 // string may end just before an unmapped page). Returns the bytes with the NUL.
+template <bool kTrusted>
 u64 h_probe_read_str(u64 dst, u64 size, u64 src, u64, u64) {
-  if (size == 0 || size > (1u << 16) || !writable(dst, size)) return neg(EFAULT);
+  if (size == 0 || size > (1u << 16) || !writable<kTrusted>(dst, size)) return neg(EFAULT);
   auto* d = reinterpret_cast<char*>(dst);
   u64 n = 0;
   while (n < size - 1) {
@@ -219,9 +307,10 @@ u64 h_probe_read_str(u64 dst, u64 size, u64 src, u64, u64) {
 // bpf_trace_printk(fmt, fmt_size, a, b, c): the kernel's subset of printf conversions
 // (%d %i %u %x %X %p %s %c %%, with l/ll/h/hh and width/zero/minus flags), at most three
 // arguments, %s read fault-safe (64 bytes at most).
+template <bool kTrusted>
 u64 h_printk(u64 fmt, u64 fmt_size, u64 a1, u64 a2, u64 a3) {
   char f[256];
-  if (fmt_size == 0 || fmt_size > sizeof f || !read_arg(f, fmt, fmt_size)) return neg(EINVAL);
+  if (fmt_size == 0 || fmt_size > sizeof f || !read_arg<kTrusted>(f, fmt, fmt_size)) return neg(EINVAL);
   f[std::min<u64>(fmt_size, sizeof f) - 1] = 0;
   const u64 args[3] = {a1, a2, a3};
   int next = 0;
@@ -299,12 +388,13 @@ u64 h_printk(u64 fmt, u64 fmt_size, u64 a1, u64 a2, u64 a3) {
   return o;
 }
 
+template <bool kTrusted>
 u64 h_ringbuf_output(u64 map, u64 data, u64 size, u64, u64) {
-  MapHeader* m = map_from_addr(map);
-  if (!m || map_type(m) != uint32_t(MapType::ringbuf)) return neg(EINVAL);
+  MapHeader* m = map_arg<kTrusted>(map);
+  if (!kTrusted && (!m || map_type(m) != uint32_t(MapType::ringbuf))) return neg(EINVAL);
   void* r = ringbuf_reserve(m, size);
   if (!r) return neg(EAGAIN);
-  if (!read_arg(r, data, size)) {
+  if (!read_arg<kTrusted>(r, data, size)) {
     ringbuf_commit(m, r, true);
     return neg(EFAULT);
   }
@@ -312,9 +402,10 @@ u64 h_ringbuf_output(u64 map, u64 data, u64 size, u64, u64) {
   return 0;
 }
 
+template <bool kTrusted>
 u64 h_ringbuf_reserve(u64 map, u64 size, u64, u64, u64) {
-  MapHeader* m = map_from_addr(map);
-  if (!m || map_type(m) != uint32_t(MapType::ringbuf)) return 0;
+  MapHeader* m = map_arg<kTrusted>(map);
+  if (!kTrusted && (!m || map_type(m) != uint32_t(MapType::ringbuf))) return 0;
   return reinterpret_cast<u64>(ringbuf_reserve(m, size));
 }
 
@@ -328,10 +419,12 @@ u64 h_ringbuf_discard(u64 rec, u64, u64, u64, u64) {
   return 0;
 }
 
+template <bool kTrusted>
 u64 h_func_arg(u64 ctx, u64 n, u64 value, u64, u64) {
   u64 cnt = 0, v = 0;
-  if (!writable(value, 8)) return neg(EFAULT);
-  if (!read_ctx(ctx, abi::kCtxArgCount, &cnt) || (cnt &= abi::kCtxArgCountMask, n >= cnt) || !read_ctx(ctx, static_cast<int64_t>(n), &v)) {
+  if (!writable<kTrusted>(value, 8)) return neg(EFAULT);
+  if (!read_ctx<kTrusted>(ctx, abi::kCtxArgCount, &cnt) || (cnt &= abi::kCtxArgCountMask, n >= cnt) ||
+      !read_ctx<kTrusted>(ctx, static_cast<int64_t>(n), &v)) {
     *reinterpret_cast<u64*>(value) = 0;
     return neg(EINVAL);
   }
@@ -341,60 +434,91 @@ u64 h_func_arg(u64 ctx, u64 n, u64 value, u64, u64) {
 
 // The kernel's verifier turns this helper into -EOPNOTSUPP outside fexit and fmod_ret
 // programs; here the image says whether the return slot is valid (abi::kCtxRetValid).
+// *value is written on every path, 0 on a failure, as bpf_get_func_arg's: the verifier
+// counts the 8 bytes as written by the call (a u64_out argument), so a program may read
+// them whatever the call returned.
+template <bool kTrusted>
 u64 h_func_ret(u64 ctx, u64 value, u64, u64, u64) {
   u64 head = 0, v = 0;
-  if (!writable(value, 8)) return neg(EFAULT);
-  if (!read_ctx(ctx, abi::kCtxArgCount, &head)) return neg(EINVAL);
+  if (!writable<kTrusted>(value, 8)) return neg(EFAULT);
+  *reinterpret_cast<u64*>(value) = 0;
+  if (!read_ctx<kTrusted>(ctx, abi::kCtxArgCount, &head)) return neg(EINVAL);
   if (!(head & abi::kCtxRetValid)) return neg(EOPNOTSUPP);
   const u64 cnt = head & abi::kCtxArgCountMask;
-  if (cnt > 64 || !read_ctx(ctx, static_cast<int64_t>(cnt), &v)) return neg(EINVAL);
+  if (cnt > 64 || !read_ctx<kTrusted>(ctx, static_cast<int64_t>(cnt), &v)) return neg(EINVAL);
   *reinterpret_cast<u64*>(value) = v;
   return 0;
 }
 
+template <bool kTrusted>
 u64 h_func_arg_cnt(u64 ctx, u64, u64, u64, u64) {
   u64 cnt = 0;
-  return read_ctx(ctx, abi::kCtxArgCount, &cnt) ? cnt & abi::kCtxArgCountMask : 0;
+  return read_ctx<kTrusted>(ctx, abi::kCtxArgCount, &cnt) ? cnt & abi::kCtxArgCountMask : 0;
 }
+template <bool kTrusted>
 u64 h_func_ip(u64 ctx, u64, u64, u64, u64) {
   u64 ip = 0;
-  return read_ctx(ctx, abi::kCtxFuncIp, &ip) ? ip : 0;
+  return read_ctx<kTrusted>(ctx, abi::kCtxFuncIp, &ip) ? ip : 0;
 }
+template <bool kTrusted>
 u64 h_cookie(u64 ctx, u64, u64, u64, u64) {
   u64 c = 0;
-  return read_ctx(ctx, abi::kCtxCookie, &c) ? c : 0;
+  return read_ctx<kTrusted>(ctx, abi::kCtxCookie, &c) ? c : 0;
+}
+
+constexpr uint32_t type_bit(MapType t) { return 1u << static_cast<uint32_t>(t); }
+constexpr uint32_t kKeyedMaps = type_bit(MapType::hash) | type_bit(MapType::array) | type_bit(MapType::percpu_hash) |
+                                type_bit(MapType::percpu_array) | type_bit(MapType::lru_hash);
+constexpr uint32_t kRingbufs = type_bit(MapType::ringbuf);
+
+HelperProto proto(Ret r, std::initializer_list<Arg> args, uint32_t map_types = 0) {
+  HelperProto p;
+  p.ret = r;
+  size_t i = 0;
+  for (Arg a : args) p.args[i++] = a;
+  p.map_types = map_types;
+  return p;
 }
 
 HelperTable make_runtime() {
   pthread_atfork(nullptr, nullptr, on_fork_child);
   HelperTable t;
-  auto add = [&](uint32_t id, HelperFn fn, bool needs_run = false) {
-    t.add(id, std::string(kernel_helper_name(id)), fn, needs_run);
+  auto add = [&](uint32_t id, HelperFn fn, bool needs_run, HelperProto p, HelperFn trusted = nullptr) {
+    t.add(id, std::string(kernel_helper_name(id)), fn, needs_run, p, trusted);
   };
-  add(1, h_map_lookup, true);  // needs_run: read_arg's direct path
-  add(2, h_map_update, true);
-  add(3, h_map_delete, true);
-  add(4, h_probe_read, true);
-  add(5, h_ktime);
-  add(6, h_printk, true);
-  add(7, h_prandom);
-  add(8, h_cpu);
-  add(14, h_pid_tgid);
-  add(16, h_comm, true);
-  add(45, h_probe_read_str, true);
-  add(112, h_probe_read, true);
-  add(113, h_probe_read, true);
-  add(114, h_probe_read_str, true);
-  add(115, h_probe_read_str, true);
-  add(130, h_ringbuf_output, true);
-  add(131, h_ringbuf_reserve);
-  add(132, h_ringbuf_submit);
-  add(133, h_ringbuf_discard);
-  add(173, h_func_ip);
-  add(174, h_cookie);
-  add(183, h_func_arg, true);
-  add(184, h_func_ret, true);
-  add(185, h_func_arg_cnt);
+  using A = Arg;
+  add(1, h_map_lookup<false>, true, proto(Ret::map_value_or_null, {A::map, A::map_key}, kKeyedMaps),
+      h_map_lookup<true>);  // needs_run: read_arg's direct path
+  add(2, h_map_update<false>, true, proto(Ret::scalar, {A::map, A::map_key, A::map_value, A::scalar}, kKeyedMaps),
+      h_map_update<true>);
+  add(3, h_map_delete<false>, true, proto(Ret::scalar, {A::map, A::map_key}, kKeyedMaps), h_map_delete<true>);
+  const HelperProto probe_read = proto(Ret::scalar, {A::mem_uninit, A::size_or_zero, A::anything});
+  const HelperProto probe_read_str = proto(Ret::scalar, {A::mem_uninit, A::size, A::anything});
+  add(4, h_probe_read<false>, true, probe_read, h_probe_read<true>);
+  add(5, h_ktime, false, proto(Ret::scalar, {}));
+  // Its arguments 3-5 are passed as they are: the format decides which it reads.
+  add(6, h_printk<false>, true, proto(Ret::scalar, {A::mem, A::size}),
+      h_printk<true>);
+  add(7, h_prandom, false, proto(Ret::scalar, {}));
+  add(8, h_cpu, false, proto(Ret::scalar, {}));
+  add(14, h_pid_tgid, false, proto(Ret::scalar, {}));
+  add(16, h_comm<false>, true, proto(Ret::scalar, {A::mem_uninit, A::size}), h_comm<true>);
+  add(45, h_probe_read_str<false>, true, probe_read_str, h_probe_read_str<true>);
+  add(112, h_probe_read<false>, true, probe_read, h_probe_read<true>);
+  add(113, h_probe_read<false>, true, probe_read, h_probe_read<true>);
+  add(114, h_probe_read_str<false>, true, probe_read_str, h_probe_read_str<true>);
+  add(115, h_probe_read_str<false>, true, probe_read_str, h_probe_read_str<true>);
+  add(130, h_ringbuf_output<false>, true, proto(Ret::scalar, {A::map, A::mem, A::size_or_zero, A::scalar}, kRingbufs),
+      h_ringbuf_output<true>);
+  add(131, h_ringbuf_reserve<false>, false, proto(Ret::ringbuf_record_or_null, {A::map, A::alloc_size, A::scalar}, kRingbufs),
+      h_ringbuf_reserve<true>);
+  add(132, h_ringbuf_submit, false, proto(Ret::none, {A::ringbuf_record, A::scalar}));
+  add(133, h_ringbuf_discard, false, proto(Ret::none, {A::ringbuf_record, A::scalar}));
+  add(173, h_func_ip<false>, false, proto(Ret::scalar, {A::ctx}), h_func_ip<true>);
+  add(174, h_cookie<false>, false, proto(Ret::scalar, {A::ctx}), h_cookie<true>);
+  add(183, h_func_arg<false>, true, proto(Ret::scalar, {A::ctx, A::scalar, A::u64_out}), h_func_arg<true>);
+  add(184, h_func_ret<false>, true, proto(Ret::scalar, {A::ctx, A::u64_out}), h_func_ret<true>);
+  add(185, h_func_arg_cnt<false>, false, proto(Ret::scalar, {A::ctx}), h_func_arg_cnt<true>);
   return t;
 }
 

@@ -22,6 +22,39 @@ namespace utramp::ebpf {
 
 using HelperFn = uint64_t (*)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 
+// What a helper takes and gives: its prototype. The verifier checks every call against
+// it (verifier.hpp), the loader refuses ids without one, docs/ebpf.md lists them
+// (describe_proto(); a test keeps the document and this table equal).
+enum class Arg : uint8_t {
+  none,            // not passed (the register is not read)
+  anything,        // any initialised value, scalar or pointer
+  scalar,          // a number, not a pointer
+  map,             // a map (`lddw rX, map`) of a type in HelperProto::map_types
+  map_key,         // points to the map's key_size bytes, all initialised
+  map_value,       // points to the map's value_size bytes, all initialised
+  mem,             // points to initialised memory of the size the next argument gives
+  mem_uninit,      // points to writable memory of the next argument's size (the helper fills it)
+  size,            // the size of the memory argument before it: a bounded scalar, > 0
+  size_or_zero,    // the same, 0 allowed
+  alloc_size,      // a constant: the size of the memory the helper returns
+  ctx,             // the program's context, unmoved
+  ringbuf_record,  // a record bpf_ringbuf_reserve gave, unmoved: the call releases it
+  u64_out,         // points to 8 writable bytes the helper stores a u64 into
+};
+enum class Ret : uint8_t {
+  scalar,                 // a number
+  none,                   // nothing: r0 is unusable after the call
+  map_value_or_null,      // a value of the map argument, or NULL
+  ringbuf_record_or_null, // alloc_size writable bytes of a ring buffer record, or NULL
+};
+struct HelperProto {
+  Ret ret = Ret::scalar;
+  Arg args[5] = {Arg::none, Arg::none, Arg::none, Arg::none, Arg::none};
+  uint32_t map_types = 0;  // Arg::map: bit (1 << MapType id) per type accepted
+};
+const char* arg_name(Arg a);
+const char* ret_name(Ret r);
+
 struct HelperInfo {
   uint32_t id = 0;
   std::string name;
@@ -29,12 +62,23 @@ struct HelperInfo {
   // The helper reads current_run(): engines publish the run state for programs that
   // call it (a TLS store at entry and exit).
   bool needs_run = false;
+  HelperProto proto;
+  // The same helper without the checks its prototype makes redundant (pointers it is
+  // given checked against the running program's memory, a map argument looked up among
+  // the registered files): what a verified program's JIT code calls. Null: `fn`.
+  HelperFn trusted = nullptr;
+  HelperFn trusted_fn() const { return trusted ? trusted : fn; }
 };
+
+// "bpf_map_lookup_elem(map [hash, array], map_key) -> map_value_or_null": one line of
+// docs/ebpf.md's helper table.
+std::string describe_proto(const HelperInfo& h);
 
 class HelperTable {
  public:
   // Adds or replaces helper `id`.
-  void add(uint32_t id, std::string name, HelperFn fn, bool needs_run = false);
+  void add(uint32_t id, std::string name, HelperFn fn, bool needs_run = false, HelperProto proto = {},
+           HelperFn trusted = nullptr);
   const HelperInfo* find(uint32_t id) const;
   const std::vector<HelperInfo>& all() const { return helpers_; }
   // The highest id + 1 (size of a dense id-indexed table).

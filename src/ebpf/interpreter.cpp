@@ -2,102 +2,18 @@
 
 #include <cstring>
 
+#include "ebpf/alu.hpp"
+
 namespace utramp::ebpf {
 
 namespace {
 
 using namespace op;
-
-// The operation of an ALU instruction on 64-bit operands (ALU64).
-inline uint64_t alu64(uint8_t o, int16_t off, uint64_t d, uint64_t s) {
-  switch (o) {
-    case kAdd: return d + s;
-    case kSub: return d - s;
-    case kMul: return d * s;
-    case kDiv:
-      if (s == 0) return 0;
-      if (off == 0) return d / s;
-      if (s == ~uint64_t(0)) return 0 - d;  // INT64_MIN / -1 wraps to INT64_MIN
-      return static_cast<uint64_t>(static_cast<int64_t>(d) / static_cast<int64_t>(s));
-    case kOr: return d | s;
-    case kAnd: return d & s;
-    case kLsh: return d << (s & 63);
-    case kRsh: return d >> (s & 63);
-    case kNeg: return 0 - d;
-    case kMod:
-      if (s == 0) return d;
-      if (off == 0) return d % s;
-      if (s == ~uint64_t(0)) return 0;
-      return static_cast<uint64_t>(static_cast<int64_t>(d) % static_cast<int64_t>(s));
-    case kXor: return d ^ s;
-    case kMov: return s;
-    case kArsh: return static_cast<uint64_t>(static_cast<int64_t>(d) >> (s & 63));
-  }
-  return d;
-}
-
-// ALU (32-bit): operands are the low halves, the result is zero-extended.
-inline uint64_t alu32(uint8_t o, int16_t off, uint32_t d, uint32_t s) {
-  switch (o) {
-    case kAdd: return uint32_t(d + s);
-    case kSub: return uint32_t(d - s);
-    case kMul: return uint32_t(d * s);
-    case kDiv:
-      if (s == 0) return 0;
-      if (off == 0) return d / s;
-      if (s == ~uint32_t(0)) return uint32_t(0 - d);
-      return uint32_t(static_cast<int32_t>(d) / static_cast<int32_t>(s));
-    case kOr: return d | s;
-    case kAnd: return d & s;
-    case kLsh: return uint32_t(d << (s & 31));
-    case kRsh: return d >> (s & 31);
-    case kNeg: return uint32_t(0 - d);
-    case kMod:
-      if (s == 0) return d;
-      if (off == 0) return d % s;
-      if (s == ~uint32_t(0)) return 0;
-      return uint32_t(static_cast<int32_t>(d) % static_cast<int32_t>(s));
-    case kXor: return d ^ s;
-    case kMov: return s;
-    case kArsh: return uint32_t(static_cast<int32_t>(d) >> (s & 31));
-  }
-  return d;
-}
-
-inline uint64_t sign_extend(uint64_t v, int bits) {
-  switch (bits) {
-    case 8: return static_cast<uint64_t>(static_cast<int64_t>(static_cast<int8_t>(v)));
-    case 16: return static_cast<uint64_t>(static_cast<int64_t>(static_cast<int16_t>(v)));
-    case 32: return static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(v)));
-    default: return v;
-  }
-}
-
-inline uint64_t byte_swap(uint64_t v, int32_t bits, bool swap) {
-  switch (bits) {
-    case 16: return swap ? __builtin_bswap16(uint16_t(v)) : uint16_t(v);
-    case 32: return swap ? __builtin_bswap32(uint32_t(v)) : uint32_t(v);
-    default: return swap ? __builtin_bswap64(v) : v;
-  }
-}
-
-template <class U, class S>
-inline bool cond(uint8_t o, U d, U s) {
-  switch (o) {
-    case kJeq: return d == s;
-    case kJgt: return d > s;
-    case kJge: return d >= s;
-    case kJset: return (d & s) != 0;
-    case kJne: return d != s;
-    case kJsgt: return S(d) > S(s);
-    case kJsge: return S(d) >= S(s);
-    case kJlt: return d < s;
-    case kJle: return d <= s;
-    case kJslt: return S(d) < S(s);
-    case kJsle: return S(d) <= S(s);
-  }
-  return false;
-}
+using isa::alu32;
+using isa::alu64;
+using isa::byte_swap;
+using isa::cond;
+using isa::sign_extend;
 
 inline uint64_t load_direct(uint64_t addr, unsigned n) {
   switch (n) {
@@ -279,7 +195,9 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
         break;
       case kLdx: {
         const unsigned n = size_bytes(c);
-        const uint64_t v = load(r[i.src] + static_cast<int64_t>(i.off), n);
+        const uint64_t addr = r[i.src] + static_cast<int64_t>(i.off);
+        if (env_.strict_loads && !run_allows(&rs, addr, n, false)) return fault(FaultKind::wild_load, at, addr);
+        const uint64_t v = load(addr, n);
         r[i.dst] = mode(c) == kMemSx ? sign_extend(v, int(n * 8)) : v;
         break;
       }

@@ -7,10 +7,11 @@
 
 namespace utramp::ebpf {
 
-Result<std::unique_ptr<JitProgram>> JitProgram::compile(Program program, const ExecOptions& options) {
-  RunEnv env = make_env(options, program.insns);
+Result<std::unique_ptr<JitProgram>> JitProgram::compile(Program program, const ExecOptions& options,
+                                                     const Proof* proof) {
+  RunEnv env = make_env(options, program.insns, proof != nullptr);
   std::unique_ptr<JitProgram> p(new JitProgram(std::move(program), std::move(env)));
-  UTRAMP_TRY(p->build());
+  UTRAMP_TRY(p->build(proof));
   return p;
 }
 
@@ -18,8 +19,9 @@ JitProgram::~JitProgram() {
   if (block_) os::ExecArena::instance().free(block_);
 }
 
-Result<void> JitProgram::build() {
+Result<void> JitProgram::build(const Proof* proof) {
   arch::BpfJitSpec spec;
+  spec.proof = proof;
   spec.insns = program_.insns;
   spec.helpers = env_.callx.data();
   spec.helper_count = env_.callx.size();

@@ -22,8 +22,12 @@ namespace utramp::ebpf {
 
 class JitProgram final : public Executable {
  public:
-  // `program` must have passed check_program() with the same helper table.
-  static Result<std::unique_ptr<JitProgram>> compile(Program program, const ExecOptions& options);
+  // `program` must have passed check_program() with the same helper table. With a
+  // proof (the verifier's, for this program and these options) the code leaves out
+  // every check the proof makes redundant: memory bounds, the loop budget, call depth,
+  // divisors proven non-zero; it calls the helpers' trusted forms.
+  static Result<std::unique_ptr<JitProgram>> compile(Program program, const ExecOptions& options,
+                                                     const Proof* proof = nullptr);
   ~JitProgram() override;
 
   EngineKind kind() const override { return EngineKind::jit; }
@@ -41,7 +45,7 @@ class JitProgram final : public Executable {
  private:
   using FullFn = uint64_t (*)(void* ctx, uint64_t len, RunStatus* status);
   using Executable::Executable;
-  Result<void> build();
+  Result<void> build(const Proof* proof);
 
   os::ExecBlock block_{};
   size_t code_size_ = 0;

@@ -16,6 +16,7 @@
 
 #include "ebpf/check.hpp"
 #include "ebpf/core.hpp"
+#include "ebpf/engine.hpp"
 #include "ebpf/object_dwarf.hpp"
 #include "abi/signature.hpp"
 #include "os/file.hpp"
@@ -61,6 +62,8 @@ class Parser {
                         bool* needs_text);
   std::optional<Prototype> prototype(const std::string& fn) const;
   Result<void> read_core_relos();
+  Result<void> read_line_info();
+  void take_lines(size_t sec, uint64_t lo, uint64_t hi, size_t base, LoadedProgram& p) const;
   Result<void> parse_target(const Sec& s, LoadedProgram& p) const;
   Result<void> take_core(size_t sec, uint64_t lo, uint64_t hi, size_t base, LoadedProgram& p) const;
   std::vector<GlobalVar> data_vars(size_t sec, uint64_t size) const;
@@ -75,6 +78,8 @@ class Parser {
   std::unique_ptr<ObjectDwarf> dwarf_;
   // CO-RE records by section index: (byte offset of the instruction, record).
   std::map<size_t, std::vector<std::pair<uint64_t, CoreRelo>>> core_;
+  // Line info records by section index: (byte offset of the instruction, line).
+  std::map<size_t, std::vector<std::pair<uint64_t, LineInfo>>> lines_;
   std::map<std::string, size_t> maps_by_sym_;  // .maps symbol -> map index
   int maps_sec_ = -1, text_sec_ = -1;
   Object obj_;
@@ -527,6 +532,72 @@ Result<void> Parser::read_core_relos() {
   return {};
 }
 
+// .BTF.ext's line info (struct bpf_line_info of linux/bpf.h: insn_off, file_name_off,
+// line_off, line_col = line << 10 | column), by section, for the verifier's messages.
+// Read from the subsection libbpf's btf_ext__new has checked (read_core_relos());
+// records that make no sense are skipped: line info only decorates messages.
+Result<void> Parser::read_line_info() {
+  int ext = -1;
+  for (size_t i = 1; i < secs_.size(); ++i)
+    if (secs_[i].name == ".BTF.ext") ext = static_cast<int>(i);
+  if (ext < 0 || !btf_) return {};
+  const auto d = secs_[ext].data;
+  auto u32_at = [&](size_t o) {
+    uint32_t v;
+    std::memcpy(&v, d.data() + o, 4);
+    return v;
+  };
+  constexpr size_t kLineLenEnd = 24;  // header: ... line_info off (16), len (20)
+  if (d.size() < 8) return {};
+  const uint32_t hdr_len = u32_at(4);
+  if (hdr_len < kLineLenEnd || hdr_len > d.size()) return {};
+  const uint64_t off = u32_at(16), len = u32_at(20);
+  size_t pos = hdr_len + off;
+  const size_t end = pos + len;
+  if (len < 4 || end > d.size()) return {};
+  const uint32_t rec = u32_at(pos);
+  pos += 4;
+  if (rec < 16) return {};
+  auto trim = [](std::string t) {
+    t.erase(0, t.find_first_not_of(" \t"));
+    t.erase(t.find_last_not_of(" \t\r\n") + 1);
+    return t;
+  };
+  while (end - pos >= 8) {
+    const char* sn = btf__name_by_offset(btf_.get(), u32_at(pos));
+    const uint32_t n = u32_at(pos + 4);
+    pos += 8;
+    if ((end - pos) / rec < n) return {};
+    size_t sec = 0;
+    for (size_t i = 1; i < secs_.size() && sn; ++i)
+      if (secs_[i].name == sn) sec = i;
+    for (uint32_t k = 0; k < n; ++k, pos += rec) {
+      if (!sec) continue;
+      LineInfo l;
+      const char* file = btf__name_by_offset(btf_.get(), u32_at(pos + 4));
+      const char* text = btf__name_by_offset(btf_.get(), u32_at(pos + 8));
+      l.file = file ? file : "";
+      l.file = l.file.substr(l.file.rfind('/') + 1);
+      l.text = text ? trim(text) : "";
+      l.line = u32_at(pos + 12) >> 10;
+      l.col = u32_at(pos + 12) & 0x3ff;
+      lines_[sec].push_back({u32_at(pos), std::move(l)});
+    }
+  }
+  return {};
+}
+
+void Parser::take_lines(size_t sec, uint64_t lo, uint64_t hi, size_t base, LoadedProgram& p) const {
+  auto it = lines_.find(sec);
+  if (it == lines_.end()) return;
+  for (const auto& [off, l] : it->second) {
+    if (off < lo || off >= hi || off % 8) continue;
+    LineInfo x = l;
+    x.insn = static_cast<uint32_t>(base + (off - lo) / 8);
+    p.lines.push_back(std::move(x));
+  }
+}
+
 // The CO-RE records of section `sec` in [lo, hi) (bytes), on p.insns from `base`.
 Result<void> Parser::take_core(size_t sec, uint64_t lo, uint64_t hi, size_t base, LoadedProgram& p) const {
   auto it = core_.find(sec);
@@ -568,6 +639,7 @@ Result<void> Parser::read_programs() {
       bool needs_text = false;
       UTRAMP_TRY(relocate(i, fs->value, fs->value + fs->size, 0, p, &needs_text));
       UTRAMP_TRY(take_core(i, fs->value, fs->value + fs->size, 0, p));
+      take_lines(i, fs->value, fs->value + fs->size, 0, p);
       if (needs_text) {
         const size_t tbase = p.insns.size();
         const auto text = insns_from_bytes(secs_[text_sec_].data);
@@ -582,7 +654,10 @@ Result<void> Parser::read_programs() {
         bool unused = false;
         UTRAMP_TRY(relocate(static_cast<size_t>(text_sec_), 0, secs_[text_sec_].data.size(), tbase, p, &unused));
         UTRAMP_TRY(take_core(static_cast<size_t>(text_sec_), 0, secs_[text_sec_].data.size(), tbase, p));
+        take_lines(static_cast<size_t>(text_sec_), 0, secs_[text_sec_].data.size(), tbase, p);
       }
+      std::stable_sort(p.lines.begin(), p.lines.end(),
+                       [](const LineInfo& a, const LineInfo& b) { return a.insn < b.insn; });
       // The structural check, with placeholder addresses in the map references.
       std::vector<Insn> probe = p.insns;
       for (const MapRef& r : p.refs) {
@@ -622,6 +697,7 @@ Result<Object> Parser::run() {
   // The object's DWARF gives BPF_PROG's prototypes; without it (no -g) BTF does.
   if (auto d = ObjectDwarf::open(bytes_); d) dwarf_ = std::move(*d);
   UTRAMP_TRY(read_core_relos());
+  UTRAMP_TRY(read_line_info());
   UTRAMP_TRY(read_maps());
   UTRAMP_TRY(read_programs());
   obj_.path = name_;
@@ -662,6 +738,27 @@ void resolve(LoadedProgram& p, std::span<const uint64_t> header_addr, std::span<
     p.insns[r.insn].imm = static_cast<int32_t>(static_cast<uint32_t>(a));
     p.insns[r.insn + 1].imm = static_cast<int32_t>(static_cast<uint32_t>(a >> 32));
   }
+}
+
+void program_options(const Object& obj, const LoadedProgram& p, const abi::Signature& sig, ExecOptions& o) {
+  if (is_uprobe(p.kind)) {
+    o.ctx_kind = CtxKind::pt_regs;
+    o.ctx_size = kPtRegsSize;
+    o.ctx_what = fmt::format("struct pt_regs at {} of {} ({} bytes)", p.kind == ProgKind::uprobe ? "a probe" : "a return",
+                             p.target, kPtRegsSize);
+  } else {
+    const int args = sig.arg_slots();
+    const int ret = p.kind == ProgKind::fentry ? 0 : std::max(1, sig.ret.slots());
+    o.ctx_kind = CtxKind::tracing;
+    o.ctx_size = 8 * static_cast<uint64_t>(args + ret);
+    o.ctx_what = fmt::format("the tracing context of {} ({} argument word{}{}{}: {} bytes)", p.target, args,
+                             args == 1 ? "" : "s", ret ? ", then the return value" : "",
+                             sig.known ? "" : "; the signature is unknown: six assumed", o.ctx_size);
+  }
+  o.ctx_writable = false;
+  o.maps = obj.maps;
+  o.refs = p.refs;
+  o.lines = p.lines;
 }
 
 Result<void> check_prototype(const LoadedProgram& p, const abi::Signature& sig) {

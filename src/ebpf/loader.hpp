@@ -13,7 +13,8 @@
 //                           read with libbpf's BTF API from .BTF
 //   .data* .rodata* .bss*   global data: one-entry array maps whose value is the section
 //   .BTF.ext                CO-RE relocation records: kept per program (core.hpp applies
-//                           them against the target's DWARF); unsupported kinds refused
+//                           them against the target's DWARF); unsupported kinds refused.
+//                           Line info: kept per program for the verifier's messages
 //   license, version, .BTF*, .debug*, .rel*, .symtab, .strtab, .llvm_addrsig  ignored
 // Anything else allocated is refused, as are legacy `maps` sections.
 //
@@ -40,6 +41,7 @@
 #include "ebpf/helpers.hpp"
 #include "ebpf/insn.hpp"
 #include "ebpf/maps.hpp"
+#include "ebpf/verifier.hpp"
 
 struct btf;
 
@@ -51,13 +53,6 @@ namespace utramp::ebpf {
 
 enum class ProgKind : uint8_t { fentry, fexit, fmod_ret, uprobe, uretprobe };
 const char* prog_kind_name(ProgKind k);
-
-struct MapRef {
-  uint32_t insn;       // index of the lddw in the program
-  uint32_t map;        // index in Object::maps
-  bool value = false;  // the value's address (+offset), not the map's header
-  uint64_t offset = 0;
-};
 
 // The program's typed prototype: BPF_PROG's inner function `____NAME(ctx, args...)`,
 // read from the object's DWARF (which keeps it, as an abstract instance, even when
@@ -86,9 +81,13 @@ struct LoadedProgram {
   std::vector<MapRef> refs;
   std::vector<CoreRelo> core;
   std::optional<Prototype> proto;
+  std::vector<LineInfo> lines;  // .BTF.ext line info, by instruction (may be empty)
 };
 
 bool is_uprobe(ProgKind k);
+
+// A uprobe program's context: the kernel's x86-64 struct pt_regs (21 registers).
+inline constexpr uint64_t kPtRegsSize = 21 * 8;
 
 struct Object {
   std::string path;
@@ -106,6 +105,15 @@ Result<Object> load_object_file(const std::string& path, const HelperTable& help
 // Patches every MapRef: header_addr[i] is map i's header, value_addr[i] its value memory.
 void resolve(LoadedProgram& p, std::span<const uint64_t> header_addr,
              std::span<const uint64_t> value_addr);
+
+// The verifier's view of program `p` of `obj` attached to a function of signature
+// `target` (Signature::fallback() when unknown): its context (the tracing context of
+// the target's arguments, and return value for fexit/fmod_ret; struct pt_regs for
+// uprobes), the object's maps, the map references and the line info. The agent loads
+// with these options and the CLI verifies with them, so both prove the same thing.
+// The caller adds the helper table, the regions and the log level.
+struct ExecOptions;
+void program_options(const Object& obj, const LoadedProgram& p, const abi::Signature& target, ExecOptions& o);
 
 // Checks the program's prototype (if known) against the target's signature: the number
 // of arguments (fexit/fmod_ret: plus the return value, which may be left out) and each

@@ -28,6 +28,7 @@ const char* fault_name(FaultKind k) {
     case FaultKind::call_depth: return "call_depth";
     case FaultKind::loop_budget: return "loop_budget";
     case FaultKind::unknown_helper: return "unknown_helper";
+    case FaultKind::wild_load: return "wild_load";
   }
   return "unknown";
 }
@@ -86,6 +87,8 @@ std::string describe_fault(std::span<const Insn> insns, FaultKind kind, uint32_t
       return fmt::format("{}: backward-jump budget exhausted (a loop that does not end?)", where);
     case FaultKind::unknown_helper:
       return fmt::format("{}: callx to helper {} which is not in the helper table", where, addr);
+    case FaultKind::wild_load:
+      return fmt::format("{}: load at {:#x} outside the program's memory", where, addr);
   }
   return where;
 }

@@ -157,13 +157,15 @@ const char* stage_name(Stage s) {
 const HelperTable& conformance_helpers() {
   static const HelperTable t = [] {
     HelperTable h;
-    h.add(5, "conformance_identity", &helper_identity);
+    HelperProto p;
+    p.args[0] = Arg::anything;  // returns r1; reads nothing else
+    h.add(5, "conformance_identity", &helper_identity, false, p);
     return h;
   }();
   return t;
 }
 
-Outcome run_case(const DataCase& c, EngineKind engine) {
+Outcome run_case(const DataCase& c, EngineKind engine, bool unverified) {
   Outcome o;
   if (!c.asm_text && !c.raw) {
     o.stage = Stage::data;
@@ -179,6 +181,9 @@ Outcome run_case(const DataCase& c, EngineKind engine) {
   ExecOptions opts;
   opts.helpers = &conformance_helpers();
   opts.ctx_writable = true;  // the memory is the program's to change
+  opts.ctx_size = c.mem.size();
+  opts.ctx_kind = CtxKind::memory;
+  opts.unverified = unverified;
   auto exe = load(Program{c.name, "", std::move(*prog)}, opts, engine);
   if (!exe) {
     o.stage = Stage::load;
@@ -212,7 +217,7 @@ Outcome run_case(const DataCase& c, EngineKind engine) {
   return o;
 }
 
-Outcome run_case(const std::filesystem::path& path, EngineKind engine) {
+Outcome run_case(const std::filesystem::path& path, EngineKind engine, bool unverified) {
   auto c = parse_data_file(path);
   if (!c) {
     Outcome o;
@@ -220,7 +225,7 @@ Outcome run_case(const std::filesystem::path& path, EngineKind engine) {
     o.message = c.error().message;
     return o;
   }
-  return run_case(*c, engine);
+  return run_case(*c, engine, unverified);
 }
 
 std::vector<std::filesystem::path> data_files(const std::filesystem::path& dir) {

@@ -7,6 +7,11 @@
 // case that passes fails its test as much as an unlisted case that fails, and
 // ConformanceSummary checks that every line names an existing case.
 //
+// Every case is verified first. The cases the verifier refuses (unsafe on purpose, or
+// beyond what it proves) are listed in conformance_unverified.txt ("CASE WORDS...": the
+// words the refusal must contain); they then run unverified (ExecOptions::unverified,
+// every runtime check on), and the list is exact as the known failures' is.
+//
 // The cases live outside the repository (UTRAMP_CONFORMANCE_DIR, by default
 // ../shared/conformance beside it): when they are missing, ConformanceSuite.Present is
 // skipped with the path it looked at, and no case test is instantiated.
@@ -44,6 +49,23 @@ std::map<std::pair<std::string, std::string>, std::string> known_failures() {
   return out;
 }
 
+// case -> words of the verifier's refusal
+std::map<std::string, std::string> unverified_cases() {
+  std::map<std::string, std::string> out;
+  std::ifstream in(std::string(UTRAMP_EBPF_TEST_DIR) + "/conformance_unverified.txt");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ls(line);
+    std::string name, words;
+    ls >> name;
+    std::getline(ls, words);
+    words.erase(0, words.find_first_not_of(' '));
+    out[name] = words;
+  }
+  return out;
+}
+
 std::vector<std::string> case_names() { return utramp::ebpf::testing::case_names("tests"); }
 
 std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
@@ -62,9 +84,19 @@ class Conformance : public ::testing::TestWithParam<std::string> {};
 TEST_P(Conformance, BothEngines) {
   const auto path = conformance_dir() / "tests" / (GetParam() + ".data");
   const auto known = known_failures();
+  const auto unv = unverified_cases();
+  const auto u = unv.find(GetParam());
+  const bool unverified = u != unv.end();
+  if (unverified) {
+    const Outcome v = run_case(path, EngineKind::jit);
+    EXPECT_EQ(v.stage, Stage::load) << "listed in conformance_unverified.txt, but the verifier does not refuse it: "
+                                    << stage_name(v.stage) << " " << v.message;
+    EXPECT_NE(v.message.find(u->second), std::string::npos)
+        << "the refusal lacks \"" << u->second << "\":\n" << v.message;
+  }
   std::map<EngineKind, Outcome> out;
   for (EngineKind e : kEngines) {
-    out[e] = run_case(path, e);
+    out[e] = run_case(path, e, unverified);
     const Outcome& o = out[e];
     auto it = known.find({GetParam(), engine_name(e)});
     if (it != known.end()) {
@@ -92,11 +124,16 @@ TEST(ConformanceSummary, PassCountsAndKnownFailures) {
   if (!conformance_present()) GTEST_SKIP() << "conformance cases not found in " << conformance_dir().string();
   const auto names = case_names();
   const auto known = known_failures();
+  const auto unv = unverified_cases();
+  for (const auto& [n, words] : unv)
+    EXPECT_TRUE(std::find(names.begin(), names.end(), n) != names.end()) << "unverified case " << n << " names no case";
+  std::printf("[ conformance ] %zu/%zu cases verified, %zu run unverified\n", names.size() - unv.size(), names.size(),
+              unv.size());
   std::set<std::pair<std::string, std::string>> failing;
   for (EngineKind e : kEngines) {
     size_t pass = 0;
     for (const auto& n : names) {
-      const Outcome o = run_case(conformance_dir() / "tests" / (n + ".data"), e);
+      const Outcome o = run_case(conformance_dir() / "tests" / (n + ".data"), e, unv.count(n) != 0);
       if (o.stage == Stage::pass) ++pass;
       else failing.insert({n, engine_name(e)});
     }

@@ -237,6 +237,9 @@ TEST(EbpfDifferential, InterpreterAndJitAgree) {
     ExecOptions o;
     o.helpers = &helpers;
     o.ctx_writable = true;  // the page is the context
+    // The programs fault on purpose (out of bounds, misaligned, loops over budget):
+    // this compares the engines' run-time checks (verifier_fuzz.cpp tests proven code).
+    o.unverified = true;
     o.loop_budget = small_budget ? 1 + (n % 16) : kDefaultLoopBudget;
     auto ie = load(Program{"gen", "", *prog}, o, EngineKind::interpreter);
     ASSERT_TRUE(ie) << "seed " << seed << " program " << n << ": " << ie.error().message << "\n" << text;

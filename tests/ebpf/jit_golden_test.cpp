@@ -8,12 +8,14 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 
 #include "arch/arch.hpp"
 #include "ebpf/asm.hpp"
 #include "ebpf/jit.hpp"
+#include "ebpf/verifier.hpp"
 
 namespace {
 
@@ -88,10 +90,19 @@ void expect_golden(const std::string& name, const std::string& actual) {
   ADD_FAILURE() << "JIT code differs from " << path << " (UTRAMP_UPDATE_GOLDENS=1 rewrites it):\n" << diff;
 }
 
-std::string jit_listing(std::string_view text, ExecOptions o) {
+// `proven`: the program is verified first and compiled with the proof.
+std::string jit_listing(std::string_view text, ExecOptions o, bool proven = false) {
   auto p = assemble(text);
   EXPECT_TRUE(p) << p.error().message;
-  auto j = JitProgram::compile(Program{"golden", "", *p}, o);
+  if (!p) return {};
+  std::optional<Verified> v;
+  if (proven) {
+    auto r = verify(*p, verify_env(o));
+    EXPECT_TRUE(r) << r.error().message;
+    if (!r) return {};
+    v = std::move(*r);
+  }
+  auto j = JitProgram::compile(Program{"golden", "", *p}, o, v ? &v->proof : nullptr);
   EXPECT_TRUE(j) << j.error().message;
   if (!j) return {};
   return std::string("# ") + std::string(text.substr(0, text.size() - 1)) + "\n" + masked_listing((*j)->code());
@@ -133,6 +144,20 @@ TEST(EbpfJitGolden, LeanPrograms) {
   expect_golden("jit_lean",
                 jit_listing("mov %r0, 0\nexit\n", o) +
                     jit_listing("mov %r6, %r1\nstxdw [%r10-8], %r6\nldxdw %r0, [%r10-8]\njeq %r0, 0, +1\nexit\nmov %r0, 1\nexit\n", o));
+}
+
+TEST(EbpfJitGolden, ProvenProgram) {
+  // The same kinds of instructions as above, verified first: the context loads are
+  // bare movs (no bounds test, no slow path), the loop spends no budget, the division
+  // by r3 | 1 is a bare div (no zero test), and with nothing left to fail the code
+  // has no fault exit and no run state.
+  ExecOptions o;
+  o.ctx_kind = CtxKind::tracing;
+  o.ctx_size = 16;
+  expect_golden("jit_proven",
+                jit_listing("ldxdw %r2, [%r1+0]\nldxdw %r3, [%r1+8]\nor %r3, 1\nmov %r0, 0\nmov %r4, 0\n"
+                            "l: add %r0, %r2\ndiv %r0, %r3\nadd %r4, 1\njlt %r4, 8, l\nexit\n",
+                            o, true));
 }
 
 }  // namespace

@@ -243,6 +243,33 @@ TEST(RunE2E, BadObjectsNeverStartTheTarget) {
   expect_refused("/nonexistent.bpf.o", "/nonexistent.bpf.o: cannot open");
 }
 
+// Unsafe programs: refused by the verifier with the instruction, its source line, the
+// state and the path; the target never runs.
+TEST(RunE2E, VerifierRefusalsNeverStartTheTarget) {
+  expect_refused(bad("verifier_null_deref"), "program 'count' (section 'fentry/work') refused by the verifier:\ninsn ");
+  expect_refused(bad("verifier_null_deref"), "which may be NULL: compare it with 0 first");
+  expect_refused(bad("verifier_null_deref"), "at verifier_null_deref.bpf.c:16: return (int)*v;");
+  expect_refused(bad("verifier_null_deref"), "state: r0=map_value_or_null(counts)");
+  expect_refused(bad("verifier_null_deref"), "  path: 0..");
+  expect_refused(bad("verifier_ctx_oob"), "a 8-byte read at offset 8 of the context, outside it: the tracing context "
+                                          "of work (1 argument word: 8 bytes) has 8 bytes");
+  expect_refused(bad("verifier_ringbuf_leak"), "is neither submitted nor discarded on this path");
+  expect_refused(bad("verifier_ringbuf_leak"), "(!= NULL) -> ");
+}
+
+// --verifier-log: every program's log, accepted ones too, on stderr; the run goes on.
+TEST(RunE2E, VerifierLog) {
+  auto r = test::run_program({UTRAMP_CLI, "run", example("latency"), "--verifier-log", "--json", "--", kTarget, "1",
+                              "10"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* p : {"work_entry", "work_exit"})
+    EXPECT_NE(r.err.find(std::string("program '") + p + "' (section"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("verifier log:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("accepted: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("call 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("bpf_target: 1 threads x 10 calls"), std::string::npos) << r.out;
+}
+
 TEST(RunE2E, InlinedPrototypeThatMatchesRuns) {
   auto r = run(bad("proto_inlined_match"), {"1", "10"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

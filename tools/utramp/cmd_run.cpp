@@ -4,7 +4,8 @@
 // (and every SEC seconds with --interval).
 //
 // Before the target starts, each object is loaded and checked here (sections, maps,
-// instructions, helpers), every target function is looked up in PROGRAM, each
+// instructions, helpers), each program proven safe by the verifier (--verifier-log
+// prints its log, on stderr), every target function is looked up in PROGRAM, each
 // program's prototype (the object's DWARF or BTF) checked against the function's DWARF
 // signature, each uprobe's binary, offset and instruction boundary checked, and the
 // CO-RE relocations resolved against PROGRAM's DWARF: bad input never starts the target. The agent in the target loads the objects again against the
@@ -49,7 +50,9 @@
 #include "agent/trust.hpp"
 #include "commands.hpp"
 #include "arch/arch.hpp"
+#include "abi/signature.hpp"
 #include "ebpf/core.hpp"
+#include "ebpf/engine.hpp"
 #include "ebpf/helpers.hpp"
 #include "ebpf/loader.hpp"
 #include "ebpf/maps.hpp"
@@ -70,6 +73,7 @@ struct RunFlags {
   std::vector<std::string> command;
   double interval = 0;
   bool json = false;
+  bool verifier_log = false;
 };
 
 bool is_int_size(size_t n) { return n == 1 || n == 2 || n == 4 || n == 8; }
@@ -404,12 +408,27 @@ int run(const RunFlags& f) {
         fmt::print(stderr, "{}: {}: {}\n", me, path, c.error().message);
         return 2;
       }
-      if (auto sig = os::signature_from_dwarf(prog, p.target); sig) {
+      auto sig = os::signature_from_dwarf(prog, p.target);
+      if (sig) {
         if (auto c = ebpf::check_prototype(p, *sig); !c) {
           fmt::print(stderr, "{}: {}: {}\n", me, path, c.error().message);
           return 2;
         }
       }
+      // The proof the agent's load repeats (same options: loader.hpp program_options).
+      ebpf::ExecOptions vo;
+      vo.helpers = &ebpf::runtime_helpers();
+      ebpf::program_options(*obj, p, sig ? *sig : abi::Signature::fallback(), vo);
+      vo.verifier_log = f.verifier_log ? 2 : 0;
+      auto v = ebpf::verify(p.insns, ebpf::verify_env(vo));
+      if (!v) {
+        fmt::print(stderr, "{}: {}: program '{}' (section '{}') refused by the verifier:\n{}\n", me, path, p.name,
+                   p.section, v.error().message);
+        return 2;
+      }
+      if (f.verifier_log)
+        fmt::print(stderr, "{}: {}: program '{}' (section '{}'), verifier log:\n{}", me, path, p.name, p.section,
+                   v->log);
     }
     specs.insert(specs.end(), obj->maps.begin(), obj->maps.end());
     char* rp = realpath(path.c_str(), nullptr);
@@ -512,6 +531,8 @@ void add_run(CLI::App& app) {
   sub->add_option("--interval", f->interval, "print the maps every SEC seconds too")
       ->check(CLI::Range(0.0, 86400.0 * 365));
   sub->add_flag("--json", f->json, "one JSON object per line");
+  sub->add_flag("--verifier-log", f->verifier_log,
+                "print the verifier's log of every program (on stderr), accepted ones too");
   sub->add_option("command", f->command, "-- PROGRAM [ARGS]");
   sub->callback([f] {
     if (!std::isfinite(f->interval)) {  // CLI::Range lets NaN through

@@ -73,6 +73,22 @@
 //
 // The cost of an eBPF fentry over a native one is mostly this entry and exit: an empty
 // program went from 40 instructions more than an empty C function to 4.
+//
+// Proven programs. A program the verifier proved (BpfJitSpec::proof) is lean whatever
+// it does: every access goes straight to memory ([reg+off], no bounds test, no slow
+// path), atomics are aligned, every path ends (no loop budget), local calls nest at
+// most proof->frames deep (no depth test), a callx calls the helper the proof names,
+// and a division whose divisor is proven non-zero (and, signed, never -1) is the bare
+// x86 division. Helpers are called in their trusted forms, which need no run state. The
+// frame holds proof->frames BPF frames below the pushes, the main one on top:
+//
+//   push rbp; push rbx; ...       ; rbp, rbx, r13-r15 when it makes local calls
+//   sub  rsp, 512*frames (+8)     ; rsp 16-aligned: helpers are called from here
+//   lea  rbp, [rsp+512*frames]
+//
+// A local call pushes rbp, rbx, r13, r14, r15, moves rbp down 512 and calls; an exit of
+// a local function (Proof::kSubprogExit) is `ret`, the main function's a jump to the
+// epilogue. Instructions no path reaches are `ud2`.
 #include "arch/bpf_jit.hpp"
 
 #include <asmjit/x86.h>
@@ -203,21 +219,29 @@ void Emitter::emit(Label native_entry, Label full_entry) {
   if (lean_) {
     // Which BPF registers appear at all (src of an immediate form reads as r0: harmless).
     bool used[ebpf::kNumRegs] = {true};  // r0: exit returns it
+    bool calls = false, local_calls = false;
     for (const Insn& n : s_.insns) {
       if (n.dst < ebpf::kNumRegs) used[n.dst] = true;
       if (n.src < ebpf::kNumRegs) used[n.src] = true;
+      calls |= n.code == op::kCallOp || n.code == op::kCallxOp;
+      local_calls |= n.code == op::kCallOp && n.src == op::kCallLocal;
     }
+    if (local_calls)  // the call sequence saves and moves them
+      for (uint8_t r : {6, 7, 8, 9, 10}) used[r] = true;
     if (used[ebpf::kFp]) lean_saved_.push_back(ax::rbp);
     for (uint8_t r = 6; r <= 9; ++r)
       if (used[r]) lean_saved_.push_back(R(r));
     a_.bind(native_entry);
     a_.bind(full_entry);
     for (const ax::Gp& r : lean_saved_) a_.push(r);
-    if (used[ebpf::kFp]) {
-      // rsp is 8 mod 16 at entry; r10 = rsp + 512 after the sub must be 0 mod 16.
-      lean_frame_ = static_cast<int32_t>(ebpf::kStackSize) + (lean_saved_.size() % 2 ? 0 : 8);
-      a_.sub(ax::rsp, Imm(lean_frame_));
-      a_.lea(ax::rbp, ax::ptr(ax::rsp, static_cast<int32_t>(ebpf::kStackSize)));
+    const uint32_t frames = s_.proof ? s_.proof->frames : 1;
+    const int32_t stack = static_cast<int32_t>(ebpf::kStackSize * frames);
+    if (used[ebpf::kFp] || calls) {
+      // rsp is 8 mod 16 at entry; r10 = rsp + stack after the sub, and rsp itself (at
+      // helper calls), must be 0 mod 16.
+      lean_frame_ = (used[ebpf::kFp] ? stack : 0) + (lean_saved_.size() % 2 ? 0 : 8);
+      if (lean_frame_) a_.sub(ax::rsp, Imm(lean_frame_));
+      if (used[ebpf::kFp]) a_.lea(ax::rbp, ax::ptr(ax::rsp, stack));
     }
     if (s_.ctx_size && used[2]) a_.mov(ax::rsi, Imm(s_.ctx_size));
     for (uint8_t r : {0, 3, 4, 5, 6, 7, 8, 9})
@@ -256,6 +280,11 @@ void Emitter::emit(Label native_entry, Label full_entry) {
   for (size_t i = 0; i < n_; ++i) {
     a_.bind(L_[i]);
     const Insn& n = s_.insns[i];
+    if (s_.proof && !(s_.proof->insn[i] & ebpf::Proof::kReached)) {
+      a_.ud2();  // no path runs it
+      if (n.code == op::kLddw) a_.bind(L_[++i]);
+      continue;
+    }
     switch (op::cls(n.code)) {
       case op::kAlu:
       case op::kAlu64: alu(i, n); break;
@@ -287,6 +316,7 @@ void Emitter::emit(Label native_entry, Label full_entry) {
 //   add rsp, 8; pop r8, rcx, rdx, rsi, rdi, rax; ret
 // store_stub: in r11 = address, r10 = size; out r10 = allowed; keeps r0-r5 and r11
 bool Emitter::lean() const {
+  if (s_.proof) return true;
   if (s_.publish_run) return false;
   for (size_t i = 0; i < n_; ++i) {
     const Insn& n = s_.insns[i];
@@ -449,19 +479,21 @@ void Emitter::shift(const Insn& n) {
   }
 }
 
-// div/mod/sdiv/smod. x86 divides rdx:rax, so r0 and r3 are kept in r9/r10 around it:
+// div/mod/sdiv/smod. x86 divides rdx:rax, so r0 and r3 are kept in r9/r10 around it
+// (the one that is DST is not: its old value is dead):
 //
 //   mov  r11, SRC           ; divisor
-//   test r11, r11 ; jz zero ; cmp r11, -1 ; je minus_one (signed)
+//   test r11, r11 ; jz zero ; cmp r11, -1 ; je minus_one (signed; both left out
+//                             where the proof says the divisor is never 0 or -1)
 //   mov  r9, rax ; mov r10, rdx
 //   mov  rax, DST ; xor edx, edx (cqo for signed)
 //   div  r11
-//   mov  r11, rax (rdx for mod) ; mov rax, r9 ; mov rdx, r10 ; mov DST, r11
+//   mov  DST, rax (rdx for mod) ; mov rax, r9 ; mov rdx, r10
 //
 // zero: div -> 0, mod -> DST (truncated to 32 bits for ALU32); minus_one: sdiv -> -DST,
 // smod -> 0 (x86 would trap on INT_MIN / -1).
 void Emitter::divmod(size_t i, const Insn& n) {
-  (void)i;
+  const uint8_t proven = s_.proof ? s_.proof->insn[i] : 0;
   const bool is64 = op::cls(n.code) == op::kAlu64;
   const bool is_mod = op::alu_op(n.code) == op::kMod;
   const bool is_signed = n.off == 1;
@@ -483,12 +515,14 @@ void Emitter::divmod(size_t i, const Insn& n) {
     a_.mov(r11, Imm(static_cast<int64_t>(n.imm)));
   } else {
     a_.mov(r11, is64 ? R(n.src) : R(n.src).r32());
-    a_.test(r11, r11);
-    a_.jz(defer([this, by_zero, done] {
-      by_zero();
-      a_.jmp(done);
-    }));
-    if (is_signed) {
+    if (!(proven & ebpf::Proof::kDivisorNonZero)) {
+      a_.test(r11, r11);
+      a_.jz(defer([this, by_zero, done] {
+        by_zero();
+        a_.jmp(done);
+      }));
+    }
+    if (is_signed && !(proven & ebpf::Proof::kNoOverflowDiv)) {
       a_.cmp(r11, Imm(-1));
       a_.je(defer([this, by_minus_one, done] {
         by_minus_one();
@@ -496,18 +530,25 @@ void Emitter::divmod(size_t i, const Insn& n) {
       }));
     }
   }
-  a_.mov(ax::r9, ax::rax);
-  a_.mov(ax::r10, ax::rdx);
-  a_.mov(is64 ? ax::Gp(ax::rax) : ax::Gp(ax::eax), d);
+  // r0 (rax) and r3 (rdx) are kept only when neither is DST: DST's old value is dead.
+  const bool keep_rax = d64 != ax::rax, keep_rdx = d64 != ax::rdx;
+  if (keep_rax) a_.mov(ax::r9, ax::rax);
+  if (keep_rdx) a_.mov(ax::r10, ax::rdx);
+  if (keep_rax) a_.mov(is64 ? ax::Gp(ax::rax) : ax::Gp(ax::eax), d);
   if (is_signed) is64 ? a_.cqo() : a_.cdq();
   else a_.xor_(ax::edx, ax::edx);
   if (is_signed) a_.idiv(r11);
   else a_.div(r11);
-  if (is64) a_.mov(ax::r11, is_mod ? ax::rdx : ax::rax);
-  else a_.mov(ax::r11d, is_mod ? ax::edx : ax::eax);
-  a_.mov(ax::rax, ax::r9);
-  a_.mov(ax::rdx, ax::r10);
-  a_.mov(d, r11);
+  const ax::Gp result = is64 ? ax::Gp(is_mod ? ax::rdx : ax::rax) : ax::Gp(is_mod ? ax::edx : ax::eax);
+  if (!keep_rax || !keep_rdx) {  // DST is rax or rdx: one move at most, one register back
+    if (result.id() != d.id()) a_.mov(d, result);
+    if (keep_rax) a_.mov(ax::rax, ax::r9);
+    if (keep_rdx) a_.mov(ax::rdx, ax::r10);
+  } else {
+    a_.mov(d, result);
+    a_.mov(ax::rax, ax::r9);
+    a_.mov(ax::rdx, ax::r10);
+  }
   a_.bind(done);
 }
 
@@ -521,7 +562,7 @@ void Emitter::divmod(size_t i, const Insn& n) {
 void Emitter::jump_to(size_t i, int64_t rel, std::function<void(Label)> jcc,
                       std::function<void(Label)> jncc) {
   const Label target = L_[static_cast<size_t>(static_cast<int64_t>(i) + 1 + rel)];
-  if (rel >= 0 || s_.loop_budget == 0) {
+  if (rel >= 0 || s_.loop_budget == 0 || s_.proof) {
     jcc(target);
     return;
   }
@@ -536,8 +577,9 @@ void Emitter::jump_to(size_t i, int64_t rel, std::function<void(Label)> jcc,
 void Emitter::jump(size_t i, const Insn& n) {
   const uint8_t o = op::jmp_op(n.code);
   if (n.code == op::kExitOp) {
-    if (lean_) {  // no local calls: every exit is the main function's
-      a_.jmp(exit_main_);
+    if (lean_) {  // the proof says which exits are local functions'; else no local calls
+      if (s_.proof && (s_.proof->insn[i] & ebpf::Proof::kSubprogExit)) a_.ret();
+      else a_.jmp(exit_main_);
       return;
     }
     a_.cmp(ax::rbp, st(rs::kStackHi));
@@ -578,6 +620,24 @@ void Emitter::jump(size_t i, const Insn& n) {
 }
 
 void Emitter::call(size_t i, const Insn& n) {
+  if (s_.proof && n.code == op::kCallxOp) {
+    const int32_t id = s_.proof->callx[i];
+    const uint64_t fn = id >= 0 && static_cast<uint64_t>(id) < s_.helper_count ? s_.helpers[id] : 0;
+    if (!fn) {
+      failed = true;
+      error = make_error(Errc::not_found, fmt::format("insn {}: the proof names no helper for this callx", i));
+      return;
+    }
+    call_abs(fn);
+    return;
+  }
+  if (s_.proof && n.src == op::kCallLocal) {
+    for (const ax::Gp& r : {ax::rbp, ax::rbx, ax::r13, ax::r14, ax::r15}) a_.push(r);
+    a_.lea(ax::rbp, ax::ptr(ax::rbp, -static_cast<int32_t>(ebpf::kStackSize)));
+    a_.call(L_[static_cast<size_t>(static_cast<int64_t>(i) + 1 + n.imm)]);
+    for (const ax::Gp& r : {ax::r15, ax::r14, ax::r13, ax::rbx, ax::rbp}) a_.pop(r);
+    return;
+  }
   if (n.code == op::kCallxOp) {
     // mov r11, DST; cmp r11, count; jae fault; mov r10, table; mov r10, [r10+r11*8];
     // test r10, r10; jz fault; call r10
@@ -653,8 +713,8 @@ void Emitter::load(size_t i, const Insn& n) {
       default: a_.mov(d, m); break;
     }
   };
-  if (n.src == ebpf::kFp && in_frame(n.off, size)) {
-    from(ax::ptr(ax::rbp, n.off, size));
+  if (s_.proof || (n.src == ebpf::kFp && in_frame(n.off, size))) {
+    from(ax::ptr(R(n.src), n.off, size));
     return;
   }
   Label direct = a_.newLabel(), done = a_.newLabel();
@@ -740,6 +800,10 @@ void Emitter::mem_op(const Insn& n, const ax::Mem& m) {
 void Emitter::store(size_t i, const Insn& n) {
   const unsigned size = op::size_bytes(n.code);
   const bool atomic = op::mode(n.code) == op::kAtomic;
+  if (s_.proof) {  // in bounds and, for atomics, aligned
+    mem_op(n, ax::ptr(R(n.dst), n.off, size));
+    return;
+  }
   if (n.dst == ebpf::kFp && in_frame(n.off, size)) {
     // Frames are 16-byte aligned: alignment is known now.
     if (atomic && (n.off & static_cast<int16_t>(size - 1)) != 0) {
