@@ -428,15 +428,6 @@ bool narrow64(uint8_t o, bool taken, Scalar& d, Scalar& s) {
       d.umin = std::max(d.umin, s.umin);
       s.umax = std::min(s.umax, d.umax);
       break;
-    case kJlt:
-      if (d.umin == ~uint64_t(0) || s.umax == 0) return false;
-      s.umin = std::max(s.umin, d.umin + 1);
-      d.umax = std::min(d.umax, s.umax - 1);
-      break;
-    case kJle:
-      s.umin = std::max(s.umin, d.umin);
-      d.umax = std::min(d.umax, s.umax);
-      break;
     case kJsgt:
       if (s.smin == INT64_MAX || d.smax == INT64_MIN) return false;
       d.smin = std::max(d.smin, s.smin + 1);
@@ -446,15 +437,11 @@ bool narrow64(uint8_t o, bool taken, Scalar& d, Scalar& s) {
       d.smin = std::max(d.smin, s.smin);
       s.smax = std::min(s.smax, d.smax);
       break;
-    case kJslt:
-      if (d.smin == INT64_MAX || s.smax == INT64_MIN) return false;
-      s.smin = std::max(s.smin, d.smin + 1);
-      d.smax = std::min(d.smax, s.smax - 1);
-      break;
-    case kJsle:
-      s.smin = std::max(s.smin, d.smin);
-      d.smax = std::min(d.smax, s.smax);
-      break;
+    // d < s is s > d: the same narrowing with the operands swapped.
+    case kJlt: return narrow64(kJgt, true, s, d);
+    case kJle: return narrow64(kJge, true, s, d);
+    case kJslt: return narrow64(kJsgt, true, s, d);
+    case kJsle: return narrow64(kJsge, true, s, d);
     default: break;
   }
   return d.sync() && s.sync();
