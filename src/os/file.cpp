@@ -36,17 +36,24 @@ std::string shown(const std::string& dir, const std::string& name) {
   return dir.empty() || name.starts_with('/') ? name : dir + "/" + name;
 }
 
-bool write_all(int fd, std::string_view text) {
-  while (!text.empty()) {
-    const ssize_t n = ::write(fd, text.data(), text.size());
+}  // namespace
+
+size_t write_some(int fd, const void* data, size_t len) {
+  const char* p = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t n = ::write(fd, p + done, len - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    text.remove_prefix(static_cast<size_t>(n));
+    if (n <= 0) {
+      if (n == 0) errno = ENOSPC;
+      break;
+    }
+    done += static_cast<size_t>(n);
   }
-  return true;
+  return done;
 }
 
-}  // namespace
+bool write_all(int fd, std::string_view text) { return write_some(fd, text.data(), text.size()) == text.size(); }
 
 Result<void> write_file_at(int dirfd, const std::string& dir_shown, const std::string& name, std::string_view text) {
   const std::string tmp = name + ".tmp";

@@ -38,6 +38,12 @@ const char* file_kind(mode_t mode);
 // uid 65534, not 0", "2 hard links" (someone else holds another name for it).
 std::string not_own_file(const struct stat& st);
 
+// Writes LEN bytes at FD's position, again after EINTR and short writes; returns how
+// many were written (LEN, or fewer with errno set: ENOSPC when write returned 0).
+size_t write_some(int fd, const void* data, size_t len);
+// write_some of all of TEXT; false (errno set) when not all of it was written.
+bool write_all(int fd, std::string_view text);
+
 // Writes TEXT whole as NAME in the directory DIRFD (DIR_SHOWN in messages; AT_FDCWD
 // with NAME a path is allowed): to NAME.tmp, created anew (O_EXCL, O_NOFOLLOW; whatever
 // was left at that name, a symbolic link included, is removed first, never followed),

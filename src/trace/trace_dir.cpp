@@ -69,29 +69,6 @@ bool parse_name(const std::string& name, const char* prefix, const char* suffix,
   return true;
 }
 
-// Writes LEN bytes; returns how many were written (LEN, or fewer with errno set).
-size_t write_some(int fd, const void* data, size_t len) {
-  const char* p = static_cast<const char*>(data);
-  size_t done = 0;
-  while (done < len) {
-    const ssize_t n = ::write(fd, p + done, len - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = ENOSPC;
-      break;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return done;
-}
-
-bool write_all(int fd, const void* data, size_t len) { return write_some(fd, data, len) == len; }
-
-// Writes a small file whole, owner-only, never through a symbolic link (os/file.hpp).
-Result<void> write_file_atomic(const std::string& path, std::string_view text) {
-  return os::write_file_at(AT_FDCWD, "", path, text);
-}
-
 // Runs F(dirfd) with a descriptor of DIR: the path forms of the process files' writers.
 template <class F>
 auto with_dir(const std::string& dir, F f) -> decltype(f(0)) {
@@ -502,16 +479,24 @@ struct TraceWriter::Impl {
       f.lru = open_lru.begin();
       return f.fd;
     }
-    while (open_lru.size() >= kMaxOpenFiles) {
+    auto close_oldest = [&] {
       File& victim = files[open_lru.back()];
       ::close(victim.fd);
       victim.fd = -1;
       open_lru.pop_back();
-    }
+    };
+    while (open_lru.size() >= kMaxOpenFiles) close_oldest();
     const std::string name = events_name(f.info.pid, f.info.tid);
     // Created here (create() removed any old one), or reopened: never a link.
     const int flags = O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW | (f.started ? 0 : O_CREAT | O_EXCL);
-    const int fd = ::openat(dirfd, name.c_str(), flags, 0600);
+    int fd = ::openat(dirfd, name.c_str(), flags, 0600);
+    // Out of descriptors (a low RLIMIT_NOFILE): the files kept open are only a cache,
+    // so half of them go and the open is tried again; only with none left is it a
+    // failure (which cuts the trace).
+    while (fd < 0 && (errno == EMFILE || errno == ENFILE) && !open_lru.empty()) {
+      for (size_t n = (open_lru.size() + 1) / 2; n > 0; --n) close_oldest();
+      fd = ::openat(dirfd, name.c_str(), flags, 0600);
+    }
     if (fd < 0) return make_error(Errc::io, dir + "/" + name + ": " + errno_text(errno));
     if (!f.started) {
       EventFileHeader h{};
@@ -520,7 +505,7 @@ struct TraceWriter::Impl {
       h.record_size = sizeof(Event);
       h.pid = f.info.pid;
       h.tid = f.info.tid;
-      if (::fchmod(fd, 0600) != 0 || !write_all(fd, &h, sizeof h)) {
+      if (::fchmod(fd, 0600) != 0 || !os::write_all(fd, std::string_view(reinterpret_cast<const char*>(&h), sizeof h))) {
         const int err = errno;
         ::close(fd);
         ::unlinkat(dirfd, name.c_str(), 0);  // no file rather than half a header
@@ -583,7 +568,7 @@ Result<TraceWriter> TraceWriter::create(const std::string& dir) {
   int err = ::posix_fallocate(impl->reserve_fd, 0, kReserveBytes);
   if (err == EOPNOTSUPP || err == EINVAL) {  // no fallocate here: written out
     const std::vector<char> zeros(kReserveBytes);
-    err = write_all(impl->reserve_fd, zeros.data(), zeros.size()) ? 0 : errno;
+    err = os::write_all(impl->reserve_fd, std::string_view(zeros.data(), zeros.size())) ? 0 : errno;
   }
   if (err != 0)
     return make_error(Errc::io, dir + ": cannot keep " + std::to_string(kReserveBytes >> 10) +
@@ -610,7 +595,7 @@ Result<void> TraceWriter::append(uint32_t pid, uint32_t tid, std::span<const Eve
     f.info.unsaved += events_in(events);
     return std::move(fd).error();
   }
-  const size_t done = write_some(*fd, events.data(), events.size_bytes());
+  const size_t done = os::write_some(*fd, events.data(), events.size_bytes());
   const size_t whole = done / sizeof(Event);
   f.info.events += events_in(events.first(whole));
   f.bytes += whole * sizeof(Event);

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "os/elf_file.hpp"
+#include "os/file.hpp"
 #include "trace/trace_dir.hpp"
 
 namespace utramp::cli {
@@ -252,16 +253,9 @@ Result<Launch> Launch::start(const Target& target, const std::vector<std::string
   const std::string agent = agent_library();
   if (agent.empty() || access(agent.c_str(), R_OK) != 0)
     return make_error(Errc::not_found, fmt::format("the agent library {} is missing", agent));
-  {
-    const int fd = open(config_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-      return make_error(Errc::io, fmt::format("cannot create {}: {}", config_path, strerror(errno)));
-    const std::string text = agent::dump_config(config);
-    // 0600 whatever the umask: the agent (the same user) must be able to read it.
-    const bool ok = fchmod(fd, 0600) == 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    close(fd);
-    if (!ok) return make_error(Errc::io, fmt::format("cannot write {}: {}", config_path, strerror(errno)));
-  }
+  // 0600, created anew, never through a link (the agent trusts only such a file).
+  if (auto w = os::write_file_at(AT_FDCWD, "", config_path, agent::dump_config(config)); !w)
+    return make_error(Errc::io, "cannot write the agent's configuration: " + w.error().message);
   // The environment and arguments are prepared before fork: the child only calls
   // async-signal-safe functions (the CLI may have threads).
   std::string preload = agent;
