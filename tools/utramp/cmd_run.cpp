@@ -335,24 +335,26 @@ class SigtrapWatch {
                named_threads_.empty() ? "" : ": seen blocking it: ", probe::describe(named_threads_));
   }
 
-  // The uprobes that stayed int3s, from the status file ("ok", then "int3 ..." lines,
-  // written at once); false until the agent wrote it. Kept: the file goes with the
-  // scratch directory once read.
+  // The agent's status file (written at once): "ok" then the uprobes that stayed int3s
+  // ("int3 ..." lines), or "error: ...". True once it said "ok"; what it said is kept
+  // (status()), as the file goes with the scratch directory once read.
   bool read_status() {
     if (have_status_) return true;
     std::ifstream in(status_file_);
-    std::string line;
-    if (!std::getline(in, line) || line != "ok") return false;
-    while (std::getline(in, line))
+    if (!std::getline(in, first_line_) || first_line_ != "ok") return false;
+    for (std::string line; std::getline(in, line);)
       if (line.starts_with("int3 ")) int3s_.push_back(line.substr(5));
     have_status_ = true;
     return true;
   }
+  // The status file's first line, as last read ("" before the agent wrote it).
+  const std::string& status() const { return first_line_; }
 
  private:
   pid_t pid_;
   std::string status_file_;
   bool have_status_ = false;
+  std::string first_line_;
   std::vector<std::string> int3s_;
   std::chrono::steady_clock::time_point next_{};
   std::set<uint32_t> seen_before_, named_;
@@ -472,12 +474,6 @@ int run(const RunFlags& f) {
   // a CLI killed later leaves nothing behind.
   SigtrapWatch watch(launch->pid(), cfg.bpf_status_file);
   std::string st;
-  auto read_status = [&] {
-    std::ifstream in(cfg.bpf_status_file);
-    std::string line;
-    std::getline(in, line);
-    return line;
-  };
   const Ended ended = launch->wait(
       [&] {
         if (st.empty() && watch.read_status()) {
@@ -493,7 +489,10 @@ int run(const RunFlags& f) {
         return any;
       },
       5);
-  if (st.empty()) st = read_status();
+  if (st.empty()) {
+    (void)watch.read_status();
+    st = watch.status();
+  }
   if (st.rfind("error: ", 0) == 0) {
     fmt::print(stderr, "{}: {}; target not started\n", me, st.substr(7));
     return 2;
