@@ -30,6 +30,7 @@ struct RunOptions {
   // > 0: the child runs in a process group of its own, which is killed (SIGKILL) after
   // this many seconds; the result then has timed_out set. For tests of hangs.
   int timeout_s = 0;
+  int max_fds = 0;        // > 0: RLIMIT_NOFILE of the child (and what it starts)
 };
 
 // Runs argv[0] with argv (no shell) as OPTS say; reads stdout and stderr together so
@@ -57,6 +58,10 @@ inline RunResult run_program(const std::vector<std::string>& args, const RunOpti
     if (opts.no_core) {
       const rlimit nocore{0, 0};
       setrlimit(RLIMIT_CORE, &nocore);
+    }
+    if (opts.max_fds > 0) {
+      const rlimit fds{static_cast<rlim_t>(opts.max_fds), static_cast<rlim_t>(opts.max_fds)};
+      setrlimit(RLIMIT_NOFILE, &fds);
     }
     if (!opts.cwd.empty() && chdir(opts.cwd.c_str()) != 0) _exit(126);
     execv(argv[0], argv.data());

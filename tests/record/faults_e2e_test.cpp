@@ -333,6 +333,18 @@ TEST(Children, WaitLimitSaysWhatWasCut) {
 
 // A child that execs a program without --follow-exec (fork then exec: a daemon,
 // system()) records nothing more: record does not wait for it.
+// Many children alive at once cost the recorder no descriptor each: under a limit of
+// 64 descriptors, 150 live children must not cut the trace (the files need them).
+TEST(Children, ManyLiveChildrenDoNotUseUpDescriptors) {
+  TempDir t;
+  const std::string dir = t.path + "/trace";
+  const RunResult r = run_cli({"record", "-o", dir, "--", kFixture, "forks", "150"},
+                              {.timeout_s = 120, .max_fds = 64});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("not saved"), std::string::npos) << r.err;
+  EXPECT_EQ(total_calls(dir, "child_work"), 150u) << r.err;
+}
+
 TEST(Children, AChildThatExecsUntracedIsNotWaitedFor) {
   adopt_orphans();
   TempDir t;

@@ -85,6 +85,32 @@ static int orphan(int seconds) {
   return 0;
 }
 
+// N children alive together (each waits for the last to be forked, then works), so
+// that the recorder learns of N running processes at once.
+static int forks(int n) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return 4;
+  for (int i = 0; i < n; ++i) {
+    const pid_t child = fork();
+    if (child < 0) return 4;
+    if (child == 0) {
+      close(pipefd[1]);
+      char c;
+      while (read(pipefd[0], &c, 1) < 0) {}  // EOF once the parent closes the write end
+      child_work(i);
+      _exit(0);
+    }
+    sleep_ms(2);  // the recorder learns of each from its fork event while it waits
+  }
+  close(pipefd[1]);
+  int failed = 0;
+  for (int i = 0; i < n; ++i) {
+    int st = 0;
+    if (wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) ++failed;
+  }
+  return failed ? 6 : 0;
+}
+
 static int spawn(const char* seconds) {
   const pid_t child = fork();
   if (child < 0) return 4;
@@ -195,7 +221,8 @@ int main(int argc, char** argv) {
   }
   if (!strcmp(what, "orphan") && argc > 2) return orphan(atoi(argv[2]));
   if (!strcmp(what, "spawn") && argc > 2) return spawn(argv[2]);
+  if (!strcmp(what, "forks") && argc > 2) return forks(atoi(argv[2]));
   if (!strcmp(what, "scribble")) return scribble();
-  fprintf(stderr, "usage: %s ready_wait READY GO | fill N | orphan SECONDS | spawn SECONDS | scribble\n", argv[0]);
+  fprintf(stderr, "usage: %s ready_wait READY GO | fill N | orphan SECONDS | spawn SECONDS | forks N | scribble\n", argv[0]);
   return 2;
 }

@@ -3,10 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "agent/trust.hpp"
@@ -92,26 +91,22 @@ namespace {
 
 // The processes the program started that run under the agent (forked children, what
 // they exec'd with --follow-exec), learnt from the trace while it is drained: `fork`
-// events, the rings' owners, the process files the agents write. Each is watched from
-// when it is learnt through a pidfd, which stays that process's even once its pid is
-// reused; one that does not map the agent (an exec without --follow-exec) is not waited
-// for: it records nothing.
+// events, the rings' owners, the process files the agents write. Each is known by its
+// pid and start time (/proc/PID/stat), which tell it from a later process given the same
+// pid; no descriptor is held per process, so a program that forks thousands of children
+// cannot use up the CLI's descriptors (the trace files need them). One that does not
+// map the agent (an exec without --follow-exec) is not waited for: it records nothing.
 class Descendants {
  public:
   Descendants(uint32_t root, std::string dir) : root_(root), dir_(std::move(dir)) {}
   Descendants(const Descendants&) = delete;
   Descendants& operator=(const Descendants&) = delete;
-  ~Descendants() {
-    for (auto& [pid, w] : watched_)
-      if (w.pidfd >= 0) ::close(w.pidfd);
-  }
-
   void learn(uint32_t pid) {
     if (pid == 0 || pid == root_ || watched_.count(pid)) return;
     Watched& w = watched_[pid];
-    w.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
-    if (w.pidfd < 0 && errno != ENOSYS) w.gone = true;  // ESRCH: already gone
-    if (!w.gone && !maps_agent(pid)) forget(w);
+    const Stat st = stat_of(pid);
+    w.start = st.start;
+    w.gone = !st.alive || !maps_agent(pid);
   }
 
   // The processes whose files say they have not ended (those the agent saw `exit` have).
@@ -136,21 +131,15 @@ class Descendants {
   // records nothing more, and is not waited for.
   void drop_untraced() {
     for (auto& [pid, w] : watched_)
-      if (!w.gone && !maps_agent(pid)) forget(w);
+      if (!w.gone && !maps_agent(pid)) w.gone = true;
   }
 
   std::vector<uint32_t> running() {
     std::vector<uint32_t> out;
     for (auto& [pid, w] : watched_) {
       if (w.gone) continue;
-      bool ended;
-      if (w.pidfd >= 0) {
-        pollfd p{w.pidfd, POLLIN, 0};
-        ended = ::poll(&p, 1, 0) != 0;  // readable once the process has ended
-      } else {
-        ended = (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) || zombie(pid);
-      }
-      if (ended) forget(w);
+      const Stat st = stat_of(pid);
+      if (!st.alive || st.start != w.start) w.gone = true;  // ended (its pid maybe reused)
       else out.push_back(pid);
     }
     return out;
@@ -158,31 +147,36 @@ class Descendants {
 
  private:
   struct Watched {
-    int pidfd = -1;
+    uint64_t start = 0;  // start time (clock ticks after boot): the process's identity
     bool gone = false;
   };
-  static void forget(Watched& w) {
-    if (w.pidfd >= 0) ::close(w.pidfd);
-    w.pidfd = -1;
-    w.gone = true;
+  // Whether PID runs (not a zombie) and since when.
+  struct Stat {
+    bool alive = false;
+    uint64_t start = 0;
+  };
+  static Stat stat_of(uint32_t pid) {
+    std::ifstream in(fmt::format("/proc/{}/stat", pid));
+    std::string stat;
+    if (!std::getline(in, stat)) return {};
+    // After the command's closing parenthesis: state (field 3) ... starttime (field 22).
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) return {};
+    std::istringstream rest(stat.substr(paren + 1));
+    std::string state, field;
+    rest >> state;
+    for (int i = 4; i < 22 && rest >> field;) ++i;
+    uint64_t start = 0;
+    if (!(rest >> start)) return {};
+    return {state != "Z" && state != "X", start};
   }
-  // Whether the process maps the agent; true when that cannot be read (it is then taken
-  // at its word: the trace named it).
   static bool maps_agent(uint32_t pid) {
     std::ifstream in(fmt::format("/proc/{}/maps", pid));
-    if (!in) return true;
+    if (!in) return false;
     for (std::string line; std::getline(in, line);)
       if (line.find("/libutramp-agent") != std::string::npos) return true;
     return false;
   }
-  static bool zombie(uint32_t pid) {
-    std::ifstream in(fmt::format("/proc/{}/stat", pid));
-    std::string stat;
-    std::getline(in, stat);
-    const size_t paren = stat.rfind(')');
-    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z';
-  }
-
   uint32_t root_;
   std::string dir_;
   std::map<uint32_t, Watched> watched_;
