@@ -37,10 +37,16 @@ mkdir -p "$KEEP"
 g++ -O2 -g -fno-optimize-sibling-calls -fpatchable-function-entry=5 -fcf-protection=none -pthread \
   -o "$WORK/soak_target" "$ROOT/scripts/soak_target.cpp" -lrt
 
-# Everything this script started, so that an interrupted soak leaves nothing running.
+# Everything this script started, so that an interrupted soak leaves nothing running:
+# the CLI leads its own process group (setsid), which the target is in, so the group
+# goes; the killer subshell alone. KEEP_WORK=1 (set on a violation) keeps $WORK.
 PIDS=()
+KEEP_WORK=0
 cleanup() {
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2> /dev/null || true; done
+  for p in "${PIDS[@]}"; do
+    kill -KILL -- "-$p" 2> /dev/null || kill -KILL "$p" 2> /dev/null || true
+  done
+  [ "$KEEP_WORK" = 1 ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
 
@@ -259,6 +265,7 @@ echo "soak: ring buffer files left by killed recorders (removed): $LEAKED_SHM"
 if [ "$VIOLATIONS" -ne 0 ]; then
   echo "soak: $VIOLATIONS violation(s); the directories at fault are in $KEEP" >&2
   trap - EXIT
+  KEEP_WORK=1
   cleanup
   exit 1
 fi
