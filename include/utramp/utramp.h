@@ -167,6 +167,12 @@ int utramp_attach_batch(struct utramp_attach_req *reqs, size_t n);
  * freplace: no call that starts after the return enters the replacement; a call already
  * inside it finishes there, and is not waited for: unload a replacement only once its
  * calls are known to have returned.
+ * At exit: libutramp's own atexit handler (registered when it loads) stops reclamation.
+ * A detach that runs after it on the exiting thread (when libutramp was dlopen'ed: from
+ * an atexit handler registered before that, or an ELF destructor) keeps the same
+ * guarantee; retired code is no longer freed then (it stays mapped until the process
+ * ends). A detach on any other thread after it may not return before the process ends;
+ * its caller frees nothing early either way.
  * 0, or -errno (the link stays attached, its handle valid). On success the handle is
  * invalid. */
 int utramp_link_detach(struct utramp_link *link);

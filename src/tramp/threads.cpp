@@ -26,9 +26,15 @@ alignas(64) thread_local ThreadBlock t_block __attribute__((tls_model("initial-e
 // entry with a compare-and-swap of its block's address, so registering takes no lock and
 // allocates nothing: generated code registers a thread on its first entry into any stub,
 // which may happen inside a signal handler, inside the allocator, or while this thread
-// holds one of utramp's locks. Entries of threads that exited are released by the
-// reclaimer (snapshot_counters: the tid is gone). In .bss: pages never used cost
-// nothing.
+// holds one of utramp's locks. In .bss: pages never used cost nothing.
+//
+// Entries of threads that exited are released by one scan at a time (snapshot_counters,
+// under g_release_mu); every other scan only reads. A second releaser would be unsound:
+// a scan that read (block B, tid T) of a dead thread, then saw T gone, could clear the
+// entry after another scan had released it and a new thread, whose TLS block lies at
+// the same address B (its stack is the dead thread's, reused), had claimed it again;
+// that thread, `registered` set, would never be seen again. With one releaser an entry
+// it has read changes only by its own hand (claims take free entries only).
 inline constexpr size_t kMaxThreads = 1 << 15;
 struct Entry {
   std::atomic<ThreadBlock*> block{nullptr};
@@ -37,7 +43,9 @@ struct Entry {
 Entry g_entries[kMaxThreads];
 std::atomic<size_t> g_used{0};  // entries [0, g_used) may be in use
 
-std::mutex g_slot_mu;  // the slot bitmaps below (attach and reclamation only)
+std::mutex g_release_mu;  // the one scan that may release entries (snapshot_counters)
+std::mutex g_slot_mu;     // the slot bitmaps below (attach and reclamation only)
+std::atomic<void (*)(const ThreadBlock*, int)> g_scan_hook{nullptr};
 std::array<bool, kCounterSlots> g_counter_used{};
 std::array<bool, kProgSlots> g_prog_used{};
 
@@ -52,6 +60,7 @@ void reset_after_fork() {
   }
   g_used.store(0, std::memory_order_relaxed);
   new (&g_slot_mu) std::mutex();
+  new (&g_release_mu) std::mutex();
   if (t_block.registered) {
     t_block.registered = 0;
     utramp_register_thread();
@@ -117,12 +126,13 @@ extern "C" void utramp_register_thread() {
 
 namespace {
 
-// Calls `visit(tid, block)` for every registered thread whose block could be read:
+// Calls `visit(tid)` for every registered thread whose block could be read:
 // `read(block)` copies what the caller needs from it with process_vm_readv and returns
 // false when the memory is gone. A thread that exited (its memory unmapped, or its tid
-// gone) has its entry released instead.
+// gone) is skipped, and with `release` (only ever one such scan at a time: g_release_mu)
+// its entry is released.
 template <class Read, class Visit>
-void for_each_thread(Read&& read, Visit&& visit) {
+void for_each_thread(bool release, Read&& read, Visit&& visit) {
   const pid_t pid = getpid();
   const size_t n = g_used.load(std::memory_order_acquire);
   for (size_t i = 0; i < n; ++i) {
@@ -131,12 +141,17 @@ void for_each_thread(Read&& read, Visit&& visit) {
     const pid_t tid = e.tid.load(std::memory_order_acquire);
     if (!block || !tid) continue;  // free, or being claimed (its thread has not yet
                                    // used the counters: it is still in the stub's slow path)
+    if (auto hook = g_scan_hook.load(std::memory_order_acquire)) hook(block, tid);
     if (!read(block) || (syscall(SYS_tgkill, pid, tid, 0) != 0 && errno == ESRCH)) {
       // The thread is gone (its memory unmapped, or reused by a thread that registers
-      // itself anew): release its entry.
-      ThreadBlock* b = block;
-      if (e.block.compare_exchange_strong(b, nullptr, std::memory_order_acq_rel))
+      // itself anew). Only the releasing scan changes a claimed entry, so it still holds
+      // (block, tid). Its tid is cleared first: a thread may claim the entry as soon as
+      // the block is null, and then stores its own tid (pairs with the acquire loads
+      // above: a scan that reads the new block reads 0 or the new tid, never this one).
+      if (release) {
         e.tid.store(0, std::memory_order_release);
+        e.block.store(nullptr, std::memory_order_release);
+      }
       continue;
     }
     visit(tid);
@@ -154,7 +169,9 @@ bool read_remote(void* dst, const void* src, size_t n) {
 CounterSnapshot snapshot_counters(const std::vector<uint32_t>& slots) {
   CounterSnapshot out;
   std::vector<uint32_t> buf(kCounterSlots);
+  std::lock_guard lock(g_release_mu);
   for_each_thread(
+      true,
       [&](ThreadBlock* b) { return read_remote(buf.data(), b->counters, buf.size() * sizeof(uint32_t)); },
       [&](pid_t tid) {
         std::vector<uint32_t> v;
@@ -170,7 +187,8 @@ GuardSnapshot snapshot_guard(uint32_t prog) {
   GuardSnapshot out;
   uint64_t holder = 0;
   if (prog >= kProgSlots) return out;
-  for_each_thread([&](ThreadBlock* b) { return read_remote(&holder, &b->active[prog], sizeof holder); },
+  for_each_thread(false,
+                  [&](ThreadBlock* b) { return read_remote(&holder, &b->active[prog], sizeof holder); },
                   [&](pid_t tid) {
                     out.tids.push_back(tid);
                     out.holders.push_back(holder);
@@ -187,6 +205,10 @@ bool this_thread_in_program(uint64_t frame) {
   for (uint32_t g = 0; g < kProgSlots; ++g)
     if (this_thread_runs(g, frame)) return true;
   return false;
+}
+
+void set_scan_hook(void (*hook)(const ThreadBlock* block, int tid)) {
+  g_scan_hook.store(hook, std::memory_order_release);
 }
 
 Result<uint32_t> alloc_counter_slot() { return alloc_in(g_counter_used, "thread counter"); }

@@ -50,14 +50,16 @@ extern "C" uint64_t utramp_guard_left(uint64_t holder, uint64_t frame);
 extern "C" void utramp_register_thread();
 
 // A copy of every registered thread's counters (for the slots asked), taken without
-// stopping them. A thread whose block cannot be read any more (it exited) is dropped.
+// stopping them. A thread whose block cannot be read any more (it exited) is dropped,
+// and its registry entry released: the one scan that does (others wait for it).
 struct CounterSnapshot {
   std::vector<int> tids;                       // [thread]
   std::vector<std::vector<uint32_t>> values;  // [thread][i] for slots[i]
 };
 CounterSnapshot snapshot_counters(const std::vector<uint32_t>& slots);
 
-// Every registered thread's program guard `prog` (active[prog]), read the same way.
+// Every registered thread's program guard `prog` (active[prog]), read the same way but
+// read-only: callable by any thread, at the same time as snapshot_counters.
 struct GuardSnapshot {
   std::vector<int> tids;
   std::vector<uint64_t> holders;  // [thread]: 0, or the stack pointer of the run holding it
@@ -76,6 +78,10 @@ Result<uint32_t> alloc_counter_slot();
 void free_counter_slot(uint32_t slot);
 Result<uint32_t> alloc_prog_slot();
 void free_prog_slot(uint32_t slot);
+
+// Tests only: called by every scan of the registry with each claimed entry it has read,
+// before it looks at that thread (a test runs other threads there). nullptr: none.
+void set_scan_hook(void (*hook)(const ThreadBlock* block, int tid));
 
 // This thread's own block (tests, and the unwind personality).
 ThreadBlock& this_thread_block();

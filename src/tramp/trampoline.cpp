@@ -102,6 +102,30 @@ namespace {
 // Images by start address, for the unwind personality.
 std::mutex g_images_mu;
 std::mutex g_reclaim_mu;  // one reclamation attempt at a time
+// Exit (docs/trampolines.md, "Detach at exit"): the handler Manager::instance() installs
+// takes g_reclaim_mu for good and marks its thread. exit() then runs, on that thread,
+// the handlers registered before it (when libutramp was dlopen'ed: the program's own
+// atexit handlers, and _dl_fini with every ELF destructor); any of them may detach,
+// which must not take the lock again. Images retired from then on are dropped once no
+// thread can run them, never freed.
+std::atomic<bool> g_exiting{false};
+thread_local bool t_exit_holder __attribute__((tls_model("initial-exec"))) = false;
+
+// g_reclaim_mu, unless this thread ran the exit handler and so holds it already.
+class ReclaimLock {
+ public:
+  ReclaimLock() : take_(!t_exit_holder) {
+    if (take_) g_reclaim_mu.lock();
+  }
+  ~ReclaimLock() {
+    if (take_) g_reclaim_mu.unlock();
+  }
+  ReclaimLock(const ReclaimLock&) = delete;
+  ReclaimLock& operator=(const ReclaimLock&) = delete;
+
+ private:
+  bool take_;
+};
 struct ImageRecord {
   uint32_t slot;    // the counter to release when unwinding through the image
   uint64_t end;
@@ -188,7 +212,13 @@ Manager& Manager::instance() {
     // At exit the reclaimer must stop touching anything static destructors may be
     // tearing down (the unwinder's frame list, the allocator): wait for an attempt in
     // progress and keep the lock, so no further one starts. Images are left in place.
-    std::atexit([] { g_reclaim_mu.lock(); });
+    // A detach later on this thread (an ELF destructor, say) reclaims without freeing
+    // (ReclaimLock, reclaim_now).
+    std::atexit([] {
+      g_reclaim_mu.lock();
+      t_exit_holder = true;
+      g_exiting.store(true, std::memory_order_release);
+    });
     return mgr;
   }();
   return *m;
@@ -196,7 +226,7 @@ Manager& Manager::instance() {
 
 void Manager::fork_prepare() {
   mu_.lock();
-  g_reclaim_mu.lock();
+  if (!t_exit_holder) g_reclaim_mu.lock();  // (held already by a fork during exit)
   retired_mu_.lock();
   sites::SiteTable::instance().fork_lock();
   patch::fork_lock();
@@ -212,7 +242,7 @@ void Manager::fork_release() {
   patch::fork_unlock();
   sites::SiteTable::instance().fork_unlock();
   retired_mu_.unlock();
-  g_reclaim_mu.unlock();
+  if (!t_exit_holder) g_reclaim_mu.unlock();
   mu_.unlock();
 }
 
@@ -890,7 +920,7 @@ void Manager::quiesce(uint64_t id, uint32_t guard, const std::string& name) {
 // traps on a call being changed is sent on as the disabled call goes. The reclaimer is
 // held off (g_reclaim_mu) while the images are patched.
 Result<void> Manager::disable_calls(uint64_t id, const std::string& name) {
-  std::lock_guard serial(g_reclaim_mu);
+  ReclaimLock serial;
   std::vector<Image*> imgs;
   {
     std::lock_guard rl(retired_mu_);
@@ -1080,8 +1110,7 @@ size_t Manager::retired() const {
 size_t Manager::reclaim_now() {
   // One attempt at a time: the reclaimer thread and callers of reclaim_now() would
   // otherwise both free the same image, and they update the progress in Retired.
-  std::mutex& serial_mu = g_reclaim_mu;
-  std::lock_guard serial(serial_mu);
+  ReclaimLock serial;
   std::vector<Retired*> cand;
   {
     std::lock_guard lock(retired_mu_);
@@ -1125,8 +1154,11 @@ size_t Manager::reclaim_now() {
   }
   if (done.empty()) return 0;
   // Nothing refers to these images any more: they are freed without mu_, so a thread
-  // attaching and detaching without pause cannot starve reclamation.
-  for (Retired* r : done) free_image(*r->image);
+  // attaching and detaching without pause cannot starve reclamation. Once exit has begun
+  // (only its thread gets here then) they are dropped and their memory left as it is:
+  // freeing would touch what static destructors may have torn down.
+  if (!g_exiting.load(std::memory_order_acquire))
+    for (Retired* r : done) free_image(*r->image);
   std::sort(done.begin(), done.end());
   std::lock_guard lock(retired_mu_);
   std::erase_if(retired_, [&](const std::unique_ptr<Retired>& x) {
@@ -1141,6 +1173,7 @@ void Manager::start_reclaimer() {
   // Called with no Manager lock held. One reclaimer per process: after fork the child has
   // none (threads do not survive fork) and its pid differs from the recorded one.
   if (!reclaimer_wanted_.load(std::memory_order_relaxed)) return;
+  if (g_exiting.load(std::memory_order_acquire)) return;  // it could never reclaim
   const int pid = getpid();
   int cur = reclaimer_pid_.load(std::memory_order_acquire);
   while (cur != pid)

@@ -1,0 +1,96 @@
+// The thread registry (tramp/threads.cpp): entries of exited threads are released by one
+// scan only. detach's snapshot_guard scans without the reclaimer's lock; were it to
+// release entries too, it could clear the entry of a live thread:
+//   1. the scan reads the entry of thread X, which has exited (block B, tid X);
+//   2. the reclaimer's scan releases that entry; thread Y, whose TLS block is at B
+//      (it runs on X's stack, as glibc's stack cache arranges), claims it;
+//   3. the first scan finds tid X gone and clears the entry: Y's.
+// Y keeps `registered` set, so it never registers again: its counters go unseen and
+// reclamation could free an image it runs in. Here step 2 runs inside the scan hook,
+// and X and Y share one stack (pthread_attr_setstack), so B is the same by construction.
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "tramp/threads.hpp"
+
+namespace {
+
+using utramp::tramp::ThreadBlock;
+
+constexpr size_t kStack = 1 << 20;
+
+struct Seen {
+  const ThreadBlock* block = nullptr;
+  int tid = 0;
+};
+
+Seen g_x, g_y;
+void* g_stack = nullptr;
+std::atomic<bool> g_y_ready{false}, g_y_go{false}, g_hook_done{false};
+pthread_t g_y_thread;
+
+void* register_self(void* out) {
+  utramp::tramp::utramp_register_thread();
+  auto* s = static_cast<Seen*>(out);
+  s->block = &utramp::tramp::this_thread_block();
+  s->tid = static_cast<int>(syscall(SYS_gettid));
+  return nullptr;
+}
+
+void* thread_y(void*) {
+  register_self(&g_y);
+  g_y_ready.store(true);
+  while (!g_y_go.load()) usleep(1000);
+  return nullptr;
+}
+
+bool start_on_stack(pthread_t* t, void* (*fn)(void*), void* arg) {
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  pthread_attr_setstack(&a, g_stack, kStack);
+  const bool ok = pthread_create(t, &a, fn, arg) == 0;
+  pthread_attr_destroy(&a);
+  return ok;
+}
+
+// Step 2, inside the first scan, at X's entry.
+void hook(const ThreadBlock* block, int tid) {
+  if (block != g_x.block || tid != g_x.tid || g_hook_done.exchange(true)) return;
+  (void)utramp::tramp::snapshot_counters({});  // the reclaimer's scan: releases X's entry
+  if (!start_on_stack(&g_y_thread, thread_y, nullptr)) return;
+  while (!g_y_ready.load()) usleep(1000);
+}
+
+bool registered(int tid) {
+  const auto s = utramp::tramp::snapshot_counters({});
+  return std::find(s.tids.begin(), s.tids.end(), tid) != s.tids.end();
+}
+
+TEST(TrampThreads, DetachScanNeverReleasesAnEntryANewThreadClaimed) {
+  g_stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(g_stack, MAP_FAILED);
+  (void)utramp::tramp::snapshot_counters({});  // release what earlier threads left
+  pthread_t x;
+  ASSERT_TRUE(start_on_stack(&x, register_self, &g_x));
+  pthread_join(x, nullptr);  // X's entry stays until a releasing scan sees it gone
+
+  utramp::tramp::set_scan_hook(hook);
+  (void)utramp::tramp::snapshot_guard(0);  // detach's scan, step 1 and 3
+  utramp::tramp::set_scan_hook(nullptr);
+
+  ASSERT_TRUE(g_hook_done.load()) << "the scan never reached X's entry";
+  ASSERT_TRUE(g_y_ready.load());
+  ASSERT_EQ(g_y.block, g_x.block) << "Y's TLS block is not where X's was";
+  EXPECT_TRUE(registered(g_y.tid)) << "Y's registry entry was released while Y runs";
+  g_y_go.store(true);
+  pthread_join(g_y_thread, nullptr);
+  munmap(g_stack, kStack);
+}
+
+}  // namespace
