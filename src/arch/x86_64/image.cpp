@@ -599,8 +599,12 @@ void restore_state(ax::Assembler& a, const XStateSave& x, const ax::Gp& base, co
 //   mov [gpr+0], rdi ; mov [gpr+8], rsi ; ... ; mov [gpr+64], r11
 //   <save_state [rsp], byte [path]>
 //   mov rax, [gpr+48] ; mov rdx, [gpr+16] ; mov rcx, [gpr+24]
-void save_all(ax::Assembler& a, const ImageSpec& sp, const Frame& f) {
+void save_gprs(ax::Assembler& a, const Frame& f) {
   for (size_t i = 0; i < std::size(kKeptGprs); ++i) a.mov(rbp_q(f.gpr + 8 * int32_t(i)), kKeptGprs[i]);
+}
+
+void save_all(ax::Assembler& a, const ImageSpec& sp, const Frame& f) {
+  save_gprs(a, f);
   save_state(a, sp.xstate, ax::rsp, ax::byte_ptr(ax::rbp, f.path));
   a.mov(ax::rax, rbp_q(f.gpr + 8 * kKeptRax));
   a.mov(ax::rdx, rbp_q(f.gpr + 8 * kKeptRdx));
@@ -1334,13 +1338,27 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       if (f.preserve) restore_all(a, sp, f);
       else restore_args(a, sig, l, f);
       call_original(a, sp, sig, l, base);
-      if (f.preserve) save_all(a, sp, f);
-      save_ret(a, sig.ret, f);
+      if (f.preserve) {
+        // The body's registers, then its result into ctx (save_ret uses r11, saved by
+        // then, and pops a long double off the x87 stack), then the extended state: with
+        // the x87 stack empty, as at any call. Saved with st0 in use, the moves would
+        // note the status word of a full stack, and restore_moved would put it back
+        // (TOP included) after the pop, every tag empty: the caller would read a NaN.
+        // Nothing after the body reads rax, rcx or rdx until restore_all: no reloads.
+        save_gprs(a, f);
+        save_ret(a, sig.ret, f);
+        save_state(a, sp.xstate, ax::rsp, ax::byte_ptr(ax::rbp, f.path));
+      } else {
+        save_ret(a, sig.ret, f);
+      }
       a.bind(fexit);
       for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses);
       if (f.preserve) {
         if (sp.tracer.exit) hook_exit(a, sp, base, hook_slow);
         restore_all(a, sp, f);  // the registers as the body (or the entry) left them
+        // ... and the long double save_ret popped (fmod_ret, whose skip comes here with
+        // the entry's state, is refused on functions returning one).
+        if (sig.ret.kind == RetType::Kind::x87) restore_ret(a, sig.ret, f);
       } else {
         restore_ret(a, sig.ret, f);
         if (sp.tracer.exit) hook_exit(a, sp, base, hook_slow);
