@@ -294,6 +294,15 @@ TEST(CodegenGolden, KeptFentryFexitFmodRet) {
                sp);
 }
 
+TEST(CodegenGolden, KeptFmodRetOnly) {
+  arch::ImageSpec sp = kept_image_spec(true, arch::XStateSave::Mode::fxsave);
+  sp.fmod_ret = {prog(0)};
+  expect_image("image_kept_fmod_ret",
+               "one fmod_ret program, keeping every register (no XSAVE: moves, which change "
+               "no general register); nothing runs after the body, which leaves at once",
+               sp);
+}
+
 TEST(CodegenGolden, KeptTracerInline) {
   arch::ImageSpec sp = kept_image_spec(true, arch::XStateSave::Mode::xsavec);
   sp.xstate.xinuse = false;  // a CPU that cannot say what is in use: XSAVEC always

@@ -592,9 +592,13 @@ void restore_state(ax::Assembler& a, const XStateSave& x, const ax::Gp& base, co
   a.bind(done);
 }
 
+// Whether save_state may change rax, rcx and rdx (XGETBV, XSAVE's component mask);
+// saving with moves only changes none.
+bool save_state_clobbers(const XStateSave& x) { return !moves_possible(x) || decides(x); }
+
 // Everything into the image's frame (general registers into Frame::gpr, the extended
 // state at rsp, 64-aligned, the way it went into Frame::path); every register holds
-// what it held before when it ends:
+// what it held before when it ends (the reloads only when save_state may change them):
 //
 //   mov [gpr+0], rdi ; mov [gpr+8], rsi ; ... ; mov [gpr+64], r11
 //   <save_state [rsp], byte [path]>
@@ -606,6 +610,7 @@ void save_gprs(ax::Assembler& a, const Frame& f) {
 void save_all(ax::Assembler& a, const ImageSpec& sp, const Frame& f) {
   save_gprs(a, f);
   save_state(a, sp.xstate, ax::rsp, ax::byte_ptr(ax::rbp, f.path));
+  if (!save_state_clobbers(sp.xstate)) return;
   a.mov(ax::rax, rbp_q(f.gpr + 8 * kKeptRax));
   a.mov(ax::rdx, rbp_q(f.gpr + 8 * kKeptRdx));
   a.mov(ax::rcx, rbp_q(f.gpr + 8 * kKeptRcx));
@@ -1338,7 +1343,14 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       if (f.preserve) restore_all(a, sp, f);
       else restore_args(a, sig, l, f);
       call_original(a, sp, sig, l, base);
-      if (f.preserve) {
+      if (f.preserve && sp.fexit.empty() && !sp.tracer.exit) {
+        // fmod_ret programs only: nothing runs after the body, whose registers are what
+        // the caller must see. A skip leaves with the entry's (its result in rax's slot).
+        image_leave(a, sp, exits);
+        a.bind(fexit);
+        restore_all(a, sp, f);
+        image_leave(a, sp, exits);
+      } else if (f.preserve) {
         // The body's registers, then its result into ctx (save_ret uses r11, saved by
         // then, and pops a long double off the x87 stack), then the extended state: with
         // the x87 stack empty, as at any call. Saved with st0 in use, the moves would
@@ -1348,22 +1360,22 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
         save_gprs(a, f);
         save_ret(a, sig.ret, f);
         save_state(a, sp.xstate, ax::rsp, ax::byte_ptr(ax::rbp, f.path));
-      } else {
-        save_ret(a, sig.ret, f);
-      }
-      a.bind(fexit);
-      for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses);
-      if (f.preserve) {
+        a.bind(fexit);
+        for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses);
         if (sp.tracer.exit) hook_exit(a, sp, base, hook_slow);
         restore_all(a, sp, f);  // the registers as the body (or the entry) left them
         // ... and the long double save_ret popped (fmod_ret, whose skip comes here with
         // the entry's state, is refused on functions returning one).
         if (sig.ret.kind == RetType::Kind::x87) restore_ret(a, sig.ret, f);
+        image_leave(a, sp, exits);
       } else {
+        save_ret(a, sig.ret, f);
+        a.bind(fexit);
+        for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses);
         restore_ret(a, sig.ret, f);
         if (sp.tracer.exit) hook_exit(a, sp, base, hook_slow);
+        image_leave(a, sp, exits);
       }
-      image_leave(a, sp, exits);
     }
     if (skip_sets_rax && !sp.fmod_ret.empty()) {
       a.bind(skipped);  // out of line: the fmod_ret result is what rax is restored to
