@@ -1329,8 +1329,11 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       image_leave(a, sp, exits);
     } else {
       // ctx[n] is the return slot from here (abi/ctx.hpp: kCtxRetValid, which fentry
-      // programs see clear); the first fmod_ret program finds 0 in it.
-      a.mov(ax::dword_ptr(ax::rbp, f.ctx + 8 * abi::kCtxArgCount + 4), Imm(abi::kCtxRetValid >> 32));
+      // programs see clear, and only fmod_ret and fexit programs read: an image with a
+      // tracer's exit hook and fentry programs alone has no use for it); the first
+      // fmod_ret program finds 0 in it.
+      if (!sp.fmod_ret.empty() || !sp.fexit.empty())
+        a.mov(ax::dword_ptr(ax::rbp, f.ctx + 8 * abi::kCtxArgCount + 4), Imm(abi::kCtxRetValid >> 32));
       if (!sp.fmod_ret.empty()) a.mov(ctx_slot(f, f.nslots), Imm(0));
       for (const ImageProg& p : sp.fmod_ret) {
         run_prog(a, sp, f, p, base, misses);
