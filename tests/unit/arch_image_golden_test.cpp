@@ -283,6 +283,16 @@ TEST(CodegenGolden, KeptFentryOnly) {
                "says): ends at the stub's pass", sp);
 }
 
+TEST(CodegenGolden, KeptLargeArea) {
+  arch::ImageSpec sp = kept_image_spec(false, arch::XStateSave::Mode::xsave);
+  sp.xstate.size = 11008;  // as a standard-form area with AMX tiles would be
+  sp.fentry = {prog(0)};
+  expect_image("image_kept_large_area",
+               "one fentry program, keeping every register in an 11008-byte XSAVE area: "
+               "the frame's drop touches each page on the way (a guard page is one page)",
+               sp);
+}
+
 TEST(CodegenGolden, KeptFentryFexitFmodRet) {
   arch::ImageSpec sp = kept_image_spec(true, arch::XStateSave::Mode::xsave);
   sp.fentry = {prog(0, /*stats=*/true)};

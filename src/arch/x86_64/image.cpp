@@ -451,6 +451,30 @@ uint32_t kept_area_bytes(const XStateSave& x) {
   return (std::max(x.size, moved) + 63) / 64 * 64;
 }
 
+// rsp lowered by `bytes`, then aligned down to `align`. The first write below the old
+// rsp may be at the new one (the save area is written from its bottom), and a thread's
+// stack has a guard page of one page below it: a drop that may reach a page or more
+// touches every page on the way down first, so that it faults on the guard page
+// instead of stepping over it into whatever is mapped below. Decided here, at build
+// time: the usual area (2.5 KiB with AVX-512) needs no probe.
+//
+//   sub rsp, 4096 ; or qword [rsp], 0       (while bytes + align - 1 >= 4096)
+//   sub rsp, rest ; and rsp, -align
+constexpr int32_t kStackPage = 4096;
+
+void lower_rsp(ax::Assembler& a, int32_t bytes, int32_t align) {
+  for (; bytes + align - 1 >= kStackPage; bytes -= kStackPage) {
+    a.sub(ax::rsp, Imm(kStackPage));
+    a.or_(ax::qword_ptr(ax::rsp), Imm(0));
+  }
+  if (bytes > 0) a.sub(ax::rsp, Imm(bytes));
+  else if (bytes < 0) a.add(ax::rsp, Imm(-bytes));  // the last probe went past: aligned below
+  a.and_(ax::rsp, Imm(-align));
+}
+
+// Bytes of lower_rsp's probes for a save area (one lower_rsp) at most: 12 a page.
+size_t probe_bytes_bound(const XStateSave& x) { return (kept_area_bytes(x) / kStackPage + 1) * 16; }
+
 // Bytes of one save_state or restore_state at most (both ways and the choice: about
 // 480 with AVX-512). An image emits four at most: around the programs and around the
 // body, or two call_keeping_all.
@@ -645,8 +669,7 @@ void call_keeping_all(ax::Assembler& a, const XStateSave& x, uint64_t fn, uint64
   a.lea(ax::rsp, ax::ptr(ax::rsp, -bytes));
   for (size_t i = 0; i < std::size(kSaved); ++i) a.mov(ax::qword_ptr(ax::rsp, 8 * int32_t(i)), kSaved[i]);
   a.mov(ax::rbx, ax::rsp);
-  a.sub(ax::rsp, Imm(kept_area_bytes(x)));
-  a.and_(ax::rsp, Imm(-64));
+  lower_rsp(a, static_cast<int32_t>(kept_area_bytes(x)), 64);
   save_state(a, x, ax::rsp, ax::byte_ptr(ax::rbx, path));
   call_abs(a, fn, base);
   restore_state(a, x, ax::rsp, ax::byte_ptr(ax::rbx, path));
@@ -1224,7 +1247,7 @@ size_t image_size_bound(const ImageSpec& spec) {
   const size_t args = spec.sig ? spec.sig->args.size() * 2 + 8 : 16;
   return 512 + progs * 192 + args * 24 + 64 * 8 /* stack window copy */ + 512 +
          (spec.tracer.entry ? 256 : 0) + (spec.tracer.inline_path ? 768 : 0) +
-         (spec.preserve_all ? 512 + 4 * kKeptStateBound : 0);
+         (spec.preserve_all ? 512 + 4 * kKeptStateBound + 3 * probe_bytes_bound(spec.xstate) : 0);
 }
 
 // Image layout (calls_original; fentry-only images omit the marked parts and end with
@@ -1299,12 +1322,11 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
     std::vector<HookSlow> hook_slow;
     Label fexit = a.newLabel(), skipped = a.newLabel();
     image_enter(a, sp);
-    a.sub(ax::rsp, Imm(f.size + f.xsave));
     // The stack is 8 mod 16 at a function's entry only when its caller kept the ABI's
     // alignment: gcc does not for local callees it knows need none. Programs and the
     // original are called with it aligned whatever it was (to 64 for the extended
     // state's save area when every register is kept).
-    a.and_(ax::rsp, Imm(f.preserve ? -64 : -16));
+    lower_rsp(a, f.size + static_cast<int32_t>(f.xsave), f.preserve ? 64 : 16);
     if (f.preserve) save_all(a, sp, f);
     if (sp.tracer.entry) hook_entry(a, sp, base, hook_slow);
     save_args(a, l, f);
