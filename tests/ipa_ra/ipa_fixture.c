@@ -25,6 +25,12 @@
 //                         dirtied), "dirty-MODE N" with them holding values (it keeps the
 //                         state with XSAVE); zmm16-31 and k0-7 hold values in both.
 //                         Exit 3 without AVX.
+//   ipa_fixture capi-ret  functions returning a long double (st0), a double (xmm0), a
+//                         two-register struct (rax:rdx) and an int, called in a loop and
+//                         their results summed: "MODE LD D A B I FLAGS" for untraced, fexit,
+//                         fmod_ret (continuing, no fexit), fexit+fmod_ret and
+//                         fmod_ret-skip (the int's body skipped, the program returning
+//                         kSkipValue: I becomes kSkipValue * g_n, the rest as untraced).
 //
 // The functions are noinline but not noipa (which would turn IPA-RA off for their
 // callers), and noclone, so that each keeps its symbol.
@@ -63,6 +69,19 @@ LEAF long many(long a, long b, long c, long d, long e, long f, long g, long h) {
 // fmod_ret may attach here; its program skips the body by returning what it would.
 LEAF int fmr(int x) { return x * 7 + 0x1234; }
 UTRAMP_ALLOW_ERROR_INJECTION(fmr);
+
+// capi-ret: one of each way a value comes back, the arithmetic exact (no FP exception).
+LEAF long double ret_ld(long double x) { return x * 3 + 1; }
+LEAF double ret_d(double x) { return x * 0.5 + 2; }
+struct pair {
+  long a, b;
+};
+LEAF struct pair ret_pair(long a, long b) {
+  struct pair p = {a ^ (b << 3), a + b};
+  return p;
+}
+LEAF int ret_int(int x) { return x * 5 + 3; }
+UTRAMP_ALLOW_ERROR_INJECTION(ret_int);
 
 static uint64_t workload(void) {
   feclearexcept(FE_ALL_EXCEPT);
@@ -236,6 +255,14 @@ static uint64_t skip_fmr(uint64_t* ctx) {
   return (uint64_t)(uint32_t)((int)ctx[0] * 7 + 0x1234);
 }
 
+// capi-ret's functions, with signatures (the fixture has no DWARF; the fallback would
+// take every return for rax:rdx).
+static void* const kRetFuncs[] = {(void*)ret_ld, (void*)ret_d, (void*)ret_pair, (void*)ret_int};
+static const char* const kRetSigs[] = {"f80 -> f80", "f64 -> f64", "i64,i64 -> s16:ii",
+                                       "i32 -> i32"};
+enum { kNumRetFuncs = sizeof kRetFuncs / sizeof kRetFuncs[0] };
+static const int kSkipValue = 4242;
+
 static void* const kFuncs[] = {(void*)work, (void*)mix3,  (void*)bump,
                                (void*)scale, (void*)many, (void*)fmr};
 // Half of them with a signature, half on the fallback (every argument register kept).
@@ -284,11 +311,51 @@ static int run_attached(const char* name, int fentry, int fexit, int fmod_ret,
   return detach_all();
 }
 
+// capi-ret: the results as the callers saw them, and the FP exceptions raised meanwhile
+// (a long double read from an empty x87 register is a NaN and raises FE_INVALID).
+static void ret_workload(const char* name) {
+  feclearexcept(FE_ALL_EXCEPT);
+  const int n = g_n;
+  long double ld = 0;
+  double d = 0;
+  long a = 0, b = 0, iv = 0;
+  for (int i = 0; i < n; ++i) {
+    ld += ret_ld(i + 0.25L);
+    d += ret_d(i);
+    const struct pair p = ret_pair(i, a);
+    a ^= p.a;
+    b += p.b;
+    iv += ret_int(i);
+  }
+  const int raised = fetestexcept(FE_ALL_EXCEPT);
+  printf("%s %La %a %ld %ld %ld %d\n", name, ld, d, a, b, iv, raised);
+  fflush(stdout);
+}
+
+// fmod_ret on ret_int skipping the body with a value of its own.
+static uint64_t skip_chosen(uint64_t* ctx) {
+  poison(ctx);
+  return kSkipValue;
+}
+
+static int g_ret;  // capi-ret: run_with runs ret_attached
+
+// In a child, as run_attached: fexit on every function of capi-ret, fmod_ret on ret_int.
+static int ret_attached(const char* name, int fexit, utramp_prog_t fmod) {
+  for (int i = 0; i < kNumRetFuncs; ++i)
+    if (fexit && attach(kRetFuncs[i], kRetSigs[i], UTRAMP_FEXIT, poison)) return -1;
+  if (fmod && attach((void*)ret_int, kRetSigs[kNumRetFuncs - 1], UTRAMP_FMOD_RET, fmod)) return -1;
+  ret_workload(name);
+  return detach_all();
+}
+
 static int run_with(const char* name, int fentry, int fexit, int fmod_ret, utramp_prog_t fmod) {
   fflush(stdout);
   const pid_t pid = fork();
   if (pid < 0) return -1;
-  if (pid == 0) _exit(run_attached(name, fentry, fexit, fmod_ret, fmod) ? 1 : 0);
+  if (pid == 0)
+    _exit((g_ret ? ret_attached(name, fexit, fmod)
+                 : run_attached(name, fentry, fexit, fmod_ret, fmod)) ? 1 : 0);
   int st = 0;
   if (waitpid(pid, &st, 0) != pid) return -1;
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
@@ -302,6 +369,15 @@ int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "run") == 0) {
     printf("checksum %llu\n", (unsigned long long)workload());
     return 0;
+  }
+  if (argc == 2 && strcmp(argv[1], "capi-ret") == 0) {
+    ret_workload("untraced");
+    g_ret = 1;
+    return run_with("fexit", 0, 1, 0, 0) || run_with("fmod_ret", 0, 0, 1, poison) ||
+                   run_with("fexit+fmod_ret", 0, 1, 1, poison) ||
+                   run_with("fmod_ret-skip", 0, 1, 1, skip_chosen)
+               ? 1
+               : 0;
   }
   if (argc == 2 && strcmp(argv[1], "capi-abi") == 0) g_raise = 0;
   if (argc == 2 && strcmp(argv[1], "capi-vec") == 0) {
@@ -321,6 +397,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  fprintf(stderr, "usage: ipa_fixture run|capi|capi-abi|capi-vec\n");
+  fprintf(stderr, "usage: ipa_fixture run|capi|capi-abi|capi-vec|capi-ret\n");
   return 2;
 }

@@ -201,4 +201,50 @@ TEST_P(IpaRa, BehavesAsUntraced) {
 
 INSTANTIATE_TEST_SUITE_P(Matrix, IpaRa, testing::ValuesIn(cells()), cell_name);
 
+// Return values through images that keep every register (the fixture's `capi-ret`): a
+// long double in st0, a double in xmm0, a struct in rax:rdx and an int, under fexit,
+// fmod_ret continuing (with fexit and without) and fmod_ret skipping ret_int's body with
+// a value of its own. Each line is "MODE LD D A B I FLAGS"; all must match the untraced
+// run's but I after the skip, which must be what the program returned for each call.
+constexpr long kSkipValue = 4242, kRetCalls = 40;  // the fixture's kSkipValue and g_n
+
+class IpaRaReturns : public testing::TestWithParam<const Fixture*> {};
+
+TEST_P(IpaRaReturns, AsUntraced) {
+  const Fixture& fx = *GetParam();
+  if (!fx.missing.empty()) GTEST_SKIP() << fx.file << ": " << fx.missing;
+  const RunResult r = run_program({fx.path(), "capi-ret"}, bounded());
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::istringstream in(r.out);
+  std::map<std::string, std::vector<std::string>> rows;
+  std::vector<std::string> modes;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream row(line);
+    std::vector<std::string> tok;
+    for (std::string t; row >> t;) tok.push_back(t);
+    ASSERT_EQ(tok.size(), 7u) << line << "\n" << describe(r);
+    modes.push_back(tok[0]);
+    rows[tok[0]] = {tok.begin() + 1, tok.end()};
+  }
+  ASSERT_EQ(modes, (std::vector<std::string>{"untraced", "fexit", "fmod_ret", "fexit+fmod_ret",
+                                             "fmod_ret-skip"}))
+      << describe(r);
+  const std::vector<std::string>& want = rows["untraced"];
+  EXPECT_EQ(want[5], "0") << "the untraced run raised FP exceptions\n" << describe(r);
+  for (const std::string& m : modes) {
+    std::vector<std::string> expect = want;
+    if (m == "fmod_ret-skip") expect[4] = std::to_string(kSkipValue * kRetCalls);
+    EXPECT_EQ(rows[m], expect) << m << " (LD D A B I FLAGS)\n" << describe(r);
+  }
+}
+
+std::vector<const Fixture*> fixtures() {
+  std::vector<const Fixture*> v;
+  for (const Fixture& f : matrix()) v.push_back(&f);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, IpaRaReturns, testing::ValuesIn(fixtures()),
+                         [](const testing::TestParamInfo<const Fixture*>& i) { return i.param->file; });
+
 }  // namespace

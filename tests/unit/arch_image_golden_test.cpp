@@ -283,6 +283,16 @@ TEST(CodegenGolden, KeptFentryOnly) {
                "says): ends at the stub's pass", sp);
 }
 
+TEST(CodegenGolden, KeptLargeArea) {
+  arch::ImageSpec sp = kept_image_spec(false, arch::XStateSave::Mode::xsave);
+  sp.xstate.size = 11008;  // as a standard-form area with AMX tiles would be
+  sp.fentry = {prog(0)};
+  expect_image("image_kept_large_area",
+               "one fentry program, keeping every register in an 11008-byte XSAVE area: "
+               "the frame's drop touches each page on the way (a guard page is one page)",
+               sp);
+}
+
 TEST(CodegenGolden, KeptFentryFexitFmodRet) {
   arch::ImageSpec sp = kept_image_spec(true, arch::XStateSave::Mode::xsave);
   sp.fentry = {prog(0, /*stats=*/true)};
@@ -291,6 +301,15 @@ TEST(CodegenGolden, KeptFentryFexitFmodRet) {
   expect_image("image_kept_all",
                "fentry (with run-time stats), fmod_ret and fexit, keeping every register "
                "(moves, or XSAVE in standard form as XINUSE says)",
+               sp);
+}
+
+TEST(CodegenGolden, KeptFmodRetOnly) {
+  arch::ImageSpec sp = kept_image_spec(true, arch::XStateSave::Mode::fxsave);
+  sp.fmod_ret = {prog(0)};
+  expect_image("image_kept_fmod_ret",
+               "one fmod_ret program, keeping every register (no XSAVE: moves, which change "
+               "no general register); nothing runs after the body, which leaves at once",
                sp);
 }
 

@@ -451,6 +451,30 @@ uint32_t kept_area_bytes(const XStateSave& x) {
   return (std::max(x.size, moved) + 63) / 64 * 64;
 }
 
+// rsp lowered by `bytes`, then aligned down to `align`. The first write below the old
+// rsp may be at the new one (the save area is written from its bottom), and a thread's
+// stack has a guard page of one page below it: a drop that may reach a page or more
+// touches every page on the way down first, so that it faults on the guard page
+// instead of stepping over it into whatever is mapped below. Decided here, at build
+// time: the usual area (2.5 KiB with AVX-512) needs no probe.
+//
+//   sub rsp, 4096 ; or qword [rsp], 0       (while bytes + align - 1 >= 4096)
+//   sub rsp, rest ; and rsp, -align
+constexpr int32_t kStackPage = 4096;
+
+void lower_rsp(ax::Assembler& a, int32_t bytes, int32_t align) {
+  for (; bytes + align - 1 >= kStackPage; bytes -= kStackPage) {
+    a.sub(ax::rsp, Imm(kStackPage));
+    a.or_(ax::qword_ptr(ax::rsp), Imm(0));
+  }
+  if (bytes > 0) a.sub(ax::rsp, Imm(bytes));
+  else if (bytes < 0) a.add(ax::rsp, Imm(-bytes));  // the last probe went past: aligned below
+  a.and_(ax::rsp, Imm(-align));
+}
+
+// Bytes of lower_rsp's probes for a save area (one lower_rsp) at most: 12 a page.
+size_t probe_bytes_bound(const XStateSave& x) { return (kept_area_bytes(x) / kStackPage + 1) * 16; }
+
 // Bytes of one save_state or restore_state at most (both ways and the choice: about
 // 480 with AVX-512). An image emits four at most: around the programs and around the
 // body, or two call_keeping_all.
@@ -592,16 +616,25 @@ void restore_state(ax::Assembler& a, const XStateSave& x, const ax::Gp& base, co
   a.bind(done);
 }
 
+// Whether save_state may change rax, rcx and rdx (XGETBV, XSAVE's component mask);
+// saving with moves only changes none.
+bool save_state_clobbers(const XStateSave& x) { return !moves_possible(x) || decides(x); }
+
 // Everything into the image's frame (general registers into Frame::gpr, the extended
 // state at rsp, 64-aligned, the way it went into Frame::path); every register holds
-// what it held before when it ends:
+// what it held before when it ends (the reloads only when save_state may change them):
 //
 //   mov [gpr+0], rdi ; mov [gpr+8], rsi ; ... ; mov [gpr+64], r11
 //   <save_state [rsp], byte [path]>
 //   mov rax, [gpr+48] ; mov rdx, [gpr+16] ; mov rcx, [gpr+24]
-void save_all(ax::Assembler& a, const ImageSpec& sp, const Frame& f) {
+void save_gprs(ax::Assembler& a, const Frame& f) {
   for (size_t i = 0; i < std::size(kKeptGprs); ++i) a.mov(rbp_q(f.gpr + 8 * int32_t(i)), kKeptGprs[i]);
+}
+
+void save_all(ax::Assembler& a, const ImageSpec& sp, const Frame& f) {
+  save_gprs(a, f);
   save_state(a, sp.xstate, ax::rsp, ax::byte_ptr(ax::rbp, f.path));
+  if (!save_state_clobbers(sp.xstate)) return;
   a.mov(ax::rax, rbp_q(f.gpr + 8 * kKeptRax));
   a.mov(ax::rdx, rbp_q(f.gpr + 8 * kKeptRdx));
   a.mov(ax::rcx, rbp_q(f.gpr + 8 * kKeptRcx));
@@ -636,8 +669,7 @@ void call_keeping_all(ax::Assembler& a, const XStateSave& x, uint64_t fn, uint64
   a.lea(ax::rsp, ax::ptr(ax::rsp, -bytes));
   for (size_t i = 0; i < std::size(kSaved); ++i) a.mov(ax::qword_ptr(ax::rsp, 8 * int32_t(i)), kSaved[i]);
   a.mov(ax::rbx, ax::rsp);
-  a.sub(ax::rsp, Imm(kept_area_bytes(x)));
-  a.and_(ax::rsp, Imm(-64));
+  lower_rsp(a, static_cast<int32_t>(kept_area_bytes(x)), 64);
   save_state(a, x, ax::rsp, ax::byte_ptr(ax::rbx, path));
   call_abs(a, fn, base);
   restore_state(a, x, ax::rsp, ax::byte_ptr(ax::rbx, path));
@@ -1215,7 +1247,7 @@ size_t image_size_bound(const ImageSpec& spec) {
   const size_t args = spec.sig ? spec.sig->args.size() * 2 + 8 : 16;
   return 512 + progs * 192 + args * 24 + 64 * 8 /* stack window copy */ + 512 +
          (spec.tracer.entry ? 256 : 0) + (spec.tracer.inline_path ? 768 : 0) +
-         (spec.preserve_all ? 512 + 4 * kKeptStateBound : 0);
+         (spec.preserve_all ? 512 + 4 * kKeptStateBound + 3 * probe_bytes_bound(spec.xstate) : 0);
 }
 
 // Image layout (calls_original; fentry-only images omit the marked parts and end with
@@ -1290,12 +1322,11 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
     std::vector<HookSlow> hook_slow;
     Label fexit = a.newLabel(), skipped = a.newLabel();
     image_enter(a, sp);
-    a.sub(ax::rsp, Imm(f.size + f.xsave));
     // The stack is 8 mod 16 at a function's entry only when its caller kept the ABI's
     // alignment: gcc does not for local callees it knows need none. Programs and the
     // original are called with it aligned whatever it was (to 64 for the extended
     // state's save area when every register is kept).
-    a.and_(ax::rsp, Imm(f.preserve ? -64 : -16));
+    lower_rsp(a, f.size + static_cast<int32_t>(f.xsave), f.preserve ? 64 : 16);
     if (f.preserve) save_all(a, sp, f);
     if (sp.tracer.entry) hook_entry(a, sp, base, hook_slow);
     save_args(a, l, f);
@@ -1320,8 +1351,11 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       image_leave(a, sp, exits);
     } else {
       // ctx[n] is the return slot from here (abi/ctx.hpp: kCtxRetValid, which fentry
-      // programs see clear); the first fmod_ret program finds 0 in it.
-      a.mov(ax::dword_ptr(ax::rbp, f.ctx + 8 * abi::kCtxArgCount + 4), Imm(abi::kCtxRetValid >> 32));
+      // programs see clear, and only fmod_ret and fexit programs read: an image with a
+      // tracer's exit hook and fentry programs alone has no use for it); the first
+      // fmod_ret program finds 0 in it.
+      if (!sp.fmod_ret.empty() || !sp.fexit.empty())
+        a.mov(ax::dword_ptr(ax::rbp, f.ctx + 8 * abi::kCtxArgCount + 4), Imm(abi::kCtxRetValid >> 32));
       if (!sp.fmod_ret.empty()) a.mov(ctx_slot(f, f.nslots), Imm(0));
       for (const ImageProg& p : sp.fmod_ret) {
         run_prog(a, sp, f, p, base, misses);
@@ -1334,18 +1368,39 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       if (f.preserve) restore_all(a, sp, f);
       else restore_args(a, sig, l, f);
       call_original(a, sp, sig, l, base);
-      if (f.preserve) save_all(a, sp, f);
-      save_ret(a, sig.ret, f);
-      a.bind(fexit);
-      for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses);
-      if (f.preserve) {
+      if (f.preserve && sp.fexit.empty() && !sp.tracer.exit) {
+        // fmod_ret programs only: nothing runs after the body, whose registers are what
+        // the caller must see. A skip leaves with the entry's (its result in rax's slot).
+        image_leave(a, sp, exits);
+        a.bind(fexit);
+        restore_all(a, sp, f);
+        image_leave(a, sp, exits);
+      } else if (f.preserve) {
+        // The body's registers, then its result into ctx (save_ret uses r11, saved by
+        // then, and pops a long double off the x87 stack), then the extended state: with
+        // the x87 stack empty, as at any call. Saved with st0 in use, the moves would
+        // note the status word of a full stack, and restore_moved would put it back
+        // (TOP included) after the pop, every tag empty: the caller would read a NaN.
+        // Nothing after the body reads rax, rcx or rdx until restore_all: no reloads.
+        save_gprs(a, f);
+        save_ret(a, sig.ret, f);
+        save_state(a, sp.xstate, ax::rsp, ax::byte_ptr(ax::rbp, f.path));
+        a.bind(fexit);
+        for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses);
         if (sp.tracer.exit) hook_exit(a, sp, base, hook_slow);
         restore_all(a, sp, f);  // the registers as the body (or the entry) left them
+        // ... and the long double save_ret popped (fmod_ret, whose skip comes here with
+        // the entry's state, is refused on functions returning one).
+        if (sig.ret.kind == RetType::Kind::x87) restore_ret(a, sig.ret, f);
+        image_leave(a, sp, exits);
       } else {
+        save_ret(a, sig.ret, f);
+        a.bind(fexit);
+        for (const ImageProg& p : sp.fexit) run_prog(a, sp, f, p, base, misses);
         restore_ret(a, sig.ret, f);
         if (sp.tracer.exit) hook_exit(a, sp, base, hook_slow);
+        image_leave(a, sp, exits);
       }
-      image_leave(a, sp, exits);
     }
     if (skip_sets_rax && !sp.fmod_ret.empty()) {
       a.bind(skipped);  // out of line: the fmod_ret result is what rax is restored to
