@@ -181,7 +181,8 @@ Result<void> apply(std::span<const PatchOp> all) {
   // Keep the last copy while nothing was unmapped since (the loader's unload count and
   // our own arena's are unchanged) and every op lies in an executable mapping of it;
   // read it again otherwise (a new object, new executable memory, or a real refusal).
-  static std::vector<os::Mapping> cached;
+  // Never destroyed: a detach may run from an exit handler after static destructors.
+  static auto& cached = *new std::vector<os::Mapping>();
   static uint64_t cached_gen = ~uint64_t{0};
   const uint64_t gen = os::unmap_generation();
   bool stale = gen != cached_gen;
