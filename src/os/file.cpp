@@ -78,6 +78,45 @@ Result<void> write_file_at(int dirfd, const std::string& dir_shown, const std::s
   return {};
 }
 
+Result<int> create_with_head_at(int dirfd, const std::string& dir_shown, const std::string& name,
+                                std::string_view head) {
+  std::string tmp;  // the named temporary of file systems without O_TMPFILE
+  int fd = ::openat(dirfd, ".", O_WRONLY | O_APPEND | O_TMPFILE | O_CLOEXEC, 0600);
+  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    tmp = name + ".tmp";
+    (void)::unlinkat(dirfd, tmp.c_str(), 0);  // ours, left by a write that was cut, or a planted link
+    fd = ::openat(dirfd, tmp.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  }
+  if (fd < 0) {
+    const int err = errno;
+    Result<int> e = make_error(Errc::io, fmt::format("{}: {}", shown(dir_shown, name), strerror(err)));
+    errno = err;
+    return e;
+  }
+  auto fail = [&](int err) -> Result<int> {
+    ::close(fd);
+    if (!tmp.empty()) (void)::unlinkat(dirfd, tmp.c_str(), 0);
+    Result<int> e = make_error(Errc::io, fmt::format("{}: {}", shown(dir_shown, name), strerror(err)));
+    errno = err;
+    return e;
+  };
+  // fchmod: 0600 whatever the umask (it can only take bits away, but be explicit).
+  if (::fchmod(fd, 0600) != 0 || !write_all(fd, head)) return fail(errno);
+  int linked;
+  if (tmp.empty()) {
+    // An unnamed file gets its name through /proc/self/fd (AT_EMPTY_PATH would need
+    // CAP_DAC_READ_SEARCH); without /proc mounted, through AT_EMPTY_PATH after all.
+    const std::string self = fmt::format("/proc/self/fd/{}", fd);
+    linked = ::linkat(AT_FDCWD, self.c_str(), dirfd, name.c_str(), AT_SYMLINK_FOLLOW);
+    if (linked != 0 && errno == ENOENT) linked = ::linkat(fd, "", dirfd, name.c_str(), AT_EMPTY_PATH);
+  } else {
+    linked = ::linkat(dirfd, tmp.c_str(), dirfd, name.c_str(), 0);
+  }
+  if (linked != 0) return fail(errno);  // EEXIST: NAME is there already
+  if (!tmp.empty()) (void)::unlinkat(dirfd, tmp.c_str(), 0);
+  return fd;
+}
+
 Result<int> open_append_at(int dirfd, const std::string& dir_shown, const std::string& name) {
   const std::string path = shown(dir_shown, name);
   // O_NONBLOCK: a FIFO must not block the open (it is refused below); O_NOCTTY: a

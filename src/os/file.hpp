@@ -51,6 +51,16 @@ bool write_all(int fd, std::string_view text);
 // never sees half of it.
 Result<void> write_file_at(int dirfd, const std::string& dir_shown, const std::string& name, std::string_view text);
 
+// A new file NAME in DIRFD (DIR_SHOWN in messages) that begins with HEAD, mode 0600,
+// and a descriptor (O_WRONLY | O_APPEND, O_CLOEXEC) to append the rest. NAME appears only
+// once HEAD is whole in it: the file is made unnamed (O_TMPFILE) and linked in after the
+// write, so a reader, or a process killed at any instant, never leaves it empty or with
+// half of HEAD. Refused (Errc::io, with EEXIST's text) when NAME is there already, as
+// O_EXCL would. Where the file system has no O_TMPFILE, the file is written as NAME.tmp
+// (created anew, O_EXCL, O_NOFOLLOW) and linked to NAME. On failure errno is the cause's.
+Result<int> create_with_head_at(int dirfd, const std::string& dir_shown, const std::string& name,
+                                std::string_view head);
+
 // A descriptor (O_WRONLY | O_APPEND, O_CLOEXEC) of NAME in DIRFD to append to: created
 // 0600 when absent, else used only when not_own_file() finds nothing wrong (a symbolic
 // link, FIFO or another user's file is refused, never opened for writing).

@@ -487,30 +487,38 @@ struct TraceWriter::Impl {
     };
     while (open_lru.size() >= kMaxOpenFiles) close_oldest();
     const std::string name = events_name(f.info.pid, f.info.tid);
-    // Created here (create() removed any old one), or reopened: never a link.
-    const int flags = O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW | (f.started ? 0 : O_CREAT | O_EXCL);
-    int fd = ::openat(dirfd, name.c_str(), flags, 0600);
+    // Created here with its header (create() removed any old one; the name appears only
+    // with the header whole in it, so a CLI killed at any instant leaves no events file
+    // a reader would take for corrupt), or reopened: never a link.
+    EventFileHeader h{};
+    std::memcpy(h.magic, kEventFileMagic, sizeof h.magic);
+    h.version = kFormatVersion;
+    h.record_size = sizeof(Event);
+    h.pid = f.info.pid;
+    h.tid = f.info.tid;
+    const std::string_view head(reinterpret_cast<const char*>(&h), sizeof h);
+    int err = 0;
+    auto open_once = [&]() -> int {  // -1, the cause in err
+      if (f.started) {
+        const int fd = ::openat(dirfd, name.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+        err = errno;
+        return fd;
+      }
+      auto r = os::create_with_head_at(dirfd, dir, name, head);
+      if (r) return *r;
+      err = errno;
+      return -1;
+    };
+    int fd = open_once();
     // Out of descriptors (a low RLIMIT_NOFILE): the files kept open are only a cache,
     // so half of them go and the open is tried again; only with none left is it a
     // failure (which cuts the trace).
-    while (fd < 0 && (errno == EMFILE || errno == ENFILE) && !open_lru.empty()) {
+    while (fd < 0 && (err == EMFILE || err == ENFILE) && !open_lru.empty()) {
       for (size_t n = (open_lru.size() + 1) / 2; n > 0; --n) close_oldest();
-      fd = ::openat(dirfd, name.c_str(), flags, 0600);
+      fd = open_once();
     }
-    if (fd < 0) return make_error(Errc::io, dir + "/" + name + ": " + errno_text(errno));
+    if (fd < 0) return make_error(Errc::io, dir + "/" + name + ": " + errno_text(err));
     if (!f.started) {
-      EventFileHeader h{};
-      std::memcpy(h.magic, kEventFileMagic, sizeof h.magic);
-      h.version = kFormatVersion;
-      h.record_size = sizeof(Event);
-      h.pid = f.info.pid;
-      h.tid = f.info.tid;
-      if (::fchmod(fd, 0600) != 0 || !os::write_all(fd, std::string_view(reinterpret_cast<const char*>(&h), sizeof h))) {
-        const int err = errno;
-        ::close(fd);
-        ::unlinkat(dirfd, name.c_str(), 0);  // no file rather than half a header
-        return make_error(Errc::io, dir + "/" + name + ": " + errno_text(err));
-      }
       f.started = true;
       f.bytes = sizeof h;
     }

@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -31,6 +32,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -415,6 +417,106 @@ TEST(Kill9, RecordLeavesNothingBehindAndTheTraceSaysItWasCut) {
             std::string::npos)
       << replay.err;
   EXPECT_NE(replay.out.find("work"), std::string::npos) << replay.out;
+}
+
+// The names of the events files in DIR.
+std::vector<std::string> events_files(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.starts_with("events-") && n.ends_with(".bin")) out.push_back(n);
+  }
+  return out;
+}
+
+// The CLI killed at the very instant its first events file appears (the exit of the
+// system call that made the name, caught with ptrace): the file is there with its whole
+// header, never empty (which a reader takes for a corrupt trace). Every system call of
+// the CLI's threads is stopped at until then; the target (its child, not traced) runs.
+TEST(Kill9, AnEventsFileNeverAppearsWithoutItsHeader) {
+  adopt_orphans();
+  TempDir t;
+  const std::string dir = t.path + "/trace", ready = t.path + "/ready", go = t.path + "/never";
+  std::vector<std::string> a = {UTRAMP_CLI, "record", "-o", dir, "--", kFixture, "ready_wait", ready, go};
+  std::vector<char*> argv;
+  for (auto& s : a) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const std::string err = t.path + "/cli.err";
+  const pid_t cli = fork();
+  ASSERT_GE(cli, 0);
+  if (cli == 0) {
+    setpgid(0, 0);  // the CLI and its target, killed together below
+    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int in = open("/dev/null", O_RDWR);
+    dup2(in, STDIN_FILENO);
+    dup2(in, STDOUT_FILENO);
+    dup2(e, STDERR_FILENO);
+    ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
+    raise(SIGSTOP);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  setpgid(cli, cli);
+  int st = 0;
+  ASSERT_EQ(waitpid(cli, &st, 0), cli);
+  ASSERT_TRUE(WIFSTOPPED(st));
+  ASSERT_EQ(ptrace(PTRACE_SETOPTIONS, cli, nullptr,
+                   PTRACE_O_TRACESYSGOOD | PTRACE_O_TRACECLONE | PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL),
+            0)
+      << strerror(errno);
+  ASSERT_EQ(ptrace(PTRACE_SYSCALL, cli, nullptr, nullptr), 0);
+  std::set<pid_t> threads = {cli};
+  bool seen = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!seen && std::chrono::steady_clock::now() < deadline) {
+    const pid_t p = waitpid(-1, &st, __WALL);
+    if (p < 0) {
+      ADD_FAILURE() << "waitpid: " << strerror(errno);
+      break;
+    }
+    if (WIFEXITED(st) || WIFSIGNALED(st)) {
+      threads.erase(p);
+      if (p == cli) {
+        ADD_FAILURE() << "the CLI ended (status " << st << ") before any events file appeared";
+        break;
+      }
+      continue;
+    }
+    if (!WIFSTOPPED(st)) continue;
+    int deliver = 0;
+    const int sig = WSTOPSIG(st);
+    if (sig == (SIGTRAP | 0x80)) {
+      seen = !events_files(dir).empty();  // at every system call's entry and exit
+      if (seen) break;
+    } else if (sig == SIGTRAP && (st >> 16) == PTRACE_EVENT_CLONE) {
+      unsigned long tid = 0;
+      ptrace(PTRACE_GETEVENTMSG, p, nullptr, &tid);
+      threads.insert(static_cast<pid_t>(tid));
+    } else if (sig == SIGTRAP && (st >> 16) != 0) {
+      // another ptrace event (the exec): nothing to deliver
+    } else if (sig == SIGSTOP && threads.count(p)) {
+      // a new thread's first stop (or the group stop of SIGSTOP: not sent here)
+    } else {
+      deliver = sig;
+    }
+    if (threads.count(p) == 0) threads.insert(p);  // a new thread's stop before its clone event
+    ptrace(PTRACE_SYSCALL, p, nullptr, reinterpret_cast<void*>(static_cast<uintptr_t>(deliver)));
+  }
+  kill(-cli, SIGKILL);
+  while (waitpid(-1, &st, __WALL) > 0) {
+  }
+  ASSERT_TRUE(seen) << "no events file appeared; stderr:\n" << read_file(err);
+  for (const std::string& n : events_files(dir)) {
+    const std::string bytes = read_file(dir + "/" + n);
+    ASSERT_GE(bytes.size(), sizeof(utramp::trace::EventFileHeader)) << n << ": " << bytes.size() << " bytes";
+    EXPECT_EQ(bytes.compare(0, sizeof utramp::trace::kEventFileMagic,
+                            std::string(utramp::trace::kEventFileMagic, sizeof utramp::trace::kEventFileMagic)),
+              0)
+        << n;
+  }
+  auto r = utramp::trace::TraceReader::open(dir);
+  EXPECT_TRUE(r) << (r ? "" : r.error().message);
 }
 
 // TMPDIR as a test's own directory, for run and hist (their scratch directories).

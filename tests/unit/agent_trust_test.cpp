@@ -182,6 +182,40 @@ TEST(AgentTrust, WritesNeverFollowALink) {
   close(dfd);
 }
 
+// A file made with its head (the events files of a trace): it appears with the head
+// whole, 0600 whatever the umask, appends after it, and a name already there (a planted
+// link included) is refused, never followed or replaced.
+TEST(AgentTrust, CreateWithHeadNeverReplacesOrFollows) {
+  TempDir tmp("utramp-trust");
+  const std::string victim = tmp.path + "/victim";
+  put(victim, "precious\n");
+  const int dfd = open(tmp.path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dfd, 0);
+  const mode_t old_umask = umask(0);
+  auto fd = os::create_with_head_at(dfd, tmp.path, "e.bin", "HEAD");
+  umask(old_umask);
+  ASSERT_TRUE(fd) << fd.error().message;
+  ASSERT_EQ(write(*fd, "tail", 4), 4);
+  close(*fd);
+  EXPECT_EQ(slurp(tmp.path + "/e.bin"), "HEADtail");
+  struct stat st;
+  ASSERT_EQ(lstat((tmp.path + "/e.bin").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(st.st_nlink, 1u);
+
+  fd = os::create_with_head_at(dfd, tmp.path, "e.bin", "NEW");
+  ASSERT_FALSE(fd);
+  EXPECT_NE(fd.error().message.find("File exists"), std::string::npos) << fd.error().message;
+  EXPECT_EQ(slurp(tmp.path + "/e.bin"), "HEADtail");
+  ASSERT_EQ(symlink(victim.c_str(), (tmp.path + "/l.bin").c_str()), 0);
+  fd = os::create_with_head_at(dfd, tmp.path, "l.bin", "NEW");
+  EXPECT_FALSE(fd);
+  EXPECT_EQ(slurp(victim), "precious\n");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(tmp.path), {}), 3) << "no temporary left";
+  close(dfd);
+}
+
 }  // namespace
 
 namespace {
