@@ -1,5 +1,9 @@
 #include "os/signal_stack.hpp"
 
+#include <sys/syscall.h>
+
+#include "arch/cpu.hpp"
+
 namespace utramp::os {
 
 namespace {
@@ -22,7 +26,10 @@ void set(const stack_t& ss) {
 SignalStack signal_stack() {
   if (!t_known.known) {
     stack_t ss{};
-    if (sigaltstack(nullptr, &ss) == 0) set(ss);
+    // The kernel directly: this runs inside the tracer's hooks, and libc's sigaltstack
+    // (the agent's interposer, then libc's) may be a traced function: calling it would
+    // enter the hook again, which asks here again, before the answer is kept.
+    if (arch::raw_syscall2(SYS_sigaltstack, 0, reinterpret_cast<long>(&ss)) == 0) set(ss);
     else t_known.known = true;  // none
   }
   return t_known.s;

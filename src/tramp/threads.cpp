@@ -46,7 +46,10 @@ std::atomic<size_t> g_used{0};  // entries [0, g_used) may be in use
 std::mutex g_release_mu;  // the one scan that may release entries (snapshot_counters)
 std::mutex g_slot_mu;     // the slot bitmaps below (attach and reclamation only)
 std::atomic<void (*)(const ThreadBlock*, int)> g_scan_hook{nullptr};
-std::array<bool, kCounterSlots> g_counter_used{};
+// How many owners (trampolines, images) each counter slot has: 0 free. See
+// alloc_counter_slot().
+std::array<uint32_t, kCounterSlots> g_counter_owners{};
+uint32_t g_next_shared = 0;  // where the search for the least-shared slot starts
 std::array<bool, kProgSlots> g_prog_used{};
 
 pid_t gettid_raw() { return static_cast<pid_t>(syscall(SYS_gettid)); }
@@ -211,8 +214,29 @@ void set_scan_hook(void (*hook)(const ThreadBlock* block, int tid)) {
   g_scan_hook.store(hook, std::memory_order_release);
 }
 
-Result<uint32_t> alloc_counter_slot() { return alloc_in(g_counter_used, "thread counter"); }
-void free_counter_slot(uint32_t slot) { free_in(g_counter_used, slot); }
+Result<uint32_t> alloc_counter_slot() {
+  std::lock_guard lock(g_slot_mu);
+  for (uint32_t i = 0; i < kCounterSlots; ++i)
+    if (g_counter_owners[i] == 0) {
+      g_counter_owners[i] = 1;
+      return i;
+    }
+  // All taken: share the least-shared slot (the search starts after the last one shared,
+  // so that owners spread over every slot).
+  uint32_t best = g_next_shared % kCounterSlots;
+  for (uint32_t k = 1; k < kCounterSlots; ++k) {
+    const uint32_t i = (g_next_shared + k) % kCounterSlots;
+    if (g_counter_owners[i] < g_counter_owners[best]) best = i;
+  }
+  ++g_counter_owners[best];
+  g_next_shared = best + 1;
+  return best;
+}
+
+void free_counter_slot(uint32_t slot) {
+  std::lock_guard lock(g_slot_mu);
+  if (slot < kCounterSlots && g_counter_owners[slot] > 0) --g_counter_owners[slot];
+}
 Result<uint32_t> alloc_prog_slot() { return alloc_in(g_prog_used, "program guard"); }
 void free_prog_slot(uint32_t slot) { free_in(g_prog_used, slot); }
 

@@ -74,6 +74,12 @@ bool this_thread_runs(uint32_t prog, uint64_t frame);
 
 // Slot allocation for counters and program guards. Released slots are reused only once
 // the caller has proven every thread's counter for them is zero.
+// A counter slot is its owner's alone while free slots remain; once all kCounterSlots
+// are taken (a tracer of thousands of functions: each trampoline owns one, each image
+// that calls the original another), new owners share the least-shared slot. A
+// thread's count then covers every owner of the slot, so what waits for it to be zero
+// (reclamation; detach's wait for a thread inside the function) waits for all of them:
+// later, never earlier. Never refused. A program guard is always its program's alone.
 Result<uint32_t> alloc_counter_slot();
 void free_counter_slot(uint32_t slot);
 Result<uint32_t> alloc_prog_slot();

@@ -6,6 +6,8 @@
 // libdebuginfod, whose announcement re-entered the agent).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -60,6 +62,12 @@ TEST(Loader, PluginHostBehavesAsUntraced) {
   ASSERT_FALSE(traced.timed_out) << traced.err;
   EXPECT_EQ(traced.exit_code, 0) << traced.err;
   EXPECT_EQ(traced.out, plain.out);  // every plugin found through the right RUNPATH
+  // Every function of the program and of its libraries (thousands: more than the thread
+  // counter slots, which are then shared) is traced, the program's own main included,
+  // and the library calls it makes; the tracer's own library calls do not recurse.
+  auto c = calls(t.path + "/d");
+  EXPECT_EQ(c["main"], 1) << traced.err;
+  EXPECT_EQ(c["printf"], std::count(plain.out.begin(), plain.out.end(), '\n')) << traced.err;  // a line each
 }
 
 TEST(Loader, PluginsAreTracedFromTheirFirstCall) {

@@ -19,4 +19,14 @@ namespace utramp::arch {
 // clock by whoever reads the trace (trace/trace_dir.hpp: info.json ticks_per_ns).
 [[gnu::always_inline]] inline uint64_t cycles() noexcept { return __rdtsc(); }
 
+// A system call made here, not through libc: for the code that runs inside traced
+// calls (the tracer's hooks, probe handlers), where libc's wrapper may itself be a traced
+// function (`record --libs`) and calling it would re-enter the hook. Returns the
+// kernel's result (-errno on failure); errno is not touched.
+[[gnu::always_inline]] inline long raw_syscall2(long nr, long a1, long a2) noexcept {
+  long ret;
+  asm volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a1), "S"(a2) : "rcx", "r11", "memory");
+  return ret;
+}
+
 }  // namespace utramp::arch
