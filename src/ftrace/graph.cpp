@@ -49,6 +49,8 @@ uint64_t g_min_ticks = 0;
 // (glibc no longer caches it) and cost more than the rest of an event.
 uint32_t g_fork_gen = 0;
 
+// getpid from the kernel, not libc's (a traced function under `record --libs`).
+uint32_t own_pid() { return static_cast<uint32_t>(arch::raw_syscall6(SYS_getpid)); }
 
 bool tid_selected(uint32_t tid) {
   if (!g_opts || g_opts->tids.empty()) return true;
@@ -93,13 +95,16 @@ ThreadTrace* state() {
   ThreadTrace* ts = t_trace;
   if (ts && ts->fork_gen == g_fork_gen) return ts->producer.valid() ? ts : nullptr;
   if (!g_buffers) return nullptr;
-  const uint32_t pid = static_cast<uint32_t>(getpid());
+  // System calls made here, not through libc (arch::raw_syscall6): with `record --libs`
+  // getpid, mmap and syscall are traced functions, and their calls from inside the
+  // tracer would be dropped and counted as lost events.
+  const uint32_t pid = own_pid();
   const bool forked = ts != nullptr;
   if (!ts) {
-    void* p = mmap(nullptr, sizeof(ThreadTrace), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return nullptr;
-    ts = new (p) ThreadTrace();
+    const long p = arch::raw_syscall6(SYS_mmap, 0, sizeof(ThreadTrace), PROT_READ | PROT_WRITE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p < 0 && p > -4096) return nullptr;
+    ts = new (reinterpret_cast<void*>(p)) ThreadTrace();
     t_trace = ts;
   }
   // No ring until one is claimed: a nested_drop() meanwhile must not count into the
@@ -110,7 +115,7 @@ ThreadTrace* state() {
   ts->path = Path::ignore;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   ts->pid = pid;
-  ts->tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  ts->tid = static_cast<uint32_t>(arch::raw_syscall6(SYS_gettid));
   if (!forked) {
     ts->depth = 0;
     ts->overflow = 0;
@@ -444,7 +449,7 @@ void on_unwind(uint64_t func) {
   if (tracer_held(detail::stack_pointer())) return;
   InTracer in;
   ThreadTrace* ts = t_trace;
-  if (!ts || !ts->producer.valid() || ts->pid != static_cast<uint32_t>(getpid())) return;
+  if (!ts || !ts->producer.valid() || ts->pid != own_pid()) return;
   const uint64_t time = now();
   // Frames deeper than the unwound one have their own images (and calls here) unless
   // they were not traced; close down to the first frame of `func`.
@@ -480,7 +485,7 @@ void close_thread() {
   if (t_in_tracer) take_over();
   InTracer in;
   ThreadTrace* ts = t_trace;
-  if (!ts || ts->pid != static_cast<uint32_t>(getpid()) || !ts->producer.valid()) return;
+  if (!ts || ts->pid != own_pid() || !ts->producer.valid()) return;
   if (ts->overruns)
     emit(ts, trace::EventType::depth_overrun, now(), 0, ts->overruns, 0);
   ts->producer.close();

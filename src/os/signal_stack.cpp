@@ -29,7 +29,7 @@ SignalStack signal_stack() {
     // The kernel directly: this runs inside the tracer's hooks, and libc's sigaltstack
     // (the agent's interposer, then libc's) may be a traced function: calling it would
     // enter the hook again, which asks here again, before the answer is kept.
-    if (arch::raw_syscall2(SYS_sigaltstack, 0, reinterpret_cast<long>(&ss)) == 0) set(ss);
+    if (arch::raw_syscall6(SYS_sigaltstack, 0, reinterpret_cast<long>(&ss)) == 0) set(ss);
     else t_known.known = true;  // none
   }
   return t_known.s;

@@ -23,9 +23,16 @@ namespace utramp::arch {
 // calls (the tracer's hooks, probe handlers), where libc's wrapper may itself be a traced
 // function (`record --libs`) and calling it would re-enter the hook. Returns the
 // kernel's result (-errno on failure); errno is not touched.
-[[gnu::always_inline]] inline long raw_syscall2(long nr, long a1, long a2) noexcept {
+[[gnu::always_inline]] inline long raw_syscall6(long nr, long a1 = 0, long a2 = 0, long a3 = 0, long a4 = 0,
+                                               long a5 = 0, long a6 = 0) noexcept {
   long ret;
-  asm volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a1), "S"(a2) : "rcx", "r11", "memory");
+  register long r10 asm("r10") = a4;
+  register long r8 asm("r8") = a5;
+  register long r9 asm("r9") = a6;
+  asm volatile("syscall"
+               : "=a"(ret)
+               : "a"(nr), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
+               : "rcx", "r11", "memory");
   return ret;
 }
 
