@@ -2,9 +2,11 @@
 // one interface, with the same semantics down to the fault each bad run reports.
 //
 // A run starts with r1 = ctx, r2 = the context's length (ctx_size when the program has
-// a fixed one), r10 = the top of a fresh 512-byte frame, every other register 0; it
-// ends at the main function's exit with r0. Memory rules: memory.hpp. Local calls save
-// r6-r9 and r10 and give the callee the next 512-byte frame, kMaxFrames in all.
+// a fixed one; r1 = NULL, r2 = 0 for a program verified with no context, ctx_size 0 and
+// CtxKind::memory, as the verifier assumed), r10 = the top of a fresh 512-byte frame,
+// every other register 0; it ends at the main function's exit with r0. Memory rules:
+// memory.hpp. Local calls save r6-r9 and r10 and give the callee the next 512-byte
+// frame, kMaxFrames in all.
 //
 // The native entry (JIT only) is what a trampoline calls: uint64_t fn(uint64_t* ctx),
 // context length ctx_size, faults counted in the program's own status.
@@ -31,7 +33,7 @@ inline constexpr uint64_t kDefaultLoopBudget = uint64_t(1) << 24;
 struct ExecOptions {
   const HelperTable* helpers = nullptr;
   std::vector<Region> regions;     // static regions (maps, global data)
-  uint64_t ctx_size = 0;           // 0: the context length is given per run
+  uint64_t ctx_size = 0;           // 0: the context length is given per run (verified: no context)
   bool ctx_writable = false;
   // Backward jumps a run may take (0: unlimited): the bound of an unverified program,
   // whose loop that never ends would hang the traced thread. A verified program's JIT

@@ -67,6 +67,7 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
   // Frames are 16-byte aligned as the JIT's are, so both see the same atomics aligned.
   alignas(16) uint8_t stack[kStackBytes];
   const Insn* const p = program_.insns.data();
+  if (env_.no_ctx) ctx = nullptr, len = 0;  // as the proof assumed (RunEnv::no_ctx)
   const uint64_t ctx_len = env_.ctx_size ? env_.ctx_size : len;
   RunState rs{};
   rs.ctx_lo = reinterpret_cast<uint64_t>(ctx);

@@ -75,6 +75,9 @@ struct RunEnv {
   std::vector<Region> regions;    // static: maps, global data
   bool ctx_writable = false;
   uint64_t ctx_size = 0;          // fixed context size; 0: given per run (r2)
+  // Proven with no context (a memory context of 0 bytes: the verifier's r1 = NULL,
+  // r2 = 0): every run starts so, whatever ctx and length the caller passes.
+  bool no_ctx = false;
   uint64_t loop_budget = 0;       // 0: unlimited
   std::vector<uint64_t> callx;    // helper id -> function address (0: none)
   bool publish_run = false;       // a called helper needs current_run()

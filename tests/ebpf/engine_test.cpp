@@ -421,6 +421,19 @@ TEST_P(Engines, MapInternalsAreNotWritable) {
   EXPECT_EQ(mf->consume_ring(1, [](std::span<const uint8_t>) {}), 1u);
 }
 
+TEST_P(Engines, ProvenWithoutContext) {
+  // Verified with the default options (a memory context of 0 bytes), a program is proven
+  // for r1 = NULL and r2 = 0: both guards are never taken, their target is unreached
+  // (ud2 in the JIT). The run starts as proven whatever ctx and length the caller gives.
+  auto p = assemble("jne %r1, 0, +3\njne %r2, 0, +2\nmov %r0, 1\nexit\nmov %r0, 2\nexit\n");
+  ASSERT_TRUE(p) << p.error().message;
+  auto e = load(Program{"noctx", "", *p}, ExecOptions{}, GetParam());
+  ASSERT_TRUE(e) << e.error().message;
+  uint64_t buf[2] = {};
+  EXPECT_EQ(run_ok(**e, buf, sizeof buf), 1u);
+  EXPECT_EQ(run_ok(**e), 1u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Both, Engines, ::testing::Values(EngineKind::interpreter, EngineKind::jit),
                          engine_param_name);
 

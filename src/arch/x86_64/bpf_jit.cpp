@@ -203,6 +203,7 @@ void Emitter::call_abs(uint64_t target) {
 //   full:   push rbp, rbx, r12, r13, r14, r15
 //           sub  rsp, 4200
 //           mov  r12, rsp
+//           xor  edi, edi; xor esi, esi            (proven with no context)
 //           mov  rsi, ctx_size                     (fixed-size contexts)
 //           mov  [r12+ctx_lo], rdi ... (the run state's fields)
 //           lea  rbp, [r12+96+4096]
@@ -243,6 +244,8 @@ void Emitter::emit(Label native_entry, Label full_entry) {
       if (lean_frame_) a_.sub(ax::rsp, Imm(lean_frame_));
       if (used[ebpf::kFp]) a_.lea(ax::rbp, ax::ptr(ax::rsp, stack));
     }
+    if (s_.no_ctx && used[1]) a_.xor_(ax::edi, ax::edi);
+    if (s_.no_ctx && used[2]) a_.xor_(ax::esi, ax::esi);
     if (s_.ctx_size && used[2]) a_.mov(ax::rsi, Imm(s_.ctx_size));
     for (uint8_t r : {0, 3, 4, 5, 6, 7, 8, 9})
       if (used[r]) a_.xor_(R(r).r32(), R(r).r32());
@@ -253,6 +256,8 @@ void Emitter::emit(Label native_entry, Label full_entry) {
     for (const ax::Gp& r : {ax::rbp, ax::rbx, ax::r12, ax::r13, ax::r14, ax::r15}) a_.push(r);
     a_.sub(ax::rsp, Imm(kFrameBytes));
     a_.mov(kState, ax::rsp);
+    if (s_.no_ctx) a_.xor_(ax::edi, ax::edi);
+    if (s_.no_ctx) a_.xor_(ax::esi, ax::esi);
     if (s_.ctx_size) a_.mov(ax::rsi, Imm(s_.ctx_size));
     a_.mov(st(rs::kCtxLo), ax::rdi);
     a_.mov(st(rs::kCtxLen), ax::rsi);
