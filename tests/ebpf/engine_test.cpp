@@ -114,7 +114,7 @@ uint64_t helper_sum(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e) 
 
 TEST_P(Engines, Helpers) {
   HelperTable h;
-  h.add(1, "sum", &helper_sum);
+  ASSERT_TRUE(h.add(1, "sum", &helper_sum));
   ExecOptions o;
   o.helpers = &h;
   auto e = load_text(
@@ -270,10 +270,26 @@ uint64_t helper_peek(uint64_t ptr, uint64_t, uint64_t, uint64_t, uint64_t) {
   g_allowed = g_seen && run_allows(g_seen, ptr, 8, true) ? 1 : 0;
   return g_allowed;
 }
+// What a verified program would call: no run to look at (these programs are unverified).
+uint64_t helper_peek_trusted(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t) { return 1; }
+
+TEST(EbpfHelpers, NeedsRunRequiresATrustedForm) {
+  // A verified program's JIT code calls trusted forms and publishes no run: a helper
+  // that needs the run and has no trusted form would find none, so the table refuses it.
+  HelperTable h;
+  auto r = h.add(2, "peek", &helper_peek, true);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("helper 2 (peek) needs the run but has no trusted form"), std::string::npos)
+      << r.error().message;
+  EXPECT_EQ(h.find(2), nullptr);
+  EXPECT_TRUE(h.add(2, "peek", &helper_peek, true, {}, &helper_peek_trusted));
+  ASSERT_NE(h.find(2), nullptr);
+  EXPECT_EQ(h.find(2)->trusted_fn(), &helper_peek_trusted);
+}
 
 TEST_P(Engines, CurrentRunForHelpers) {
   HelperTable h;
-  h.add(2, "peek", &helper_peek, true);
+  ASSERT_TRUE(h.add(2, "peek", &helper_peek, true, {}, &helper_peek_trusted));
   ExecOptions o;
   o.helpers = &h;
   auto e = load_text("mov %r1, %r10\nsub %r1, 8\ncall 2\nmov %r6, %r0\nlddw %r1, 16\ncall 2\n"
@@ -287,7 +303,7 @@ TEST_P(Engines, CurrentRunForHelpers) {
 
 TEST_P(Engines, FaultsDoNotLeakRunState) {
   HelperTable h;
-  h.add(2, "peek", &helper_peek, true);
+  ASSERT_TRUE(h.add(2, "peek", &helper_peek, true, {}, &helper_peek_trusted));
   ExecOptions o;
   o.helpers = &h;
   auto e = load_text("mov %r1, 0\ncall 2\nlddw %r1, 16\nstb [%r1], 0\nexit\n", o);
