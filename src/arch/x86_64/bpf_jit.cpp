@@ -545,15 +545,10 @@ void Emitter::divmod(size_t i, const Insn& n) {
   if (is_signed) a_.idiv(r11);
   else a_.div(r11);
   const ax::Gp result = is64 ? ax::Gp(is_mod ? ax::rdx : ax::rax) : ax::Gp(is_mod ? ax::edx : ax::eax);
-  if (!keep_rax || !keep_rdx) {  // DST is rax or rdx: one move at most, one register back
-    if (result.id() != d.id()) a_.mov(d, result);
-    if (keep_rax) a_.mov(ax::rax, ax::r9);
-    if (keep_rdx) a_.mov(ax::rdx, ax::r10);
-  } else {
-    a_.mov(d, result);
-    a_.mov(ax::rax, ax::r9);
-    a_.mov(ax::rdx, ax::r10);
-  }
+  // DST is rax or rdx: one move at most, one register back; else a move and both.
+  if (result.id() != d.id()) a_.mov(d, result);
+  if (keep_rax) a_.mov(ax::rax, ax::r9);
+  if (keep_rdx) a_.mov(ax::rdx, ax::r10);
   a_.bind(done);
 }
 
