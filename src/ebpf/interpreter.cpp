@@ -137,7 +137,6 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
       case kJmp:
       case kJmp32: {
         const uint8_t o = jmp_op(c);
-        int64_t rel;
         if (c == kExitOp) {
           if (depth == 0) {
             if (env_.publish_run) leave_run(&rs);
@@ -169,9 +168,7 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
           r[0] = reinterpret_cast<HelperFn>(env_.callx[id])(r[1], r[2], r[3], r[4], r[5]);
           break;
         }
-        if (o == kJa) {
-          rel = c == kJa32Op ? i.imm : i.off;
-        } else {
+        if (o != kJa) {
           bool taken;
           if (cls(c) == kJmp) {
             const uint64_t s = src_bit(c) == kX ? r[i.src] : static_cast<uint64_t>(static_cast<int64_t>(i.imm));
@@ -181,13 +178,13 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
             taken = cond<uint32_t, int32_t>(o, uint32_t(r[i.dst]), s);
           }
           if (!taken) break;
-          rel = i.off;
         }
-        if (rel < 0 && budget) {
+        const int64_t target = jump_target(at, i);
+        if (target <= static_cast<int64_t>(at) && budget) {  // backward
           if (rs.budget == 0) return fault(FaultKind::loop_budget, at, 0);
           --rs.budget;
         }
-        pc = at + 1 + rel;
+        pc = static_cast<size_t>(target);
         break;
       }
       case kLd:  // lddw (the only LD the checker lets through)

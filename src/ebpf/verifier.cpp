@@ -259,10 +259,6 @@ bool is_cond_jump(const Insn& n) {
          n.code != kCallxOp;
 }
 
-int64_t jump_target(uint32_t pc, const Insn& n) {
-  return static_cast<int64_t>(pc) + 1 + (n.code == kJa32Op ? n.imm : n.off);
-}
-
 Result<void> Verifier::functions() {
   const uint32_t n = static_cast<uint32_t>(p_.size());
   funcs_.push_back(0);
@@ -711,9 +707,7 @@ bool Verifier::alu(Work& w, const Insn& n) {
     return true;
   }
   // Pointer arithmetic: pointer +- number, number + pointer, pointer - pointer.
-  static const char* const kOpNames[16] = {"add", "sub", "mul", "div", "or", "and", "lsh", "rsh",
-                                           "neg", "mod", "xor", "mov", "arsh", "end", "?", "?"};
-  const char* opname = kOpNames[o >> 4];
+  const char* opname = alu_name(o);  // not end or neg: handled above
   const Reg& p = is_pointer(d.kind) ? d : s;
   if (!is64) return fail(w, fmt::format("32-bit arithmetic on a pointer ({}) is not allowed", reg_str(p)));
   if (o != kAdd && o != kSub)
@@ -815,8 +809,7 @@ bool Verifier::jump(Work& w, const Insn& n, bool* ended) {
                                                 : static_cast<uint32_t>(n.imm)));
 
   // Two successors: the taken one is pushed, the fall-through continued.
-  const std::string text = disassemble_insn(p_, pc);
-  const std::string mnemonic = text.substr(0, text.find(' '));
+  const std::string mnemonic = std::string(jmp_name(o)) + (is64 ? "" : "32");
   auto fork = [&](State taken, State fall, std::string how_taken, std::string how_fall) {
     ++w.node->branches;
     Work t;

@@ -161,7 +161,7 @@ class Emitter {
   void divmod(size_t i, const Insn& n);
   void shift(const Insn& n);
   void jump(size_t i, const Insn& n);
-  void jump_to(size_t i, int64_t rel, std::function<void(Label)> jcc, std::function<void(Label)> jncc);
+  void jump_to(size_t i, std::function<void(Label)> jcc, std::function<void(Label)> jncc);
   void call(size_t i, const Insn& n);
   // r11 = base+off, then to `direct` if inside the stack (or context); else to the
   // returned out-of-line label's code (the caller fills it).
@@ -338,8 +338,7 @@ bool Emitter::lean() const {
       case op::kJmp:
       case op::kJmp32:
         if (n.code == op::kCallOp || n.code == op::kCallxOp) return false;
-        if (n.code != op::kExitOp && s_.loop_budget &&
-            (n.code == op::kJa32Op ? n.imm : n.off) < 0)
+        if (n.code != op::kExitOp && s_.loop_budget && ebpf::jump_target(i, n) <= static_cast<int64_t>(i))
           return false;
         break;
       default: break;  // ALU: division by zero gives 0 or keeps dst, never a fault
@@ -552,17 +551,18 @@ void Emitter::divmod(size_t i, const Insn& n) {
   a_.bind(done);
 }
 
-// A jump to insn i+1+rel: with a loop budget, a backward one first spends one unit:
+// Insn i's jump to its target (ebpf::jump_target): with a loop budget, a backward one
+// first spends one unit:
 //
 //   j!cc  skip
 //   sub   qword [r12+budget], 1
 //   jb    fault(loop_budget)
 //   jmp   L_target
 //   skip:
-void Emitter::jump_to(size_t i, int64_t rel, std::function<void(Label)> jcc,
-                      std::function<void(Label)> jncc) {
-  const Label target = L_[static_cast<size_t>(static_cast<int64_t>(i) + 1 + rel)];
-  if (rel >= 0 || s_.loop_budget == 0 || s_.proof) {
+void Emitter::jump_to(size_t i, std::function<void(Label)> jcc, std::function<void(Label)> jncc) {
+  const int64_t t = ebpf::jump_target(i, s_.insns[i]);
+  const Label target = L_[static_cast<size_t>(t)];
+  if (t > static_cast<int64_t>(i) || s_.loop_budget == 0 || s_.proof) {
     jcc(target);
     return;
   }
@@ -589,8 +589,7 @@ void Emitter::jump(size_t i, const Insn& n) {
   }
   if (n.code == op::kCallOp || n.code == op::kCallxOp) return call(i, n);
   if (o == op::kJa) {
-    const int64_t rel = n.code == op::kJa32Op ? n.imm : n.off;
-    jump_to(i, rel, [this](Label l) { a_.jmp(l); }, nullptr);
+    jump_to(i, [this](Label l) { a_.jmp(l); }, nullptr);
     return;
   }
   const bool is32 = op::cls(n.code) == op::kJmp32;
@@ -615,7 +614,7 @@ void Emitter::jump(size_t i, const Insn& n) {
     default: cc = ax::CondCode::kSignedLE; break;
   }
   jump_to(
-      i, n.off, [this, cc](Label l) { a_.j(cc, l); },
+      i, [this, cc](Label l) { a_.j(cc, l); },
       [this, cc](Label l) { a_.j(ax::negateCond(cc), l); });
 }
 
