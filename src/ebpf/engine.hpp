@@ -14,7 +14,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "common/result.hpp"
@@ -47,7 +46,7 @@ struct ExecOptions {
   std::vector<MapSpec> maps;
   std::vector<MapRef> refs;
   std::vector<LineInfo> lines;
-  int verifier_log = 0;           // VerifyEnv::log_level; the log is Executable::verifier_log()
+  int verifier_log = 0;           // VerifyEnv::log_level: a refusal carries the log (verify() gives it always)
   uint64_t verifier_max_insns = VerifyEnv{}.max_insns;
 
   // Tests only (`--unverified`): run the program without a proof, every runtime check
@@ -80,20 +79,11 @@ class Executable {
 
   const Program& program() const { return program_; }
   const RunEnv& env() const { return env_; }
-  // The verifier's proof (null: loaded unverified) and its log (ExecOptions::verifier_log).
-  const Proof* proof() const { return verified_ ? &verified_->proof : nullptr; }
-  const std::string& verifier_log() const { return log_; }
-  void set_verified(std::optional<Verified> v) {
-    if (v) log_ = std::move(v->log);
-    verified_ = std::move(v);
-  }
 
  protected:
   Executable(Program p, RunEnv env) : program_(std::move(p)), env_(std::move(env)) {}
   Program program_;
   RunEnv env_;
-  std::optional<Verified> verified_;
-  std::string log_;
   mutable RunStatus default_status_;
 };
 
