@@ -327,14 +327,9 @@ TEST_P(Engines, ConcurrentRuns) {
   EXPECT_EQ(e->default_status().faults.load(), 0u);
 }
 
-// A program that stores into a map's internals (its header, a hash map's buckets with
-// their locks and its entries' links and keys, a ring buffer's positions and lock)
-// fails as any bad store does, and changes nothing: a lock word set by a program would
-// hang every thread that takes it. Stores into the value a lookup handed out still go
-// through, and afterwards the map works, with exact counts from several threads.
 // bpf_get_func_ret (184) answers from the return slot only when the image says it is
 // valid (fmod_ret and fexit programs): in an fentry program -EOPNOTSUPP, as the kernel's
-// verifier makes the call there, and the destination is left alone.
+// verifier makes the call there, and the destination is set to 0.
 TEST_P(Engines, GetFuncRetOnlyWhereTheReturnSlotIsValid) {
   ExecOptions o;
   o.helpers = &runtime_helpers();
@@ -352,8 +347,25 @@ TEST_P(Engines, GetFuncRetOnlyWhereTheReturnSlotIsValid) {
   mem[3] |= utramp::abi::kCtxRetValid;
   EXPECT_EQ(run_ok(*rc, ctx), 0u) << "fexit, fmod_ret";
   EXPECT_EQ(run_ok(*value, ctx), 99u);
+
+  // Verified, as every program outside the tests: the JIT's code calls the trusted form.
+  o.ctx_kind = CtxKind::tracing;
+  o.ctx_size = 16;  // the argument, then the return slot
+  auto p = assemble(std::string(store) + "ldxdw %r0, [%r10-8]\nexit\n");
+  ASSERT_TRUE(p) << p.error().message;
+  auto proven = load(Program{"ret", "", *p}, o, GetParam());
+  ASSERT_TRUE(proven) << proven.error().message;
+  mem[5] = 77;
+  EXPECT_EQ(run_ok(**proven, ctx), 77u) << "verified, the return slot valid";
+  mem[3] &= ~utramp::abi::kCtxRetValid;
+  EXPECT_EQ(run_ok(**proven, ctx), 0u) << "verified, fentry: 0 on a failure";
 }
 
+// A program that stores into a map's internals (its header, a hash map's buckets with
+// their locks and its entries' links and keys, a ring buffer's positions and lock)
+// fails as any bad store does, and changes nothing: a lock word set by a program would
+// hang every thread that takes it. Stores into the value a lookup handed out still go
+// through, and afterwards the map works, with exact counts from several threads.
 TEST_P(Engines, MapInternalsAreNotWritable) {
   char path[] = "/tmp/utramp-engine-test-XXXXXX";
   const int fd = mkstemp(path);
