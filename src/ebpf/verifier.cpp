@@ -1017,17 +1017,13 @@ bool Verifier::check_region(Work& w, unsigned regno, const Reg& p, int64_t lo, i
 bool Verifier::stack_read(Work& w, const Reg& p, int16_t off, unsigned size, Reg* out, const Access& what) {
   const Frame& fr = w.st.frames[p.frame];
   const int64_t lo = p.v.smin + off + kStackSize, hi = p.v.smax + off + kStackSize + size;
-  bool all_zero = true, any_spill_ptr = false;
+  bool all_zero = true;
   for (int64_t i = lo; i < hi; ++i) {
     const uint8_t b = fr.bytes[static_cast<size_t>(i)];
     if (b == kInvalid)
       return fail(w, fmt::format("{} reads fp{}{}, a stack byte no instruction on this path wrote", what.str(),
                                  p.frame, i - static_cast<int64_t>(kStackSize)));
     if (b != kZero) all_zero = false;
-    if (b == kSpill) {
-      const Reg* s = fr.spill(static_cast<unsigned>(i / 8));
-      if (s && s->kind != Kind::scalar) any_spill_ptr = true;
-    }
   }
   if (p.v.is_const()) {
     const size_t at = static_cast<size_t>(lo);
@@ -1043,7 +1039,7 @@ bool Verifier::stack_read(Work& w, const Reg& p, int16_t off, unsigned size, Reg
       return true;
     }
   }
-  (void)any_spill_ptr;  // part of a spilled pointer reads as a number: it cannot be dereferenced
+  // Anything else, part of a spilled pointer too, reads as a number: never dereferenced.
   *out = Reg::scalar(all_zero ? Scalar::constant(0) : Scalar::of_size(size));
   return true;
 }
@@ -1171,14 +1167,12 @@ bool Verifier::helper_mem(Work& w, unsigned regno, uint64_t min_size, uint64_t m
   if (p.kind == Kind::ctx && write) return fail(w, desc + ": the context is read-only");
   if (p.kind != Kind::stack || max_size == 0) return true;
   if (!write) {
-    Reg unused;
     Frame& fr = w.st.frames[p.frame];
     const int64_t lo = p.v.smin + kStackSize, hi = p.v.smax + kStackSize + static_cast<int64_t>(max_size);
     for (int64_t i = lo; i < hi; ++i)
       if (fr.bytes[static_cast<size_t>(i)] == kInvalid)
         return fail(w, fmt::format("{} reads fp{}{}, a stack byte no instruction on this path wrote", desc, p.frame,
                                    i - static_cast<int64_t>(kStackSize)));
-    (void)unused;
     return true;
   }
   Frame& fr = w.st.frames[p.frame];
@@ -1192,8 +1186,7 @@ bool Verifier::helper_mem(Work& w, unsigned regno, uint64_t min_size, uint64_t m
 }
 
 bool Verifier::call_helper(Work& w, uint32_t id) {
-  const HelperInfo* h = env_.helpers ? env_.helpers->find(id) : nullptr;
-  if (!h || !h->fn) return fail(w, fmt::format("helper {} is not in the helper table", id));
+  const HelperInfo* h = env_.helpers->find(id);  // there (check_program)
   const HelperProto& pr = h->proto;
   int map = -1;
   uint64_t alloc = 0;
@@ -1365,7 +1358,6 @@ Result<Verified> Verifier::run() {
 }  // namespace
 
 Result<Verified> verify(std::span<const Insn> insns, const VerifyEnv& env) {
-  if (insns.empty()) return make_error(Errc::invalid_argument, "program has no instructions");
   Verifier v(insns, env);
   return v.run();
 }
