@@ -52,10 +52,12 @@ struct ExecOptions {
   // Tests only (`--unverified`): run the program without a proof, every runtime check
   // on. The conformance suite's programs that are unsafe on purpose run this way.
   bool unverified = false;
-  // Interpreter only: a load outside the program's memory (stack, context, regions) is
-  // a fault (FaultKind::wild_load) instead of a fault-safe copy. The verifier's fuzzer
-  // runs accepted programs so: none may ever fault.
-  bool strict_loads = false;
+  // Interpreter only, the verifier's oracle: a load outside the program's memory (stack,
+  // context, regions) is a fault (FaultKind::wild_load) instead of a fault-safe copy,
+  // and a load or store on the stack that leaves one frame of the live chain (the
+  // current frame or a caller's) faults too. The verifier's fuzzer and case suite run
+  // accepted programs so: none may ever fault.
+  bool strict_memory = false;
 };
 
 // The verifier's view of `options` (the context, maps, references, helpers).

@@ -104,6 +104,16 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
       return load_direct(addr, n);
     return utramp_ebpf_load(&rs, addr, n);
   };
+  // Strict runs (RunEnv::strict_memory): the checks above see the stack as one region of
+  // kMaxFrames frames; a program may reach only its own frame and its callers' (which
+  // pointers passed down reach), one frame per access. Frames are 512-byte slices down
+  // from stack_hi, so [r10 - 512, stack_hi) is the live chain and an access crosses a
+  // boundary when its first and last byte fall in different slices.
+  auto in_frame = [&](uint64_t addr, unsigned n) {
+    if (addr - rs.stack_lo > kStackBytes - n) return true;  // not the stack: the regions decide
+    const uint64_t lo = r[kFp] - kStackSize;
+    return addr >= lo && (addr - lo) / kStackSize == (addr + n - 1 - lo) / kStackSize;
+  };
 
   for (;;) {
     const size_t at = pc;
@@ -194,7 +204,8 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
       case kLdx: {
         const unsigned n = size_bytes(c);
         const uint64_t addr = r[i.src] + static_cast<int64_t>(i.off);
-        if (env_.strict_loads && !run_allows(&rs, addr, n, false)) return fault(FaultKind::wild_load, at, addr);
+        if (env_.strict_memory && (!run_allows(&rs, addr, n, false) || !in_frame(addr, n)))
+          return fault(FaultKind::wild_load, at, addr);
         const uint64_t v = load(addr, n);
         r[i.dst] = mode(c) == kMemSx ? sign_extend(v, int(n * 8)) : v;
         break;
@@ -207,6 +218,7 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
           return fault(FaultKind::misaligned_atomic, at, addr);
         if (!(addr - rs.stack_lo <= kStackBytes - n) && !utramp_ebpf_store_ok(&rs, addr, n))
           return fault(FaultKind::bad_store, at, addr);
+        if (env_.strict_memory && !in_frame(addr, n)) return fault(FaultKind::bad_store, at, addr);
         if (mode(c) != kAtomic) {
           store_direct(addr, n, cls(c) == kSt ? static_cast<uint64_t>(static_cast<int64_t>(i.imm)) : r[i.src]);
           break;

@@ -17,7 +17,7 @@ RunEnv make_env(const ExecOptions& o, std::span<const Insn> insns, bool trusted)
   // too. A guard `if (r1 != 0)` is proven never taken and its target is ud2 in the JIT.
   env.no_ctx = !o.unverified && o.ctx_kind == CtxKind::memory && o.ctx_size == 0;
   env.loop_budget = o.loop_budget;
-  env.strict_loads = o.strict_loads;
+  env.strict_memory = o.strict_memory;
   if (o.helpers) {
     env.callx.assign(o.helpers->id_limit(), 0);
     for (const HelperInfo& h : o.helpers->all())
