@@ -339,8 +339,8 @@ uint32_t Verifier::uses(uint32_t pc) const {
   if (n.code == kExitOp) return bit(0);
   if (n.code == kCallOp && n.src == kCallHelper) {
     uint32_t u = 0;
-    const HelperInfo* h = env_.helpers ? env_.helpers->find(static_cast<uint32_t>(n.imm)) : nullptr;
-    for (unsigned a = 0; h && a < 5 && h->proto.args[a] != Arg::none; ++a) u |= bit(a + 1);
+    const HelperInfo* h = env_.helpers->find(static_cast<uint32_t>(n.imm));  // there (check_program)
+    for (unsigned a = 0; a < 5 && h->proto.args[a] != Arg::none; ++a) u |= bit(a + 1);
     return u;
   }
   if (n.code == kCallOp || n.code == kCallxOp) return 0x3e | (n.code == kCallxOp ? bit(n.dst) : 0);
