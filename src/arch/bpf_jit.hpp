@@ -23,6 +23,7 @@ struct BpfJitSpec {
   const uint64_t* helpers = nullptr;
   uint64_t helper_count = 0;
   uint64_t ctx_size = 0;          // fixed context size; 0: length given per run
+  bool no_ctx = false;            // every run gets r1 = NULL, r2 = 0 (ebpf::RunEnv::no_ctx)
   bool ctx_writable = false;
   uint64_t loop_budget = 0;       // 0: unlimited
   bool publish_run = false;       // keep ebpf::current_run() up to date

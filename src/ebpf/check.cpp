@@ -30,8 +30,8 @@ class Checker {
     if (written && r == kFp) return fail(Errc::bad_format, i, "r10 (the frame pointer) is read-only");
     return {};
   }
-  Result<void> target(size_t i, int64_t rel, const char* what) const {
-    const int64_t t = static_cast<int64_t>(i) + 1 + rel;
+  // Insn i's target `t` (jump_target(), or a local call's i + 1 + imm).
+  Result<void> target(size_t i, int64_t t, const char* what) const {
     if (t < 0 || t >= static_cast<int64_t>(p_.size()))
       return fail(Errc::out_of_range, i,
                   fmt::format("{} target {} outside the program (0..{})", what, t, p_.size() - 1));
@@ -98,10 +98,10 @@ Result<void> Checker::jmp(size_t i) {
       UTRAMP_TRY(zero(i, "src", n.src));
       if (is32) {
         UTRAMP_TRY(zero(i, "off", n.off));
-        return target(i, n.imm, "jump");
+        return target(i, jump_target(i, n), "jump");
       }
       UTRAMP_TRY(zero(i, "imm", n.imm));
-      return target(i, n.off, "jump");
+      return target(i, jump_target(i, n), "jump");
     case kCall:
       if (is32) return fail(Errc::bad_format, i, "unknown opcode (call is a JMP-class instruction)");
       UTRAMP_TRY(zero(i, "off", n.off));
@@ -111,7 +111,7 @@ Result<void> Checker::jmp(size_t i) {
         return reg(i, "dst", n.dst, false);
       }
       UTRAMP_TRY(zero(i, "dst", n.dst));
-      if (n.src == kCallLocal) return target(i, n.imm, "local call");
+      if (n.src == kCallLocal) return target(i, static_cast<int64_t>(i) + 1 + n.imm, "local call");
       if (n.src == kCallKfunc)
         return fail(Errc::unsupported, i, "kernel function calls (kfuncs) are not supported");
       if (n.src != kCallHelper)
@@ -138,7 +138,7 @@ Result<void> Checker::jmp(size_t i) {
         UTRAMP_TRY(reg(i, "src", n.src, false));
         UTRAMP_TRY(zero(i, "imm", n.imm));
       }
-      return target(i, n.off, "jump");
+      return target(i, jump_target(i, n), "jump");
     default:
       return fail(Errc::bad_format, i, "unknown opcode");
   }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "ebpf/check.hpp"
 #include "ebpf/interpreter.hpp"
 #include "ebpf/jit.hpp"
@@ -21,6 +23,7 @@ Result<uint64_t> Executable::execute(void* ctx, uint64_t len) const {
 
 Result<std::unique_ptr<Executable>> load(Program program, const ExecOptions& options, EngineKind kind) {
   UTRAMP_TRY(check_program(program.insns, options.helpers));
+  // The proof lives as long as the load: the JIT reads it while it emits, nothing after.
   std::optional<Verified> verified;
   if (!options.unverified) {
     auto v = verify(program.insns, verify_env(options));
@@ -40,7 +43,6 @@ Result<std::unique_ptr<Executable>> load(Program program, const ExecOptions& opt
     if (!r) return std::move(r).error();
     out = std::move(*r);
   }
-  out->set_verified(std::move(verified));
   return out;
 }
 

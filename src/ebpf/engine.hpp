@@ -2,9 +2,11 @@
 // one interface, with the same semantics down to the fault each bad run reports.
 //
 // A run starts with r1 = ctx, r2 = the context's length (ctx_size when the program has
-// a fixed one), r10 = the top of a fresh 512-byte frame, every other register 0; it
-// ends at the main function's exit with r0. Memory rules: memory.hpp. Local calls save
-// r6-r9 and r10 and give the callee the next 512-byte frame, kMaxFrames in all.
+// a fixed one; r1 = NULL, r2 = 0 for a program verified with no context, ctx_size 0 and
+// CtxKind::memory, as the verifier assumed), r10 = the top of a fresh 512-byte frame,
+// every other register 0; it ends at the main function's exit with r0. Memory rules:
+// memory.hpp. Local calls save r6-r9 and r10 and give the callee the next 512-byte
+// frame, kMaxFrames in all.
 //
 // The native entry (JIT only) is what a trampoline calls: uint64_t fn(uint64_t* ctx),
 // context length ctx_size, faults counted in the program's own status.
@@ -12,7 +14,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "common/result.hpp"
@@ -31,7 +32,7 @@ inline constexpr uint64_t kDefaultLoopBudget = uint64_t(1) << 24;
 struct ExecOptions {
   const HelperTable* helpers = nullptr;
   std::vector<Region> regions;     // static regions (maps, global data)
-  uint64_t ctx_size = 0;           // 0: the context length is given per run
+  uint64_t ctx_size = 0;           // 0: the context length is given per run (verified: no context)
   bool ctx_writable = false;
   // Backward jumps a run may take (0: unlimited): the bound of an unverified program,
   // whose loop that never ends would hang the traced thread. A verified program's JIT
@@ -45,16 +46,18 @@ struct ExecOptions {
   std::vector<MapSpec> maps;
   std::vector<MapRef> refs;
   std::vector<LineInfo> lines;
-  int verifier_log = 0;           // VerifyEnv::log_level; the log is Executable::verifier_log()
+  int verifier_log = 0;           // VerifyEnv::log_level: a refusal carries the log (verify() gives it always)
   uint64_t verifier_max_insns = VerifyEnv{}.max_insns;
 
   // Tests only (`--unverified`): run the program without a proof, every runtime check
   // on. The conformance suite's programs that are unsafe on purpose run this way.
   bool unverified = false;
-  // Interpreter only: a load outside the program's memory (stack, context, regions) is
-  // a fault (FaultKind::wild_load) instead of a fault-safe copy. The verifier's fuzzer
-  // runs accepted programs so: none may ever fault.
-  bool strict_loads = false;
+  // Interpreter only, the verifier's oracle: a load outside the program's memory (stack,
+  // context, regions) is a fault (FaultKind::wild_load) instead of a fault-safe copy,
+  // and a load or store on the stack that leaves one frame of the live chain (the
+  // current frame or a caller's) faults too. The verifier's fuzzer and case suite run
+  // accepted programs so: none may ever fault.
+  bool strict_memory = false;
 };
 
 // The verifier's view of `options` (the context, maps, references, helpers).
@@ -78,20 +81,11 @@ class Executable {
 
   const Program& program() const { return program_; }
   const RunEnv& env() const { return env_; }
-  // The verifier's proof (null: loaded unverified) and its log (ExecOptions::verifier_log).
-  const Proof* proof() const { return verified_ ? &verified_->proof : nullptr; }
-  const std::string& verifier_log() const { return log_; }
-  void set_verified(std::optional<Verified> v) {
-    if (v) log_ = std::move(v->log);
-    verified_ = std::move(v);
-  }
 
  protected:
   Executable(Program p, RunEnv env) : program_(std::move(p)), env_(std::move(env)) {}
   Program program_;
   RunEnv env_;
-  std::optional<Verified> verified_;
-  std::string log_;
   mutable RunStatus default_status_;
 };
 

@@ -76,8 +76,10 @@ std::string describe_proto(const HelperInfo& h);
 
 class HelperTable {
  public:
-  // Adds or replaces helper `id`.
-  void add(uint32_t id, std::string name, HelperFn fn, bool needs_run = false, HelperProto proto = {},
+  // Adds or replaces helper `id`. A helper that needs the run must have a trusted form:
+  // a verified program's JIT code publishes no run (make_env), so `fn` would find none
+  // (Errc::invalid_argument; the table is left as it was).
+  [[nodiscard]] Result<void> add(uint32_t id, std::string name, HelperFn fn, bool needs_run = false, HelperProto proto = {},
            HelperFn trusted = nullptr);
   const HelperInfo* find(uint32_t id) const;
   const std::vector<HelperInfo>& all() const { return helpers_; }

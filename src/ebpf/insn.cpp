@@ -25,11 +25,8 @@ std::string insn_hex(const Insn& insn) {
                      b[2], b[3], b[4], b[5], b[6], b[7]);
 }
 
-namespace {
-
-using namespace op;
-
 const char* alu_name(uint8_t o) {
+  using namespace op;
   switch (o) {
     case kAdd: return "add";
     case kSub: return "sub";
@@ -49,6 +46,7 @@ const char* alu_name(uint8_t o) {
 }
 
 const char* jmp_name(uint8_t o) {
+  using namespace op;
   switch (o) {
     case kJeq: return "jeq";
     case kJgt: return "jgt";
@@ -64,6 +62,10 @@ const char* jmp_name(uint8_t o) {
     default: return nullptr;
   }
 }
+
+namespace {
+
+using namespace op;
 
 const char* size_suffix(uint8_t code) {
   switch (size(code)) {

@@ -111,6 +111,18 @@ struct Program {
 std::vector<Insn> insns_from_bytes(std::span<const uint8_t> bytes);
 std::vector<uint8_t> insns_to_bytes(std::span<const Insn> insns);
 
+// The mnemonic of an ALU operation (op::alu_op: "add", "arsh"; not end) or a conditional
+// jump's (op::jmp_op: "jeq", "jsle"), without the "32" of the 32-bit forms; null for
+// any other value.
+const char* alu_name(uint8_t alu_op);
+const char* jmp_name(uint8_t jmp_op);
+
+// Where a jump at `pc` (ja, gotol, a conditional jump) goes: pc + 1 + its offset, which
+// gotol (ja32) keeps in imm. Unchecked: check_program() keeps targets in the program.
+inline int64_t jump_target(size_t pc, const Insn& n) {
+  return static_cast<int64_t>(pc) + 1 + (n.code == op::kJa32Op ? n.imm : n.off);
+}
+
 // One instruction in the assembler's syntax ("add32 %r0, 1", "ldxdw %r0, [%r1+8]"),
 // jump targets as "+N"/"-N". lddw needs its second slot: pass the whole program and the
 // index. Unknown encodings print as ".insn CODE DST SRC OFF IMM".

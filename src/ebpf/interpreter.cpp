@@ -67,6 +67,7 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
   // Frames are 16-byte aligned as the JIT's are, so both see the same atomics aligned.
   alignas(16) uint8_t stack[kStackBytes];
   const Insn* const p = program_.insns.data();
+  if (env_.no_ctx) ctx = nullptr, len = 0;  // as the proof assumed (RunEnv::no_ctx)
   const uint64_t ctx_len = env_.ctx_size ? env_.ctx_size : len;
   RunState rs{};
   rs.ctx_lo = reinterpret_cast<uint64_t>(ctx);
@@ -103,6 +104,16 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
       return load_direct(addr, n);
     return utramp_ebpf_load(&rs, addr, n);
   };
+  // Strict runs (RunEnv::strict_memory): the checks above see the stack as one region of
+  // kMaxFrames frames; a program may reach only its own frame and its callers' (which
+  // pointers passed down reach), one frame per access. Frames are 512-byte slices down
+  // from stack_hi, so [r10 - 512, stack_hi) is the live chain and an access crosses a
+  // boundary when its first and last byte fall in different slices.
+  auto in_frame = [&](uint64_t addr, unsigned n) {
+    if (addr - rs.stack_lo > kStackBytes - n) return true;  // not the stack: the regions decide
+    const uint64_t lo = r[kFp] - kStackSize;
+    return addr >= lo && (addr - lo) / kStackSize == (addr + n - 1 - lo) / kStackSize;
+  };
 
   for (;;) {
     const size_t at = pc;
@@ -136,7 +147,6 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
       case kJmp:
       case kJmp32: {
         const uint8_t o = jmp_op(c);
-        int64_t rel;
         if (c == kExitOp) {
           if (depth == 0) {
             if (env_.publish_run) leave_run(&rs);
@@ -168,9 +178,7 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
           r[0] = reinterpret_cast<HelperFn>(env_.callx[id])(r[1], r[2], r[3], r[4], r[5]);
           break;
         }
-        if (o == kJa) {
-          rel = c == kJa32Op ? i.imm : i.off;
-        } else {
+        if (o != kJa) {
           bool taken;
           if (cls(c) == kJmp) {
             const uint64_t s = src_bit(c) == kX ? r[i.src] : static_cast<uint64_t>(static_cast<int64_t>(i.imm));
@@ -180,13 +188,13 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
             taken = cond<uint32_t, int32_t>(o, uint32_t(r[i.dst]), s);
           }
           if (!taken) break;
-          rel = i.off;
         }
-        if (rel < 0 && budget) {
+        const int64_t target = jump_target(at, i);
+        if (target <= static_cast<int64_t>(at) && budget) {  // backward
           if (rs.budget == 0) return fault(FaultKind::loop_budget, at, 0);
           --rs.budget;
         }
-        pc = at + 1 + rel;
+        pc = static_cast<size_t>(target);
         break;
       }
       case kLd:  // lddw (the only LD the checker lets through)
@@ -196,7 +204,8 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
       case kLdx: {
         const unsigned n = size_bytes(c);
         const uint64_t addr = r[i.src] + static_cast<int64_t>(i.off);
-        if (env_.strict_loads && !run_allows(&rs, addr, n, false)) return fault(FaultKind::wild_load, at, addr);
+        if (env_.strict_memory && (!run_allows(&rs, addr, n, false) || !in_frame(addr, n)))
+          return fault(FaultKind::wild_load, at, addr);
         const uint64_t v = load(addr, n);
         r[i.dst] = mode(c) == kMemSx ? sign_extend(v, int(n * 8)) : v;
         break;
@@ -209,6 +218,7 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
           return fault(FaultKind::misaligned_atomic, at, addr);
         if (!(addr - rs.stack_lo <= kStackBytes - n) && !utramp_ebpf_store_ok(&rs, addr, n))
           return fault(FaultKind::bad_store, at, addr);
+        if (env_.strict_memory && !in_frame(addr, n)) return fault(FaultKind::bad_store, at, addr);
         if (mode(c) != kAtomic) {
           store_direct(addr, n, cls(c) == kSt ? static_cast<uint64_t>(static_cast<int64_t>(i.imm)) : r[i.src]);
           break;

@@ -26,6 +26,7 @@ Result<void> JitProgram::build(const Proof* proof) {
   spec.helpers = env_.callx.data();
   spec.helper_count = env_.callx.size();
   spec.ctx_size = env_.ctx_size;
+  spec.no_ctx = env_.no_ctx;
   spec.ctx_writable = env_.ctx_writable;
   spec.loop_budget = env_.loop_budget;
   spec.publish_run = env_.publish_run;

@@ -53,7 +53,7 @@ enum class FaultKind : uint32_t {
   call_depth,         // a local call beyond kMaxFrames frames
   loop_budget,        // more backward jumps than the run's budget
   unknown_helper,     // callx to an id the table does not have
-  wild_load,          // a load outside the program's memory (RunEnv::strict_loads only)
+  wild_load,          // a load outside the program's memory (RunEnv::strict_memory only)
 };
 const char* fault_name(FaultKind k);
 
@@ -75,10 +75,13 @@ struct RunEnv {
   std::vector<Region> regions;    // static: maps, global data
   bool ctx_writable = false;
   uint64_t ctx_size = 0;          // fixed context size; 0: given per run (r2)
+  // Proven with no context (a memory context of 0 bytes: the verifier's r1 = NULL,
+  // r2 = 0): every run starts so, whatever ctx and length the caller passes.
+  bool no_ctx = false;
   uint64_t loop_budget = 0;       // 0: unlimited
   std::vector<uint64_t> callx;    // helper id -> function address (0: none)
   bool publish_run = false;       // a called helper needs current_run()
-  bool strict_loads = false;      // interpreter: a load outside allowed memory faults
+  bool strict_memory = false;     // interpreter: ExecOptions::strict_memory
 };
 
 struct RunState {

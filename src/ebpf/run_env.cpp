@@ -12,8 +12,12 @@ RunEnv make_env(const ExecOptions& o, std::span<const Insn> insns, bool trusted)
   env.regions = o.regions;
   env.ctx_writable = o.ctx_writable;
   env.ctx_size = o.ctx_size;
+  // The verifier starts such a program with r1 = NULL, r2 = 0 (verifier.cpp, run()):
+  // its code holds only the paths that follow from them, so the run must start there
+  // too. A guard `if (r1 != 0)` is proven never taken and its target is ud2 in the JIT.
+  env.no_ctx = !o.unverified && o.ctx_kind == CtxKind::memory && o.ctx_size == 0;
   env.loop_budget = o.loop_budget;
-  env.strict_loads = o.strict_loads;
+  env.strict_memory = o.strict_memory;
   if (o.helpers) {
     env.callx.assign(o.helpers->id_limit(), 0);
     for (const HelperInfo& h : o.helpers->all())

@@ -177,6 +177,15 @@ struct Refusal {
   std::string msg;
 };
 
+// What a memory access is, for a refusal's message ("a 4-byte read"): formatted only
+// when one is refused, not for each of the (up to a million) instructions processed.
+struct Access {
+  const char* head;           // "a", "an atomic"; the whole text when size is 0
+  unsigned size = 0;          // bytes
+  const char* noun = nullptr; // "read", "write", "update"
+  std::string str() const { return size ? fmt::format("{} {}-byte {}", head, size, noun) : std::string(head); }
+};
+
 class Verifier {
  public:
   Verifier(std::span<const Insn> p, const VerifyEnv& env) : p_(p), env_(env) {}
@@ -202,8 +211,8 @@ class Verifier {
   bool atomic(Work& w, const Insn& n);
 
   // Memory: the region a pointer may reach and the stack's bytes.
-  bool check_region(Work& w, unsigned regno, const Reg& p, int64_t lo, int64_t hi, bool write, const char* what);
-  bool stack_read(Work& w, const Reg& p, int16_t off, unsigned size, Reg* out, const char* what);
+  bool check_region(Work& w, unsigned regno, const Reg& p, int64_t lo, int64_t hi, bool write, const Access& what);
+  bool stack_read(Work& w, const Reg& p, int16_t off, unsigned size, Reg* out, const Access& what);
   bool stack_write(Work& w, const Reg& p, int16_t off, unsigned size, const Reg* value, const Scalar* imm);
   bool helper_mem(Work& w, unsigned regno, uint64_t min_size, uint64_t max_size, bool write, const char* what);
 
@@ -257,10 +266,6 @@ constexpr uint32_t kStoreEvery = 4;  // store a state at most every few instruct
 bool is_cond_jump(const Insn& n) {
   return is_jmp(n.code) && n.code != kJaOp && n.code != kJa32Op && n.code != kExitOp && n.code != kCallOp &&
          n.code != kCallxOp;
-}
-
-int64_t jump_target(uint32_t pc, const Insn& n) {
-  return static_cast<int64_t>(pc) + 1 + (n.code == kJa32Op ? n.imm : n.off);
 }
 
 Result<void> Verifier::functions() {
@@ -334,8 +339,8 @@ uint32_t Verifier::uses(uint32_t pc) const {
   if (n.code == kExitOp) return bit(0);
   if (n.code == kCallOp && n.src == kCallHelper) {
     uint32_t u = 0;
-    const HelperInfo* h = env_.helpers ? env_.helpers->find(static_cast<uint32_t>(n.imm)) : nullptr;
-    for (unsigned a = 0; h && a < 5 && h->proto.args[a] != Arg::none; ++a) u |= bit(a + 1);
+    const HelperInfo* h = env_.helpers->find(static_cast<uint32_t>(n.imm));  // there (check_program)
+    for (unsigned a = 0; a < 5 && h->proto.args[a] != Arg::none; ++a) u |= bit(a + 1);
     return u;
   }
   if (n.code == kCallOp || n.code == kCallxOp) return 0x3e | (n.code == kCallxOp ? bit(n.dst) : 0);
@@ -711,9 +716,7 @@ bool Verifier::alu(Work& w, const Insn& n) {
     return true;
   }
   // Pointer arithmetic: pointer +- number, number + pointer, pointer - pointer.
-  static const char* const kOpNames[16] = {"add", "sub", "mul", "div", "or", "and", "lsh", "rsh",
-                                           "neg", "mod", "xor", "mov", "arsh", "end", "?", "?"};
-  const char* opname = kOpNames[o >> 4];
+  const char* opname = alu_name(o);  // not end or neg: handled above
   const Reg& p = is_pointer(d.kind) ? d : s;
   if (!is64) return fail(w, fmt::format("32-bit arithmetic on a pointer ({}) is not allowed", reg_str(p)));
   if (o != kAdd && o != kSub)
@@ -815,8 +818,7 @@ bool Verifier::jump(Work& w, const Insn& n, bool* ended) {
                                                 : static_cast<uint32_t>(n.imm)));
 
   // Two successors: the taken one is pushed, the fall-through continued.
-  const std::string text = disassemble_insn(p_, pc);
-  const std::string mnemonic = text.substr(0, text.find(' '));
+  const std::string mnemonic = std::string(jmp_name(o)) + (is64 ? "" : "32");
   auto fork = [&](State taken, State fall, std::string how_taken, std::string how_fall) {
     ++w.node->branches;
     Work t;
@@ -961,71 +963,67 @@ bool Verifier::exit(Work& w, bool* ended) {
 
 // [lo, hi) relative to the pointer's base is inside what `p` may reach (`regno` names it).
 bool Verifier::check_region(Work& w, unsigned regno, const Reg& p, int64_t lo, int64_t hi, bool write,
-                            const char* what) {
-  const std::string r = regno < kNumRegs ? fmt::format("r{}", regno) : "the pointer";
+                            const Access& what) {
+  const auto r = [regno] { return regno < kNumRegs ? fmt::format("r{}", regno) : std::string("the pointer"); };
   switch (p.kind) {
     case Kind::not_init:
     case Kind::released: return need_init(w, regno);
     case Kind::scalar:
       if (p.v.is_const() && p.v.value() == 0)
-        return fail(w, fmt::format("{} through {} = NULL", what, r));
-      return fail(w, fmt::format("{} through {} = {}: a number, not a pointer", what, r, reg_str(p)));
+        return fail(w, fmt::format("{} through {} = NULL", what.str(), r()));
+      return fail(w, fmt::format("{} through {} = {}: a number, not a pointer", what.str(), r(), reg_str(p)));
     case Kind::map_value_or_null:
     case Kind::mem_or_null:
-      return fail(w, fmt::format("{} through {} = {}, which may be NULL: compare it with 0 first", what, r,
+      return fail(w, fmt::format("{} through {} = {}, which may be NULL: compare it with 0 first", what.str(), r(),
                                  reg_str(p)));
     case Kind::map:
       return fail(w, fmt::format("{} through {} = {}: a map is passed to helpers, never read or written directly",
-                                 what, r, reg_str(p)));
+                                 what.str(), r(), reg_str(p)));
     case Kind::ctx: {
       if (!p.v.is_const())
         return fail(w, fmt::format("{} at a variable offset ({}) of the context: context offsets must be constant",
-                                   what, reg_str(p)));
+                                   what.str(), reg_str(p)));
       if (lo < 0 || hi > static_cast<int64_t>(env_.ctx.size))
-        return fail(w, fmt::format("{} at offset {} of the context, outside it: {} has {} bytes", what, lo,
+        return fail(w, fmt::format("{} at offset {} of the context, outside it: {} has {} bytes", what.str(), lo,
                                    env_.ctx.what.empty() ? "it" : env_.ctx.what, env_.ctx.size));
       if (write && !env_.ctx.writable)
-        return fail(w, fmt::format("{} into the context ({}), which is read-only", what, env_.ctx.what));
+        return fail(w, fmt::format("{} into the context ({}), which is read-only", what.str(), env_.ctx.what));
       return true;
     }
     case Kind::stack:
       if (lo < -static_cast<int64_t>(kStackSize) || hi > 0)
         return fail(w, fmt::format("{} at [{}, {}) from the frame pointer ({}): outside the {}-byte stack frame [-{}, "
                                    "0)",
-                                   what, lo, hi, reg_str(p), kStackSize, kStackSize));
+                                   what.str(), lo, hi, reg_str(p), kStackSize, kStackSize));
       return true;
     case Kind::map_value: {
       const MapSpec& m = env_.maps[p.map];
       if (lo < 0 || hi > static_cast<int64_t>(m.value_size))
-        return fail(w, fmt::format("{} at offset [{}, {}) of a value of map '{}' ({} bytes): outside it{}", what, lo,
-                                   hi, m.name, m.value_size,
-                                   p.v.is_const() ? "" : fmt::format(" ({} is {})", r, reg_str(p))));
-      if (write && m.readonly) return fail(w, fmt::format("{} into '{}', which is read-only", what, m.name));
+        return fail(w, fmt::format("{} at offset [{}, {}) of a value of map '{}' ({} bytes): outside it{}",
+                                   what.str(), lo, hi, m.name, m.value_size,
+                                   p.v.is_const() ? "" : fmt::format(" ({} is {})", r(), reg_str(p))));
+      if (write && m.readonly) return fail(w, fmt::format("{} into '{}', which is read-only", what.str(), m.name));
       return true;
     }
     case Kind::mem:
       if (lo < 0 || hi > static_cast<int64_t>(p.mem_size))
-        return fail(w, fmt::format("{} at offset [{}, {}) of a ring buffer record of {} bytes: outside it", what, lo,
-                                   hi, p.mem_size));
+        return fail(w, fmt::format("{} at offset [{}, {}) of a ring buffer record of {} bytes: outside it",
+                                   what.str(), lo, hi, p.mem_size));
       return true;
   }
   return fail(w, "unknown pointer");
 }
 
-bool Verifier::stack_read(Work& w, const Reg& p, int16_t off, unsigned size, Reg* out, const char* what) {
+bool Verifier::stack_read(Work& w, const Reg& p, int16_t off, unsigned size, Reg* out, const Access& what) {
   const Frame& fr = w.st.frames[p.frame];
   const int64_t lo = p.v.smin + off + kStackSize, hi = p.v.smax + off + kStackSize + size;
-  bool all_zero = true, any_spill_ptr = false;
+  bool all_zero = true;
   for (int64_t i = lo; i < hi; ++i) {
     const uint8_t b = fr.bytes[static_cast<size_t>(i)];
     if (b == kInvalid)
-      return fail(w, fmt::format("{} reads fp{}{}, a stack byte no instruction on this path wrote", what, p.frame,
-                                 i - static_cast<int64_t>(kStackSize)));
+      return fail(w, fmt::format("{} reads fp{}{}, a stack byte no instruction on this path wrote", what.str(),
+                                 p.frame, i - static_cast<int64_t>(kStackSize)));
     if (b != kZero) all_zero = false;
-    if (b == kSpill) {
-      const Reg* s = fr.spill(static_cast<unsigned>(i / 8));
-      if (s && s->kind != Kind::scalar) any_spill_ptr = true;
-    }
   }
   if (p.v.is_const()) {
     const size_t at = static_cast<size_t>(lo);
@@ -1041,7 +1039,7 @@ bool Verifier::stack_read(Work& w, const Reg& p, int16_t off, unsigned size, Reg
       return true;
     }
   }
-  (void)any_spill_ptr;  // part of a spilled pointer reads as a number: it cannot be dereferenced
+  // Anything else, part of a spilled pointer too, reads as a number: never dereferenced.
   *out = Reg::scalar(all_zero ? Scalar::constant(0) : Scalar::of_size(size));
   return true;
 }
@@ -1085,11 +1083,11 @@ bool Verifier::load(Work& w, const Insn& n) {
   if (!need_init(w, n.src)) return false;
   const unsigned size = size_bytes(n.code);
   const Reg p = w.st.reg(n.src);
-  const std::string what = fmt::format("a {}-byte read", size);
-  if (!check_region(w, n.src, p, p.v.smin + n.off, p.v.smax + n.off + size, false, what.c_str())) return false;
+  const Access what{"a", size, "read"};
+  if (!check_region(w, n.src, p, p.v.smin + n.off, p.v.smax + n.off + size, false, what)) return false;
   Reg out;
   if (p.kind == Kind::stack) {
-    if (!stack_read(w, p, n.off, size, &out, what.c_str())) return false;
+    if (!stack_read(w, p, n.off, size, &out, what)) return false;
   } else {
     out = Reg::scalar(Scalar::of_size(size));
   }
@@ -1107,8 +1105,8 @@ bool Verifier::store(Work& w, const Insn& n) {
   if (x && !need_init(w, n.src)) return false;
   const unsigned size = size_bytes(n.code);
   const Reg p = w.st.reg(n.dst);
-  const std::string what = fmt::format("a {}-byte write", size);
-  if (!check_region(w, n.dst, p, p.v.smin + n.off, p.v.smax + n.off + size, true, what.c_str())) return false;
+  if (!check_region(w, n.dst, p, p.v.smin + n.off, p.v.smax + n.off + size, true, Access{"a", size, "write"}))
+    return false;
   if (p.kind != Kind::stack) return true;
   if (x) {
     const Reg v = w.st.reg(n.src);
@@ -1130,18 +1128,18 @@ bool Verifier::atomic(Work& w, const Insn& n) {
     if (w.st.reg(0).kind != Kind::scalar)
       return fail(w, fmt::format("cmpxchg compares with r0 = {}, a pointer", reg_str(w.st.reg(0))));
   }
-  const std::string what = fmt::format("an atomic {}-byte update", size);
-  if (!check_region(w, n.dst, p, p.v.smin + n.off, p.v.smax + n.off + size, true, what.c_str())) return false;
+  const Access what{"an atomic", size, "update"};
+  if (!check_region(w, n.dst, p, p.v.smin + n.off, p.v.smax + n.off + size, true, what)) return false;
   // Every region starts 8-byte aligned (frames 16, values 8, records 8, the context 8):
   // the offset decides alignment.
   const Scalar eff = Scalar::alu(kAdd, 0, true, p.v, Scalar::constant(static_cast<uint64_t>(static_cast<int64_t>(n.off))));
   if ((eff.t.value | eff.t.mask) & (size - 1))
-    return fail(w, fmt::format("{} at offset {} ({}): not {}-byte aligned", what, eff.str(), reg_str(p), size));
+    return fail(w, fmt::format("{} at offset {} ({}): not {}-byte aligned", what.str(), eff.str(), reg_str(p), size));
   if (p.kind == Kind::stack) {
     Reg old;
-    if (!stack_read(w, p, n.off, size, &old, what.c_str())) return false;
+    if (!stack_read(w, p, n.off, size, &old, what)) return false;
     if (old.kind != Kind::scalar)
-      return fail(w, fmt::format("{} of a spilled pointer ({})", what, reg_str(old)));
+      return fail(w, fmt::format("{} of a spilled pointer ({})", what.str(), reg_str(old)));
     const Scalar any = Scalar::of_size(size);
     if (!stack_write(w, p, n.off, size, nullptr, &any)) return false;
     // What the slot holds now is unknown: not a spill of a known number.
@@ -1164,19 +1162,17 @@ bool Verifier::helper_mem(Work& w, unsigned regno, uint64_t min_size, uint64_t m
   if (!need_init(w, regno)) return false;
   const Reg p = w.st.reg(regno);
   const std::string desc = fmt::format("{} (r{}, {} bytes)", what, regno, max_size);
-  if (!check_region(w, regno, p, p.v.smin, p.v.smax + static_cast<int64_t>(max_size), write, desc.c_str()))
+  if (!check_region(w, regno, p, p.v.smin, p.v.smax + static_cast<int64_t>(max_size), write, Access{desc.c_str()}))
     return false;
   if (p.kind == Kind::ctx && write) return fail(w, desc + ": the context is read-only");
   if (p.kind != Kind::stack || max_size == 0) return true;
   if (!write) {
-    Reg unused;
     Frame& fr = w.st.frames[p.frame];
     const int64_t lo = p.v.smin + kStackSize, hi = p.v.smax + kStackSize + static_cast<int64_t>(max_size);
     for (int64_t i = lo; i < hi; ++i)
       if (fr.bytes[static_cast<size_t>(i)] == kInvalid)
         return fail(w, fmt::format("{} reads fp{}{}, a stack byte no instruction on this path wrote", desc, p.frame,
                                    i - static_cast<int64_t>(kStackSize)));
-    (void)unused;
     return true;
   }
   Frame& fr = w.st.frames[p.frame];
@@ -1190,8 +1186,7 @@ bool Verifier::helper_mem(Work& w, unsigned regno, uint64_t min_size, uint64_t m
 }
 
 bool Verifier::call_helper(Work& w, uint32_t id) {
-  const HelperInfo* h = env_.helpers ? env_.helpers->find(id) : nullptr;
-  if (!h || !h->fn) return fail(w, fmt::format("helper {} is not in the helper table", id));
+  const HelperInfo* h = env_.helpers->find(id);  // there (check_program)
   const HelperProto& pr = h->proto;
   int map = -1;
   uint64_t alloc = 0;
@@ -1363,7 +1358,6 @@ Result<Verified> Verifier::run() {
 }  // namespace
 
 Result<Verified> verify(std::span<const Insn> insns, const VerifyEnv& env) {
-  if (insns.empty()) return make_error(Errc::invalid_argument, "program has no instructions");
   Verifier v(insns, env);
   return v.run();
 }

@@ -178,7 +178,7 @@ const Insn kExit = raw(op::kExitOp, 0, 0, 0, 0);
 
 TEST(EbpfCheck, AcceptsValidPrograms) {
   HelperTable h;
-  h.add(7, "prandom", [](uint64_t, uint64_t, uint64_t, uint64_t, uint64_t) -> uint64_t { return 4; });
+  ASSERT_TRUE(h.add(7, "prandom", [](uint64_t, uint64_t, uint64_t, uint64_t, uint64_t) -> uint64_t { return 4; }));
   EXPECT_TRUE(check_text("call 7\nja +0\nexit\n", &h));
   EXPECT_TRUE(check_text("mov %r0, 0\nja -2\n"));  // a loop: ends by ja, fine here
 }

@@ -221,7 +221,7 @@ uint64_t seed_from_env() {
 
 TEST(EbpfDifferential, InterpreterAndJitAgree) {
   HelperTable helpers;
-  helpers.add(1, "mix", &helper_mix);
+  ASSERT_TRUE(helpers.add(1, "mix", &helper_mix));
   const uint64_t seed = seed_from_env();
   Gen gen(seed);
   Page a, b;

@@ -114,7 +114,7 @@ uint64_t helper_sum(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e) 
 
 TEST_P(Engines, Helpers) {
   HelperTable h;
-  h.add(1, "sum", &helper_sum);
+  ASSERT_TRUE(h.add(1, "sum", &helper_sum));
   ExecOptions o;
   o.helpers = &h;
   auto e = load_text(
@@ -270,10 +270,26 @@ uint64_t helper_peek(uint64_t ptr, uint64_t, uint64_t, uint64_t, uint64_t) {
   g_allowed = g_seen && run_allows(g_seen, ptr, 8, true) ? 1 : 0;
   return g_allowed;
 }
+// What a verified program would call: no run to look at (these programs are unverified).
+uint64_t helper_peek_trusted(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t) { return 1; }
+
+TEST(EbpfHelpers, NeedsRunRequiresATrustedForm) {
+  // A verified program's JIT code calls trusted forms and publishes no run: a helper
+  // that needs the run and has no trusted form would find none, so the table refuses it.
+  HelperTable h;
+  auto r = h.add(2, "peek", &helper_peek, true);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("helper 2 (peek) needs the run but has no trusted form"), std::string::npos)
+      << r.error().message;
+  EXPECT_EQ(h.find(2), nullptr);
+  EXPECT_TRUE(h.add(2, "peek", &helper_peek, true, {}, &helper_peek_trusted));
+  ASSERT_NE(h.find(2), nullptr);
+  EXPECT_EQ(h.find(2)->trusted_fn(), &helper_peek_trusted);
+}
 
 TEST_P(Engines, CurrentRunForHelpers) {
   HelperTable h;
-  h.add(2, "peek", &helper_peek, true);
+  ASSERT_TRUE(h.add(2, "peek", &helper_peek, true, {}, &helper_peek_trusted));
   ExecOptions o;
   o.helpers = &h;
   auto e = load_text("mov %r1, %r10\nsub %r1, 8\ncall 2\nmov %r6, %r0\nlddw %r1, 16\ncall 2\n"
@@ -287,7 +303,7 @@ TEST_P(Engines, CurrentRunForHelpers) {
 
 TEST_P(Engines, FaultsDoNotLeakRunState) {
   HelperTable h;
-  h.add(2, "peek", &helper_peek, true);
+  ASSERT_TRUE(h.add(2, "peek", &helper_peek, true, {}, &helper_peek_trusted));
   ExecOptions o;
   o.helpers = &h;
   auto e = load_text("mov %r1, 0\ncall 2\nlddw %r1, 16\nstb [%r1], 0\nexit\n", o);
@@ -311,14 +327,9 @@ TEST_P(Engines, ConcurrentRuns) {
   EXPECT_EQ(e->default_status().faults.load(), 0u);
 }
 
-// A program that stores into a map's internals (its header, a hash map's buckets with
-// their locks and its entries' links and keys, a ring buffer's positions and lock)
-// fails as any bad store does, and changes nothing: a lock word set by a program would
-// hang every thread that takes it. Stores into the value a lookup handed out still go
-// through, and afterwards the map works, with exact counts from several threads.
 // bpf_get_func_ret (184) answers from the return slot only when the image says it is
 // valid (fmod_ret and fexit programs): in an fentry program -EOPNOTSUPP, as the kernel's
-// verifier makes the call there, and the destination is left alone.
+// verifier makes the call there, and the destination is set to 0.
 TEST_P(Engines, GetFuncRetOnlyWhereTheReturnSlotIsValid) {
   ExecOptions o;
   o.helpers = &runtime_helpers();
@@ -336,8 +347,25 @@ TEST_P(Engines, GetFuncRetOnlyWhereTheReturnSlotIsValid) {
   mem[3] |= utramp::abi::kCtxRetValid;
   EXPECT_EQ(run_ok(*rc, ctx), 0u) << "fexit, fmod_ret";
   EXPECT_EQ(run_ok(*value, ctx), 99u);
+
+  // Verified, as every program outside the tests: the JIT's code calls the trusted form.
+  o.ctx_kind = CtxKind::tracing;
+  o.ctx_size = 16;  // the argument, then the return slot
+  auto p = assemble(std::string(store) + "ldxdw %r0, [%r10-8]\nexit\n");
+  ASSERT_TRUE(p) << p.error().message;
+  auto proven = load(Program{"ret", "", *p}, o, GetParam());
+  ASSERT_TRUE(proven) << proven.error().message;
+  mem[5] = 77;
+  EXPECT_EQ(run_ok(**proven, ctx), 77u) << "verified, the return slot valid";
+  mem[3] &= ~utramp::abi::kCtxRetValid;
+  EXPECT_EQ(run_ok(**proven, ctx), 0u) << "verified, fentry: 0 on a failure";
 }
 
+// A program that stores into a map's internals (its header, a hash map's buckets with
+// their locks and its entries' links and keys, a ring buffer's positions and lock)
+// fails as any bad store does, and changes nothing: a lock word set by a program would
+// hang every thread that takes it. Stores into the value a lookup handed out still go
+// through, and afterwards the map works, with exact counts from several threads.
 TEST_P(Engines, MapInternalsAreNotWritable) {
   char path[] = "/tmp/utramp-engine-test-XXXXXX";
   const int fd = mkstemp(path);
@@ -419,6 +447,19 @@ TEST_P(Engines, MapInternalsAreNotWritable) {
   ASSERT_NE(rec, nullptr);
   EXPECT_TRUE(ringbuf_commit(mf->header(1), rec, false));
   EXPECT_EQ(mf->consume_ring(1, [](std::span<const uint8_t>) {}), 1u);
+}
+
+TEST_P(Engines, ProvenWithoutContext) {
+  // Verified with the default options (a memory context of 0 bytes), a program is proven
+  // for r1 = NULL and r2 = 0: both guards are never taken, their target is unreached
+  // (ud2 in the JIT). The run starts as proven whatever ctx and length the caller gives.
+  auto p = assemble("jne %r1, 0, +3\njne %r2, 0, +2\nmov %r0, 1\nexit\nmov %r0, 2\nexit\n");
+  ASSERT_TRUE(p) << p.error().message;
+  auto e = load(Program{"noctx", "", *p}, ExecOptions{}, GetParam());
+  ASSERT_TRUE(e) << e.error().message;
+  uint64_t buf[2] = {};
+  EXPECT_EQ(run_ok(**e, buf, sizeof buf), 1u);
+  EXPECT_EQ(run_ok(**e), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Both, Engines, ::testing::Values(EngineKind::interpreter, EngineKind::jit),

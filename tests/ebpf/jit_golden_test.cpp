@@ -122,6 +122,7 @@ TEST(EbpfJitGolden, StackAtomicsAndLocalCall) {
   // r6-r9/r10 around a native call; exit returns from a callee by ret.
   ExecOptions o;
   o.loop_budget = 0;
+  o.unverified = true;  // compiled without a proof: r1 and r2 are the caller's
   expect_golden("jit_atomic_call",
                 jit_listing("stdw [%r10-8], 0\nlock fetch or [%r10-8], %r1\ncall local f\nexit\nf: mov %r0, 1\nexit\n", o));
 }
@@ -131,6 +132,7 @@ TEST(EbpfJitGolden, DivisionShiftsAndBudget) {
   // backward jump spending the loop budget.
   ExecOptions o;
   o.loop_budget = 1000;
+  o.unverified = true;  // compiled without a proof: r1 and r2 are the caller's
   expect_golden("jit_div_shift_loop",
                 jit_listing("l: sdiv %r3, %r1\nlsh32 %r2, %r5\njne %r2, 0, l\nexit\n", o));
 }

@@ -273,11 +273,23 @@ std::vector<Insn> Sandbox::resolve(std::vector<Insn> insns, const std::vector<Ma
   return insns;
 }
 
+// One region per value, its value_size bytes only (the loader registers a map's whole
+// value area): an access the verifier let reach past a value's end, into the padding up
+// to the next 8-byte stride or across into the next value, is then outside every region.
+// Slots follow maps.hpp's layout: key-major, C per-CPU slots a key, stride bytes each.
+// A ring buffer's records are one region (the proof bounds a record, not the ring).
 void Sandbox::add_regions(ExecOptions& o) const {
   for (size_t i = 0; i < specs_.size(); ++i) {
-    auto d = maps_.values(i);
-    o.regions.push_back({reinterpret_cast<uint64_t>(d.data()), reinterpret_cast<uint64_t>(d.data() + d.size()),
-                         !specs_[i].readonly});
+    const auto d = maps_.values(i);
+    const uint64_t lo = reinterpret_cast<uint64_t>(d.data());
+    const MapSpec& s = specs_[i];
+    if (s.type == uint32_t(MapType::ringbuf)) {
+      o.regions.push_back({lo, lo + d.size(), true});
+      continue;
+    }
+    const uint64_t stride = (uint64_t(s.value_size) + 7) & ~uint64_t{7};
+    for (uint64_t at = 0; at + stride <= d.size(); at += stride)
+      o.regions.push_back({lo + at, lo + at + s.value_size, !s.readonly});
   }
 }
 
@@ -287,7 +299,7 @@ Result<RunResult> run_in_sandbox(const std::vector<Insn>& insns, const std::vect
   auto sb = Sandbox::create(maps, ctx);
   if (!sb) return std::move(sb).error();
   (*sb)->add_regions(o);
-  if (engine == EngineKind::interpreter) o.strict_loads = true;
+  if (engine == EngineKind::interpreter) o.strict_memory = true;
   auto ex = loader(Program{"case", "", (*sb)->resolve(insns, refs)}, o, engine);
   if (!ex) return std::move(ex).error();
   RunStatus st;

@@ -84,7 +84,8 @@ class Sandbox {
 };
 
 // A run of an accepted program on one engine (`proven`: the JIT given the proof; else
-// the interpreter with strict loads, the loop budget and every check on).
+// the interpreter with strict memory (ExecOptions::strict_memory: every access inside
+// one live stack frame, the context or one map value), the loop budget and every check on).
 struct RunResult {
   bool faulted = false;
   std::string fault;

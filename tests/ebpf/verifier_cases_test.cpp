@@ -5,7 +5,7 @@
 //            a message that starts at the instruction named ("insn N") and contains the
 //            case's words;
 //   accept   it must load, and then run with no fault on the interpreter with every
-//            run-time check on (strict loads, the loop budget, store checks) and on the
+//            run-time check on (strict memory, the loop budget, store checks) and on the
 //            proven JIT code (no checks), both returning the same r0 when the program
 //            calls no helper whose result varies (time, random numbers, the CPU).
 //
@@ -114,6 +114,55 @@ TEST(VerifierSuite, Counts) {
   std::printf("[ verifier    ] %zu cases: %zu refused, %zu accepted\n", cases().size(), refuse, accept);
   EXPECT_GE(refuse, 500u);
   EXPECT_GE(accept, 200u);
+}
+
+// The oracle itself (run_in_sandbox on the strict interpreter) must trip on what a
+// verifier off by one byte would let through, or a broken verifier passes the fuzzer
+// and the accepted cases unseen: each program below runs unverified and must fault,
+// and its neighbour one byte inside must not. Map `m`: 4 values of 12 bytes (stride 16),
+// `e`: 4 of 8 (no padding); r10 is frame 0, a callee's frame 1 is 512 bytes down.
+TEST(VerifierOracle, TripsOneByteOutsideAValueOrAFrame) {
+  struct Probe {
+    const char* what;
+    const char* bad;   // must fault
+    const char* good;  // the same one byte inside: must not
+  };
+  const Probe probes[] = {
+      {"past a value's end, into the padding", "lddw %r1, map_value:m+12\nldxb %r0, [%r1]\nexit\n",
+       "lddw %r1, map_value:m+11\nldxb %r0, [%r1]\nexit\n"},
+      {"store past a value's end", "lddw %r1, map_value:m+0\nstb [%r1+12], 1\nmov %r0, 0\nexit\n",
+       "lddw %r1, map_value:m+0\nstb [%r1+11], 1\nmov %r0, 0\nexit\n"},
+      {"across into the next value", "lddw %r1, map_value:e+0\nldxh %r0, [%r1+7]\nexit\n",
+       "lddw %r1, map_value:e+0\nldxb %r0, [%r1+7]\nexit\n"},
+      {"before a value's start, into the previous one's padding",
+       "lddw %r1, map_value:m+16\nldxb %r0, [%r1-1]\nexit\n",
+       "lddw %r1, map_value:m+16\nldxb %r0, [%r1+0]\nexit\n"},
+      {"below the frame, in a frame no call made", "ldxb %r0, [%r10-513]\nexit\n",
+       "stb [%r10-512], 1\nldxb %r0, [%r10-512]\nexit\n"},
+      {"a callee's store across into its caller's frame",
+       "call local f\nmov %r0, 0\nexit\nf:\nstdw [%r10-4], 1\nmov %r0, 0\nexit\n",
+       "call local f\nmov %r0, 0\nexit\nf:\nstdw [%r10-8], 1\nmov %r0, 0\nexit\n"},
+      {"a callee's load below its frame", "call local f\nexit\nf:\nldxb %r0, [%r10-513]\nexit\n",
+       "call local f\nexit\nf:\nstb [%r10-512], 3\nldxb %r0, [%r10-512]\nexit\n"},
+  };
+  for (const Probe& pr : probes) {
+    for (const bool bad : {true, false}) {
+      SCOPED_TRACE(fmt::format("{} ({})", pr.what, bad ? "one byte outside" : "one byte inside"));
+      VerifierCase c;
+      c.name = "oracle";
+      c.ctx.kind = CtxKind::tracing;
+      c.ctx.size = 16;
+      c.maps = {MapSpec{"m", uint32_t(MapType::array), 4, 12, 4}, MapSpec{"e", uint32_t(MapType::array), 4, 8, 4}};
+      c.text = bad ? pr.bad : pr.good;
+      auto a = assemble_case(c);
+      ASSERT_TRUE(a) << a.error().message;
+      ExecOptions o = case_options(c, *a);
+      o.unverified = true;  // what a broken verifier would pass on
+      auto r = run_in_sandbox(a->insns, a->refs, o, c.maps, c.ctx, EngineKind::interpreter);
+      ASSERT_TRUE(r) << r.error().message;
+      EXPECT_EQ(r->faulted, bad) << (r->faulted ? r->fault : "no fault") << "\n" << disassemble(a->insns);
+    }
+  }
 }
 
 // The fuzzer's generator (verifier_gen.hpp) on random bytes for a few seconds: every

@@ -1,6 +1,6 @@
 // libFuzzer target over the verifier, differential: bytes make a program
 // (verifier_gen.hpp); it is checked and verified, and when the verifier accepts it, it
-// runs on the interpreter with every run-time check on (strict loads, store checks,
+// runs on the interpreter with every run-time check on (strict memory, store checks,
 // the loop budget) against real maps and a context of the size it was verified for.
 // An accepted program that trips any check, or a verifier that crashes, hangs or
 // leaks, stops the fuzzer with the input (the program's listing on stderr).

@@ -161,7 +161,7 @@ class Emitter {
   void divmod(size_t i, const Insn& n);
   void shift(const Insn& n);
   void jump(size_t i, const Insn& n);
-  void jump_to(size_t i, int64_t rel, std::function<void(Label)> jcc, std::function<void(Label)> jncc);
+  void jump_to(size_t i, std::function<void(Label)> jcc, std::function<void(Label)> jncc);
   void call(size_t i, const Insn& n);
   // r11 = base+off, then to `direct` if inside the stack (or context); else to the
   // returned out-of-line label's code (the caller fills it).
@@ -203,6 +203,7 @@ void Emitter::call_abs(uint64_t target) {
 //   full:   push rbp, rbx, r12, r13, r14, r15
 //           sub  rsp, 4200
 //           mov  r12, rsp
+//           xor  edi, edi; xor esi, esi            (proven with no context)
 //           mov  rsi, ctx_size                     (fixed-size contexts)
 //           mov  [r12+ctx_lo], rdi ... (the run state's fields)
 //           lea  rbp, [r12+96+4096]
@@ -243,6 +244,8 @@ void Emitter::emit(Label native_entry, Label full_entry) {
       if (lean_frame_) a_.sub(ax::rsp, Imm(lean_frame_));
       if (used[ebpf::kFp]) a_.lea(ax::rbp, ax::ptr(ax::rsp, stack));
     }
+    if (s_.no_ctx && used[1]) a_.xor_(ax::edi, ax::edi);
+    if (s_.no_ctx && used[2]) a_.xor_(ax::esi, ax::esi);
     if (s_.ctx_size && used[2]) a_.mov(ax::rsi, Imm(s_.ctx_size));
     for (uint8_t r : {0, 3, 4, 5, 6, 7, 8, 9})
       if (used[r]) a_.xor_(R(r).r32(), R(r).r32());
@@ -253,6 +256,8 @@ void Emitter::emit(Label native_entry, Label full_entry) {
     for (const ax::Gp& r : {ax::rbp, ax::rbx, ax::r12, ax::r13, ax::r14, ax::r15}) a_.push(r);
     a_.sub(ax::rsp, Imm(kFrameBytes));
     a_.mov(kState, ax::rsp);
+    if (s_.no_ctx) a_.xor_(ax::edi, ax::edi);
+    if (s_.no_ctx) a_.xor_(ax::esi, ax::esi);
     if (s_.ctx_size) a_.mov(ax::rsi, Imm(s_.ctx_size));
     a_.mov(st(rs::kCtxLo), ax::rdi);
     a_.mov(st(rs::kCtxLen), ax::rsi);
@@ -333,8 +338,7 @@ bool Emitter::lean() const {
       case op::kJmp:
       case op::kJmp32:
         if (n.code == op::kCallOp || n.code == op::kCallxOp) return false;
-        if (n.code != op::kExitOp && s_.loop_budget &&
-            (n.code == op::kJa32Op ? n.imm : n.off) < 0)
+        if (n.code != op::kExitOp && s_.loop_budget && ebpf::jump_target(i, n) <= static_cast<int64_t>(i))
           return false;
         break;
       default: break;  // ALU: division by zero gives 0 or keeps dst, never a fault
@@ -540,29 +544,25 @@ void Emitter::divmod(size_t i, const Insn& n) {
   if (is_signed) a_.idiv(r11);
   else a_.div(r11);
   const ax::Gp result = is64 ? ax::Gp(is_mod ? ax::rdx : ax::rax) : ax::Gp(is_mod ? ax::edx : ax::eax);
-  if (!keep_rax || !keep_rdx) {  // DST is rax or rdx: one move at most, one register back
-    if (result.id() != d.id()) a_.mov(d, result);
-    if (keep_rax) a_.mov(ax::rax, ax::r9);
-    if (keep_rdx) a_.mov(ax::rdx, ax::r10);
-  } else {
-    a_.mov(d, result);
-    a_.mov(ax::rax, ax::r9);
-    a_.mov(ax::rdx, ax::r10);
-  }
+  // DST is rax or rdx: one move at most, one register back; else a move and both.
+  if (result.id() != d.id()) a_.mov(d, result);
+  if (keep_rax) a_.mov(ax::rax, ax::r9);
+  if (keep_rdx) a_.mov(ax::rdx, ax::r10);
   a_.bind(done);
 }
 
-// A jump to insn i+1+rel: with a loop budget, a backward one first spends one unit:
+// Insn i's jump to its target (ebpf::jump_target): with a loop budget, a backward one
+// first spends one unit:
 //
 //   j!cc  skip
 //   sub   qword [r12+budget], 1
 //   jb    fault(loop_budget)
 //   jmp   L_target
 //   skip:
-void Emitter::jump_to(size_t i, int64_t rel, std::function<void(Label)> jcc,
-                      std::function<void(Label)> jncc) {
-  const Label target = L_[static_cast<size_t>(static_cast<int64_t>(i) + 1 + rel)];
-  if (rel >= 0 || s_.loop_budget == 0 || s_.proof) {
+void Emitter::jump_to(size_t i, std::function<void(Label)> jcc, std::function<void(Label)> jncc) {
+  const int64_t t = ebpf::jump_target(i, s_.insns[i]);
+  const Label target = L_[static_cast<size_t>(t)];
+  if (t > static_cast<int64_t>(i) || s_.loop_budget == 0 || s_.proof) {
     jcc(target);
     return;
   }
@@ -589,8 +589,7 @@ void Emitter::jump(size_t i, const Insn& n) {
   }
   if (n.code == op::kCallOp || n.code == op::kCallxOp) return call(i, n);
   if (o == op::kJa) {
-    const int64_t rel = n.code == op::kJa32Op ? n.imm : n.off;
-    jump_to(i, rel, [this](Label l) { a_.jmp(l); }, nullptr);
+    jump_to(i, [this](Label l) { a_.jmp(l); }, nullptr);
     return;
   }
   const bool is32 = op::cls(n.code) == op::kJmp32;
@@ -615,7 +614,7 @@ void Emitter::jump(size_t i, const Insn& n) {
     default: cc = ax::CondCode::kSignedLE; break;
   }
   jump_to(
-      i, n.off, [this, cc](Label l) { a_.j(cc, l); },
+      i, [this, cc](Label l) { a_.j(cc, l); },
       [this, cc](Label l) { a_.j(ax::negateCond(cc), l); });
 }
 
