@@ -16,20 +16,12 @@
 #include <vector>
 
 #include "ebpf/maps.hpp"
+#include "maps_test_util.hpp"
 
 namespace utramp::ebpf {
 namespace {
 
-struct TmpFile {
-  std::string path;
-  TmpFile() {
-    char t[] = "/tmp/utramp-maps-stress-XXXXXX";
-    const int fd = mkstemp(t);
-    close(fd);
-    path = t;
-  }
-  ~TmpFile() { unlink(path.c_str()); }
-};
+using test::TmpFile;
 
 MapSpec spec(const char* name, MapType t, uint32_t v, uint32_t n) {
   MapSpec s;
