@@ -52,6 +52,7 @@ const char* arg_name(Arg a) {
     case Arg::map: return "map";
     case Arg::map_key: return "map_key";
     case Arg::map_value: return "map_value";
+    case Arg::map_value_out: return "map_value_out";
     case Arg::mem: return "mem";
     case Arg::mem_uninit: return "mem_uninit";
     case Arg::size: return "size";
@@ -112,6 +113,9 @@ std::string_view kernel_helper_name(uint32_t id) {
     case 35: return "bpf_get_current_task";
     case 45: return "bpf_probe_read_str";
     case 67: return "bpf_get_stack";
+    case 87: return "bpf_map_push_elem";
+    case 88: return "bpf_map_pop_elem";
+    case 89: return "bpf_map_peek_elem";
     case 112: return "bpf_probe_read_user";
     case 113: return "bpf_probe_read_kernel";
     case 114: return "bpf_probe_read_user_str";
@@ -425,6 +429,60 @@ u64 h_ringbuf_discard(u64 rec, u64, u64, u64, u64) {
   return 0;
 }
 
+// bpf_perf_event_output(ctx, map, flags, data, size): ctx is not needed here (the
+// kernel takes the sample's registers from it; a record here is the data alone).
+template <bool kTrusted>
+u64 h_perf_output(u64, u64 map, u64 flags, u64 data, u64 size) {
+  MapHeader* m = map_arg<kTrusted>(map);
+  if (!kTrusted && (!m || map_type(m) != uint32_t(MapType::perf_event_array))) return neg(EINVAL);
+  int64_t err = 0;
+  void* r = perf_reserve(m, flags, size, &err);
+  if (!r) return static_cast<u64>(err);
+  if (size && !read_arg<kTrusted>(r, data, size)) {
+    perf_commit(r, true);
+    return neg(EFAULT);
+  }
+  perf_commit(r, false);
+  return 0;
+}
+
+// Queues, stacks and bloom filters (maps.hpp: map_push, map_pop, map_peek).
+template <bool kTrusted>
+u64 h_map_push(u64 map, u64 value, u64 flags, u64, u64) {
+  MapHeader* m = map_arg<kTrusted>(map);
+  if (!kTrusted && !m) return neg(EINVAL);
+  if constexpr (kTrusted) return static_cast<u64>(map_push(m, reinterpret_cast<const void*>(value), flags));
+  uint8_t v[kMaxCopy];
+  if (map_value_size(m) > sizeof v) return neg(E2BIG);
+  if (!read_arg<kTrusted>(v, value, map_value_size(m))) return neg(EFAULT);
+  return static_cast<u64>(map_push(m, v, flags));
+}
+
+template <bool kTrusted>
+u64 h_map_pop(u64 map, u64 value, u64, u64, u64) {
+  MapHeader* m = map_arg<kTrusted>(map);
+  if (!kTrusted && !m) return neg(EINVAL);
+  if (!writable<kTrusted>(value, map_value_size(m))) return neg(EFAULT);
+  return static_cast<u64>(map_pop(m, reinterpret_cast<void*>(value)));
+}
+
+// A bloom filter's peek reads the value (a test); a queue's or stack's writes it.
+template <bool kTrusted>
+u64 h_map_peek(u64 map, u64 value, u64, u64, u64) {
+  MapHeader* m = map_arg<kTrusted>(map);
+  if (!kTrusted && !m) return neg(EINVAL);
+  if constexpr (!kTrusted) {
+    if (map_type(m) == uint32_t(MapType::bloom_filter)) {
+      uint8_t v[kMaxCopy];
+      if (map_value_size(m) > sizeof v) return neg(E2BIG);
+      if (!read_arg<kTrusted>(v, value, map_value_size(m))) return neg(EFAULT);
+      return static_cast<u64>(map_peek(m, v));
+    }
+    if (!writable<kTrusted>(value, map_value_size(m))) return neg(EFAULT);
+  }
+  return static_cast<u64>(map_peek(m, reinterpret_cast<void*>(value)));
+}
+
 template <bool kTrusted>
 u64 h_func_arg(u64 ctx, u64 n, u64 value, u64, u64) {
   u64 cnt = 0, v = 0;
@@ -476,6 +534,9 @@ constexpr uint32_t type_bit(MapType t) { return 1u << static_cast<uint32_t>(t); 
 constexpr uint32_t kKeyedMaps = type_bit(MapType::hash) | type_bit(MapType::array) | type_bit(MapType::percpu_hash) |
                                 type_bit(MapType::percpu_array) | type_bit(MapType::lru_hash);
 constexpr uint32_t kRingbufs = type_bit(MapType::ringbuf);
+constexpr uint32_t kPerfArrays = type_bit(MapType::perf_event_array);
+constexpr uint32_t kQueues = type_bit(MapType::queue) | type_bit(MapType::stack);
+constexpr uint32_t kPushPeekMaps = kQueues | type_bit(MapType::bloom_filter);
 
 HelperProto proto(Ret r, std::initializer_list<Arg> args, uint32_t map_types = 0) {
   HelperProto p;
@@ -511,11 +572,18 @@ HelperTable make_runtime() {
   add(8, h_cpu, false, proto(Ret::scalar, {}));
   add(14, h_pid_tgid, false, proto(Ret::scalar, {}));
   add(16, h_comm<false>, true, proto(Ret::scalar, {A::mem_uninit, A::size}), h_comm<true>);
+  add(25, h_perf_output<false>, true,
+      proto(Ret::scalar, {A::ctx, A::map, A::scalar, A::mem, A::size_or_zero}, kPerfArrays), h_perf_output<true>);
   add(45, h_probe_read_str<false>, true, probe_read_str, h_probe_read_str<true>);
   add(112, h_probe_read<false>, true, probe_read, h_probe_read<true>);
   add(113, h_probe_read<false>, true, probe_read, h_probe_read<true>);
   add(114, h_probe_read_str<false>, true, probe_read_str, h_probe_read_str<true>);
   add(115, h_probe_read_str<false>, true, probe_read_str, h_probe_read_str<true>);
+  add(87, h_map_push<false>, true, proto(Ret::scalar, {A::map, A::map_value, A::scalar}, kPushPeekMaps),
+      h_map_push<true>);
+  add(88, h_map_pop<false>, true, proto(Ret::scalar, {A::map, A::map_value_out}, kQueues), h_map_pop<true>);
+  add(89, h_map_peek<false>, true, proto(Ret::scalar, {A::map, A::map_value_out}, kPushPeekMaps),
+      h_map_peek<true>);
   add(130, h_ringbuf_output<false>, true, proto(Ret::scalar, {A::map, A::mem, A::size_or_zero, A::scalar}, kRingbufs),
       h_ringbuf_output<true>);
   add(131, h_ringbuf_reserve<false>, false, proto(Ret::ringbuf_record_or_null, {A::map, A::alloc_size, A::scalar}, kRingbufs),

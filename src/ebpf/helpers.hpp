@@ -32,6 +32,8 @@ enum class Arg : uint8_t {
   map,             // a map (`lddw rX, map`) of a type in HelperProto::map_types
   map_key,         // points to the map's key_size bytes, all initialised
   map_value,       // points to the map's value_size bytes, all initialised
+  map_value_out,   // points to the map's value_size writable bytes the helper fills (a
+                   // bloom filter's peek reads them instead: initialised there)
   mem,             // points to initialised memory of the size the next argument gives
   mem_uninit,      // points to writable memory of the next argument's size (the helper fills it)
   size,            // the size of the memory argument before it: a bounded scalar, > 0

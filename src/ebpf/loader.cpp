@@ -327,12 +327,18 @@ Result<void> Parser::read_maps() {
       else if (field == "key_size") UTRAMP_TRY(num(&m.key_size));
       else if (field == "value_size") UTRAMP_TRY(num(&m.value_size));
       else if (field == "map_flags") UTRAMP_TRY(num(&m.flags));
+      else if (field == "map_extra") {
+        uint32_t x = 0;
+        UTRAMP_TRY(num(&x));
+        m.map_extra = x;
+      }
       else if (field == "key") UTRAMP_TRY(type_size(&m.key_size));
       else if (field == "value") UTRAMP_TRY(type_size(&m.value_size));
       else if (field == "pinning" || field == "numa_node") continue;
       else
         return err(Errc::unsupported, fmt::format("{}: unsupported map field '{}'", where, field));
     }
+    complete_map_spec(m);
     if (auto r = check_map_spec(m); !r) return err(r.error().code, r.error().message);
     maps_by_sym_[sym.name] = obj_.maps.size();
     obj_.maps.push_back(std::move(m));

@@ -20,7 +20,7 @@ namespace {
 
 constexpr uint64_t kFileMagic = 0x314d504642525455ull;  // "UTRBPFM1"
 constexpr uint32_t kMapMagic = 0x4d415042;              // "BPAM"
-constexpr uint32_t kVersion = 2;  // 2: hash values apart from the entries
+constexpr uint32_t kVersion = 3;  // 3: perf event arrays, queues, stacks, bloom filters
 constexpr size_t kPage = 4096;
 constexpr uint32_t kBusy = 1u << 31, kDiscard = 1u << 30;
 constexpr uint32_t kLruWindow = 32;
@@ -47,7 +47,11 @@ struct MapHeader {
   uint64_t values_off, values_size;  // what programs may store into (MapFile::values)
   uint32_t nbuckets;     // hash: power of two
   uint32_t entry_size;   // hash: Entry + key (rounded)
-  uint8_t global_data, readonly, pad[6];
+  uint8_t global_data, readonly, pad[2];
+  uint32_t ring_bytes;   // perf_event_array: bytes of records of each ring
+  uint64_t nbits;        // bloom_filter: bits (a power of two)
+  uint32_t nhash;        // bloom_filter: hash functions
+  uint32_t pad2;
   char name[kMapNameMax + 1];
   // Runtime state, in the file.
   alignas(64) uint32_t free_lock;
@@ -55,7 +59,8 @@ struct MapHeader {
   uint64_t count;        // live entries (hash)
   uint64_t clock;        // LRU stamps
   uint64_t lru_hand;
-  uint64_t dropped;      // ringbuf: reservations refused
+  uint64_t dropped;      // ringbuf, perf_event_array: records refused (full)
+  uint64_t seq;          // perf_event_array: the last record stamp given
 };
 static_assert(sizeof(MapHeader) <= 256);
 constexpr size_t kHeaderStride = 256;
@@ -81,6 +86,17 @@ struct RingCtl {
 };
 constexpr size_t kRingCtl = 192;
 static_assert(sizeof(RingCtl) <= kRingCtl);
+// A queue's or stack's control words; the max_entries + 1 value slots follow (one
+// always empty: head == tail is empty, head + 1 == tail full). push writes at head;
+// a queue pops at tail (the oldest), a stack at head - 1 (the newest).
+struct QueueCtl {
+  uint32_t lock;
+  uint32_t pad;
+  uint32_t head, tail;
+};
+constexpr size_t kQueueCtl = 64;
+static_assert(sizeof(QueueCtl) <= kQueueCtl);
+
 
 size_t round8(size_t v) { return (v + 7) & ~size_t{7}; }
 size_t round_page(size_t v) { return (v + kPage - 1) & ~(kPage - 1); }
@@ -139,6 +155,7 @@ bool is_hash(uint32_t t) {
   return t == uint32_t(MapType::hash) || t == uint32_t(MapType::percpu_hash) ||
          t == uint32_t(MapType::lru_hash);
 }
+bool is_queue(uint32_t t) { return t == uint32_t(MapType::queue) || t == uint32_t(MapType::stack); }
 bool is_percpu(uint32_t t) {
   return t == uint32_t(MapType::percpu_hash) || t == uint32_t(MapType::percpu_array);
 }
@@ -342,6 +359,10 @@ const char* map_type_name(uint32_t type) {
     case MapType::percpu_array: return "percpu_array";
     case MapType::lru_hash: return "lru_hash";
     case MapType::ringbuf: return "ringbuf";
+    case MapType::perf_event_array: return "perf_event_array";
+    case MapType::queue: return "queue";
+    case MapType::stack: return "stack";
+    case MapType::bloom_filter: return "bloom_filter";
   }
   return "";
 }
@@ -355,10 +376,13 @@ Result<void> check_map_spec(const MapSpec& s) {
   if (!map_type_supported(s.type))
     return make_error(Errc::unsupported,
                       fmt::format("map '{}': map type {}{} is not supported (supported: hash, array, "
-                                  "percpu_hash, percpu_array, lru_hash, ringbuf)",
+                                  "percpu_hash, percpu_array, lru_hash, ringbuf, perf_event_array, queue, "
+                                  "stack, bloom_filter)",
                                   s.name, s.type, kernel_map_type(s.type)));
   if (s.name.size() > kMapNameMax) return bad(fmt::format("name longer than {} bytes", kMapNameMax));
   if (s.max_entries == 0) return bad("max_entries is 0");
+  if (s.map_extra && s.type != uint32_t(MapType::bloom_filter))
+    return bad(fmt::format("map_extra {} (only bloom filters take one)", s.map_extra));
   if (s.type == uint32_t(MapType::ringbuf)) {
     if (s.key_size || s.value_size) return bad("a ring buffer has no key or value");
     if (!std::has_single_bit(s.max_entries) || s.max_entries < kPage)
@@ -366,15 +390,49 @@ Result<void> check_map_spec(const MapSpec& s) {
     if (s.max_entries > (1u << 30)) return bad("ring larger than 1 GiB");
     return {};
   }
+  if (s.type == uint32_t(MapType::perf_event_array)) {
+    if (s.key_size != 4 || s.value_size != 4)
+      return bad(fmt::format("key size {} and value size {} (a perf event array has 4 and 4)", s.key_size,
+                             s.value_size));
+    if (s.max_entries > 4096) return bad(fmt::format("{} rings (at most 4096)", s.max_entries));
+    const uint32_t rb = s.ring_bytes ? s.ring_bytes : kDefaultPerfRingBytes;
+    if (!std::has_single_bit(rb) || rb < kPage || rb > (1u << 30))
+      return bad(fmt::format("ring size {} is not a power of two of a page to 1 GiB", rb));
+    if (uint64_t(s.max_entries) * rb > (1ull << 32)) return bad("rings larger than 4 GiB in all");
+    return {};
+  }
   if (s.value_size == 0 || s.value_size > (1u << 20)) return bad(fmt::format("value size {}", s.value_size));
   if (s.type == uint32_t(MapType::array) || s.type == uint32_t(MapType::percpu_array)) {
     if (s.key_size != 4) return bad(fmt::format("key size {} (arrays have 4-byte keys)", s.key_size));
+  } else if (is_queue(s.type) || s.type == uint32_t(MapType::bloom_filter)) {
+    if (s.key_size != 0) return bad(fmt::format("key size {} (it has no keys: 0)", s.key_size));
+    if (s.type == uint32_t(MapType::bloom_filter) && (s.map_extra & ~uint64_t{0xf}))
+      return bad(fmt::format("map_extra {:#x}: the number of hash functions is 1 to 15 (0: 5)", s.map_extra));
   } else if (s.key_size == 0 || s.key_size > 512) {
     return bad(fmt::format("key size {}", s.key_size));
   }
   if (uint64_t(s.max_entries) * s.value_size > (1ull << 32)) return bad("larger than 4 GiB");
   if (s.max_entries > (1u << 24)) return bad("more than 2^24 entries");
   return {};
+}
+
+namespace {
+uint32_t possible_cpus() { return static_cast<uint32_t>(std::max(1, get_nprocs_conf())); }
+
+// A bloom filter's bits, as the kernel sizes them: max_entries * hash functions / ln 2
+// (7/5), rounded up to a power of two, at least 64, at most 2^31.
+uint64_t bloom_bits(uint32_t max_entries, uint32_t nhash) {
+  const uint64_t want = uint64_t(max_entries) * nhash / 5 * 7;
+  return std::min<uint64_t>(std::bit_ceil(std::max<uint64_t>(want, 64)), uint64_t(1) << 31);
+}
+uint32_t bloom_hashes(uint64_t map_extra) { return map_extra & 0xf ? static_cast<uint32_t>(map_extra & 0xf) : 5; }
+}  // namespace
+
+void complete_map_spec(MapSpec& s) {
+  if (s.type != uint32_t(MapType::perf_event_array)) return;
+  if (s.max_entries == 0) s.max_entries = possible_cpus();
+  if (s.key_size == 0) s.key_size = 4;
+  if (s.value_size == 0) s.value_size = 4;
 }
 
 MapFile::MapFile(MapFile&& o) noexcept
@@ -432,7 +490,7 @@ void register_file(uint8_t* base, size_t size) {
 }  // namespace
 
 Result<MapFile> MapFile::create(const std::string& path, const std::vector<MapSpec>& specs) {
-  const uint32_t cpus = static_cast<uint32_t>(std::max(1, get_nprocs_conf()));
+  const uint32_t cpus = possible_cpus();
   std::vector<MapHeader> hs(specs.size());
   size_t off = round_page(kPage + specs.size() * kHeaderStride);
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -453,10 +511,21 @@ Result<MapFile> MapFile::create(const std::string& path, const std::vector<MapSp
     h.readonly = s.readonly;
     std::memcpy(h.name, s.name.data(), std::min<size_t>(s.name.size(), kMapNameMax));
     size_t bytes = 0;
+    h.values_off = off;  // programs store into none of the maps below but through helpers
+    h.values_size = 0;
     if (s.type == uint32_t(MapType::ringbuf)) {
       bytes = kRingCtl + s.max_entries;
       h.values_off = off + kRingCtl;
       h.values_size = s.max_entries;
+    } else if (s.type == uint32_t(MapType::perf_event_array)) {
+      h.ring_bytes = s.ring_bytes ? s.ring_bytes : kDefaultPerfRingBytes;
+      bytes = size_t(s.max_entries) * (kRingCtl + h.ring_bytes);
+    } else if (is_queue(s.type)) {
+      bytes = kQueueCtl + (size_t(s.max_entries) + 1) * h.stride;
+    } else if (s.type == uint32_t(MapType::bloom_filter)) {
+      h.nhash = bloom_hashes(s.map_extra);
+      h.nbits = bloom_bits(s.max_entries, h.nhash);
+      bytes = h.nbits / 8;
     } else if (is_hash(s.type)) {
       h.nbuckets = std::bit_ceil(s.max_entries);
       h.entry_size = static_cast<uint32_t>(sizeof(Entry) + round8(s.key_size));
@@ -498,7 +567,8 @@ Result<MapFile> MapFile::create(const std::string& path, const std::vector<MapSp
     }
   }
   for (const MapHeader& h : hs) f.own_.push_back(new MapHeader(h));
-  f.ring_pos_.assign(specs.size(), 0);
+  for (const MapHeader& h : hs)
+    f.ring_pos_.emplace_back(h.type == uint32_t(MapType::perf_event_array) ? h.max_entries : 1, 0);
   f.cpus_ = cpus;
   auto* fh = reinterpret_cast<FileHeader*>(f.base_);
   fh->version = kVersion;
@@ -571,6 +641,7 @@ MapSpec MapFile::spec(size_t i) const {
   s.value_size = h->value_size;
   s.max_entries = h->max_entries;
   s.flags = h->flags;
+  s.ring_bytes = h->ring_bytes;
   s.global_data = h->global_data;
   s.readonly = h->readonly;
   return s;
@@ -663,27 +734,21 @@ RingCtl* ring(const MapHeader* m) { return reinterpret_cast<RingCtl*>(data_of(m)
 uint8_t* ring_data(const MapHeader* m) { return data_of(m) + kRingCtl; }
 }  // namespace
 
-void* ringbuf_reserve(MapHeader* m, uint64_t size) noexcept {
-  if (m->type != uint32_t(MapType::ringbuf) || size == 0 || size > m->max_entries / 4) {
-    aref(m->dropped).fetch_add(1, std::memory_order_relaxed);
-    return nullptr;
-  }
-  RingCtl* c = ring(m);
-  const uint64_t n = m->max_entries, total = round8(size + 8);
+namespace {
+
+// Reserves a record of `size` bytes in the ring at c (control) and d (n bytes of
+// records); null when it does not fit (or the ring's lock is this thread's). With
+// `stamp`, the record's first 8 bytes get the next value of that counter, taken under
+// the ring's lock (so stamps grow along each ring) and before the record is published.
+void* ring_reserve(RingCtl* c, uint8_t* d, uint64_t n, uint64_t size, uint64_t* stamp) noexcept {
+  const uint64_t total = round8(size + 8);
   Guard g(c->lock);
-  if (!g) {
-    aref(m->dropped).fetch_add(1, std::memory_order_relaxed);
-    return nullptr;
-  }
+  if (!g) return nullptr;
   uint64_t pos = c->producer;
   const uint64_t cons = aref(c->consumer).load(std::memory_order_acquire);
   const uint64_t to_end = n - pos % n;
   const uint64_t pad = to_end < total ? to_end : 0;
-  if (pos + pad + total - cons > n) {
-    aref(m->dropped).fetch_add(1, std::memory_order_relaxed);
-    return nullptr;
-  }
-  uint8_t* d = ring_data(m);
+  if (pos + pad + total - cons > n) return nullptr;
   if (pad) {
     aref(*reinterpret_cast<uint32_t*>(d + pos % n)).store(static_cast<uint32_t>(pad - 8) | kDiscard,
                                                          std::memory_order_relaxed);
@@ -692,9 +757,31 @@ void* ringbuf_reserve(MapHeader* m, uint64_t size) noexcept {
   auto* hdr = reinterpret_cast<uint32_t*>(d + pos % n);
   aref(*hdr).store(static_cast<uint32_t>(size) | kBusy, std::memory_order_relaxed);
   hdr[1] = 0;
+  // acq_rel: a stamp taken after another thread's pairs with it (consume_perf).
+  if (stamp) *reinterpret_cast<uint64_t*>(hdr + 2) = aref(*stamp).fetch_add(1, std::memory_order_acq_rel) + 1;
   // Pairs with the consumer's acquire load of producer: it sees the headers above.
   aref(c->producer).store(pos + total, std::memory_order_release);
   return hdr + 2;
+}
+
+// Submits or discards the record at rec (its header is the 8 bytes before it): false
+// if it was not being written.
+bool commit_record(void* rec, bool discard) noexcept {
+  auto h = aref(*reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(rec) - 8));
+  uint32_t v = h.load(std::memory_order_relaxed);
+  if (!(v & kBusy)) return false;
+  // Pairs with the consumer's acquire load of the header: the record's bytes first.
+  return h.compare_exchange_strong(v, (v & ~kBusy) | (discard ? kDiscard : 0), std::memory_order_release);
+}
+
+}  // namespace
+
+void* ringbuf_reserve(MapHeader* m, uint64_t size) noexcept {
+  void* r = nullptr;
+  if (m->type == uint32_t(MapType::ringbuf) && size != 0 && size <= m->max_entries / 4)
+    r = ring_reserve(ring(m), ring_data(m), m->max_entries, size, nullptr);
+  if (!r) aref(m->dropped).fetch_add(1, std::memory_order_relaxed);
+  return r;
 }
 
 bool ringbuf_commit(MapHeader* m, void* rec, bool discard) noexcept {
@@ -704,11 +791,7 @@ bool ringbuf_commit(MapHeader* m, void* rec, bool discard) noexcept {
   if (at < reinterpret_cast<uint64_t>(d) || at + 8 > reinterpret_cast<uint64_t>(d) + m->max_entries ||
       at % 8)
     return false;
-  auto h = aref(*reinterpret_cast<uint32_t*>(at));
-  uint32_t v = h.load(std::memory_order_relaxed);
-  if (!(v & kBusy)) return false;
-  // Pairs with ringbuf_consume's acquire load of the header: the record's bytes first.
-  return h.compare_exchange_strong(v, (v & ~kBusy) | (discard ? kDiscard : 0), std::memory_order_release);
+  return commit_record(rec, discard);
 }
 
 MapHeader* ringbuf_holding(uint64_t addr) noexcept {
@@ -732,6 +815,145 @@ int64_t ringbuf_output(MapHeader* m, const void* data, uint64_t size) noexcept {
   std::memcpy(r, data, size);
   ringbuf_commit(m, r, false);
   return 0;
+}
+
+// ---- perf event arrays -----------------------------------------------------------------
+
+namespace {
+constexpr uint64_t kIndexMask = 0xffffffffull;  // BPF_F_INDEX_MASK
+constexpr uint64_t kCurrentCpu = kIndexMask;     // BPF_F_CURRENT_CPU
+uint8_t* perf_ring(const MapHeader* m, uint64_t idx) {
+  return data_of(m) + idx * (kRingCtl + uint64_t(m->ring_bytes));
+}
+}  // namespace
+
+void* perf_reserve(MapHeader* m, uint64_t flags, uint64_t size, int64_t* err) noexcept {
+  if (m->type != uint32_t(MapType::perf_event_array) || (flags & ~kIndexMask)) {
+    *err = -EINVAL;
+    return nullptr;
+  }
+  uint64_t idx = flags;
+  if (idx == kCurrentCpu) {
+    const int c = sched_getcpu();
+    idx = c < 0 ? 0 : static_cast<uint64_t>(c);
+  }
+  if (idx >= m->max_entries) {
+    *err = -E2BIG;
+    return nullptr;
+  }
+  // The record: its stamp (8 bytes), then the program's bytes.
+  uint8_t* r = nullptr;
+  if (size <= m->ring_bytes / 4 - 8) {
+    uint8_t* base = perf_ring(m, idx);
+    r = static_cast<uint8_t*>(
+        ring_reserve(reinterpret_cast<RingCtl*>(base), base + kRingCtl, m->ring_bytes, size + 8, &m->seq));
+  }
+  if (!r) {
+    aref(m->dropped).fetch_add(1, std::memory_order_relaxed);
+    *err = -ENOSPC;  // the kernel's perf_output_begin on a full buffer
+    return nullptr;
+  }
+  return r + 8;
+}
+
+void perf_commit(void* rec, bool discard) noexcept { commit_record(static_cast<uint8_t*>(rec) - 8, discard); }
+
+int64_t perf_output(MapHeader* m, uint64_t flags, const void* data, uint64_t size) noexcept {
+  int64_t err = 0;
+  void* r = perf_reserve(m, flags, size, &err);
+  if (!r) return err;
+  std::memcpy(r, data, size);
+  perf_commit(r, false);
+  return 0;
+}
+
+// ---- queues, stacks, bloom filters -------------------------------------------------------
+
+namespace {
+
+QueueCtl* qctl(const MapHeader* m) { return reinterpret_cast<QueueCtl*>(data_of(m)); }
+uint8_t* qslot(const MapHeader* m, uint32_t i) { return data_of(m) + kQueueCtl + size_t(i) * m->stride; }
+
+int64_t qs_push(MapHeader* m, const void* value, uint64_t flags) {
+  if (flags != 0 && flags != 2) return -EINVAL;  // BPF_ANY or BPF_EXIST
+  QueueCtl* q = qctl(m);
+  const uint32_t n = m->max_entries + 1;
+  Guard g(q->lock);
+  if (!g) return -EBUSY;
+  // Indices are kept below n by every operation; the modulo keeps a scribbled one in
+  // the map (the agent's side reads its own target's file).
+  const uint32_t head = q->head % n;
+  uint32_t tail = q->tail % n;
+  if ((head + 1) % n == tail) {
+    if (flags != 2) return -E2BIG;
+    tail = (tail + 1) % n;  // BPF_EXIST: the oldest element goes
+  }
+  std::memcpy(qslot(m, head), value, m->value_size);
+  aref(q->tail).store(tail, std::memory_order_relaxed);
+  aref(q->head).store((head + 1) % n, std::memory_order_relaxed);
+  return 0;
+}
+
+int64_t qs_take(MapHeader* m, void* value, bool remove) {
+  QueueCtl* q = qctl(m);
+  const uint32_t n = m->max_entries + 1;
+  Guard g(q->lock);
+  if (!g) return -EBUSY;
+  const uint32_t head = q->head % n, tail = q->tail % n;
+  if (head == tail) return -ENOENT;
+  if (m->type == uint32_t(MapType::queue)) {
+    std::memcpy(value, qslot(m, tail), m->value_size);
+    if (remove) aref(q->tail).store((tail + 1) % n, std::memory_order_relaxed);
+  } else {
+    const uint32_t top = (head + n - 1) % n;
+    std::memcpy(value, qslot(m, top), m->value_size);
+    if (remove) aref(q->head).store(top, std::memory_order_relaxed);
+  }
+  return 0;
+}
+
+// A bloom filter's bits for `value`: k probes by double hashing of one 64-bit hash
+// (h1 + i * h2, h2 odd), each a bit of the power-of-two bit array.
+template <class F>
+bool bloom_probe(const MapHeader* m, const void* value, F&& f) {
+  const uint64_t h1 = hash_key(value, m->value_size);
+  uint64_t h2 = h1 ^ 0x9e3779b97f4a7c15ull;
+  h2 = (h2 ^ (h2 >> 29)) * 0xbf58476d1ce4e5b9ull;
+  h2 = (h2 ^ (h2 >> 32)) | 1;
+  auto* words = reinterpret_cast<uint64_t*>(data_of(m));
+  for (uint32_t i = 0; i < m->nhash; ++i) {
+    const uint64_t bit = (h1 + i * h2) & (m->nbits - 1);
+    if (!f(words[bit / 64], uint64_t(1) << (bit % 64))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int64_t map_push(MapHeader* m, const void* value, uint64_t flags) noexcept {
+  if (is_queue(m->type)) return qs_push(m, value, flags);
+  if (m->type != uint32_t(MapType::bloom_filter)) return -EINVAL;
+  if (flags != 0) return -EINVAL;
+  // Pairs with the acquire loads of a peek: a value pushed before is found.
+  bloom_probe(m, value, [](uint64_t& w, uint64_t b) {
+    aref(w).fetch_or(b, std::memory_order_release);
+    return true;
+  });
+  return 0;
+}
+
+int64_t map_pop(MapHeader* m, void* value) noexcept {
+  if (is_queue(m->type)) return qs_take(m, value, true);
+  return m->type == uint32_t(MapType::bloom_filter) ? -EOPNOTSUPP : -EINVAL;
+}
+
+int64_t map_peek(MapHeader* m, void* value) noexcept {
+  if (is_queue(m->type)) return qs_take(m, value, false);
+  if (m->type != uint32_t(MapType::bloom_filter)) return -EINVAL;
+  const bool maybe = bloom_probe(m, value, [](uint64_t& w, uint64_t b) {
+    return (aref(w).load(std::memory_order_acquire) & b) != 0;
+  });
+  return maybe ? 0 : -ENOENT;
 }
 
 
@@ -812,6 +1034,29 @@ std::vector<MapEntry> MapFile::entries(size_t i) const {
       }
       if (locked) aref(b.lock).store(0, std::memory_order_release);  // not on this thread's stack
     }
+  } else if (is_queue(L.type)) {
+    auto* q = reinterpret_cast<QueueCtl*>(d);
+    const uint32_t n = L.max_entries + 1;
+    const bool locked = lock_until(q->lock, now_ns() + kLockWaitNs);
+    if (!locked) ++unlocked_reads_;
+    const uint32_t head = aref(q->head).load(std::memory_order_relaxed);
+    const uint32_t tail = aref(q->tail).load(std::memory_order_relaxed);
+    if (head >= n || tail >= n) {
+      ++corrupt_reads_;
+    } else {
+      const uint32_t len = (head + n - tail) % n;
+      for (uint32_t k = 0; k < len; ++k) {
+        // Pop order: a queue from its tail up, a stack from its head down.
+        const uint32_t at = L.type == uint32_t(MapType::queue) ? (tail + k) % n : (head + n - 1 - k) % n;
+        MapEntry e;
+        e.key.resize(4);
+        std::memcpy(e.key.data(), &k, 4);
+        const uint8_t* v = d + kQueueCtl + size_t(at) * L.stride;
+        e.values.emplace_back(v, v + L.value_size);
+        out.push_back(std::move(e));
+      }
+    }
+    if (locked) aref(q->lock).store(0, std::memory_order_release);
   }
   return out;
 }
@@ -825,7 +1070,7 @@ size_t MapFile::consume_ring(size_t i, const std::function<void(std::span<const 
   const uint64_t n = L.max_entries;
   // The position is ours (the file's copy is only for the producer to read): a target
   // that overwrites it cannot make us read elsewhere.
-  uint64_t cons = own_.empty() ? aref(c->consumer).load(std::memory_order_relaxed) : ring_pos_[i];
+  uint64_t cons = own_.empty() ? aref(c->consumer).load(std::memory_order_relaxed) : ring_pos_[i][0];
   size_t got = 0;
   for (;;) {
     const uint64_t prod = aref(c->producer).load(std::memory_order_acquire);
@@ -851,11 +1096,83 @@ size_t MapFile::consume_ring(size_t i, const std::function<void(std::span<const 
       ++got;
     }
     cons += round8(len + 8);
-    if (!own_.empty()) ring_pos_[i] = cons;
+    if (!own_.empty()) ring_pos_[i][0] = cons;
     // Pairs with the producer's acquire load of consumer: the space is free again.
     aref(c->consumer).store(cons, std::memory_order_release);
   }
   return got;
+}
+
+size_t MapFile::consume_perf(size_t i, const std::function<void(uint32_t, std::span<const uint8_t>)>& fn,
+                             bool final) {
+  if (i >= count()) return 0;
+  const MapHeader& L = layout(i);
+  if (L.type != uint32_t(MapType::perf_event_array) || own_.empty()) return 0;  // the CLI's side only
+  const uint64_t n = L.ring_bytes;
+  struct Rec {
+    uint64_t stamp;
+    uint32_t ring;
+    const uint8_t* data;
+    uint32_t len;
+    uint64_t end;  // the ring's position after it
+  };
+  std::vector<Rec> recs;
+  uint64_t seen_max = 0, busy_min = UINT64_MAX;
+  // One walk over ring r from our position: every submitted record (and, with `busy`,
+  // the stamp of the first one still being written). Positions and lengths from the
+  // file are bounded as consume_ring bounds them.
+  auto walk = [&](uint32_t r, bool collect) {
+    uint8_t* base = base_ + L.data_off + size_t(r) * (kRingCtl + n);
+    auto* c = reinterpret_cast<RingCtl*>(base);
+    const uint8_t* d = base + kRingCtl;
+    uint64_t cons = ring_pos_[i][r];
+    const uint64_t prod = aref(c->producer).load(std::memory_order_acquire);
+    if (prod > cons && prod - cons > n) {
+      ++corrupt_reads_;
+      return;
+    }
+    while (cons < prod) {
+      const uint64_t at = cons % n;
+      const uint32_t v = aref(*reinterpret_cast<const uint32_t*>(d + at)).load(std::memory_order_acquire);
+      const uint32_t len = v & ~(kBusy | kDiscard);
+      if (at + 8 > n || len + 8 > n - at || (((v & kBusy) || !(v & kDiscard)) && len < 8)) {  // a stamp first
+        ++corrupt_reads_;
+        return;
+      }
+      uint64_t stamp;
+      std::memcpy(&stamp, d + at + 8, 8);
+      if (v & kBusy) {
+        if (collect) busy_min = std::min(busy_min, stamp);
+        return;
+      }
+      cons += round8(len + 8);
+      if (v & kDiscard) continue;
+      seen_max = std::max(seen_max, stamp);
+      if (collect) recs.push_back({stamp, r, d + at + 16, len - 8, cons});
+    }
+  };
+  for (uint32_t r = 0; r < L.max_entries; ++r) walk(r, false);
+  const uint64_t first_max = seen_max;
+  for (uint32_t r = 0; r < L.max_entries; ++r) walk(r, true);
+  const uint64_t limit = final ? UINT64_MAX : std::min(first_max, busy_min - 1);
+  // Each ring's records up to the first above the limit (stamps grow along a ring; a
+  // scribbled one ends its ring's share here, it cannot reorder what was given).
+  std::vector<Rec> take;
+  for (size_t k = 0; k < recs.size();) {
+    size_t e = k;
+    while (e < recs.size() && recs[e].ring == recs[k].ring) ++e;
+    for (size_t j = k; j < e && recs[j].stamp <= limit; ++j) take.push_back(recs[j]);
+    k = e;
+  }
+  std::stable_sort(take.begin(), take.end(), [](const Rec& a, const Rec& b) { return a.stamp < b.stamp; });
+  for (const Rec& x : take) fn(x.ring, {x.data, x.len});
+  // Then the space is free again. Pairs with the producer's acquire load of consumer.
+  for (const Rec& x : take) {
+    ring_pos_[i][x.ring] = std::max(ring_pos_[i][x.ring], x.end);
+    auto* c = reinterpret_cast<RingCtl*>(base_ + L.data_off + size_t(x.ring) * (kRingCtl + n));
+    aref(c->consumer).store(ring_pos_[i][x.ring], std::memory_order_release);
+  }
+  return take.size();
 }
 
 uint64_t MapFile::ring_dropped(size_t i) const {

@@ -22,6 +22,10 @@
 //   percpu_hash    as hash, value[max_entries][C]
 //   ringbuf        producer/consumer positions (own cache lines), then max_entries
 //                  bytes of records
+//   perf_event_array  max_entries rings (one per CPU index), each laid out as a ringbuf
+//                  of ring_bytes; a record's first 8 bytes are its stamp (below)
+//   queue/stack    QueueCtl (lock, head, tail), then max_entries + 1 value slots
+//   bloom_filter   nbits bits (a power of two) of u64 words
 //
 // Concurrency. Hash maps take a per-bucket spinlock (a word in the file) for lookups
 // and changes, and one map-wide spinlock for the free list of preallocated entries.
@@ -34,6 +38,14 @@
 // header carries a busy bit until submit or discard clears it (store-release, pairs
 // with the consumer's load-acquire), and the consumer stops at the first busy record.
 // A record never wraps: the producer pads to the ring's end with a discarded record.
+// Perf event arrays: a ring per CPU index, each as a ring buffer; the record a program
+// sends is stamped, under its ring's lock, from one counter per map (an acq_rel
+// fetch_add), so a thread's records carry increasing stamps whichever rings they went
+// to. The consumer merges the rings by stamp (MapFile::consume_perf says how it keeps
+// each thread's order though rings are read one after the other).
+// Queues and stacks: one spinlock per map around a circular array (the kernel's
+// queue_stack_maps layout: max_entries + 1 slots, head and tail indices). Bloom
+// filters take no lock: a push sets bits with an atomic or, a peek tests them.
 //
 // What programs may store into (MapFile::values, the regions the loader registers):
 // array values, hash values and ring buffer records, never a header, bucket, entry link,
@@ -64,8 +76,12 @@ enum class MapType : uint32_t {
   array = 2,
   percpu_hash = 5,
   percpu_array = 6,
+  perf_event_array = 4,
   lru_hash = 9,
+  queue = 22,
+  stack = 23,
   ringbuf = 27,
+  bloom_filter = 30,
 };
 const char* map_type_name(uint32_t type);  // "hash", or "" when unknown
 bool map_type_supported(uint32_t type);
@@ -88,6 +104,10 @@ struct MapSpec {
   uint32_t value_size = 0;
   uint32_t max_entries = 0;
   uint32_t flags = 0;
+  uint64_t map_extra = 0;     // bloom_filter: number of hash functions (low 4 bits; 0: 5)
+  // perf_event_array: bytes of each CPU index's ring (a power of two of at least a
+  // page), the consumer's choice as libbpf's perf_buffer__new page count is; 0: 64 pages.
+  uint32_t ring_bytes = 0;
   std::vector<uint8_t> init;  // global data (.data/.rodata): the value of entry 0
   bool global_data = false;   // .data/.rodata/.bss (not printed as a user map)
   bool readonly = false;      // .rodata: programs may not store into it
@@ -96,13 +116,20 @@ struct MapSpec {
 
 // Checks a spec's sizes against its type; the message names the map.
 Result<void> check_map_spec(const MapSpec& s);
+// Fills in what libbpf fills in before it creates a map: a perf event array's
+// max_entries (0: one per possible CPU) and its 4-byte key and value sizes.
+void complete_map_spec(MapSpec& s);
+// Bytes of each ring of a perf event array when the spec leaves it to us (64 pages).
+inline constexpr uint32_t kDefaultPerfRingBytes = 64 * 4096;
 
 inline constexpr uint32_t kMapNameMax = 63;
 
 struct MapHeader;  // in the file; opaque outside maps.cpp
 
 // A snapshot of every entry: key bytes and one value per CPU slot (one for non-per-CPU
-// maps), in key order for arrays, unspecified for hashes.
+// maps), in key order for arrays, unspecified for hashes; a queue's or stack's elements
+// in the order pops would give them, keyed by that position (a u32 from 0). Bloom
+// filters and perf event arrays have no entries to show.
 struct MapEntry {
   std::vector<uint8_t> key;
   std::vector<std::vector<uint8_t>> values;
@@ -145,7 +172,21 @@ class MapFile {
   // Calls fn for every submitted record of ring buffer i, in order; returns how many.
   // Stops at a record still being written, or at one whose header makes no sense.
   size_t consume_ring(size_t i, const std::function<void(std::span<const uint8_t>)>& fn);
-  uint64_t ring_dropped(size_t i) const;   // reservations refused (ring full)
+  // Calls fn(cpu index, record) for the records of perf event array i that can be given
+  // without breaking any thread's order, merged over the rings by stamp; returns how
+  // many. Two passes over the rings: the first notes the highest stamp submitted (M),
+  // the second collects what is submitted, up to each ring's first record still being
+  // written (whose stamp S is noted). Only records stamped <= M and < every such S are
+  // given, each ring's in order. A thread's earlier record R was submitted before its
+  // later one took its stamp, and stamps are taken by an acq_rel fetch_add, so when the
+  // first pass saw a record stamped M, every record stamped below M by that time whose
+  // writer finished it is visible to the second pass; one stuck behind a record still
+  // being written has a stamp above that record's S (stamps grow along a ring). So no
+  // record is given before an earlier one of its thread. `final` (the target has
+  // ended) gives everything submitted.
+  size_t consume_perf(size_t i, const std::function<void(uint32_t, std::span<const uint8_t>)>& fn,
+                      bool final = false);
+  uint64_t ring_dropped(size_t i) const;   // reservations refused (ring or perf ring full)
   uint64_t entry_count(size_t i) const;    // live entries of a hash map
   // Reads done without a bucket lock held by someone else all along (a target that
   // died holding it), and reads that stopped at an index outside the map.
@@ -159,7 +200,7 @@ class MapFile {
   size_t size_ = 0;
   bool registered_ = false;
   std::vector<MapHeader*> own_;     // create(): the headers as made (heap copies)
-  std::vector<uint64_t> ring_pos_;  // create(): each ring's consumer position, ours
+  std::vector<std::vector<uint64_t>> ring_pos_;  // create(): each ring's consumer position, ours
   uint32_t cpus_ = 1;
   mutable uint64_t unlocked_reads_ = 0, corrupt_reads_ = 0;
 };
@@ -190,5 +231,24 @@ bool ringbuf_commit(MapHeader* m, void* rec, bool discard) noexcept;
 // The registered ring buffer whose records hold `addr`, or null.
 MapHeader* ringbuf_holding(uint64_t addr) noexcept;
 int64_t ringbuf_output(MapHeader* m, const void* data, uint64_t size) noexcept;
+
+// Perf event arrays (bpf_perf_event_output). `flags` is the ring's index, or
+// BPF_F_CURRENT_CPU (0xffffffff) for the calling CPU's; other bits are -EINVAL, an index
+// >= max_entries -E2BIG, a full ring -ENOSPC (counted as lost). perf_reserve gives
+// `size` bytes of a record (or null with *err set); perf_commit submits or discards it.
+void* perf_reserve(MapHeader* m, uint64_t flags, uint64_t size, int64_t* err) noexcept;
+void perf_commit(void* rec, bool discard) noexcept;
+int64_t perf_output(MapHeader* m, uint64_t flags, const void* data, uint64_t size) noexcept;
+
+// Queues, stacks (value_size bytes per element) and bloom filters. push: flags BPF_ANY
+// or BPF_EXIST (queue/stack: when full, drop the oldest element to make room; without
+// it a full map is -E2BIG); bloom filters take BPF_ANY only. pop: the head (queue: the
+// oldest, stack: the newest) into `value`, -ENOENT when empty (bloom: -EOPNOTSUPP).
+// peek: as pop without removing; a bloom filter's peek tests `value`: 0 if it may have
+// been pushed, -ENOENT if it never was. -EBUSY for a handler that interrupted its own
+// thread inside an operation on the same map.
+int64_t map_push(MapHeader* m, const void* value, uint64_t flags) noexcept;
+int64_t map_pop(MapHeader* m, void* value) noexcept;
+int64_t map_peek(MapHeader* m, void* value) noexcept;
 
 }  // namespace utramp::ebpf

@@ -1213,11 +1213,14 @@ bool Verifier::call_helper(Work& w, uint32_t id) {
         break;
       }
       case Arg::map_key:
-      case Arg::map_value: {
+      case Arg::map_value:
+      case Arg::map_value_out: {
         if (map < 0) return fail(w, fmt::format("{}: no map argument before it", arg));
         const MapSpec& m = env_.maps[static_cast<size_t>(map)];
         const uint32_t n = kind == Arg::map_key ? m.key_size : m.value_size;
-        if (!helper_mem(w, r, n, n, false, arg.c_str())) return false;
+        // An out value is filled by the helper, except a bloom filter's, which it tests.
+        const bool out = kind == Arg::map_value_out && m.type != uint32_t(MapType::bloom_filter);
+        if (!helper_mem(w, r, n, n, out, arg.c_str())) return false;
         break;
       }
       case Arg::mem:

@@ -2,6 +2,7 @@
 // threads with exact counts.
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,20 +14,12 @@
 #include <thread>
 
 #include "ebpf/maps.hpp"
+#include "maps_test_util.hpp"
 
 namespace utramp::ebpf {
 namespace {
 
-struct TmpFile {
-  std::string path;
-  TmpFile() {
-    char t[] = "/tmp/utramp-maps-test-XXXXXX";
-    const int fd = mkstemp(t);
-    close(fd);
-    path = t;
-  }
-  ~TmpFile() { unlink(path.c_str()); }
-};
+using test::TmpFile;
 
 MapSpec spec(const char* name, MapType t, uint32_t k, uint32_t v, uint32_t n) {
   MapSpec s;
@@ -52,9 +45,258 @@ TEST(Maps, SpecChecks) {
   EXPECT_FALSE(check_map_spec(spec("a", MapType::array, 8, 8, 4)));   // array keys are 4 bytes
   EXPECT_FALSE(check_map_spec(spec("r", MapType::ringbuf, 0, 0, 1000)));  // not a power of two
   EXPECT_FALSE(check_map_spec(spec("h", MapType::hash, 4, 8, 0)));
-  auto r = check_map_spec(spec("q", MapType(22), 0, 4, 4));
+  auto r = check_map_spec(spec("st", MapType(7), 4, 8, 4));
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("map 'q': map type 22 (queue) is not supported"), std::string::npos);
+  EXPECT_NE(r.error().message.find("map 'st': map type 7 (stack_trace) is not supported"), std::string::npos);
+}
+
+TEST(Maps, SpecChecksOfQueuesStacksBloomFiltersAndPerfArrays) {
+  EXPECT_TRUE(check_map_spec(spec("q", MapType::queue, 0, 8, 4)));
+  EXPECT_TRUE(check_map_spec(spec("s", MapType::stack, 0, 8, 4)));
+  EXPECT_FALSE(check_map_spec(spec("q", MapType::queue, 4, 8, 4)));  // no keys
+  EXPECT_FALSE(check_map_spec(spec("q", MapType::queue, 0, 0, 4)));
+  EXPECT_FALSE(check_map_spec(spec("s", MapType::stack, 0, 8, 0)));
+  MapSpec b = spec("b", MapType::bloom_filter, 0, 8, 100);
+  b.map_extra = 15;
+  EXPECT_TRUE(check_map_spec(b));
+  b.map_extra = 16;  // more than the 4 bits of hash functions
+  auto r = check_map_spec(b);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("map 'b' (bloom_filter): map_extra 0x10"), std::string::npos) << r.error().message;
+  MapSpec h = spec("h", MapType::hash, 4, 8, 4);
+  h.map_extra = 1;
+  EXPECT_FALSE(check_map_spec(h));
+  // libbpf-tools' perf event arrays name no max_entries: one ring per possible CPU.
+  MapSpec p = spec("p", MapType::perf_event_array, 4, 4, 0);
+  complete_map_spec(p);
+  EXPECT_GE(p.max_entries, 1u);
+  EXPECT_TRUE(check_map_spec(p));
+  MapSpec p0 = spec("p", MapType::perf_event_array, 0, 0, 2);
+  complete_map_spec(p0);
+  EXPECT_EQ(p0.key_size, 4u);
+  EXPECT_EQ(p0.value_size, 4u);
+  EXPECT_FALSE(check_map_spec(spec("p", MapType::perf_event_array, 8, 4, 2)));
+  p.ring_bytes = 5000;  // not a power of two
+  EXPECT_FALSE(check_map_spec(p));
+}
+
+// The kernel's queue_stack_maps semantics: max_entries elements; a full map refuses a
+// push (-E2BIG) unless BPF_EXIST, which drops the oldest; empty: -ENOENT; flags other
+// than BPF_ANY/BPF_EXIST: -EINVAL; peek leaves the element.
+TEST(Maps, QueueIsFifoWithKernelErrors) {
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {spec("q", MapType::queue, 0, 8, 3)});
+  ASSERT_TRUE(mf);
+  MapHeader* q = mf->header(0);
+  uint64_t v = 0;
+  EXPECT_EQ(map_pop(q, &v), -ENOENT);
+  EXPECT_EQ(map_peek(q, &v), -ENOENT);
+  for (uint64_t x : {10, 20, 30}) ASSERT_EQ(map_push(q, &x, 0), 0);
+  uint64_t x = 40;
+  EXPECT_EQ(map_push(q, &x, 0), -E2BIG);
+  EXPECT_EQ(map_push(q, &x, 1), -EINVAL);  // BPF_NOEXIST
+  EXPECT_EQ(map_push(q, &x, 3), -EINVAL);
+  EXPECT_EQ(map_push(q, &x, 2), 0);        // BPF_EXIST: 10 goes
+  ASSERT_EQ(map_peek(q, &v), 0);
+  EXPECT_EQ(v, 20u);
+  auto e = mf->entries(0);  // pop order, keyed by position
+  ASSERT_EQ(e.size(), 3u);
+  for (uint32_t k = 0; k < 3; ++k) {
+    uint32_t key;
+    std::memcpy(&key, e[k].key.data(), 4);
+    EXPECT_EQ(key, k);
+    EXPECT_EQ(sum_values(e[k]), 20u + 10 * k);
+  }
+  for (uint64_t want : {20, 30, 40}) {
+    ASSERT_EQ(map_pop(q, &v), 0);
+    EXPECT_EQ(v, want);
+  }
+  EXPECT_EQ(map_pop(q, &v), -ENOENT);
+  // Keyed operations are not a queue's: the verifier refuses them, the map too.
+  uint32_t k = 0;
+  EXPECT_EQ(map_lookup(q, &k), nullptr);
+  EXPECT_EQ(map_update(q, &k, &v, 0), -EINVAL);
+  EXPECT_EQ(map_delete(q, &k), -EINVAL);
+  // Round the ring several times: order is kept across the wrap.
+  for (uint64_t i = 0; i < 20; ++i) {
+    ASSERT_EQ(map_push(q, &i, 0), 0);
+    ASSERT_EQ(map_pop(q, &v), 0);
+    EXPECT_EQ(v, i);
+  }
+}
+
+TEST(Maps, StackIsLifoAndBpfExistDropsTheOldest) {
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {spec("s", MapType::stack, 0, 4, 3)});
+  ASSERT_TRUE(mf);
+  MapHeader* s = mf->header(0);
+  uint32_t v = 0;
+  EXPECT_EQ(map_pop(s, &v), -ENOENT);
+  for (uint32_t x : {1u, 2u, 3u}) ASSERT_EQ(map_push(s, &x, 0), 0);
+  uint32_t x = 4;
+  EXPECT_EQ(map_push(s, &x, 0), -E2BIG);
+  EXPECT_EQ(map_push(s, &x, 2), 0);  // 1, the oldest, goes
+  ASSERT_EQ(map_peek(s, &v), 0);
+  EXPECT_EQ(v, 4u);
+  auto e = mf->entries(0);
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(sum_values(e[0]), 4u);
+  EXPECT_EQ(sum_values(e[2]), 2u);
+  for (uint32_t want : {4u, 3u, 2u}) {
+    ASSERT_EQ(map_pop(s, &v), 0);
+    EXPECT_EQ(v, want);
+  }
+  EXPECT_EQ(map_pop(s, &v), -ENOENT);
+  EXPECT_TRUE(mf->entries(0).empty());
+}
+
+// Bloom filters: no false negative ever; a few false positives at the kernel's sizing
+// (max_entries * hashes / ln 2 bits); pop is not supported, push takes BPF_ANY only.
+TEST(Maps, BloomFilterHasNoFalseNegatives) {
+  TmpFile f;
+  MapSpec b = spec("b", MapType::bloom_filter, 0, 8, 1000);
+  b.map_extra = 3;
+  auto mf = MapFile::create(f.path, {b, spec("b5", MapType::bloom_filter, 0, 12, 1000)});
+  ASSERT_TRUE(mf);
+  MapHeader* m = mf->header(0);
+  uint64_t v = 7;
+  EXPECT_EQ(map_peek(m, &v), -ENOENT);  // empty
+  EXPECT_EQ(map_push(m, &v, 2), -EINVAL);
+  EXPECT_EQ(map_pop(m, &v), -EOPNOTSUPP);
+  for (uint64_t i = 0; i < 1000; ++i) {
+    uint64_t x = i * 0x9e3779b97f4a7c15ull;
+    ASSERT_EQ(map_push(m, &x, 0), 0);
+  }
+  int fp = 0;
+  for (uint64_t i = 0; i < 1000; ++i) {
+    uint64_t x = i * 0x9e3779b97f4a7c15ull;
+    EXPECT_EQ(map_peek(m, &x), 0) << i;
+    uint64_t y = x + 1;
+    if (map_peek(m, &y) == 0) ++fp;
+  }
+  EXPECT_LT(fp, 100);  // ~3% expected with 3 hashes over 8192 bits
+  EXPECT_TRUE(mf->entries(0).empty());
+  // Odd value sizes, the default 5 hash functions.
+  uint8_t key[12] = {1, 2, 3};
+  EXPECT_EQ(map_peek(mf->header(1), key), -ENOENT);
+  ASSERT_EQ(map_push(mf->header(1), key, 0), 0);
+  EXPECT_EQ(map_peek(mf->header(1), key), 0);
+}
+
+MapSpec perf_spec(uint32_t rings, uint32_t ring_bytes) {
+  MapSpec p = spec("events", MapType::perf_event_array, 4, 4, rings);
+  p.ring_bytes = ring_bytes;
+  return p;
+}
+
+struct PerfRec {
+  uint32_t cpu;
+  uint64_t v;
+};
+std::vector<PerfRec> consume(MapFile& mf, size_t i, bool final = false) {
+  std::vector<PerfRec> out;
+  mf.consume_perf(
+      i,
+      [&](uint32_t cpu, std::span<const uint8_t> d) {
+        uint64_t v = 0;
+        std::memcpy(&v, d.data(), std::min<size_t>(8, d.size()));
+        out.push_back({cpu, v});
+      },
+      final);
+  return out;
+}
+
+// bpf_perf_event_output's flags and errors, and the consumer's merge: records sent to
+// several rings come out in the order they were sent.
+TEST(Maps, PerfEventArrayIndexesErrorsAndOrder) {
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {perf_spec(3, 4096)});
+  ASSERT_TRUE(mf);
+  MapHeader* p = mf->header(0);
+  uint64_t v = 0;
+  EXPECT_EQ(perf_output(p, 3, &v, 8), -E2BIG);               // index beyond max_entries
+  EXPECT_EQ(perf_output(p, 1ull << 32, &v, 8), -EINVAL);     // bits beyond the index
+  for (uint64_t i = 0; i < 9; ++i) {
+    v = 100 + i;
+    ASSERT_EQ(perf_output(p, (i * 2) % 3, &v, 8), 0);
+  }
+  auto got = consume(*mf, 0);
+  ASSERT_EQ(got.size(), 9u);
+  for (uint64_t i = 0; i < 9; ++i) {
+    EXPECT_EQ(got[i].v, 100 + i);
+    EXPECT_EQ(got[i].cpu, (i * 2) % 3);
+  }
+  EXPECT_TRUE(consume(*mf, 0).empty());
+  // Empty records (size 0) are records too.
+  ASSERT_EQ(perf_output(p, 0, &v, 0), 0);
+  size_t empty = 0;
+  mf->consume_perf(0, [&](uint32_t, std::span<const uint8_t> d) { empty += d.empty(); });
+  EXPECT_EQ(empty, 1u);
+  // The calling CPU's ring: sched_getcpu() < max_entries here unless the machine has
+  // more CPUs than 3.
+  v = 7;
+  const int64_t rc = perf_output(p, 0xffffffffull, &v, 8);
+  if (sched_getcpu() < 3) EXPECT_EQ(rc, 0);
+  else EXPECT_EQ(rc, -E2BIG);
+}
+
+// A ring holds what fits; then -ENOSPC, counted as lost, until the consumer frees space.
+TEST(Maps, PerfEventArrayFullRingLosesAndCounts) {
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {perf_spec(1, 4096)});
+  ASSERT_TRUE(mf);
+  MapHeader* p = mf->header(0);
+  uint64_t rec[3] = {};
+  int sent = 0, lost = 0;
+  for (int i = 0; i < 200; ++i) {
+    rec[0] = static_cast<uint64_t>(i);
+    const int64_t rc = perf_output(p, 0, rec, sizeof rec);
+    if (rc == 0) ++sent;
+    else if (rc == -ENOSPC) ++lost;
+  }
+  // 24 bytes + an 8-byte stamp + an 8-byte header: 40 bytes a record, 102 in 4096.
+  EXPECT_EQ(sent, 4096 / 40);
+  EXPECT_EQ(lost, 200 - 4096 / 40);
+  EXPECT_EQ(mf->ring_dropped(0), uint64_t(lost));
+  auto got = consume(*mf, 0);
+  ASSERT_EQ(got.size(), size_t(sent));
+  for (int i = 0; i < sent; ++i) EXPECT_EQ(got[i].v, uint64_t(i));
+  EXPECT_EQ(perf_output(p, 0, rec, sizeof rec), 0);  // room again (wrapping)
+  EXPECT_EQ(perf_output(p, 0, rec, 4096), -ENOSPC);  // larger than a quarter of the ring
+}
+
+// A record still being written holds back every record stamped after it, in any ring,
+// until it is submitted: a later record of its thread cannot overtake it.
+TEST(Maps, PerfRecordBeingWrittenHoldsBackLaterOnes) {
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {perf_spec(2, 4096)});
+  ASSERT_TRUE(mf);
+  MapHeader* p = mf->header(0);
+  uint64_t v = 1;
+  ASSERT_EQ(perf_output(p, 1, &v, 8), 0);
+  int64_t err = 0;
+  void* busy = perf_reserve(p, 0, 8, &err);
+  ASSERT_NE(busy, nullptr);
+  v = 3;
+  ASSERT_EQ(perf_output(p, 1, &v, 8), 0);
+  auto got = consume(*mf, 0);
+  ASSERT_EQ(got.size(), 1u);  // 1 only: 3 was stamped after the busy one
+  EXPECT_EQ(got[0].v, 1u);
+  v = 2;
+  std::memcpy(busy, &v, 8);
+  perf_commit(busy, false);
+  got = consume(*mf, 0);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].v, 2u);
+  EXPECT_EQ(got[1].v, 3u);
+  // A target that died inside a record: the final drain gives what was submitted.
+  busy = perf_reserve(p, 0, 8, &err);
+  v = 5;
+  ASSERT_EQ(perf_output(p, 1, &v, 8), 0);
+  EXPECT_TRUE(consume(*mf, 0).empty());
+  got = consume(*mf, 0, true);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].v, 5u);
 }
 
 TEST(Maps, HashOperations) {
@@ -283,6 +525,31 @@ TEST(MapsOwner, GarbageLinksAreNotFollowed) {
   EXPECT_EQ(mf->consume_ring(1, [](std::span<const uint8_t>) { FAIL() << "read a record"; }), 0u);
   EXPECT_EQ(mf->spec(0).name, "h");  // the CLI's own copy
   EXPECT_EQ(mf->count(), 2u);
+}
+
+// Perf rings and a queue overwritten by the target: the consumer's walks stay inside
+// the rings and say so; a queue's indices out of range are not followed.
+TEST(MapsOwner, ScribbledPerfRingsAndQueuesAreBounded) {
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {perf_spec(2, 4096), spec("q", MapType::queue, 0, 8, 4)});
+  ASSERT_TRUE(mf);
+  uint64_t v = 1;
+  ASSERT_EQ(perf_output(mf->header(0), 0, &v, 8), 0);
+  ASSERT_EQ(map_push(mf->header(1), &v, 0), 0);
+  for (uint8_t fill : {0xff, 0x7f, 0x10}) {
+    for (size_t i = 0; i < 2; ++i) {
+      auto d = mf->data(i);
+      std::memset(d.data(), fill, d.size());
+    }
+    std::memset(mf->data(1).data(), 0, 4);  // the queue's lock free
+    const uint64_t before = mf->corrupt_reads();
+    size_t n = 0;
+    mf->consume_perf(0, [&](uint32_t, std::span<const uint8_t> d) {
+      n += d.size() <= 4096;  // what it gives lies inside a ring
+    }, true);
+    (void)mf->entries(1);
+    EXPECT_GT(mf->corrupt_reads(), before) << int(fill);
+  }
 }
 
 

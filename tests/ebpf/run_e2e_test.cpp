@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -312,6 +313,162 @@ TEST(RunE2E, CoreReadsTheTargetsLayout) {
   EXPECT_EQ(entries(m["order_stats"]),
             (std::map<uint64_t, uint64_t>{{0, 4 * 2997}, {1, 4 * 999}, {3, 4000}, {4, 4000 * 16}, {5, 4000 * 12},
                                           {6, 4000}}));
+}
+
+// ---- perf event arrays, queues, stacks, bloom filters on events_target ---------------
+
+// events_target built by gcc and by clang (examples/bpf/CMakeLists.txt).
+const std::vector<std::string> kEventsTargets = {UTRAMP_EVENTS_TARGET, UTRAMP_EVENTS_TARGET_CLANG};
+
+// Word k of a record's hex bytes (little-endian u64).
+uint64_t word(const std::string& hex, size_t k) {
+  uint64_t v = 0;
+  for (size_t b = 0; b < 8; ++b) v |= std::stoull(hex.substr((k * 8 + b) * 2, 2), nullptr, 16) << (8 * b);
+  return v;
+}
+
+std::vector<json> json_lines(const std::string& out, const std::string& type) {
+  std::vector<json> v;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    json j = json::parse(line);
+    if (j["type"] == type) v.push_back(j);
+  }
+  return v;
+}
+
+// Every emit(i, v) of every thread arrives once and in the thread's order, whichever
+// CPU's ring it went to: the records of each thread (by tid) fold to the chain the
+// target printed for that thread, and their i count up from 0. Rings of 1 MiB hold all
+// 12000 records (40 bytes each) even if the consumer read none: nothing may be lost.
+TEST(RunE2E, PerfEventsStreamEveryRecordInEachThreadsOrder) {
+  for (const std::string& target : kEventsTargets) {
+    SCOPED_TRACE(target);
+    const auto r = test::run_program({UTRAMP_CLI, "run", example("perf_events"), "--perf-pages", "256", "--json", "--",
+                                      target, "emit", "4", "3000"},
+                                     {.timeout_s = 120});
+    ASSERT_FALSE(r.timed_out) << r.err;
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::map<uint64_t, std::pair<uint64_t, uint64_t>> told;  // tid -> calls, chain (its stderr)
+    std::istringstream in(r.err);
+    for (std::string line; std::getline(in, line);) {
+      unsigned long long tid, chain;
+      int calls;
+      if (std::sscanf(line.c_str(), "thread %llu calls %d chain %llu", &tid, &calls, &chain) == 3)
+        told[tid] = {uint64_t(calls), chain};
+    }
+    ASSERT_EQ(told.size(), 4u) << r.err;
+    std::map<uint64_t, uint64_t> count, chain;
+    uint64_t out_of_order = 0;
+    for (const json& j : json_lines(r.out, "perf")) {
+      EXPECT_EQ(j["map"], "events");
+      const std::string d = j["data"];
+      ASSERT_EQ(d.size(), 48u);  // {pid_tgid, i, v}
+      const uint64_t tid = word(d, 0) & 0xffffffff;
+      if (!chain.count(tid)) chain[tid] = 14695981039346656037ull;
+      if (word(d, 1) != count[tid]) ++out_of_order;
+      ++count[tid];
+      chain[tid] = (chain[tid] ^ word(d, 2)) * 1000003ull;
+    }
+    EXPECT_EQ(out_of_order, 0u);
+    for (const auto& [tid, want] : told) {
+      EXPECT_EQ(count[tid], want.first) << "thread " << tid;
+      EXPECT_EQ(chain[tid], want.second) << "thread " << tid;
+    }
+    EXPECT_EQ(count.size(), 4u);
+    EXPECT_TRUE(json_lines(r.out, "lost").empty()) << r.err;
+    EXPECT_TRUE(maps_of(r.out)["refused"]["entries"].empty());
+  }
+}
+
+// A slow consumer, made certain: the target stops the CLI (its parent) before it sends
+// 1000 records to ring 0 of one page, and lets it go on after. 4096 / 40 of them fit
+// (24 bytes, an 8-byte stamp and an 8-byte header each); the rest are lost, as the
+// helper told the program (its own count) and as the end of the run says.
+TEST(RunE2E, PerfEventsLostToAFullRingAreCounted) {
+  constexpr int kSent = 1000, kFit = 4096 / 40;
+  for (const std::string& target : kEventsTargets) {
+    SCOPED_TRACE(target);
+    const auto r = test::run_program({UTRAMP_CLI, "run", example("perf_events"), "--perf-pages", "1", "--json", "--",
+                                      target, "burst", std::to_string(kSent)},
+                                     {.timeout_s = 120});
+    ASSERT_FALSE(r.timed_out) << r.err;
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.err.find("burst 1000\n"), std::string::npos) << r.err;
+    const auto recs = json_lines(r.out, "perf");
+    ASSERT_EQ(recs.size(), size_t(kFit));
+    for (int i = 0; i < kFit; ++i) {
+      EXPECT_EQ(recs[size_t(i)]["cpu"], 0);
+      EXPECT_EQ(word(recs[size_t(i)]["data"].get<std::string>(), 1), uint64_t(i));
+    }
+    const auto lost = json_lines(r.out, "lost");
+    ASSERT_EQ(lost.size(), 1u) << r.out;
+    EXPECT_EQ(lost[0]["map"], "events");
+    EXPECT_EQ(lost[0]["count"], kSent - kFit);
+    EXPECT_EQ(entries(maps_of(r.out)["refused"]), (std::map<uint64_t, uint64_t>{{0, kSent - kFit}}));
+    EXPECT_NE(r.err.find("perf event array 'events': 898 record(s) lost"), std::string::npos) << r.err;
+  }
+}
+
+// Queue, stack and bloom filter, one thread: every content follows from the values the
+// target printed. recent (a queue of 64, BPF_EXIST) keeps the last 64 of 100 values and
+// take() pops 10 of them; first (a stack of 64, no flag) keeps the first 64, refusing
+// 36; seen (a bloom filter) finds all 100.
+TEST(RunE2E, QueueStackAndBloomFilterContents) {
+  for (const std::string& target : kEventsTargets) {
+    SCOPED_TRACE(target);
+    const auto r = test::run_program({UTRAMP_CLI, "run", example("queue_stack"), "--json", "--", target, "queue", "1",
+                                      "100", "10"},
+                                     {.timeout_s = 120});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::vector<uint64_t> v;
+    {
+      std::istringstream in(r.out.substr(r.out.find("values ") + 7));
+      std::string line;
+      std::getline(in, line);
+      std::istringstream words(line);
+      for (uint64_t x; words >> x;) v.push_back(x);
+    }
+    ASSERT_EQ(v.size(), 100u) << r.out;
+    auto m = maps_of(r.out);
+    EXPECT_EQ(m["recent"]["map_type"], "queue");
+    std::map<uint64_t, uint64_t> recent, first;
+    for (uint64_t k = 0; k < 54; ++k) recent[k] = v[46 + k];
+    for (uint64_t k = 0; k < 64; ++k) first[k] = v[63 - k];
+    EXPECT_EQ(entries(m["recent"]), recent);
+    EXPECT_EQ(entries(m["first"]), first);
+    EXPECT_FALSE(m.count("seen"));  // a bloom filter is not printed
+    auto st = entries(m["stats"]);
+    uint64_t popped_sum = 0;
+    for (int k = 36; k < 46; ++k) popped_sum += v[size_t(k)];
+    EXPECT_EQ(st[0], 100u);        // PUSHED
+    EXPECT_EQ(st[1], 36u);         // STACK_FULL
+    EXPECT_EQ(st[2], 10u);         // POPPED
+    EXPECT_EQ(st[3], popped_sum);  // POPPED_SUM
+    EXPECT_EQ(st[4], 10 * v[63]);  // PEEK_SUM
+    EXPECT_FALSE(st.count(5));     // EMPTY: never
+    EXPECT_EQ(st[6], 100u);        // PRESENT_HITS: no false negative
+    EXPECT_LT(st.count(7) ? st[7] : 0, 50u);  // ABSENT_HITS: false positives, few
+  }
+}
+
+// Four threads: the counts are exact whatever the interleaving; 70 takes empty the
+// queue of its 64 and find it empty 6 times.
+TEST(RunE2E, QueueStackAndBloomFilterCountsAcrossThreads) {
+  const auto r = test::run_program({UTRAMP_CLI, "run", example("queue_stack"), "--json", "--", UTRAMP_EVENTS_TARGET,
+                                    "queue", "4", "1000", "70"},
+                                   {.timeout_s = 120});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto m = maps_of(r.out);
+  auto st = entries(m["stats"]);
+  EXPECT_EQ(st[0], 4000u);
+  EXPECT_EQ(st[1], 4000u - 64);
+  EXPECT_EQ(st[2], 64u);
+  EXPECT_EQ(st[5], 6u);
+  EXPECT_EQ(st[6], 4000u);
+  EXPECT_TRUE(m["recent"]["entries"].empty());
+  EXPECT_EQ(m["first"]["entries"].size(), 64u);
 }
 
 TEST(RunE2E, AttachFailureInTheAgentEndsTheTargetBeforeMain) {

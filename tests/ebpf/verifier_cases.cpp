@@ -36,8 +36,8 @@ std::vector<std::string> words(const std::string& s) {
 }
 
 std::optional<uint32_t> map_type_of(const std::string& name) {
-  for (uint32_t t : {1u, 2u, 5u, 6u, 9u, 27u})
-    if (name == map_type_name(t)) return t;
+  for (uint32_t t = 1; t < 64; ++t)
+    if (map_type_supported(t) && name == map_type_name(t)) return t;
   return std::nullopt;
 }
 

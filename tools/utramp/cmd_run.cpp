@@ -1,4 +1,4 @@
-// utramp run OBJECT [--interval SEC] [--json] -- PROGRAM [ARGS]: runs PROGRAM with
+// utramp run OBJECT [--interval SEC] [--json] [--perf-pages N] -- PROGRAM [ARGS]: runs PROGRAM with
 // the eBPF programs of OBJECT (clang -target bpf) attached to its functions, prints
 // bpf_trace_printk lines and ring buffer records as they come, and every map at the end
 // (and every SEC seconds with --interval).
@@ -25,8 +25,13 @@
 //   @name: value             integers as numbers (signed as declared), bools as
 //                            true/false, char arrays as a quoted string (up to the
 //                            first NUL), anything else as hex bytes
+// Perf event arrays stream as ring buffers do, each CPU's ring merged by the order the
+// records were sent in (every thread's in its own order); records lost to a full ring
+// (ring buffers too) are said at the end. Queues and stacks print as maps keyed by
+// the position a pop would give each element; bloom filters are not printed.
 // --json: one JSON object per line: {"type":"printk","msg":...},
-// {"type":"ringbuf","map":...,"data":"hex"}, {"type":"map","name":...,"map_type":...,
+// {"type":"ringbuf","map":...,"data":"hex"}, {"type":"perf","map":...,"cpu":N,"data":"hex"},
+// {"type":"lost","map":...,"map_type":...,"count":N}, {"type":"map","name":...,"map_type":...,
 // "entries":[{"key":K,"value":V[,"percpu":[...]]}...]} (histograms add "hist":[counts]),
 // {"type":"global","name":...,"section":".bss","value":V} (V a number, bool or string).
 #include <fmt/format.h>
@@ -36,6 +41,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -74,6 +80,7 @@ struct RunFlags {
   double interval = 0;
   bool json = false;
   bool verifier_log = false;
+  uint32_t perf_pages = ebpf::kDefaultPerfRingBytes / 4096;
 };
 
 bool is_int_size(size_t n) { return n == 1 || n == 2 || n == 4 || n == 8; }
@@ -188,7 +195,9 @@ void print_globals(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& sp
 void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs, bool as_json) {
   for (size_t i = 0; i < mf.count(); ++i) {
     const ebpf::MapSpec s = mf.spec(i);
-    if (s.global_data || s.type == uint32_t(ebpf::MapType::ringbuf)) continue;
+    if (s.global_data || s.type == uint32_t(ebpf::MapType::ringbuf) ||
+        s.type == uint32_t(ebpf::MapType::perf_event_array) || s.type == uint32_t(ebpf::MapType::bloom_filter))
+      continue;  // streamed, or nothing to show (a bloom filter's bits)
     const auto entries = mf.entries(i);
     const bool array = s.type == uint32_t(ebpf::MapType::array) || s.type == uint32_t(ebpf::MapType::percpu_array);
     if (as_json) {
@@ -235,11 +244,43 @@ void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs
   std::fflush(stdout);
 }
 
-// Prints what the ring buffers hold; returns how many records.
-size_t drain_rings(ebpf::MapFile& mf, bool as_json) {
+// One record of a ring buffer or a perf event array: --json {"type":"ringbuf"|"perf",
+// "map":...,["cpu":N,]"data":"hex"}; else "map: " and whole u64 words as numbers, other
+// sizes as bytes.
+void print_record(const std::string& map, std::span<const uint8_t> rec, bool as_json, const char* type,
+                  int64_t cpu) {
+  if (as_json) {
+    json j{{"type", type}, {"map", map}};
+    if (cpu >= 0) j["cpu"] = cpu;
+    j["data"] = hex(rec, "");
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  std::string words;
+  if (rec.size() % 8 == 0) {
+    for (size_t k = 0; k < rec.size(); k += 8) {
+      uint64_t w;
+      std::memcpy(&w, rec.data() + k, 8);
+      words += fmt::format("{}{}", k ? " " : "", w);
+    }
+  } else {
+    words = hex(rec);
+  }
+  fmt::print("{}: {}\n", map, words);
+}
+
+// Prints what the ring buffers and perf event arrays hold; returns how many records.
+// `final`: the target has ended, every submitted perf record can go (consume_perf).
+size_t drain_rings(ebpf::MapFile& mf, bool as_json, bool final = false) {
   size_t n = 0;
   for (size_t i = 0; i < mf.count(); ++i) {
     const ebpf::MapSpec s = mf.spec(i);
+    if (s.type == uint32_t(ebpf::MapType::perf_event_array)) {
+      n += mf.consume_perf(
+          i, [&](uint32_t cpu, std::span<const uint8_t> rec) { print_record(s.name, rec, as_json, "perf", cpu); },
+          final);
+      continue;
+    }
     if (s.type != uint32_t(ebpf::MapType::ringbuf)) continue;
     const bool printk = s.name == ".printk";
     n += mf.consume_ring(i, [&](std::span<const uint8_t> rec) {
@@ -247,26 +288,40 @@ size_t drain_rings(ebpf::MapFile& mf, bool as_json) {
         const std::string msg(reinterpret_cast<const char*>(rec.data()), rec.size());
         if (as_json) fmt::print("{}\n", json{{"type", "printk"}, {"msg", msg}}.dump());
         else fmt::print("{}\n", msg);
-      } else if (as_json) {
-        fmt::print("{}\n", json{{"type", "ringbuf"}, {"map", s.name}, {"data", hex(rec, "")}}.dump());
       } else {
-        // Records of whole u64 words print as numbers, others as bytes.
-        std::string words;
-        if (rec.size() % 8 == 0) {
-          for (size_t k = 0; k < rec.size(); k += 8) {
-            uint64_t w;
-            std::memcpy(&w, rec.data() + k, 8);
-            words += fmt::format("{}{}", k ? " " : "", w);
-          }
-        } else {
-          words = hex(rec);
-        }
-        fmt::print("{}: {}\n", s.name, words);
+        print_record(s.name, rec, as_json, "ringbuf", -1);
       }
     });
   }
   if (n) std::fflush(stdout);
   return n;
+}
+
+// Records the target could not send (a full ring buffer or perf ring, or a handler that
+// interrupted its own thread's reservation): said on stderr, and with --json as
+// {"type":"lost","map":...,"map_type":...,"count":N} too.
+void report_lost(const ebpf::MapFile& mf, bool as_json, const std::string& me) {
+  for (size_t i = 0; i < mf.count(); ++i) {
+    const ebpf::MapSpec s = mf.spec(i);
+    const bool perf = s.type == uint32_t(ebpf::MapType::perf_event_array);
+    if (!perf && s.type != uint32_t(ebpf::MapType::ringbuf)) continue;
+    const uint64_t lost = mf.ring_dropped(i);
+    if (!lost) continue;
+    if (as_json)
+      fmt::print("{}\n", json{{"type", "lost"}, {"map", s.name}, {"map_type", ebpf::map_type_name(s.type)},
+                              {"count", lost}}
+                             .dump());
+    if (s.name == ".printk")
+      fmt::print(stderr, "{}: {} bpf_printk line(s) lost: the printk ring was full\n", me, lost);
+    else if (perf)
+      fmt::print(stderr, "{}: perf event array '{}': {} record(s) lost: a ring was full (--perf-pages sets its "
+                         "size: {} pages)\n",
+                 me, s.name, lost, s.ring_bytes / 4096);
+    else
+      fmt::print(stderr, "{}: ring buffer '{}': {} record(s) lost: it was full (its max_entries: {} bytes)\n", me,
+                 s.name, lost, s.max_entries);
+  }
+  std::fflush(stdout);
 }
 
 // A uprobe's place: the binary it names (BINARY:FUNC) is the traced program (same path,
@@ -437,6 +492,9 @@ int run(const RunFlags& f) {
     abs_objects.push_back(rp ? rp : path);
     free(rp);
   }
+  // The consumer sizes the perf rings, as perf_buffer__new's page count does.
+  for (ebpf::MapSpec& s : specs)
+    if (s.type == uint32_t(ebpf::MapType::perf_event_array)) s.ring_bytes = f.perf_pages * 4096;
   ebpf::MapSpec printk;
   printk.name = ".printk";
   printk.type = uint32_t(ebpf::MapType::ringbuf);
@@ -506,8 +564,9 @@ int run(const RunFlags& f) {
       return 2;
     }
   }
-  drain_rings(*mf, f.json);
+  drain_rings(*mf, f.json, true);
   print_maps(*mf, specs, f.json);
+  report_lost(*mf, f.json, me);
   if (ended.signaled) fmt::print(stderr, "{}: target {}\n", me, ended.how);
   if (ended.signaled && WTERMSIG(ended.status) == SIGTRAP) watch.killed_by_sigtrap(me);
   if (mf->unlocked_reads())
@@ -532,10 +591,17 @@ void add_run(CLI::App& app) {
   sub->add_flag("--json", f->json, "one JSON object per line");
   sub->add_flag("--verifier-log", f->verifier_log,
                 "print the verifier's log of every program (on stderr), accepted ones too");
+  sub->add_option("--perf-pages", f->perf_pages,
+                  "pages of each CPU's ring of a perf event array (a power of two; default 64)")
+      ->check(CLI::Range(1u, 1u << 18));
   sub->add_option("command", f->command, "-- PROGRAM [ARGS]");
   sub->callback([f] {
     if (!std::isfinite(f->interval)) {  // CLI::Range lets NaN through
       fmt::print(stderr, "utramp run: --interval {}: expected a number of seconds\n", f->interval);
+      std::exit(2);
+    }
+    if (!std::has_single_bit(f->perf_pages)) {
+      fmt::print(stderr, "utramp run: --perf-pages {}: expected a power of two\n", f->perf_pages);
       std::exit(2);
     }
     f->objects = {f->object};
