@@ -1,5 +1,6 @@
-// utramp run OBJECT [--interval SEC] [--json] -- PROGRAM [ARGS]: runs PROGRAM with
-// the eBPF programs of OBJECT (clang -target bpf) attached to its functions, prints
+// utramp run OBJECT [--attach PROG=SPEC]... [--interval SEC] [--json] -- PROGRAM [ARGS]:
+// runs PROGRAM with the eBPF programs of OBJECT (clang -target bpf) attached to its
+// functions (where their sections say, or --attach: ebpf::AttachSpec), prints
 // bpf_trace_printk lines and ring buffer records as they come, and every map at the end
 // (and every SEC seconds with --interval).
 //
@@ -71,6 +72,7 @@ struct RunFlags {
   std::string object;
   std::vector<std::string> objects;
   std::vector<std::string> command;
+  std::vector<std::string> attach;  // --attach PROG=SPEC
   double interval = 0;
   bool json = false;
   bool verifier_log = false;
@@ -269,14 +271,27 @@ size_t drain_rings(ebpf::MapFile& mf, bool as_json) {
   return n;
 }
 
+// A uprobe's binary (BINARY:FUNC, from the section or --attach): the traced program
+// (its path, its file name, /proc/self/exe as libbpf-bootstrap names it, or *). A shared
+// library is named as such: uprobes in libraries are not supported yet.
+std::string check_binary(const std::string& binary, const std::string& prog) {
+  const auto base = [](const std::string& x) { return x.substr(x.rfind('/') + 1); };
+  if (binary.empty() || binary == "*" || binary == "/proc/self/exe" || binary == prog || base(binary) == base(prog))
+    return {};
+  const std::string b = base(binary);
+  if (b.ends_with(".so") || b.find(".so.") != std::string::npos)
+    return fmt::format("binary '{}' is a shared library: uprobes in shared libraries are not supported yet (only "
+                       "functions of the traced program {})",
+                       binary, prog);
+  return fmt::format("binary '{}' is not the traced program {} (name it, /proc/self/exe, or *)", binary, prog);
+}
+
 // A uprobe's place: the binary it names (BINARY:FUNC) is the traced program (same path,
 // same file name, or *), and FUNC+OFFSET is an instruction boundary inside FUNC, proven
 // by decoding FUNC from its start in the file.
 std::string check_uprobe(const ebpf::LoadedProgram& p, const sites::SiteInfo& fn, const os::ElfFile* elf,
                          const std::string& prog) {
-  const auto base = [](const std::string& x) { return x.substr(x.rfind('/') + 1); };
-  if (!p.binary.empty() && p.binary != "*" && p.binary != prog && base(p.binary) != base(prog))
-    return fmt::format("binary '{}' is not the traced program {} (name it, or use *)", p.binary, prog);
+  if (auto why = check_binary(p.binary, prog); !why.empty()) return why;
   if (p.offset == 0) return {};
   if (fn.size && p.offset >= fn.size)
     return fmt::format("offset {:#x} is beyond {} ({} bytes)", p.offset, p.target, fn.size);
@@ -381,6 +396,15 @@ int run(const RunFlags& f) {
   auto elf = os::ElfFile::open(prog);
   auto types = ebpf::TargetTypes::open(prog);  // none: CO-RE keeps the object's own layouts
   // Load and check everything before anything runs.
+  std::vector<ebpf::AttachSpec> attach;
+  for (const std::string& t : f.attach) {
+    auto a = ebpf::parse_attach_spec(t);
+    if (!a) {
+      fmt::print(stderr, "{}: {}\n", me, a.error().message);
+      return 2;
+    }
+    attach.push_back(std::move(*a));
+  }
   std::vector<ebpf::MapSpec> specs;
   std::vector<std::string> abs_objects;
   for (const std::string& path : f.objects) {
@@ -389,12 +413,20 @@ int run(const RunFlags& f) {
       fmt::print(stderr, "{}: {}\n", me, obj.error().message);
       return 2;
     }
+    if (auto a = ebpf::apply_attach(*obj, attach); !a) {
+      fmt::print(stderr, "{}: {}: {}\n", me, path, a.error().message);
+      return 2;
+    }
     for (auto& p : obj->programs) {
       const auto* fn = [&]() -> const sites::SiteInfo* {
         for (const auto& x : target->functions)
           if (x.name == p.target) return &x;
         return nullptr;
       }();
+      if (auto why = ebpf::is_uprobe(p.kind) ? check_binary(p.binary, prog) : std::string(); !why.empty()) {
+        fmt::print(stderr, "{}: {}: program '{}' (section '{}'): {}\n", me, path, p.name, p.section, why);
+        return 2;
+      }
       if (!fn) {
         fmt::print(stderr, "{}: {}: program '{}' (section '{}'): no function '{}' in {}\n", me, path, p.name,
                    p.section, p.target, prog);
@@ -454,6 +486,7 @@ int run(const RunFlags& f) {
   cfg.tracer = "none";
   cfg.trace_dir = dir;
   cfg.bpf_objects = abs_objects;
+  cfg.bpf_attach = f.attach;
   cfg.bpf_map_file = dir + "/maps";
   cfg.bpf_status_file = dir + "/status";
   auto mf = ebpf::MapFile::create(cfg.bpf_map_file, specs);
@@ -529,6 +562,10 @@ void add_run(CLI::App& app) {
   sub->add_option("object", f->object, "eBPF object file (clang -O2 -g -target bpf)")->required();
   sub->add_option("--interval", f->interval, "print the maps every SEC seconds too")
       ->check(CLI::Range(0.0, 86400.0 * 365));
+  sub->add_option("--attach", f->attach,
+                  "PROG=uprobe:BINARY:FUNC[+OFF], PROG=uretprobe:BINARY:FUNC, PROG=fentry:FUNC, PROG=fexit:FUNC, "
+                  "PROG=fmod_ret:FUNC: attach program PROG there (overrides or completes its section; repeatable)")
+      ->allow_extra_args(false);
   sub->add_flag("--json", f->json, "one JSON object per line");
   sub->add_flag("--verifier-log", f->verifier_log,
                 "print the verifier's log of every program (on stderr), accepted ones too");
