@@ -10,8 +10,8 @@
 //                           "kprobe/FUNC[+OFF]" and "kretprobe/FUNC" are the same probes
 //                           (libbpf-tools name user functions so); bare "uprobe",
 //                           "uretprobe", "kprobe", "kretprobe", "fentry", "fexit" and
-//                           "fmod_ret" name no function: an AttachSpec (--attach) must
-//                           (apply_attach)
+//                           "fmod_ret" name no function: an AttachSpec (--attach) names
+//                           it (apply_attach, which refuses a program left without one)
 //   .text                   BPF-to-BPF callees: appended to each program that calls
 //                           them (calls relocated), their own relocations applied too
 //   .maps                   BTF-defined maps (__uint(type, ...), __type(key, ...) ...),
