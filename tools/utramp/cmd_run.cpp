@@ -286,12 +286,9 @@ std::string check_binary(const std::string& binary, const std::string& prog) {
   return fmt::format("binary '{}' is not the traced program {} (name it, /proc/self/exe, or *)", binary, prog);
 }
 
-// A uprobe's place: the binary it names (BINARY:FUNC) is the traced program (same path,
-// same file name, or *), and FUNC+OFFSET is an instruction boundary inside FUNC, proven
-// by decoding FUNC from its start in the file.
-std::string check_uprobe(const ebpf::LoadedProgram& p, const sites::SiteInfo& fn, const os::ElfFile* elf,
-                         const std::string& prog) {
-  if (auto why = check_binary(p.binary, prog); !why.empty()) return why;
+// A uprobe's place (its binary is checked first: check_binary): FUNC+OFFSET is an
+// instruction boundary inside FUNC, proven by decoding FUNC from its start in the file.
+std::string check_uprobe(const ebpf::LoadedProgram& p, const sites::SiteInfo& fn, const os::ElfFile* elf) {
   if (p.offset == 0) return {};
   if (fn.size && p.offset >= fn.size)
     return fmt::format("offset {:#x} is beyond {} ({} bytes)", p.offset, p.target, fn.size);
@@ -433,7 +430,7 @@ int run(const RunFlags& f) {
         return 2;
       }
       if (ebpf::is_uprobe(p.kind)) {
-        if (auto why = check_uprobe(p, *fn, elf ? elf->get() : nullptr, prog); !why.empty()) {
+        if (auto why = check_uprobe(p, *fn, elf ? elf->get() : nullptr); !why.empty()) {
           fmt::print(stderr, "{}: {}: program '{}' (section '{}'): {}\n", me, path, p.name, p.section, why);
           return 2;
         }
