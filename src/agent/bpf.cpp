@@ -50,7 +50,18 @@ struct UprobeCtx {
   uint64_t cookie, func_ip, nargs;
   uint64_t r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
 };
-static_assert(sizeof(UprobeCtx) == (3 + 21) * 8);
+static_assert(sizeof(UprobeCtx) == 3 * 8 + ebpf::kPtRegsSize);
+// Each register where the loader's layout puts it (CO-RE on struct pt_regs and the
+// verifier go by that layout).
+#define UTRAMP_PT_REG_AT(f) \
+  static_assert(offsetof(UprobeCtx, f) - offsetof(UprobeCtx, r15) == ebpf::pt_regs_offset(#f))
+UTRAMP_PT_REG_AT(r15); UTRAMP_PT_REG_AT(r14); UTRAMP_PT_REG_AT(r13); UTRAMP_PT_REG_AT(r12);
+UTRAMP_PT_REG_AT(bp);  UTRAMP_PT_REG_AT(bx);  UTRAMP_PT_REG_AT(r11); UTRAMP_PT_REG_AT(r10);
+UTRAMP_PT_REG_AT(r9);  UTRAMP_PT_REG_AT(r8);  UTRAMP_PT_REG_AT(ax);  UTRAMP_PT_REG_AT(cx);
+UTRAMP_PT_REG_AT(dx);  UTRAMP_PT_REG_AT(si);  UTRAMP_PT_REG_AT(di);  UTRAMP_PT_REG_AT(orig_ax);
+UTRAMP_PT_REG_AT(ip);  UTRAMP_PT_REG_AT(cs);  UTRAMP_PT_REG_AT(flags); UTRAMP_PT_REG_AT(sp);
+UTRAMP_PT_REG_AT(ss);
+#undef UTRAMP_PT_REG_AT
 // The words below pt_regs are the tracing context's header (abi/ctx.hpp).
 static_assert(offsetof(UprobeCtx, cookie) == offsetof(UprobeCtx, r15) + 8 * abi::kCtxCookie);
 static_assert(offsetof(UprobeCtx, func_ip) == offsetof(UprobeCtx, r15) + 8 * abi::kCtxFuncIp);
@@ -105,10 +116,18 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   std::vector<probe::ProbeSpec> uprobes;
   std::vector<probe::RetprobeSpec> uretprobes;
   std::vector<std::string> uprobe_what, uretprobe_what;
+  // The CLI checked the specs (and applied them to the same object) before the start.
+  std::vector<ebpf::AttachSpec> specs;
+  for (const std::string& t : cfg.bpf_attach) {
+    auto a = ebpf::parse_attach_spec(t);
+    if (!a) return std::move(a).error();
+    specs.push_back(std::move(*a));
+  }
   size_t map_base = 0;
   for (const std::string& path : cfg.bpf_objects) {
     auto obj = ebpf::load_object_file(path, helpers);
     if (!obj) return std::move(obj).error();
+    if (auto a = ebpf::apply_attach(*obj, specs); !a) return std::move(a).error();
     if (map_base + obj->maps.size() > maps.count())
       return make_error(Errc::bad_format, fmt::format("{}: the map file has fewer maps than the object", path));
     std::vector<uint64_t> hdr, val;

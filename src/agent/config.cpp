@@ -55,6 +55,7 @@ std::string dump_config(const Config& c) {
   j["tids"] = c.tids;
   j["follow_exec"] = c.follow_exec;
   j["bpf_objects"] = c.bpf_objects;
+  j["bpf_attach"] = c.bpf_attach;
   j["bpf_map_file"] = c.bpf_map_file;
   j["bpf_status_file"] = c.bpf_status_file;
   json caps = json::array();
@@ -80,6 +81,7 @@ Result<Config> parse_config(const std::string& text, const std::string& path) {
     c.tids = j.value("tids", std::vector<uint32_t>{});
     c.follow_exec = j.value("follow_exec", false);
     c.bpf_objects = j.value("bpf_objects", std::vector<std::string>{});
+    c.bpf_attach = j.value("bpf_attach", std::vector<std::string>{});
     c.bpf_map_file = j.value("bpf_map_file", "");
     c.bpf_status_file = j.value("bpf_status_file", "");
     for (const auto& a : j.value("captures", json::array())) {

@@ -46,6 +46,7 @@ struct Config {
   // created for them, and where the agent reports a failed start (tracer "none": no
   // function tracer, no trace buffers).
   std::vector<std::string> bpf_objects;
+  std::vector<std::string> bpf_attach;  // --attach PROG=SPEC, as given (ebpf::parse_attach_spec)
   std::string bpf_map_file;
   std::string bpf_status_file;
 };

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace utramp::ebpf {
@@ -9,6 +11,17 @@ namespace utramp::ebpf {
 namespace {
 
 using namespace op;
+
+// What to use instead of a kernel helper utramp does not provide, where there is a way.
+std::string helper_hint(std::string_view kname) {
+  if (kname == "bpf_override_return")
+    return "to return a value without running the function, attach an fmod_ret program "
+           "(SEC(\"fmod_ret/FUNC\")) to a function marked UTRAMP_ALLOW_ERROR_INJECTION";
+  if (kname == "bpf_get_current_task" || kname == "bpf_get_current_task_btf")
+    return "there is no kernel task in user space: bpf_get_current_pid_tgid and bpf_get_current_comm describe the "
+           "calling thread";
+  return {};
+}
 
 class Checker {
  public:
@@ -118,10 +131,13 @@ Result<void> Checker::jmp(size_t i) {
         return fail(Errc::bad_format, i, fmt::format("unknown call kind src={}", unsigned(n.src)));
       if (const HelperInfo* h = helpers_ ? helpers_->find(static_cast<uint32_t>(n.imm)) : nullptr;
           !h || !h->fn) {
-        std::string_view kname = kernel_helper_name(static_cast<uint32_t>(n.imm));
+        const uint32_t id = static_cast<uint32_t>(n.imm);
+        std::string_view kname = kernel_helper_name(id);
+        const std::string hint = helper_hint(kname);
         return fail(Errc::not_found, i,
-                    kname.empty() ? fmt::format("unknown helper {}", n.imm)
-                                  : fmt::format("unknown helper {} ({}): not provided here", n.imm, kname));
+                    kname.empty() ? fmt::format("unknown helper {} (no kernel helper has that number)", n.imm)
+                                  : fmt::format("unknown helper {} ({}): not provided here{}{}", n.imm, kname,
+                                                hint.empty() ? "" : "; ", hint));
       }
       return {};
     case kExit:

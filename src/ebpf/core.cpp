@@ -316,6 +316,47 @@ Result<Field> target_field(const Relo& x, const TargetTypes::Impl& tt, int tag, 
   return f;
 }
 
+// The same path in utramp's uprobe context (loader.hpp kPtRegsFields): struct pt_regs
+// itself, or one of its registers, each an unsigned 8-byte word. A register the
+// object's pt_regs has and utramp's has not (a newer kernel's fred_cs, say) does not
+// exist; reading inside a register (a bitfield, an array) is refused.
+Result<Field> context_field(const Relo& x, const std::vector<Step>& steps, size_t access_len) {
+  Field f;
+  if (steps[0].index != 0)
+    return x.fail(Errc::unsupported, "the uprobe context is one struct pt_regs, not an array of them");
+  if (steps.size() == 1 && access_len > 1)  // an anonymous member itself: no register
+    return x.fail(Errc::unsupported, "an anonymous member of struct pt_regs is not a register of utramp's");
+  if (steps.size() == 1) {
+    f.size = kPtRegsSize;
+    return f;
+  }
+  const int64_t off = pt_regs_offset(steps[1].name);
+  if (off < 0) {
+    f.exists = false;
+    return f;
+  }
+  if (steps.size() > 2)
+    return x.fail(Errc::unsupported,
+                  fmt::format("'{}' is an 8-byte register in utramp's struct pt_regs: nothing inside it to reach",
+                              steps[1].name));
+  f.offset = static_cast<uint64_t>(off);
+  f.size = 8;
+  return f;
+}
+
+// True when relocations on type `name` resolve against the uprobe context: a uprobe's
+// `struct pt_regs` is utramp's (the target's DWARF has none, and the program reads the
+// copy utramp makes, not the target's memory).
+bool is_context_type(const LoadedProgram& p, const btf_type* t, const std::string& name) {
+  return is_uprobe(p.kind) && t && btf_is_struct(t) && name == "pt_regs";
+}
+
+std::string context_fields() {
+  std::string s;
+  for (auto f : kPtRegsFields) s += fmt::format("{}{}", s.empty() ? "" : ", ", f);
+  return s;
+}
+
 // Puts `value` where the instruction holds `local` (see the header).
 Result<void> patch(const Relo& x, std::vector<Insn>& insns, uint64_t local, uint64_t value, bool size_changed) {
   if (x.r.insn >= insns.size()) return x.fail(Errc::bad_format, "instruction outside the program");
@@ -373,12 +414,6 @@ Result<void> apply_one(LoadedProgram& p, const CoreRelo& r, const btf* local, co
       if (!lf) return std::move(lf).error();
       uint32_t id = r.type_id;
       const btf_type* rt = skip_mods(local, &id);
-      Field tf = *lf;
-      if (tt) {
-        auto f = target_field(x, *tt, dwarf_tag_for(rt), essential(btf__name_by_offset(local, rt->name_off)), steps);
-        if (!f) return std::move(f).error();
-        tf = *f;
-      }
       auto value_of = [&](const Field& f) -> uint64_t {
         switch (r.kind) {
           case BPF_CORE_FIELD_BYTE_OFFSET: return f.offset;
@@ -387,6 +422,22 @@ Result<void> apply_one(LoadedProgram& p, const CoreRelo& r, const btf* local, co
           default: return f.is_signed;
         }
       };
+      Field tf = *lf;
+      const std::string root = essential(btf__name_by_offset(local, rt->name_off));
+      if (is_context_type(p, rt, root)) {
+        auto f = context_field(x, steps, acc->size());
+        if (!f) return std::move(f).error();
+        if (!f->exists && r.kind != BPF_CORE_FIELD_EXISTS)
+          return x.fail(Errc::not_found, fmt::format("utramp's uprobe context has no register '{}' (struct "
+                                                     "pt_regs: {})",
+                                                     steps[1].name, context_fields()));
+        return patch(x, p.insns, value_of(*lf), value_of(*f), f->size != lf->size);
+      }
+      if (tt) {
+        auto f = target_field(x, *tt, dwarf_tag_for(rt), root, steps);
+        if (!f) return std::move(f).error();
+        tf = *f;
+      }
       if (!tf.exists && r.kind != BPF_CORE_FIELD_EXISTS)
         return x.fail(Errc::not_found, fmt::format("not in the target's DWARF ({})", where));
       return patch(x, p.insns, value_of(*lf), value_of(tf), tf.size != lf->size);
@@ -402,6 +453,8 @@ Result<void> apply_one(LoadedProgram& p, const CoreRelo& r, const btf* local, co
       x.what = name;
       const long ls = btf__resolve_size(local, r.type_id);
       const uint64_t lv = r.kind == BPF_CORE_TYPE_EXISTS ? 1 : static_cast<uint64_t>(ls < 0 ? 0 : ls);
+      if (is_context_type(p, t, name))
+        return patch(x, p.insns, lv, r.kind == BPF_CORE_TYPE_EXISTS ? 1 : kPtRegsSize, false);
       if (!tt) return patch(x, p.insns, lv, lv, false);
       auto it = tt->types.find({tag, name});
       if (r.kind == BPF_CORE_TYPE_EXISTS) return patch(x, p.insns, lv, it != tt->types.end(), false);

@@ -27,6 +27,12 @@
 // gets the 64-bit value. The instruction must hold the value the object's own BTF gives
 // (what clang emitted), else the record does not describe it and the load fails.
 //
+// A uprobe program's `struct pt_regs` is not the target's: it is the context utramp
+// builds at each hit (loader.hpp kPtRegsFields), so relocations rooted at it resolve
+// against that layout whatever the target's DWARF says: each register an unsigned
+// 8-byte word, the struct 168 bytes; a register utramp's context lacks does not exist
+// (field_exists 0; any other kind fails naming it).
+//
 // Without the target's DWARF the object's BTF is the reference: the values clang
 // emitted stay, each checked as above. A field, type or enumerator the target's DWARF
 // lacks makes field_exists/type_exists/enumval_exists 0; any other kind on it fails.

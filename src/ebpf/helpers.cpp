@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <linux/bpf.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -93,6 +95,12 @@ std::string describe_proto(const HelperInfo& h) {
   return out + ") -> " + ret_name(h.proto.ret);
 }
 
+// Every helper id the system's linux/bpf.h knows, by position (its mapper lists them in
+// id order from unspec, 0): names for the ids the switch below leaves out.
+#define UTRAMP_HELPER_NAME(x) "bpf_" #x
+constexpr std::string_view kUapiHelperNames[] = {__BPF_FUNC_MAPPER(UTRAMP_HELPER_NAME)};
+#undef UTRAMP_HELPER_NAME
+
 std::string_view kernel_helper_name(uint32_t id) {
   // The ids of include/uapi/linux/bpf.h (___BPF_FUNC_MAPPER) that tracing programs use.
   switch (id) {
@@ -135,7 +143,7 @@ std::string_view kernel_helper_name(uint32_t id) {
     case 183: return "bpf_get_func_arg";
     case 184: return "bpf_get_func_ret";
     case 185: return "bpf_get_func_arg_cnt";
-    default: return {};
+    default: return id > 0 && id < std::size(kUapiHelperNames) ? kUapiHelperNames[id] : std::string_view();
   }
 }
 

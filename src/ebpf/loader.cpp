@@ -87,6 +87,57 @@ class Parser {
 
 bool starts(const std::string& s, std::string_view p) { return s.rfind(p, 0) == 0; }
 
+// The program sections, as libbpf names them: "KIND" alone (bare: the attach spec
+// names the function) or "KIND/PLACE". kprobe/kretprobe are uprobes here (there is no
+// kernel): libbpf-tools programs name user functions so.
+constexpr const char* kSectionForms =
+    "fentry/FUNC, fexit/FUNC, fmod_ret/FUNC, uprobe/[BINARY:]FUNC[+OFFSET], uretprobe/[BINARY:]FUNC, "
+    "kprobe/FUNC[+OFFSET], kretprobe/FUNC, or any of these kinds bare with --attach";
+
+std::optional<ProgKind> section_kind(const std::string& name) {
+  static const std::pair<std::string_view, ProgKind> kinds[] = {
+      {"fentry", ProgKind::fentry},    {"fexit", ProgKind::fexit},         {"fmod_ret", ProgKind::fmod_ret},
+      {"uprobe", ProgKind::uprobe},    {"uretprobe", ProgKind::uretprobe}, {"kprobe", ProgKind::uprobe},
+      {"kretprobe", ProgKind::uretprobe}};
+  for (const auto& [k, kind] : kinds)
+    if (name == k || (starts(name, k) && name.size() > k.size() && name[k.size()] == '/')) return kind;
+  return std::nullopt;
+}
+
+struct Place {
+  std::string binary, func;
+  uint64_t offset = 0;
+};
+
+// A function's place: FUNC for tracing kinds; [BINARY:]FUNC[+OFFSET] for uprobes
+// (BINARY only where `with_binary`; OFFSET decimal or 0x hex, none for a return probe).
+Result<Place> parse_place(std::string rest, ProgKind kind, bool with_binary) {
+  Place pl;
+  if (is_uprobe(kind)) {
+    if (const size_t colon = rest.rfind(':'); with_binary && colon != std::string::npos) {
+      pl.binary = rest.substr(0, colon);
+      rest = rest.substr(colon + 1);
+      if (pl.binary.empty()) return make_error(Errc::invalid_argument, "empty binary before ':' (a path, or *)");
+    }
+    if (const size_t plus = rest.rfind('+'); plus != std::string::npos) {
+      const std::string off = rest.substr(plus + 1);
+      rest = rest.substr(0, plus);
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long v = off.empty() || off[0] == '-' ? 0 : std::strtoull(off.c_str(), &end, 0);
+      if (off.empty() || off[0] == '-' || errno || !end || *end)
+        return make_error(Errc::invalid_argument, fmt::format("offset '{}' is not a number (decimal or 0x hex)", off));
+      pl.offset = v;
+      if (kind == ProgKind::uretprobe && pl.offset != 0)
+        return make_error(Errc::invalid_argument,
+                          fmt::format("a return probe attaches at the function's entry, not at +{:#x}", pl.offset));
+    }
+  }
+  if (rest.empty()) return make_error(Errc::invalid_argument, "no function named");
+  pl.func = rest;
+  return pl;
+}
+
 Result<void> Parser::read_elf() {
   if (bytes_.size() < sizeof(Elf64_Ehdr))
     return err(Errc::bad_format, fmt::format("truncated: {} bytes, an ELF header needs {}",
@@ -170,8 +221,7 @@ Result<void> Parser::classify() {
     const uint64_t f = s.sh->sh_flags;
     if (s.sh->sh_type == SHT_REL) s.role = Sec::Role::rel;
     else if (n == ".text") s.role = Sec::Role::text, text_sec_ = static_cast<int>(i);
-    else if (starts(n, "fentry/") || starts(n, "fexit/") || starts(n, "fmod_ret/") || starts(n, "uprobe/") ||
-             starts(n, "uretprobe/"))
+    else if (section_kind(n))
       s.role = Sec::Role::prog;
     else if (n == ".maps") s.role = Sec::Role::maps, maps_sec_ = static_cast<int>(i);
     else if (n == "maps")
@@ -183,9 +233,7 @@ Result<void> Parser::classify() {
       s.role = Sec::Role::ignore;
     else if (f & SHF_EXECINSTR)
       return err(Errc::unsupported,
-                 fmt::format("section '{}': unknown program type (supported: fentry/FUNC, fexit/FUNC, "
-                             "fmod_ret/FUNC, uprobe/FUNC[+OFFSET], uretprobe/FUNC)",
-                             n));
+                 fmt::format("section '{}': unknown program type (supported: {})", n, kSectionForms));
     else if (f & SHF_ALLOC)
       return err(Errc::unsupported, fmt::format("section '{}': unknown section", n));
     if ((s.role == Sec::Role::prog || s.role == Sec::Role::text) && s.data.size() % 8)
@@ -307,6 +355,7 @@ Result<void> Parser::read_maps() {
     MapSpec m;
     m.name = sym.name;
     const btf_member* mem = btf_members(st);
+    std::string unknown_field;  // reported after the type: an unsupported type is the real reason
     for (uint16_t k = 0; k < btf_vlen(st); ++k) {
       const char* mn = btf__name_by_offset(btf_.get(), mem[k].name_off);
       const std::string field = mn ? mn : "";
@@ -335,10 +384,12 @@ Result<void> Parser::read_maps() {
       else if (field == "key") UTRAMP_TRY(type_size(&m.key_size));
       else if (field == "value") UTRAMP_TRY(type_size(&m.value_size));
       else if (field == "pinning" || field == "numa_node") continue;
-      else
-        return err(Errc::unsupported, fmt::format("{}: unsupported map field '{}'", where, field));
+      else if (unknown_field.empty())
+        unknown_field = field;
     }
     complete_map_spec(m);
+    if (!unknown_field.empty() && map_type_supported(m.type))
+      return err(Errc::unsupported, fmt::format("{}: unsupported map field '{}'", where, unknown_field));
     if (auto r = check_map_spec(m); !r) return err(r.error().code, r.error().message);
     maps_by_sym_[sym.name] = obj_.maps.size();
     obj_.maps.push_back(std::move(m));
@@ -442,42 +493,17 @@ std::optional<Prototype> Parser::prototype(const std::string& fn) const {
   return p;
 }
 
-// SEC("kind/rest"): fentry/fexit/fmod_ret take a function name; uprobe and uretprobe
-// libbpf's [BINARY:]FUNC[+OFFSET] (offset decimal or 0x hex; a return probe has none).
+// SEC("kind[/rest]"): the place, as section_kind() and parse_place() read it.
 Result<void> Parser::parse_target(const Sec& s, LoadedProgram& p) const {
+  p.kind = *section_kind(s.name);
   const size_t slash = s.name.find('/');
-  const std::string kind = s.name.substr(0, slash);
-  std::string rest = s.name.substr(slash + 1);
-  p.kind = kind == "fentry"   ? ProgKind::fentry
-           : kind == "fexit"  ? ProgKind::fexit
-           : kind == "uprobe" ? ProgKind::uprobe
-           : kind == "uretprobe" ? ProgKind::uretprobe
-                                 : ProgKind::fmod_ret;
-  if (is_uprobe(p.kind)) {
-    if (const size_t colon = rest.rfind(':'); colon != std::string::npos) {
-      p.binary = rest.substr(0, colon);
-      rest = rest.substr(colon + 1);
-      if (p.binary.empty())
-        return err(Errc::invalid_argument, fmt::format("section '{}': empty binary before ':' (a path, or *)", s.name));
-    }
-    if (const size_t plus = rest.rfind('+'); plus != std::string::npos) {
-      const std::string off = rest.substr(plus + 1);
-      rest = rest.substr(0, plus);
-      char* end = nullptr;
-      errno = 0;
-      const unsigned long long v = off.empty() || off[0] == '-' ? 0 : std::strtoull(off.c_str(), &end, 0);
-      if (off.empty() || off[0] == '-' || errno || !end || *end)
-        return err(Errc::invalid_argument,
-                   fmt::format("section '{}': offset '{}' is not a number (decimal or 0x hex)", s.name, off));
-      p.offset = v;
-      if (p.kind == ProgKind::uretprobe && p.offset != 0)
-        return err(Errc::invalid_argument,
-                   fmt::format("section '{}': a return probe attaches at the function's entry, not at +{:#x}",
-                               s.name, p.offset));
-    }
-  }
-  if (rest.empty()) return err(Errc::invalid_argument, fmt::format("section '{}': no function named", s.name));
-  p.target = rest;
+  if (slash == std::string::npos) return {};  // bare: apply_attach needs a spec for it
+  const bool libbpf_uprobe = starts(s.name, "uprobe/") || starts(s.name, "uretprobe/");
+  auto place = parse_place(s.name.substr(slash + 1), p.kind, libbpf_uprobe);
+  if (!place) return err(place.error().code, fmt::format("section '{}': {}", s.name, place.error().message));
+  p.binary = place->binary;
+  p.target = place->func;
+  p.offset = place->offset;
   return {};
 }
 
@@ -679,8 +705,7 @@ Result<void> Parser::read_programs() {
     }
   }
   if (obj_.programs.empty())
-    return err(Errc::not_found, "no programs (sections fentry/FUNC, fexit/FUNC, fmod_ret/FUNC, uprobe/FUNC or "
-                                "uretprobe/FUNC)");
+    return err(Errc::not_found, fmt::format("no programs (sections {})", kSectionForms));
   return {};
 }
 
@@ -725,6 +750,87 @@ const char* prog_kind_name(ProgKind k) {
 }
 
 bool is_uprobe(ProgKind k) { return k == ProgKind::uprobe || k == ProgKind::uretprobe; }
+
+Result<AttachSpec> parse_attach_spec(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return make_error(Errc::invalid_argument,
+                      fmt::format("--attach '{}': {} (forms: PROG=uprobe:BINARY:FUNC[+OFFSET], "
+                                  "PROG=uretprobe:BINARY:FUNC, PROG=fentry:FUNC, PROG=fexit:FUNC, "
+                                  "PROG=fmod_ret:FUNC)",
+                                  text, why));
+  };
+  AttachSpec a;
+  a.text = text;
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) return bad("no program named before '='");
+  a.prog = text.substr(0, eq);
+  const std::string spec = text.substr(eq + 1);
+  const size_t colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  if (kind == "usdt")
+    return make_error(Errc::unsupported, fmt::format("--attach '{}': usdt probes are not supported yet", text));
+  static const std::pair<std::string_view, ProgKind> kinds[] = {
+      {"uprobe", ProgKind::uprobe}, {"uretprobe", ProgKind::uretprobe}, {"fentry", ProgKind::fentry},
+      {"fexit", ProgKind::fexit},   {"fmod_ret", ProgKind::fmod_ret}};
+  bool known = false;
+  for (const auto& [k, v] : kinds)
+    if (kind == k) a.kind = v, known = true;
+  if (!known) return bad(fmt::format("unknown kind '{}'", kind));
+  if (colon == std::string::npos) return bad("no function named");
+  const std::string rest = spec.substr(colon + 1);
+  if (is_uprobe(a.kind) && rest.rfind(':') == std::string::npos)
+    return bad("a uprobe names its binary: BINARY:FUNC (the traced program's path or name, or /proc/self/exe)");
+  auto pl = parse_place(rest, a.kind, true);
+  if (!pl) return bad(pl.error().message);
+  a.binary = pl->binary;
+  a.func = pl->func;
+  a.offset = pl->offset;
+  return a;
+}
+
+Result<void> apply_attach(Object& obj, std::span<const AttachSpec> specs) {
+  std::map<std::string, const AttachSpec*> by_prog;
+  for (const AttachSpec& a : specs) {
+    auto it = std::find_if(obj.programs.begin(), obj.programs.end(),
+                           [&](const LoadedProgram& p) { return p.name == a.prog; });
+    if (it == obj.programs.end()) {
+      std::string names;
+      for (const auto& p : obj.programs) names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
+      return make_error(Errc::not_found,
+                        fmt::format("--attach '{}': no program '{}' in {} (its programs: {})", a.text, a.prog,
+                                    obj.path, names));
+    }
+    if (!by_prog.emplace(a.prog, &a).second)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("--attach '{}': program '{}' is attached by '{}' already (one spec a program)",
+                                    a.text, a.prog, by_prog[a.prog]->text));
+    LoadedProgram& p = *it;
+    // The context is the section's: pt_regs for the uprobe family, the tracing ctx of
+    // exactly this kind otherwise.
+    if (is_uprobe(p.kind) != is_uprobe(a.kind) || (!is_uprobe(p.kind) && p.kind != a.kind))
+      return make_error(Errc::invalid_argument,
+                        fmt::format("--attach '{}': program '{}' (section '{}') is a {} program, it cannot be "
+                                    "attached as {}{}",
+                                    a.text, p.name, p.section, prog_kind_name(p.kind), prog_kind_name(a.kind),
+                                    is_uprobe(p.kind) ? " (uprobe or uretprobe: its context is struct pt_regs)"
+                                                      : fmt::format(" (only {}: its context is fixed by its section)",
+                                                                    prog_kind_name(p.kind))));
+    p.kind = a.kind;
+    p.binary = a.binary;
+    p.target = a.func;
+    p.offset = a.offset;
+  }
+  for (const LoadedProgram& p : obj.programs) {
+    if (!p.target.empty()) continue;
+    const bool probe = is_uprobe(p.kind);
+    return make_error(Errc::invalid_argument,
+                      fmt::format("program '{}' (section '{}') names no function: attach it with --attach "
+                                  "{}={}:{}FUNC{}",
+                                  p.name, p.section, p.name, prog_kind_name(p.kind), probe ? "BINARY:" : "",
+                                  p.kind == ProgKind::uprobe ? "[+OFFSET]" : ""));
+  }
+  return {};
+}
 
 Result<Object> parse_object(std::span<const uint8_t> bytes, const std::string& name, const HelperTable& helpers) {
   return Parser(bytes, name, helpers).run();

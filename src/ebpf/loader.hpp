@@ -6,7 +6,12 @@
 //                           function of such a section is one program attached to FUNC)
 //   SEC("uprobe/FUNC[+OFF]"), SEC("uretprobe/FUNC")   probes with a struct pt_regs
 //                           context; libbpf's "uprobe/BINARY:FUNC[+OFF]" too (BINARY is
-//                           kept for the caller to compare with the traced program, or *)
+//                           kept for the caller to compare with the traced program, or *);
+//                           "kprobe/FUNC[+OFF]" and "kretprobe/FUNC" are the same probes
+//                           (libbpf-tools name user functions so); bare "uprobe",
+//                           "uretprobe", "kprobe", "kretprobe", "fentry", "fexit" and
+//                           "fmod_ret" name no function: an AttachSpec (--attach) names
+//                           it (apply_attach, which refuses a program left without one)
 //   .text                   BPF-to-BPF callees: appended to each program that calls
 //                           them (calls relocated), their own relocations applied too
 //   .maps                   BTF-defined maps (__uint(type, ...), __type(key, ...) ...),
@@ -30,11 +35,13 @@
 // index, the disassembly and the bytes.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.hpp"
@@ -86,8 +93,20 @@ struct LoadedProgram {
 
 bool is_uprobe(ProgKind k);
 
-// A uprobe program's context: the kernel's x86-64 struct pt_regs (21 registers).
-inline constexpr uint64_t kPtRegsSize = 21 * 8;
+// A uprobe program's context: the kernel's x86-64 struct pt_regs, one u64 per register
+// in this order (168 bytes). The one definition of that layout: CO-RE relocations on
+// `struct pt_regs` resolve against it (core.cpp), the agent builds it at each hit
+// (agent/bpf.cpp, checked against it field by field), the verifier bounds reads by it.
+inline constexpr std::array<std::string_view, 21> kPtRegsFields = {
+    "r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8", "ax",
+    "cx",  "dx",  "si",  "di",  "orig_ax", "ip", "cs", "flags", "sp", "ss"};
+inline constexpr uint64_t kPtRegsSize = kPtRegsFields.size() * 8;
+// The byte offset of register `name` in that context, or -1.
+constexpr int64_t pt_regs_offset(std::string_view name) {
+  for (size_t i = 0; i < kPtRegsFields.size(); ++i)
+    if (kPtRegsFields[i] == name) return static_cast<int64_t>(8 * i);
+  return -1;
+}
 
 struct Object {
   std::string path;
@@ -96,6 +115,28 @@ struct Object {
   std::vector<LoadedProgram> programs;
   std::shared_ptr<const btf> local_btf;  // the object's .BTF (CO-RE's local types), or null
 };
+
+// An attach spec (`utramp run --attach PROG=SPEC`): where program PROG is attached,
+// overriding or completing its section. SPEC is one of
+//   uprobe:BINARY:FUNC[+OFF]   uretprobe:BINARY:FUNC   (BINARY as in uprobe/BINARY:FUNC)
+//   fentry:FUNC   fexit:FUNC   fmod_ret:FUNC
+// A spec keeps the program's context: a uprobe-family section (uprobe, uretprobe,
+// kprobe, kretprobe) takes uprobe or uretprobe (as libbpf's bpf_program__attach_uprobe
+// attaches either), a tracing section only its own kind (its context is fixed at load).
+// usdt: is refused as not supported yet.
+struct AttachSpec {
+  std::string prog;
+  ProgKind kind = ProgKind::uprobe;
+  std::string binary;  // uprobes: as given (the form requires one)
+  std::string func;
+  uint64_t offset = 0;
+  std::string text;    // as given, for messages
+};
+Result<AttachSpec> parse_attach_spec(const std::string& text);
+// Applies `specs` to obj's programs (each spec must name one of them, each program at
+// most once), then checks that every program names a function: a bare section left
+// without a spec is refused with the --attach form that completes it.
+Result<void> apply_attach(Object& obj, std::span<const AttachSpec> specs);
 
 // Parses and checks an object from memory (`name` for messages) against `helpers`.
 Result<Object> parse_object(std::span<const uint8_t> bytes, const std::string& name,

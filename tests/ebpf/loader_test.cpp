@@ -8,6 +8,7 @@
 #include <iterator>
 #include <map>
 
+#include "ebpf/check.hpp"
 #include "ebpf/core.hpp"
 #include "ebpf/helpers.hpp"
 #include "ebpf/loader.hpp"
@@ -72,7 +73,8 @@ TEST(Loader, LatencyExample) {
 
 TEST(Loader, EveryExampleLoads) {
   for (const char* n :
-       {"latency", "percpu_count", "fexit_ret", "fault_inject", "ringbuf_events", "uprobe_args", "core_order"}) {
+       {"latency", "percpu_count", "fexit_ret", "fault_inject", "ringbuf_events", "uprobe_args", "core_order",
+        "uprobe_sum", "uprobe_add"}) {
     auto o = load_object_file(example(n), runtime_helpers());
     EXPECT_TRUE(o) << n << ": " << error_of(o);
   }
@@ -143,7 +145,7 @@ TEST(LoaderBad, Corrupt) {
 
 TEST(LoaderBad, UnknownSection) {
   const std::string e = error_of(load_object_file(bad("unknown_section"), runtime_helpers()));
-  EXPECT_NE(e.find("section 'kprobe/work': unknown program type"), std::string::npos) << e;
+  EXPECT_NE(e.find("section 'tracepoint/syscalls/sys_enter_write': unknown program type"), std::string::npos) << e;
 }
 
 TEST(LoaderBad, UnsupportedMapType) {
@@ -318,6 +320,189 @@ TEST(LoaderCore, UnsupportedKindNamesInstructionAndKind) {
   EXPECT_NE(e.find("program 'bits' insn "), std::string::npos) << e;
   EXPECT_NE(e.find("CO-RE relocation field_"), std::string::npos) << e;
   EXPECT_NE(e.find("is not supported (supported: field_byte_offset"), std::string::npos) << e;
+}
+
+
+// The value each CO-RE relocation of `q` left in its instruction, by kind, in order.
+std::vector<int64_t> relocated(const LoadedProgram& q, uint32_t kind) {
+  std::vector<int64_t> v;
+  for (const auto& r : q.core)
+    if (r.kind == kind) {
+      const Insn& n = q.insns[r.insn];
+      if (n.code == op::kLddw) v.push_back(int64_t(uint32_t(n.imm)) | int64_t(q.insns[r.insn + 1].imm) << 32);
+      else if (op::is_alu(n.code)) v.push_back(n.imm);
+      else v.push_back(n.off);  // a load's field offset
+    }
+  return v;
+}
+
+const LoadedProgram& program(const Object& o, const std::string& name) {
+  for (const auto& p : o.programs)
+    if (p.name == name) return p;
+  ADD_FAILURE() << "no program " << name;
+  return o.programs.at(0);
+}
+
+// core_pt_regs.bpf.c declares struct pt_regs { long sp; unsigned long di, si, fred_cs; }:
+// every kind must give utramp's uprobe context (loader.hpp kPtRegsFields), with or
+// without the target's DWARF (which has no pt_regs).
+TEST(LoaderCore, PtRegsResolvedAgainstTheUprobeContext) {
+  auto o = load_object_file(bad("core_pt_regs"), runtime_helpers());
+  ASSERT_TRUE(o) << o.error().message;
+  auto t = TargetTypes::open(UTRAMP_BPF_TARGET);
+  ASSERT_TRUE(t) << t.error().message;
+  for (const TargetTypes* target : std::vector<const TargetTypes*>{nullptr, t->get()}) {
+    LoadedProgram p = program(*o, "kinds");
+    // What clang compiled from the object's own layout.
+    EXPECT_EQ(relocated(p, 0), (std::vector<int64_t>{8, 16}));  // di (a load), si
+    ASSERT_TRUE(apply_core(p, o->local_btf.get(), target)) << (target ? "with DWARF" : "without");
+    EXPECT_EQ(relocated(p, 0), (std::vector<int64_t>{112, 104}));  // field_byte_offset: di, si
+    EXPECT_EQ(relocated(p, 1), (std::vector<int64_t>{8}));         // field_byte_size: si
+    EXPECT_EQ(relocated(p, 2), (std::vector<int64_t>{1, 0}));      // field_exists: di, fred_cs
+    EXPECT_EQ(relocated(p, 3), (std::vector<int64_t>{0}));         // field_signed: sp is unsigned
+    EXPECT_EQ(relocated(p, 8), (std::vector<int64_t>{1}));         // type_exists
+    EXPECT_EQ(relocated(p, 9), (std::vector<int64_t>{168}));       // type_size
+  }
+  EXPECT_EQ(pt_regs_offset("di"), 112);
+  EXPECT_EQ(pt_regs_offset("ss"), 160);
+  EXPECT_EQ(pt_regs_offset("rdi"), -1);
+}
+
+TEST(LoaderCore, PtRegsRegisterUtrampLacksIsRefusedByName) {
+  auto o = load_object_file(bad("core_pt_regs"), runtime_helpers());
+  ASSERT_TRUE(o) << o.error().message;
+  LoadedProgram p = program(*o, "missing");
+  auto r = apply_core(p, o->local_btf.get(), nullptr);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("program 'missing' insn 0: CO-RE field_byte_offset of struct pt_regs.fred_cs"),
+            std::string::npos)
+      << r.error().message;
+  EXPECT_NE(r.error().message.find("utramp's uprobe context has no register 'fred_cs' (struct pt_regs: r15, r14"),
+            std::string::npos)
+      << r.error().message;
+}
+
+// A tracing program's pt_regs is not the context: it is looked up in the target's
+// DWARF as any other type (bpf_target has none).
+TEST(LoaderCore, PtRegsOfATracingProgramIsNotTheContext) {
+  auto o = load_object_file(bad("core_pt_regs"), runtime_helpers());
+  ASSERT_TRUE(o) << o.error().message;
+  LoadedProgram p = program(*o, "kinds");
+  p.kind = ProgKind::fentry;
+  auto t = TargetTypes::open(UTRAMP_BPF_TARGET);
+  ASSERT_TRUE(t) << t.error().message;
+  auto r = apply_core(p, o->local_btf.get(), t->get());
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("not in the target's DWARF"), std::string::npos) << r.error().message;
+}
+
+// Sections that name no function, and kprobe names for user functions.
+TEST(LoaderAttach, BareAndKprobeSections) {
+  auto o = load_object_file(example("uprobe_sum"), runtime_helpers());
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_EQ(program(*o, "sum_add").kind, ProgKind::uprobe);
+  EXPECT_EQ(program(*o, "sum_add").target, "");
+  EXPECT_EQ(program(*o, "sum_add_ret").kind, ProgKind::uretprobe);
+  EXPECT_EQ(program(*o, "sum_sub").kind, ProgKind::uprobe);
+  EXPECT_EQ(program(*o, "sum_sub").target, "uprobed_sub");
+  auto b = load_object_file(example("uprobe_add"), runtime_helpers());
+  ASSERT_TRUE(b) << b.error().message;
+  EXPECT_EQ(program(*b, "uprobe_sub").binary, "/proc/self/exe");
+  EXPECT_EQ(program(*b, "uretprobe_sub").kind, ProgKind::uretprobe);
+  EXPECT_EQ(program(*b, "uretprobe_sub").target, "uprobed_sub");
+}
+
+std::string attach_error(Object o, const std::vector<std::string>& texts) {
+  std::vector<AttachSpec> specs;
+  for (const auto& t : texts) {
+    auto a = parse_attach_spec(t);
+    if (!a) return a.error().message;
+    specs.push_back(*a);
+  }
+  auto r = apply_attach(o, specs);
+  return r ? std::string("(attached)") : r.error().message;
+}
+
+TEST(LoaderAttach, SpecsCompleteAndOverrideSections) {
+  auto o = load_object_file(example("uprobe_sum"), runtime_helpers());
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_NE(attach_error(*o, {}).find("program 'sum_add' (section 'uprobe') names no function: attach it with "
+                                      "--attach sum_add=uprobe:BINARY:FUNC[+OFFSET]"),
+            std::string::npos);
+  EXPECT_NE(attach_error(*o, {"sum_add=uprobe:adder:uprobed_add"})
+                .find("program 'sum_add_ret' (section 'uretprobe') names no function: attach it with --attach "
+                      "sum_add_ret=uretprobe:BINARY:FUNC"),
+            std::string::npos);
+  Object a = *o;
+  std::vector<AttachSpec> specs;
+  for (const char* t : {"sum_add=uprobe:/x/adder:uprobed_add+0x4", "sum_add_ret=uretprobe:adder:uprobed_add",
+                        "sum_sub=uretprobe:*:uprobed_add"}) {
+    auto s = parse_attach_spec(t);
+    ASSERT_TRUE(s) << s.error().message;
+    specs.push_back(*s);
+  }
+  ASSERT_TRUE(apply_attach(a, specs));
+  EXPECT_EQ(program(a, "sum_add").binary, "/x/adder");
+  EXPECT_EQ(program(a, "sum_add").target, "uprobed_add");
+  EXPECT_EQ(program(a, "sum_add").offset, 4u);
+  EXPECT_EQ(program(a, "sum_add_ret").kind, ProgKind::uretprobe);
+  EXPECT_EQ(program(a, "sum_sub").kind, ProgKind::uretprobe);  // overridden: kprobe/uprobed_sub
+  EXPECT_EQ(program(a, "sum_sub").target, "uprobed_add");
+}
+
+TEST(LoaderAttach, BadSpecsSayWhatIsWrong) {
+  auto o = load_object_file(example("uprobe_sum"), runtime_helpers());
+  ASSERT_TRUE(o) << o.error().message;
+  auto has = [&](const std::vector<std::string>& specs, const std::string& what) {
+    const std::string e = attach_error(*o, specs);
+    EXPECT_NE(e.find(what), std::string::npos) << e;
+  };
+  has({"sum_add=usdt:adder:prov:name"}, "--attach 'sum_add=usdt:adder:prov:name': usdt probes are not supported yet");
+  has({"sum_add=tracepoint:x"}, "unknown kind 'tracepoint'");
+  has({"sum_add"}, "no program named before '='");
+  has({"sum_add=uprobe:uprobed_add"}, "a uprobe names its binary: BINARY:FUNC");
+  has({"sum_add=uretprobe:adder:uprobed_add+8"}, "a return probe attaches at the function's entry, not at +0x8");
+  has({"sum_add=uprobe:adder:uprobed_add+x"}, "offset 'x' is not a number");
+  has({"nope=uprobe:adder:f"}, "no program 'nope' in ");
+  has({"nope=uprobe:adder:f"}, "(its programs: sum_add, sum_add_ret, sum_sub)");
+  has({"sum_add=fentry:uprobed_add"},
+      "program 'sum_add' (section 'uprobe') is a uprobe program, it cannot be attached as fentry (uprobe or "
+      "uretprobe: its context is struct pt_regs)");
+  has({"sum_add=uprobe:a:f", "sum_add=uprobe:a:g"}, "program 'sum_add' is attached by 'sum_add=uprobe:a:f' already");
+  auto f = load_object_file(example("fexit_ret"), runtime_helpers());
+  ASSERT_TRUE(f) << f.error().message;
+  const std::string name = f->programs.at(0).name;
+  const std::string e = attach_error(*f, {name + "=fentry:work"});
+  EXPECT_NE(e.find("cannot be attached as fentry (only fexit: its context is fixed by its section)"),
+            std::string::npos)
+      << e;
+}
+
+// Item 9: an unsupported map type is the reason given, before a field it has that the
+// loader does not read.
+TEST(LoaderBad, UnsupportedMapTypeBeforeUnknownField) {
+  const std::string e = error_of(load_object_file(bad("map_in_map"), runtime_helpers()));
+  EXPECT_NE(e.find("map 'outer': map type 13 (hash_of_maps) is not supported"), std::string::npos) << e;
+}
+
+// A refused helper is named with its number, and a hint given where there is a way.
+TEST(LoaderBad, RefusedHelperNamedWithAHint) {
+  auto call = [](int32_t id) {
+    std::vector<Insn> insns(3);
+    insns[0].code = op::kCallOp;
+    insns[0].imm = id;
+    insns[1].code = 0xb7;  // mov r0, 0
+    insns[2].code = 0x95;  // exit
+    auto r = check_program(insns, &runtime_helpers());
+    return r ? std::string("(accepted)") : r.error().message;
+  };
+  const std::string o = call(58);
+  EXPECT_NE(o.find("unknown helper 58 (bpf_override_return): not provided here; to return a value without running "
+                   "the function, attach an fmod_ret program"),
+            std::string::npos)
+      << o;
+  const std::string u = call(100000);
+  EXPECT_NE(u.find("unknown helper 100000 (no kernel helper has that number)"), std::string::npos) << u;
 }
 
 }  // namespace

@@ -235,7 +235,7 @@ void expect_refused(const std::string& obj, const std::string& msg) {
 TEST(RunE2E, BadObjectsNeverStartTheTarget) {
   expect_refused(bad("missing_target"), "program 'prog' (section 'fentry/no_such_function'): no function "
                                         "'no_such_function' in");
-  expect_refused(bad("unknown_section"), "section 'kprobe/work': unknown program type");
+  expect_refused(bad("unknown_section"), "section 'tracepoint/syscalls/sys_enter_write': unknown program type");
   expect_refused(bad("unsupported_map"), "map type 7 (stack_trace) is not supported");
   expect_refused(bad("unknown_helper"), "unknown helper 27 (bpf_get_stackid)");
   expect_refused(bad("proto_mismatch"), "program 'typed' declares (long a, long b) but work is (i32) -> i32");
@@ -475,6 +475,116 @@ TEST(RunE2E, AttachFailureInTheAgentEndsTheTargetBeforeMain) {
   expect_refused(bad("not_injectable"), "not marked with UTRAMP_ALLOW_ERROR_INJECTION(work)");
   auto r = run(bad("not_injectable"), {"1", "10"});
   EXPECT_NE(r.err.find("target not started"), std::string::npos) << r.err;
+}
+
+
+// ---- libbpf-style uprobes: bare sections attached with --attach, CO-RE on pt_regs ----
+
+// adder's own line: "adder: N calls, add a A ret R, sub b B ret S".
+struct AdderSums {
+  long n = -1, add_a = -1, add_ret = -1, sub_b = -1, sub_ret = -1;
+};
+AdderSums adder_line(const std::string& out) {
+  AdderSums s;
+  const size_t at = out.find("adder: ");
+  if (at != std::string::npos)
+    std::sscanf(out.c_str() + at, "adder: %ld calls, add a %ld ret %ld, sub b %ld ret %ld", &s.n, &s.add_a,
+                &s.add_ret, &s.sub_b, &s.sub_ret);
+  return s;
+}
+
+test::RunResult run_on(const std::string& target, const std::string& obj, const std::vector<std::string>& attach,
+                       const std::string& n, bool as_json = true) {
+  std::vector<std::string> a = {UTRAMP_CLI, "run", obj};
+  for (const auto& x : attach) {
+    a.push_back("--attach");
+    a.push_back(x);
+  }
+  if (as_json) a.push_back("--json");
+  a.insert(a.end(), {"--", target, n});
+  return test::run_program(a);
+}
+
+// uprobe_sum.bpf.c (vmlinux.h, BPF_KPROBE, BPF_CORE_READ, ctx->di; bare sections and a
+// kprobe name) against adder built by gcc and by clang: its sums equal those the target
+// printed from inside the functions, and the target prints what it prints untraced.
+TEST(RunE2E, LibbpfStyleUprobesWithAttachSpecs) {
+  for (const std::string target : {std::string(UTRAMP_ADDER), std::string(UTRAMP_ADDER_CLANG)}) {
+    SCOPED_TRACE(target);
+    auto plain = test::run_program({target, "1000"});
+    ASSERT_EQ(plain.exit_code, 0);
+    const AdderSums want = adder_line(plain.out);
+    ASSERT_EQ(want.n, 1000);
+    const std::string base = target.substr(target.rfind('/') + 1);
+    auto r = run_on(target, example("uprobe_sum"),
+                    {"sum_add=uprobe:" + base + ":uprobed_add", "sum_add_ret=uretprobe:" + target + ":uprobed_add"},
+                    "1000");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const AdderSums got = adder_line(r.out);
+    EXPECT_EQ(got.add_a, want.add_a);
+    EXPECT_EQ(got.add_ret, want.add_ret);
+    EXPECT_EQ(got.sub_b, want.sub_b);
+    EXPECT_EQ(got.sub_ret, want.sub_ret);
+    auto m = maps_of(r.out);
+    EXPECT_EQ(entries(m["sums"]),
+              (std::map<uint64_t, uint64_t>{{0, 1000},
+                                            {1, uint64_t(want.add_a)},
+                                            {2, uint64_t(want.add_ret)},
+                                            {3, 1000},
+                                            {4, uint64_t(want.sub_b)},
+                                            {5, 3 * 500500},  // uprobed_sub(3 * i, i)
+                                            {6, 1000}}));
+  }
+}
+
+// libbpf-bootstrap's uprobe example, as its loader attaches it: the printk lines carry
+// exactly the arguments and return values of the target's three calls.
+TEST(RunE2E, BootstrapStyleUprobeExample) {
+  for (const std::string target : {std::string(UTRAMP_ADDER), std::string(UTRAMP_ADDER_CLANG)}) {
+    SCOPED_TRACE(target);
+    auto r = run_on(target, example("uprobe_add"),
+                    {"uprobe_add=uprobe:/proc/self/exe:uprobed_add",
+                     "uretprobe_add=uretprobe:/proc/self/exe:uprobed_add"},
+                    "3", false);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("adder: 3 calls, add a 6 ret 18, sub b 6 ret 12\n"), std::string::npos) << r.out;
+    std::vector<std::string> lines;
+    std::istringstream in(r.out);
+    for (std::string l; std::getline(in, l);)
+      if (l.starts_with("uprobed_")) lines.push_back(l);
+    std::vector<std::string> want;
+    for (int i = 1; i <= 3; ++i) {
+      auto s = [](int v) { return std::to_string(v); };
+      want.push_back("uprobed_add ENTRY: a = " + s(i) + ", b = " + s(2 * i));
+      want.push_back("uprobed_add EXIT: return = " + s(3 * i));
+      want.push_back("uprobed_sub ENTRY: a = " + s(3 * i) + ", b = " + s(i));
+      want.push_back("uprobed_sub EXIT: return = " + s(2 * i));
+    }
+    EXPECT_EQ(lines, want) << r.out;
+  }
+}
+
+void expect_adder_refused(const std::string& obj, const std::vector<std::string>& attach, const std::string& msg) {
+  auto r = run_on(UTRAMP_ADDER, obj, attach, "3");
+  EXPECT_EQ(r.exit_code, 2) << obj;
+  EXPECT_NE(r.err.find(msg), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("adder:"), std::string::npos) << "the target ran: " << r.out;
+}
+
+TEST(RunE2E, AttachSpecRefusalsNeverStartTheTarget) {
+  const std::string sum = example("uprobe_sum");
+  expect_adder_refused(sum, {}, "program 'sum_add' (section 'uprobe') names no function: attach it with --attach "
+                                "sum_add=uprobe:BINARY:FUNC[+OFFSET]");
+  expect_adder_refused(sum, {"sum_add=uprobe:libc.so.6:malloc", "sum_add_ret=uretprobe:adder:uprobed_add"},
+                       "program 'sum_add' (section 'uprobe'): binary 'libc.so.6' is a shared library: uprobes in "
+                       "shared libraries are not supported yet");
+  expect_adder_refused(sum, {"sum_add=uprobe:other:uprobed_add", "sum_add_ret=uretprobe:adder:uprobed_add"},
+                       "binary 'other' is not the traced program");
+  expect_adder_refused(sum, {"sum_add=usdt:adder:p:n"}, "usdt probes are not supported yet");
+  expect_adder_refused(sum, {"sum_add=uprobe:adder:no_such", "sum_add_ret=uretprobe:adder:uprobed_add"},
+                       "program 'sum_add' (section 'uprobe'): no function 'no_such' in");
+  expect_refused(bad("core_pt_regs"), "program 'missing' insn 0: CO-RE field_byte_offset of struct pt_regs.fred_cs");
+  expect_refused(bad("core_pt_regs"), "utramp's uprobe context has no register 'fred_cs'");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// utramp run OBJECT [--interval SEC] [--json] [--perf-pages N] -- PROGRAM [ARGS]: runs PROGRAM with
-// the eBPF programs of OBJECT (clang -target bpf) attached to its functions, prints
+// utramp run OBJECT [--attach PROG=SPEC]... [--interval SEC] [--json] [--perf-pages N] --
+// PROGRAM [ARGS]: runs PROGRAM with the eBPF programs of OBJECT (clang -target bpf)
+// attached to its functions (where their sections say, or --attach: ebpf::AttachSpec), prints
 // bpf_trace_printk lines and ring buffer records as they come, and every map at the end
 // (and every SEC seconds with --interval).
 //
@@ -77,6 +78,7 @@ struct RunFlags {
   std::string object;
   std::vector<std::string> objects;
   std::vector<std::string> command;
+  std::vector<std::string> attach;  // --attach PROG=SPEC
   double interval = 0;
   bool json = false;
   bool verifier_log = false;
@@ -324,14 +326,24 @@ void report_lost(const ebpf::MapFile& mf, bool as_json, const std::string& me) {
   std::fflush(stdout);
 }
 
-// A uprobe's place: the binary it names (BINARY:FUNC) is the traced program (same path,
-// same file name, or *), and FUNC+OFFSET is an instruction boundary inside FUNC, proven
-// by decoding FUNC from its start in the file.
-std::string check_uprobe(const ebpf::LoadedProgram& p, const sites::SiteInfo& fn, const os::ElfFile* elf,
-                         const std::string& prog) {
+// A uprobe's binary (BINARY:FUNC, from the section or --attach): the traced program
+// (its path, its file name, /proc/self/exe as libbpf-bootstrap names it, or *). A shared
+// library is named as such: uprobes in libraries are not supported yet.
+std::string check_binary(const std::string& binary, const std::string& prog) {
   const auto base = [](const std::string& x) { return x.substr(x.rfind('/') + 1); };
-  if (!p.binary.empty() && p.binary != "*" && p.binary != prog && base(p.binary) != base(prog))
-    return fmt::format("binary '{}' is not the traced program {} (name it, or use *)", p.binary, prog);
+  if (binary.empty() || binary == "*" || binary == "/proc/self/exe" || binary == prog || base(binary) == base(prog))
+    return {};
+  const std::string b = base(binary);
+  if (b.ends_with(".so") || b.find(".so.") != std::string::npos)
+    return fmt::format("binary '{}' is a shared library: uprobes in shared libraries are not supported yet (only "
+                       "functions of the traced program {})",
+                       binary, prog);
+  return fmt::format("binary '{}' is not the traced program {} (name it, /proc/self/exe, or *)", binary, prog);
+}
+
+// A uprobe's place (its binary is checked first: check_binary): FUNC+OFFSET is an
+// instruction boundary inside FUNC, proven by decoding FUNC from its start in the file.
+std::string check_uprobe(const ebpf::LoadedProgram& p, const sites::SiteInfo& fn, const os::ElfFile* elf) {
   if (p.offset == 0) return {};
   if (fn.size && p.offset >= fn.size)
     return fmt::format("offset {:#x} is beyond {} ({} bytes)", p.offset, p.target, fn.size);
@@ -436,6 +448,15 @@ int run(const RunFlags& f) {
   auto elf = os::ElfFile::open(prog);
   auto types = ebpf::TargetTypes::open(prog);  // none: CO-RE keeps the object's own layouts
   // Load and check everything before anything runs.
+  std::vector<ebpf::AttachSpec> attach;
+  for (const std::string& t : f.attach) {
+    auto a = ebpf::parse_attach_spec(t);
+    if (!a) {
+      fmt::print(stderr, "{}: {}\n", me, a.error().message);
+      return 2;
+    }
+    attach.push_back(std::move(*a));
+  }
   std::vector<ebpf::MapSpec> specs;
   std::vector<std::string> abs_objects;
   for (const std::string& path : f.objects) {
@@ -444,19 +465,27 @@ int run(const RunFlags& f) {
       fmt::print(stderr, "{}: {}\n", me, obj.error().message);
       return 2;
     }
+    if (auto a = ebpf::apply_attach(*obj, attach); !a) {
+      fmt::print(stderr, "{}: {}: {}\n", me, path, a.error().message);
+      return 2;
+    }
     for (auto& p : obj->programs) {
       const auto* fn = [&]() -> const sites::SiteInfo* {
         for (const auto& x : target->functions)
           if (x.name == p.target) return &x;
         return nullptr;
       }();
+      if (auto why = ebpf::is_uprobe(p.kind) ? check_binary(p.binary, prog) : std::string(); !why.empty()) {
+        fmt::print(stderr, "{}: {}: program '{}' (section '{}'): {}\n", me, path, p.name, p.section, why);
+        return 2;
+      }
       if (!fn) {
         fmt::print(stderr, "{}: {}: program '{}' (section '{}'): no function '{}' in {}\n", me, path, p.name,
                    p.section, p.target, prog);
         return 2;
       }
       if (ebpf::is_uprobe(p.kind)) {
-        if (auto why = check_uprobe(p, *fn, elf ? elf->get() : nullptr, prog); !why.empty()) {
+        if (auto why = check_uprobe(p, *fn, elf ? elf->get() : nullptr); !why.empty()) {
           fmt::print(stderr, "{}: {}: program '{}' (section '{}'): {}\n", me, path, p.name, p.section, why);
           return 2;
         }
@@ -512,6 +541,7 @@ int run(const RunFlags& f) {
   cfg.tracer = "none";
   cfg.trace_dir = dir;
   cfg.bpf_objects = abs_objects;
+  cfg.bpf_attach = f.attach;
   cfg.bpf_map_file = dir + "/maps";
   cfg.bpf_status_file = dir + "/status";
   auto mf = ebpf::MapFile::create(cfg.bpf_map_file, specs);
@@ -588,6 +618,10 @@ void add_run(CLI::App& app) {
   sub->add_option("object", f->object, "eBPF object file (clang -O2 -g -target bpf)")->required();
   sub->add_option("--interval", f->interval, "print the maps every SEC seconds too")
       ->check(CLI::Range(0.0, 86400.0 * 365));
+  sub->add_option("--attach", f->attach,
+                  "PROG=uprobe:BINARY:FUNC[+OFF], PROG=uretprobe:BINARY:FUNC, PROG=fentry:FUNC, PROG=fexit:FUNC, "
+                  "PROG=fmod_ret:FUNC: attach program PROG there (overrides or completes its section; repeatable)")
+      ->allow_extra_args(false);
   sub->add_flag("--json", f->json, "one JSON object per line");
   sub->add_flag("--verifier-log", f->verifier_log,
                 "print the verifier's log of every program (on stderr), accepted ones too");
