@@ -490,13 +490,6 @@ struct TraceWriter::Impl {
     // Created here with its header (create() removed any old one; the name appears only
     // with the header whole in it, so a CLI killed at any instant leaves no events file
     // a reader would take for corrupt), or reopened: never a link.
-    EventFileHeader h{};
-    std::memcpy(h.magic, kEventFileMagic, sizeof h.magic);
-    h.version = kFormatVersion;
-    h.record_size = sizeof(Event);
-    h.pid = f.info.pid;
-    h.tid = f.info.tid;
-    const std::string_view head(reinterpret_cast<const char*>(&h), sizeof h);
     int err = 0;
     auto open_once = [&]() -> int {  // -1, the cause in err
       if (f.started) {
@@ -504,7 +497,14 @@ struct TraceWriter::Impl {
         err = errno;
         return fd;
       }
-      auto r = os::create_with_head_at(dirfd, dir, name, head);
+      EventFileHeader h{};
+      std::memcpy(h.magic, kEventFileMagic, sizeof h.magic);
+      h.version = kFormatVersion;
+      h.record_size = sizeof(Event);
+      h.pid = f.info.pid;
+      h.tid = f.info.tid;
+      auto r = os::create_with_head_at(dirfd, dir, name,
+                                       std::string_view(reinterpret_cast<const char*>(&h), sizeof h));
       if (r) return *r;
       err = errno;
       return -1;
@@ -520,7 +520,7 @@ struct TraceWriter::Impl {
     if (fd < 0) return make_error(Errc::io, dir + "/" + name + ": " + errno_text(err));
     if (!f.started) {
       f.started = true;
-      f.bytes = sizeof h;
+      f.bytes = sizeof(EventFileHeader);
     }
     f.fd = fd;
     open_lru.push_front(thread_key(f.info.pid, f.info.tid));

@@ -52,7 +52,9 @@ std::array<uint32_t, kCounterSlots> g_counter_owners{};
 uint32_t g_next_shared = 0;  // where the search for the least-shared slot starts
 std::array<bool, kProgSlots> g_prog_used{};
 
-pid_t gettid_raw() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+// From the kernel, not libc's syscall(): generated code registers a thread on its first
+// entry into a stub, and libc's functions may be traced (`record --libs`).
+pid_t gettid_raw() { return static_cast<pid_t>(arch::raw_syscall6(SYS_gettid)); }
 
 void reset_after_fork() {
   // Only the forking thread exists in the child.
