@@ -159,10 +159,12 @@ bool is_queue(uint32_t t) { return t == uint32_t(MapType::queue) || t == uint32_
 bool is_percpu(uint32_t t) {
   return t == uint32_t(MapType::percpu_hash) || t == uint32_t(MapType::percpu_array);
 }
-uint32_t this_cpu(const MapHeader* m) {
+// The calling thread's CPU (0 where the kernel cannot say).
+uint32_t current_cpu() {
   const int c = sched_getcpu();
-  return c < 0 ? 0 : static_cast<uint32_t>(c) % m->cpus;
+  return c < 0 ? 0 : static_cast<uint32_t>(c);
 }
+uint32_t this_cpu(const MapHeader* m) { return current_cpu() % m->cpus; }
 
 Bucket* buckets(const MapHeader* m) { return reinterpret_cast<Bucket*>(data_of(m)); }
 Entry* entry(const MapHeader* m, uint32_t idx) {
@@ -834,8 +836,7 @@ void* perf_reserve(MapHeader* m, uint64_t flags, uint64_t size, int64_t* err) no
   }
   uint64_t idx = flags;
   if (idx == kCurrentCpu) {
-    const int c = sched_getcpu();
-    idx = c < 0 ? 0 : static_cast<uint64_t>(c);
+    idx = current_cpu();
   }
   if (idx >= m->max_entries) {
     *err = -E2BIG;
@@ -1037,10 +1038,15 @@ std::vector<MapEntry> MapFile::entries(size_t i) const {
   } else if (is_queue(L.type)) {
     auto* q = reinterpret_cast<QueueCtl*>(d);
     const uint32_t n = L.max_entries + 1;
+    // The target's push and pop spin on this lock: under it only a copy of the slots
+    // (into memory allocated before), the entries built after it is released.
+    std::vector<uint8_t> slots(size_t(n) * L.stride);
     const bool locked = lock_until(q->lock, now_ns() + kLockWaitNs);
     if (!locked) ++unlocked_reads_;
     const uint32_t head = aref(q->head).load(std::memory_order_relaxed);
     const uint32_t tail = aref(q->tail).load(std::memory_order_relaxed);
+    std::memcpy(slots.data(), d + kQueueCtl, slots.size());
+    if (locked) aref(q->lock).store(0, std::memory_order_release);
     if (head >= n || tail >= n) {
       ++corrupt_reads_;
     } else {
@@ -1051,12 +1057,11 @@ std::vector<MapEntry> MapFile::entries(size_t i) const {
         MapEntry e;
         e.key.resize(4);
         std::memcpy(e.key.data(), &k, 4);
-        const uint8_t* v = d + kQueueCtl + size_t(at) * L.stride;
+        const uint8_t* v = slots.data() + size_t(at) * L.stride;
         e.values.emplace_back(v, v + L.value_size);
         out.push_back(std::move(e));
       }
     }
-    if (locked) aref(q->lock).store(0, std::memory_order_release);
   }
   return out;
 }
@@ -1121,11 +1126,17 @@ size_t MapFile::consume_perf(size_t i, const std::function<void(uint32_t, std::s
   // One walk over ring r from our position: every submitted record (and, with `busy`,
   // the stamp of the first one still being written). Positions and lengths from the
   // file are bounded as consume_ring bounds them.
+  // Discarded records free their space too: those before a ring's first record (lead),
+  // and those right after a taken record (its end covers them). Without this, a program
+  // whose outputs fail (and are discarded) would fill a ring for good.
+  std::vector<uint64_t> lead(L.max_entries);
   auto walk = [&](uint32_t r, bool collect) {
     uint8_t* base = base_ + L.data_off + size_t(r) * (kRingCtl + n);
     auto* c = reinterpret_cast<RingCtl*>(base);
     const uint8_t* d = base + kRingCtl;
     uint64_t cons = ring_pos_[i][r];
+    bool any = false;  // a record of this ring collected in this walk
+    if (collect) lead[r] = cons;
     const uint64_t prod = aref(c->producer).load(std::memory_order_acquire);
     if (prod > cons && prod - cons > n) {
       ++corrupt_reads_;
@@ -1146,9 +1157,15 @@ size_t MapFile::consume_perf(size_t i, const std::function<void(uint32_t, std::s
         return;
       }
       cons += round8(len + 8);
-      if (v & kDiscard) continue;
+      if (v & kDiscard) {
+        if (collect) (any ? recs.back().end : lead[r]) = cons;
+        continue;
+      }
       seen_max = std::max(seen_max, stamp);
-      if (collect) recs.push_back({stamp, r, d + at + 16, len - 8, cons});
+      if (collect) {
+        recs.push_back({stamp, r, d + at + 16, len - 8, cons});
+        any = true;
+      }
     }
   };
   for (uint32_t r = 0; r < L.max_entries; ++r) walk(r, false);
@@ -1167,10 +1184,12 @@ size_t MapFile::consume_perf(size_t i, const std::function<void(uint32_t, std::s
   std::stable_sort(take.begin(), take.end(), [](const Rec& a, const Rec& b) { return a.stamp < b.stamp; });
   for (const Rec& x : take) fn(x.ring, {x.data, x.len});
   // Then the space is free again. Pairs with the producer's acquire load of consumer.
-  for (const Rec& x : take) {
-    ring_pos_[i][x.ring] = std::max(ring_pos_[i][x.ring], x.end);
-    auto* c = reinterpret_cast<RingCtl*>(base_ + L.data_off + size_t(x.ring) * (kRingCtl + n));
-    aref(c->consumer).store(ring_pos_[i][x.ring], std::memory_order_release);
+  for (uint32_t r = 0; r < L.max_entries; ++r) ring_pos_[i][r] = std::max(ring_pos_[i][r], lead[r]);
+  for (const Rec& x : take) ring_pos_[i][x.ring] = std::max(ring_pos_[i][x.ring], x.end);
+  for (uint32_t r = 0; r < L.max_entries; ++r) {
+    auto* c = reinterpret_cast<RingCtl*>(base_ + L.data_off + size_t(r) * (kRingCtl + n));
+    if (aref(c->consumer).load(std::memory_order_relaxed) != ring_pos_[i][r])
+      aref(c->consumer).store(ring_pos_[i][r], std::memory_order_release);
   }
   return take.size();
 }

@@ -206,6 +206,38 @@ std::vector<PerfRec> consume(MapFile& mf, size_t i, bool final = false) {
   return out;
 }
 
+// A discarded record (bpf_perf_event_output whose copy failed) frees its space when the
+// consumer passes it, alone or after a record it gives: otherwise a program whose outputs
+// keep failing fills the ring for good, and every later output is lost.
+TEST(Maps, PerfDiscardedRecordsFreeTheirSpace) {
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {perf_spec(1, 4096)});
+  ASSERT_TRUE(mf);
+  MapHeader* p = mf->header(0);
+  uint64_t v = 0;
+  // Only discarded records for a while (200 x 56 bytes > 4096), the consumer passing by.
+  for (int round = 0; round < 200; ++round) {
+    int64_t err = 0;
+    void* r = perf_reserve(p, 0, 40, &err);
+    ASSERT_NE(r, nullptr) << "round " << round << ": " << err;
+    perf_commit(r, true);
+    EXPECT_TRUE(consume(*mf, 0).empty()) << "round " << round;
+  }
+  // Then records, each followed by a discarded one.
+  for (int round = 0; round < 200; ++round) {
+    v = round;
+    ASSERT_EQ(perf_output(p, 0, &v, 8), 0) << "round " << round;
+    int64_t err = 0;
+    void* r = perf_reserve(p, 0, 40, &err);
+    ASSERT_NE(r, nullptr) << "round " << round << ": " << err;
+    perf_commit(r, true);
+    auto got = consume(*mf, 0);
+    ASSERT_EQ(got.size(), 1u) << "round " << round;
+    EXPECT_EQ(got[0].v, static_cast<uint64_t>(round));
+  }
+  EXPECT_EQ(mf->ring_dropped(0), 0u);
+}
+
 // bpf_perf_event_output's flags and errors, and the consumer's merge: records sent to
 // several rings come out in the order they were sent.
 TEST(Maps, PerfEventArrayIndexesErrorsAndOrder) {
