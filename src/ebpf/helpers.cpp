@@ -402,7 +402,17 @@ u64 h_printk(u64 fmt, u64 fmt_size, u64 a1, u64 a2, u64 a3) {
   }
   while (o && out[o - 1] == '\n') --o;
   MapHeader* ring = g_printk.load(std::memory_order_acquire);
-  if (ring) (void)ringbuf_output(ring, out, o);
+  if (!ring) return o;
+  char rec[sizeof(PrintkHead) + sizeof out];
+  PrintkHead head{};
+  const u64 pt = h_pid_tgid(0, 0, 0, 0, 0);
+  head.pid = static_cast<uint32_t>(pt >> 32);
+  head.tid = static_cast<uint32_t>(pt);
+  // The name now, not cached: programs rename their threads (pthread_setname_np).
+  if (arch::raw_syscall6(SYS_prctl, PR_GET_NAME, reinterpret_cast<long>(head.comm)) != 0) head.comm[0] = 0;
+  std::memcpy(rec, &head, sizeof head);
+  std::memcpy(rec + sizeof head, out, o);
+  (void)ringbuf_output(ring, rec, sizeof head + o);
   return o;
 }
 

@@ -112,6 +112,16 @@ const HelperTable& runtime_helpers();
 
 struct MapHeader;
 // Where bpf_trace_printk writes its lines (a ringbuf map of the map file); null: dropped.
+// Each record is a PrintkHead, then the line's text (no NUL, no trailing newline).
 void set_printk_ring(MapHeader* ring);
+
+// Who printed a bpf_trace_printk line: the thread's process and thread ids and its
+// name (comm, as prctl(PR_GET_NAME) gives it, NUL-padded) when it printed.
+struct PrintkHead {
+  uint32_t pid;
+  uint32_t tid;
+  char comm[16];
+};
+static_assert(sizeof(PrintkHead) == 24);
 
 }  // namespace utramp::ebpf

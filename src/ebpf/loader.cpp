@@ -313,6 +313,7 @@ std::vector<GlobalVar> Parser::data_vars(size_t sec, uint64_t size) const {
     g.offset = static_cast<uint32_t>(off);
     g.size = static_cast<uint32_t>(sz);
     g.kind = var_kind(btf_.get(), v->type);
+    g.type_id = v->type;
     out.push_back(std::move(g));
   }
   std::sort(out.begin(), out.end(), [](const GlobalVar& a, const GlobalVar& b) { return a.offset < b.offset; });

@@ -95,6 +95,7 @@ struct GlobalVar {
   uint32_t offset = 0;
   uint32_t size = 0;
   Kind kind = Kind::bytes;
+  uint32_t type_id = 0;  // in the object's BTF (ebpf/btf_value.hpp decodes it)
 };
 
 struct MapSpec {

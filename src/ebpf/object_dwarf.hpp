@@ -21,6 +21,8 @@
 
 #include "common/result.hpp"
 
+struct btf;
+
 namespace utramp::ebpf {
 
 struct Prototype;
@@ -36,6 +38,13 @@ class ObjectDwarf {
   // The arguments after the first (ctx) of the function `name`, with their C types:
   // "(int n, long ret)". nullopt when no function of that name has typed parameters.
   std::optional<Prototype> prototype(const std::string& name) const;
+
+  // Every named struct and union the DWARF describes, with the types they are made of,
+  // as BTF (pointers become `void *`, as only their value is of use): what decodes a
+  // ring buffer record whose struct is a local variable's type, which clang leaves out
+  // of .BTF (it describes only types that globals, maps and functions use). A type
+  // libbpf refuses is void there (its values print as bytes).
+  Result<std::shared_ptr<const btf>> named_types_as_btf() const;
 
  private:
   ObjectDwarf() = default;

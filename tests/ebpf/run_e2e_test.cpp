@@ -3,13 +3,19 @@
 // objects refused before the target starts.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+#include <sys/stat.h>
+
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "../e2e/cli_runner.hpp"
+#include "../e2e/temp_dir.hpp"
 
 namespace utramp {
 namespace {
@@ -162,14 +168,14 @@ TEST(RunE2E, GlobalsPrintedByName) {
   EXPECT_EQ(g["saw_zero"]["value"], true);
   EXPECT_EQ(g["lowest"]["value"], -5);
   EXPECT_EQ(g["last_parity"]["value"], "odd");
-  EXPECT_EQ(g["pair"]["value"], "0100000002000000");
+  EXPECT_EQ(g["pair"]["value"], (json{{"a", 1}, {"b", 2}}));  // a struct, by field
   EXPECT_EQ(g["threshold"]["value"], -5);
   EXPECT_EQ(g["threshold"]["section"], ".rodata");
 
   auto t = run(example("globals"), {"1", "100"}, false);
   ASSERT_EQ(t.exit_code, 0) << t.err;
   EXPECT_NE(t.out.find("@calls: 100\n@saw_zero: true\n@lowest: -5\n@last_parity: \"odd\"\n"
-                       "@pair: 0100000002000000\n@threshold: -5\n"),
+                       "@pair: { .a = 1, .b = 2 }\n@threshold: -5\n"),
             std::string::npos)
       << t.out;
 }
@@ -198,30 +204,101 @@ TEST(RunE2E, FmodRetInjectsFaults) {
   EXPECT_EQ(entries(maps_of(r.out)["injected"]), (std::map<uint64_t, uint64_t>{{0, 1336}}));
 }
 
+// Records decoded with the object's types: `struct event` is only a local variable's
+// type, so it comes from the object's DWARF, not its .BTF. The printk lines say which
+// process and thread printed them: the same ids the records carry.
 TEST(RunE2E, RingbufStreamAndPrintk) {
   auto r = run(example("ringbuf_events"), {"2", "10"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::istringstream in(r.out);
   std::map<uint64_t, int> ns;
-  int printk = 0;
+  std::set<uint64_t> record_ids, printk_ids;
   for (std::string line; std::getline(in, line);) {
     if (line.empty() || line[0] != '{') continue;
     json j = json::parse(line);
     if (j["type"] == "printk") {
       EXPECT_EQ(j["msg"], "work(0) returned 0");
-      ++printk;
+      EXPECT_EQ(j["comm"], "bpf_target");
+      printk_ids.insert(j["pid"].get<uint64_t>() << 32 | j["tid"].get<uint64_t>());
     } else if (j["type"] == "ringbuf") {
       EXPECT_EQ(j["map"], "events");
+      EXPECT_EQ(j["struct"], "struct event");
       const std::string d = j["data"];
-      ASSERT_EQ(d.size(), 48u);  // 24 bytes
-      const uint64_t n = std::stoull(d.substr(16, 2), nullptr, 16);
-      const uint64_t ret = std::stoull(d.substr(32, 2), nullptr, 16);
-      EXPECT_EQ(ret, n % 5);
+      ASSERT_EQ(d.size(), 48u);  // 24 bytes, still given raw
+      const json& v = j["value"];
+      const uint64_t n = v["n"];
+      EXPECT_EQ(n, std::stoull(d.substr(16, 2), nullptr, 16));
+      EXPECT_EQ(v["ret"].get<uint64_t>(), n % 5);
+      record_ids.insert(v["pid_tgid"].get<uint64_t>());
       ++ns[n];
     }
   }
-  EXPECT_EQ(printk, 2);
+  EXPECT_EQ(printk_ids.size(), 2u);  // one line from each thread
+  EXPECT_EQ(printk_ids, record_ids);
   EXPECT_EQ(ns, (std::map<uint64_t, int>{{0, 2}, {1, 2}, {2, 2}}));
+  EXPECT_EQ(r.out.find("____fmt"), std::string::npos) << "a printk format printed as a global";
+
+  // As text: bpftrace's struct form, the printk line prefixed, no format global; and with
+  // --raw the old u64 words.
+  auto t = run(example("ringbuf_events"), {"1", "3"}, false);
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find(", .n = 2, .ret = 2 }\n"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("events: { .pid_tgid = "), std::string::npos) << t.out;
+  const auto at = t.out.find("bpf_target ");
+  ASSERT_NE(at, std::string::npos) << t.out;
+  unsigned pid = 0, tid = 0;
+  ASSERT_EQ(std::sscanf(t.out.c_str() + at, "bpf_target %u/%u: work(0) returned 0", &pid, &tid), 2) << t.out;
+  EXPECT_NE(t.out.find(fmt::format("{{ .pid_tgid = {}, .n = 0", uint64_t(pid) << 32 | tid)), std::string::npos)
+      << t.out;
+  EXPECT_EQ(t.out.find("____fmt"), std::string::npos) << t.out;
+  auto raw = test::run_program({UTRAMP_CLI, "run", example("ringbuf_events"), "--raw", "--", kTarget, "1", "3"});
+  ASSERT_EQ(raw.exit_code, 0) << raw.err;
+  EXPECT_NE(raw.out.find(" 2 2\n"), std::string::npos) << raw.out;
+  EXPECT_EQ(raw.out.find(".n ="), std::string::npos) << raw.out;
+}
+
+// -o FILE: what run prints goes to FILE (0600), the target's own output stays on stdout,
+// so that --json makes a file of JSON lines only.
+TEST(RunE2E, OutputFileKeepsRunsOutputApartFromTheTargets) {
+  test::TempDir dir("utramp-run-o");
+  const std::string file = dir.path + "/out.json";
+  auto r = test::run_program(
+      {UTRAMP_CLI, "run", example("ringbuf_events"), "--json", "-o", file, "--", kTarget, "1", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "bpf_target: 1 threads x 3 calls, 0 failures\n");
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::ifstream in(file);
+  int lines = 0, records = 0;
+  for (std::string line; std::getline(in, line); ++lines) {
+    json j = json::parse(line);  // throws (fails the test) on anything else
+    if (j["type"] == "ringbuf") ++records;
+  }
+  EXPECT_EQ(records, 3);
+  EXPECT_GE(lines, 4);  // the printk line and the globals too
+  auto refused = test::run_program({UTRAMP_CLI, "run", example("ringbuf_events"), "-o",
+                                    dir.path + "/no/such/dir/x", "--", kTarget, "1", "3"});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("-o " + dir.path + "/no/such/dir/x: No such file or directory"), std::string::npos)
+      << refused.err;
+  EXPECT_EQ(refused.out, "");  // the target never ran
+}
+
+TEST(RunE2E, RecordTypeNamedOnTheCommandLine) {
+  auto r = test::run_program({UTRAMP_CLI, "run", example("ringbuf_events"), "--record-type", "events=struct nope",
+                              "--", kTarget, "1", "3"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--record-type events=struct nope"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no struct or union 'struct nope' in its BTF or DWARF"), std::string::npos) << r.err;
+  auto bad_map = test::run_program({UTRAMP_CLI, "run", example("ringbuf_events"), "--record-type", "counts=event",
+                                    "--", kTarget, "1", "3"});
+  EXPECT_EQ(bad_map.exit_code, 2);
+  EXPECT_NE(bad_map.err.find("has no ring buffer or perf event array 'counts'"), std::string::npos) << bad_map.err;
+  auto ok = test::run_program({UTRAMP_CLI, "run", example("ringbuf_events"), "--json", "--record-type",
+                               "events=struct event", "--", kTarget, "1", "3"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("\"struct\":\"struct event\",\"value\":{\"pid_tgid\":"), std::string::npos) << ok.out;
 }
 
 // Bad objects: refused with the reason, the target never runs.
@@ -551,7 +628,8 @@ TEST(RunE2E, BootstrapStyleUprobeExample) {
     std::vector<std::string> lines;
     std::istringstream in(r.out);
     for (std::string l; std::getline(in, l);)
-      if (l.starts_with("uprobed_")) lines.push_back(l);
+      if (const auto c = l.find(": uprobed_"); l.starts_with("adder") && c != std::string::npos)
+        lines.push_back(l.substr(c + 2));  // after "COMM PID/TID: "
     std::vector<std::string> want;
     for (int i = 1; i <= 3; ++i) {
       auto s = [](int v) { return std::to_string(v); };

@@ -22,21 +22,30 @@
 //                            contains "hist": slot i counts values in [2^i, 2^(i+1)),
 //                            slot 0 counts 0 and 1 ("[0, 2)")
 // Ring buffers are not printed as maps; global data (.data, .rodata, .bss) is printed
-// after the maps as its named variables (from the object's BTF), one per line:
+// after the maps as its named variables (from the object's BTF), one per line, values
+// as ebpf/btf_value.hpp renders them (bpftrace's way):
 //   @name: value             integers as numbers (signed as declared), bools as
-//                            true/false, char arrays as a quoted string (up to the
-//                            first NUL), anything else as hex bytes
+//                            true/false, enums by name, char arrays as a quoted string
+//                            (up to the first NUL), arrays as [a, b], structs as
+//                            { .field = value, ... }
+// bpf_printk's format strings (`____fmt`) are not printed as globals.
+// Records stream as "map: value", decoded with the object's BTF: their type is the
+// object's only struct of the record's size, or the one --record-type MAP=TYPE names
+// (--raw: u64 words or bytes, as when no type is found). bpf_printk lines come as
+// "COMM PID/TID: text". -o FILE sends all of it to FILE, apart from the target's output.
 // Perf event arrays stream as ring buffers do, each CPU's ring merged by the order the
 // records were sent in (every thread's in its own order); records lost to a full ring
 // (ring buffers too) are said at the end. Queues and stacks print as maps keyed by
 // the position a pop would give each element; bloom filters are not printed.
-// --json: one JSON object per line: {"type":"printk","msg":...},
-// {"type":"ringbuf","map":...,"data":"hex"}, {"type":"perf","map":...,"cpu":N,"data":"hex"},
+// --json: one JSON object per line: {"type":"printk","pid":P,"tid":T,"comm":...,"msg":...},
+// {"type":"ringbuf","map":...,["struct":...,"value":V,]"data":"hex"},
+// {"type":"perf","map":...,"cpu":N,["struct":...,"value":V,]"data":"hex"},
 // {"type":"lost","map":...,"map_type":...,"count":N}, {"type":"map","name":...,"map_type":...,
 // "entries":[{"key":K,"value":V[,"percpu":[...]]}...]} (histograms add "hist":[counts]),
-// {"type":"global","name":...,"section":".bss","value":V} (V a number, bool or string).
+// {"type":"global","name":...,"section":".bss","value":V} (V as btf_value gives it).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -47,7 +56,9 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -58,11 +69,14 @@
 #include "commands.hpp"
 #include "arch/arch.hpp"
 #include "abi/signature.hpp"
+#include "ebpf/btf_value.hpp"
 #include "ebpf/core.hpp"
 #include "ebpf/engine.hpp"
 #include "ebpf/helpers.hpp"
 #include "ebpf/loader.hpp"
 #include "ebpf/maps.hpp"
+#include "ebpf/object_dwarf.hpp"
+#include "os/file.hpp"
 #include "os/dwarf.hpp"
 #include "probe/sigtrap_mask.hpp"
 #include "launch.hpp"
@@ -73,6 +87,7 @@ namespace utramp::cli {
 namespace {
 
 using nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
 struct RunFlags {
   std::string object;
@@ -81,6 +96,9 @@ struct RunFlags {
   std::vector<std::string> attach;  // --attach PROG=SPEC
   double interval = 0;
   bool json = false;
+  bool raw = false;                       // --raw: records as bytes, not BTF-decoded
+  std::vector<std::string> record_types;  // --record-type MAP=TYPE
+  std::string output;                     // -o FILE
   bool verifier_log = false;
   uint32_t perf_pages = ebpf::kDefaultPerfRingBytes / 4096;
 };
@@ -98,6 +116,58 @@ std::string hex(std::span<const uint8_t> b, const char* sep = " ") {
   for (size_t i = 0; i < b.size(); ++i) s += fmt::format("{}{:02x}", i ? sep : "", b[i]);
   return s;
 }
+
+// Where and how `run` prints: stdout or -o FILE (kept apart from the target's own
+// output), text or --json, and the types records and globals are decoded with.
+class Output {
+ public:
+  FILE* f = stdout;
+  bool json = false;
+  bool raw = false;
+  std::string me = "utramp run";
+  std::map<std::string, std::string> record_type;  // --record-type: map -> type name
+  // Per spec: its object's types, where record types are looked for in this order (the
+  // object's .BTF, then its DWARF's structs as BTF); the first is the globals' BTF.
+  std::vector<std::vector<const btf*>> spec_btf;
+
+  struct Type {
+    const btf* b;
+    uint32_t id;
+  };
+  // The type of map `spec`'s records of `size` bytes (ebpf::find_record_type), found
+  // once per map and size; none (printed as bytes) when --raw, when the object has no
+  // such type or more than one: said once on stderr, with --record-type as the way out.
+  std::optional<Type> record_type_of(size_t spec, const std::string& map, uint64_t size) const {
+    if (raw || spec >= spec_btf.size()) return std::nullopt;
+    const auto key = std::make_pair(map, size);
+    if (auto it = found_.find(key); it != found_.end()) return it->second;
+    auto named = record_type.find(map);
+    const std::string name = named == record_type.end() ? "" : named->second;
+    std::optional<Type> type;
+    std::optional<Error> why;
+    for (const btf* b : spec_btf[spec]) {
+      if (!b) continue;
+      auto t = ebpf::find_record_type(b, size, name);
+      if (t) {
+        type = Type{b, *t};
+        break;
+      }
+      if (!why || t.error().code != Errc::not_found) why = t.error();
+      if (t.error().code != Errc::not_found) break;  // ambiguous: a later source does not settle it
+    }
+    if (!type && why && (!name.empty() || why->code != Errc::not_found))
+      fmt::print(stderr, "{}: records of '{}' ({} bytes) printed as bytes: {}{}\n", me, map, size, why->message,
+                 name.empty() ? " (--record-type MAP=TYPE names it)" : "");
+    found_[key] = type;
+    return type;
+  }
+  const btf* globals_btf(size_t spec) const {
+    return spec < spec_btf.size() && !spec_btf[spec].empty() ? spec_btf[spec].front() : nullptr;
+  }
+
+ private:
+  mutable std::map<std::pair<std::string, uint64_t>, std::optional<Type>> found_;
+};
 
 std::string show(const std::vector<uint8_t>& b) {
   return is_int_size(b.size()) ? std::to_string(as_u64(b)) : hex(b);
@@ -131,14 +201,14 @@ std::string bound(uint64_t v) {
   return fmt::format("{}{}", v, units[u]);
 }
 
-void print_hist(const std::string& name, const std::vector<uint64_t>& slots) {
-  fmt::print("@{}:\n", name);
+void print_hist(FILE* out, const std::string& name, const std::vector<uint64_t>& slots) {
+  fmt::print(out, "@{}:\n", name);
   size_t first = slots.size(), last = 0;
   uint64_t max = 0;
   for (size_t i = 0; i < slots.size(); ++i)
     if (slots[i]) first = std::min(first, i), last = i, max = std::max(max, slots[i]);
   if (first == slots.size()) {
-    fmt::print("(empty)\n\n");
+    fmt::print(out, "(empty)\n\n");
     return;
   }
   for (size_t i = first; i <= last; ++i) {
@@ -146,55 +216,49 @@ void print_hist(const std::string& name, const std::vector<uint64_t>& slots) {
     const std::string hi = i >= 63 ? "..." : bound(uint64_t(1) << (i + 1));
     const std::string label = fmt::format("[{}, {})", bound(lo), hi);
     const int bar = slots[i] ? std::max(1, static_cast<int>(slots[i] * 52 / max)) : 0;
-    fmt::print("{:<20}{:>8} |{:<52}|\n", label, slots[i], std::string(static_cast<size_t>(bar), '@'));
+    fmt::print(out, "{:<20}{:>8} |{:<52}|\n", label, slots[i], std::string(static_cast<size_t>(bar), '@'));
   }
-  fmt::print("\n");
+  fmt::print(out, "\n");
 }
 
-// One global variable's value: integers as numbers, bools as true/false, char arrays
-// as the string up to their first NUL, anything else as hex bytes.
-json global_value(const ebpf::GlobalVar& g, std::span<const uint8_t> b) {
-  using K = ebpf::GlobalVar::Kind;
-  if ((g.kind == K::signed_int || g.kind == K::unsigned_int || g.kind == K::boolean) && is_int_size(b.size())) {
-    uint64_t v = 0;
-    std::memcpy(&v, b.data(), b.size());
-    if (g.kind == K::boolean) return v != 0;
-    if (g.kind == K::unsigned_int) return v;
-    const unsigned shift = 64 - 8 * static_cast<unsigned>(b.size());
-    return static_cast<int64_t>(v << shift) >> shift;  // sign-extended
-  }
-  if (g.kind == K::chars) {
-    size_t n = 0;
-    while (n < b.size() && b[n]) ++n;
-    return std::string(reinterpret_cast<const char*>(b.data()), n);
-  }
-  return hex(b, "");
+// One global variable's value (ebpf/btf_value.hpp: numbers, bools, strings, arrays,
+// structs by field), from its object's BTF.
+ojson global_value(const ebpf::GlobalVar& g, const btf* b, std::span<const uint8_t> bytes) {
+  return ebpf::btf_value(b, g.type_id, bytes);
+}
+
+// bpf_printk's format strings are globals of the program (`static const char ____fmt[]`
+// in each function that prints): not the user's variables.
+bool is_printk_format(const std::string& name) {
+  return name == "____fmt" || name.ends_with(".____fmt");
 }
 
 // The named globals of every .data/.rodata/.bss section, bpftrace-style: `@name: value`
-// (strings quoted as JSON quotes them); --json: {"type":"global",...} per variable.
-void print_globals(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs, bool as_json) {
+// (ebpf::render_value); --json: {"type":"global",...} per variable.
+void print_globals(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs, const Output& o) {
   bool any = false;
   for (size_t i = 0; i < mf.count() && i < specs.size(); ++i) {
     const ebpf::MapSpec& s = specs[i];
     if (!s.global_data || s.vars.empty()) continue;
     const auto data = mf.data(i);
+    const btf* b = o.globals_btf(i);
     for (const ebpf::GlobalVar& g : s.vars) {
+      if (is_printk_format(g.name)) continue;
       if (uint64_t(g.offset) + g.size > s.value_size || uint64_t(g.offset) + g.size > data.size()) continue;
-      const json v = global_value(g, data.subspan(g.offset, g.size));
-      if (as_json) {
-        fmt::print("{}\n", json{{"type", "global"}, {"name", g.name}, {"section", s.name}, {"value", v}}.dump());
+      const ojson v = global_value(g, b, data.subspan(g.offset, g.size));
+      if (o.json) {
+        fmt::print(o.f, "{}\n",
+                   ojson{{"type", "global"}, {"name", g.name}, {"section", s.name}, {"value", v}}.dump());
       } else {
-        const bool raw = g.kind == ebpf::GlobalVar::Kind::bytes && v.is_string();  // hex, unquoted
-        fmt::print("@{}: {}\n", g.name, raw ? v.get<std::string>() : v.dump());
+        fmt::print(o.f, "@{}: {}\n", g.name, ebpf::render_value(v));
         any = true;
       }
     }
   }
-  if (any) fmt::print("\n");
+  if (any) fmt::print(o.f, "\n");
 }
 
-void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs, bool as_json) {
+void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs, const Output& o) {
   for (size_t i = 0; i < mf.count(); ++i) {
     const ebpf::MapSpec s = mf.spec(i);
     if (s.global_data || s.type == uint32_t(ebpf::MapType::ringbuf) ||
@@ -202,7 +266,7 @@ void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs
       continue;  // streamed, or nothing to show (a bloom filter's bits)
     const auto entries = mf.entries(i);
     const bool array = s.type == uint32_t(ebpf::MapType::array) || s.type == uint32_t(ebpf::MapType::percpu_array);
-    if (as_json) {
+    if (o.json) {
       json j{{"type", "map"}, {"name", s.name}, {"map_type", ebpf::map_type_name(s.type)}};
       json es = json::array();
       std::vector<uint64_t> slots;
@@ -220,13 +284,13 @@ void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs
       }
       j["entries"] = es;
       if (is_hist(s)) j["hist"] = slots;
-      fmt::print("{}\n", j.dump());
+      fmt::print(o.f, "{}\n", j.dump());
       continue;
     }
     if (is_hist(s)) {
       std::vector<uint64_t> slots;
       for (const auto& e : entries) slots.push_back(as_u64(combined(e)));
-      print_hist(s.name, slots);
+      print_hist(o.f, s.name, slots);
       continue;
     }
     // Hash maps in key order when keys are integers, as bpftrace sorts by value... by key here.
@@ -238,24 +302,37 @@ void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs
     }
     if (is_int_size(s.key_size))
       std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return as_u64(a.first) < as_u64(b.first); });
-    for (const auto& [k, v] : rows) fmt::print("@{}[{}]: {}\n", s.name, show(k), show(v));
-    if (rows.empty()) fmt::print("@{}: (empty)\n", s.name);
-    fmt::print("\n");
+    for (const auto& [k, v] : rows) fmt::print(o.f, "@{}[{}]: {}\n", s.name, show(k), show(v));
+    if (rows.empty()) fmt::print(o.f, "@{}: (empty)\n", s.name);
+    fmt::print(o.f, "\n");
   }
-  print_globals(mf, specs, as_json);
-  std::fflush(stdout);
+  print_globals(mf, specs, o);
+  std::fflush(o.f);
 }
 
-// One record of a ring buffer or a perf event array: --json {"type":"ringbuf"|"perf",
-// "map":...,["cpu":N,]"data":"hex"}; else "map: " and whole u64 words as numbers, other
-// sizes as bytes.
-void print_record(const std::string& map, std::span<const uint8_t> rec, bool as_json, const char* type,
-                  int64_t cpu) {
-  if (as_json) {
-    json j{{"type", type}, {"map", map}};
+// One record of a ring buffer or a perf event array (map `spec`): decoded with the
+// object's BTF when its type is known (Output::record_type_of), as
+// "map: { .field = value, ... }" and in --json as "value" beside the raw "data"
+// ({"type":"ringbuf"|"perf","map":...,["cpu":N,]["struct":...,"value":{...},]"data":"hex"});
+// else "map: " and whole u64 words as numbers, other sizes as bytes.
+void print_record(const Output& o, size_t spec, const std::string& map, std::span<const uint8_t> rec,
+                  const char* type, int64_t cpu) {
+  const auto t = o.record_type_of(spec, map, rec.size());
+  std::optional<ojson> v;
+  if (t) v = ebpf::btf_value(t->b, t->id, rec);
+  if (o.json) {
+    ojson j{{"type", type}, {"map", map}};
     if (cpu >= 0) j["cpu"] = cpu;
+    if (v) {
+      j["struct"] = ebpf::type_name(t->b, t->id);
+      j["value"] = *v;
+    }
     j["data"] = hex(rec, "");
-    fmt::print("{}\n", j.dump());
+    fmt::print(o.f, "{}\n", j.dump());
+    return;
+  }
+  if (v) {
+    fmt::print(o.f, "{}: {}\n", map, ebpf::render_value(*v));
     return;
   }
   std::string words;
@@ -268,62 +345,72 @@ void print_record(const std::string& map, std::span<const uint8_t> rec, bool as_
   } else {
     words = hex(rec);
   }
-  fmt::print("{}: {}\n", map, words);
+  fmt::print(o.f, "{}: {}\n", map, words);
+}
+
+// A bpf_trace_printk line (ebpf::PrintkHead, then its text): "COMM PID/TID: text";
+// --json {"type":"printk","pid":P,"tid":T,"comm":...,"msg":...}.
+void print_printk(const Output& o, std::span<const uint8_t> rec) {
+  ebpf::PrintkHead h{};
+  if (rec.size() < sizeof h) return;  // not a line the helper wrote
+  std::memcpy(&h, rec.data(), sizeof h);
+  const std::string comm(h.comm, strnlen(h.comm, sizeof h.comm));
+  const std::string msg(reinterpret_cast<const char*>(rec.data()) + sizeof h, rec.size() - sizeof h);
+  if (o.json)
+    fmt::print(o.f, "{}\n",
+               ojson{{"type", "printk"}, {"pid", h.pid}, {"tid", h.tid}, {"comm", comm}, {"msg", msg}}.dump());
+  else
+    fmt::print(o.f, "{} {}/{}: {}\n", comm.empty() ? "<...>" : comm, h.pid, h.tid, msg);
 }
 
 // Prints what the ring buffers and perf event arrays hold; returns how many records.
 // `final`: the target has ended, every submitted perf record can go (consume_perf).
-size_t drain_rings(ebpf::MapFile& mf, bool as_json, bool final = false) {
+size_t drain_rings(ebpf::MapFile& mf, const Output& o, bool final = false) {
   size_t n = 0;
   for (size_t i = 0; i < mf.count(); ++i) {
     const ebpf::MapSpec s = mf.spec(i);
     if (s.type == uint32_t(ebpf::MapType::perf_event_array)) {
       n += mf.consume_perf(
-          i, [&](uint32_t cpu, std::span<const uint8_t> rec) { print_record(s.name, rec, as_json, "perf", cpu); },
+          i, [&](uint32_t cpu, std::span<const uint8_t> rec) { print_record(o, i, s.name, rec, "perf", cpu); },
           final);
       continue;
     }
     if (s.type != uint32_t(ebpf::MapType::ringbuf)) continue;
     const bool printk = s.name == ".printk";
     n += mf.consume_ring(i, [&](std::span<const uint8_t> rec) {
-      if (printk) {
-        const std::string msg(reinterpret_cast<const char*>(rec.data()), rec.size());
-        if (as_json) fmt::print("{}\n", json{{"type", "printk"}, {"msg", msg}}.dump());
-        else fmt::print("{}\n", msg);
-      } else {
-        print_record(s.name, rec, as_json, "ringbuf", -1);
-      }
+      if (printk) print_printk(o, rec);
+      else print_record(o, i, s.name, rec, "ringbuf", -1);
     });
   }
-  if (n) std::fflush(stdout);
+  if (n) std::fflush(o.f);
   return n;
 }
 
 // Records the target could not send (a full ring buffer or perf ring, or a handler that
 // interrupted its own thread's reservation): said on stderr, and with --json as
 // {"type":"lost","map":...,"map_type":...,"count":N} too.
-void report_lost(const ebpf::MapFile& mf, bool as_json, const std::string& me) {
+void report_lost(const ebpf::MapFile& mf, const Output& o) {
   for (size_t i = 0; i < mf.count(); ++i) {
     const ebpf::MapSpec s = mf.spec(i);
     const bool perf = s.type == uint32_t(ebpf::MapType::perf_event_array);
     if (!perf && s.type != uint32_t(ebpf::MapType::ringbuf)) continue;
     const uint64_t lost = mf.ring_dropped(i);
     if (!lost) continue;
-    if (as_json)
-      fmt::print("{}\n", json{{"type", "lost"}, {"map", s.name}, {"map_type", ebpf::map_type_name(s.type)},
-                              {"count", lost}}
-                             .dump());
+    if (o.json)
+      fmt::print(o.f, "{}\n", json{{"type", "lost"}, {"map", s.name}, {"map_type", ebpf::map_type_name(s.type)},
+                                   {"count", lost}}
+                                  .dump());
     if (s.name == ".printk")
-      fmt::print(stderr, "{}: {} bpf_printk line(s) lost: the printk ring was full\n", me, lost);
+      fmt::print(stderr, "{}: {} bpf_printk line(s) lost: the printk ring was full\n", o.me, lost);
     else if (perf)
       fmt::print(stderr, "{}: perf event array '{}': {} record(s) lost: a ring was full (--perf-pages sets its "
                          "size: {} pages)\n",
-                 me, s.name, lost, s.ring_bytes / 4096);
+                 o.me, s.name, lost, s.ring_bytes / 4096);
     else
-      fmt::print(stderr, "{}: ring buffer '{}': {} record(s) lost: it was full (its max_entries: {} bytes)\n", me,
-                 s.name, lost, s.max_entries);
+      fmt::print(stderr, "{}: ring buffer '{}': {} record(s) lost: it was full (its max_entries: {} bytes)\n",
+                 o.me, s.name, lost, s.max_entries);
   }
-  std::fflush(stdout);
+  std::fflush(o.f);
 }
 
 // A uprobe's binary (BINARY:FUNC, from the section or --attach): the traced program
@@ -457,7 +544,20 @@ int run(const RunFlags& f) {
     }
     attach.push_back(std::move(*a));
   }
+  Output out;
+  out.json = f.json;
+  out.raw = f.raw;
+  out.me = me;
+  for (const std::string& rt : f.record_types) {
+    const size_t eq = rt.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == rt.size()) {
+      fmt::print(stderr, "{}: --record-type '{}': expected MAP=TYPE (e.g. events='struct event')\n", me, rt);
+      return 2;
+    }
+    out.record_type[rt.substr(0, eq)] = rt.substr(eq + 1);
+  }
   std::vector<ebpf::MapSpec> specs;
+  std::vector<std::shared_ptr<const btf>> btfs;  // keeps out.spec_btf's types alive
   std::vector<std::string> abs_objects;
   for (const std::string& path : f.objects) {
     auto obj = ebpf::load_object_file(path, ebpf::runtime_helpers());
@@ -516,7 +616,40 @@ int run(const RunFlags& f) {
         fmt::print(stderr, "{}: {}: program '{}' (section '{}'), verifier log:\n{}", me, path, p.name, p.section,
                    v->log);
     }
+    for (const auto& [map, type] : out.record_type) {
+      const bool here = std::any_of(obj->maps.begin(), obj->maps.end(), [&](const ebpf::MapSpec& m) {
+        return m.name == map && (m.type == uint32_t(ebpf::MapType::ringbuf) ||
+                                 m.type == uint32_t(ebpf::MapType::perf_event_array));
+      });
+      if (!here) {
+        fmt::print(stderr, "{}: --record-type {}={}: {} has no ring buffer or perf event array '{}'\n", me, map,
+                   type, path, map);
+        return 2;
+      }
+    }
+    // The object's structs from its DWARF too: a record's type is often only a local
+    // variable's, which .BTF leaves out.
+    std::vector<const btf*> types{obj->local_btf.get()};
+    btfs.push_back(obj->local_btf);
+    if (auto bytes = os::read_regular(path, uint64_t{256} << 20); bytes) {
+      if (auto d = ebpf::ObjectDwarf::open(*bytes); d)
+        if (auto b = (*d)->named_types_as_btf(); b) {
+          types.push_back(b->get());
+          btfs.push_back(*b);
+        }
+    }
+    for (const auto& [map, type] : out.record_type) {
+      const bool known = std::any_of(types.begin(), types.end(), [&](const btf* b) {
+        return b && ebpf::find_record_type(b, 0, type).ok();
+      });
+      if (!known) {
+        fmt::print(stderr, "{}: --record-type {}={}: {}: no struct or union '{}' in its BTF or DWARF\n", me, map,
+                   type, path, type);
+        return 2;
+      }
+    }
     specs.insert(specs.end(), obj->maps.begin(), obj->maps.end());
+    out.spec_btf.resize(specs.size(), types);
     char* rp = realpath(path.c_str(), nullptr);
     abs_objects.push_back(rp ? rp : path);
     free(rp);
@@ -530,6 +663,21 @@ int run(const RunFlags& f) {
   printk.max_entries = 1u << 20;
   printk.global_data = true;
   specs.push_back(printk);
+  out.spec_btf.resize(specs.size());
+  // -o FILE: what run prints goes there, apart from the target's stdout (which stays the
+  // terminal's); created 0600 like everything utramp writes.
+  std::unique_ptr<FILE, int (*)(FILE*)> out_file(nullptr, &std::fclose);
+  if (!f.output.empty()) {
+    const int fd = ::open(f.output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    FILE* file = fd >= 0 ? fdopen(fd, "w") : nullptr;
+    if (!file) {
+      fmt::print(stderr, "{}: -o {}: {}\n", me, f.output, std::strerror(errno));
+      if (fd >= 0) ::close(fd);
+      return 2;
+    }
+    out_file.reset(file);
+    out.f = file;
+  }
 
   auto scratch = ScratchDir::create("utramp-run");
   if (!scratch) {
@@ -569,9 +717,9 @@ int run(const RunFlags& f) {
           scratch->remove();
         }
         watch.look(me);
-        const bool any = drain_rings(*mf, f.json) != 0;
+        const bool any = drain_rings(*mf, out) != 0;
         if (f.interval > 0 && clock::now() >= next_print) {
-          print_maps(*mf, specs, f.json);
+          print_maps(*mf, specs, out);
           next_print += std::chrono::duration<double>(f.interval);
         }
         return any;
@@ -594,9 +742,9 @@ int run(const RunFlags& f) {
       return 2;
     }
   }
-  drain_rings(*mf, f.json, true);
-  print_maps(*mf, specs, f.json);
-  report_lost(*mf, f.json, me);
+  drain_rings(*mf, out, true);
+  print_maps(*mf, specs, out);
+  report_lost(*mf, out);
   if (ended.signaled) fmt::print(stderr, "{}: target {}\n", me, ended.how);
   if (ended.signaled && WTERMSIG(ended.status) == SIGTRAP) watch.killed_by_sigtrap(me);
   if (mf->unlocked_reads())
@@ -623,6 +771,14 @@ void add_run(CLI::App& app) {
                   "PROG=fmod_ret:FUNC: attach program PROG there (overrides or completes its section; repeatable)")
       ->allow_extra_args(false);
   sub->add_flag("--json", f->json, "one JSON object per line");
+  sub->add_flag("--raw", f->raw, "print ring buffer and perf records as bytes, not decoded with the object's BTF");
+  sub->add_option("--record-type", f->record_types,
+                  "MAP=TYPE: the records of ring buffer or perf event array MAP are TYPE (a struct of the "
+                  "object; by default the only struct of the record's size; repeatable)")
+      ->allow_extra_args(false);
+  sub->add_option("-o,--output", f->output,
+                  "write what run prints (records, printk lines, maps) to FILE instead of stdout, apart "
+                  "from the target's own output");
   sub->add_flag("--verifier-log", f->verifier_log,
                 "print the verifier's log of every program (on stderr), accepted ones too");
   sub->add_option("--perf-pages", f->perf_pages,
