@@ -6,6 +6,9 @@
 // The untraced program's exit code and output must be the traced one's.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -91,6 +94,23 @@ TEST_P(Uftrace, ReplayIsTheProgramsExpectedText) {
   ASSERT_EQ(rec.exit_code, plain.exit_code) << rec.err;
   EXPECT_EQ(rec.out, plain.out);
   EXPECT_NE(rec.err.find("events recorded"), std::string::npos) << rec.err;
+  // Seen the way the build meant: through the mcount calls of a -pg build, through
+  // the reports of a -finstrument-functions one (a relocated prologue would give the
+  // same replay).
+  const std::string flavour = p.flavour;
+  if (flavour == "pg") {
+    const RunResult list = run_in({UTRAMP_CLI, "list", exe, "main"}, tmp.path);
+    EXPECT_NE(list.out.find(" mcount "), std::string::npos) << list.out << list.err;
+  }
+  if (flavour == "cyg") {
+    std::string log;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.path().filename().string().starts_with("agent-")) {
+        std::ifstream in(e.path());
+        log += std::string(std::istreambuf_iterator<char>(in), {});
+      }
+    EXPECT_NE(log.find("report their calls (-finstrument-functions)"), std::string::npos) << log;
+  }
   const RunResult replay = run_in({UTRAMP_CLI, "replay", dir}, tmp.path);
   ASSERT_EQ(replay.exit_code, 0) << replay.err;
   const std::string shown = mask_replay(replay.out, dir);
