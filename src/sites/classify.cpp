@@ -139,11 +139,16 @@ SiteInfo classify(std::string_view name, uint64_t func, uint64_t size,
   switch (pat.kind) {
     case P::nop5: s.kind = SiteKind::nop5; break;  // clang's 0f 1f 44 00 08 too (canonicalised)
     case P::nop1x5: s.kind = SiteKind::nop1x5; break;
+    // A profiling call at the very entry, before any frame, is an fentry site whatever
+    // it calls (mcount there has nothing to undo).
     case P::call_rel32:
-      if (ctx.is_fentry && ctx.is_fentry(pat.target)) s.kind = SiteKind::fentry_call;
+      if ((ctx.is_fentry && ctx.is_fentry(pat.target)) || (ctx.is_mcount && ctx.is_mcount(pat.target)))
+        s.kind = SiteKind::fentry_call;
       break;
     case P::call_rip_indirect:
-      if (ctx.is_fentry_slot && ctx.is_fentry_slot(pat.target)) s.kind = SiteKind::fentry_gotpcrel;
+      if ((ctx.is_fentry_slot && ctx.is_fentry_slot(pat.target)) ||
+          (ctx.is_mcount_slot && ctx.is_mcount_slot(pat.target)))
+        s.kind = SiteKind::fentry_gotpcrel;
       break;
     case P::xray_sled:
       if (ctx.has_xray) s.kind = SiteKind::xray_sled;

@@ -128,6 +128,13 @@ TEST(ClassifyGolden, McountAfterTheFrame) {
   EXPECT_EQ(s.site_len, 5);
 }
 
+TEST(ClassifyGolden, McountAtTheEntryIsAnFentrySite) {
+  // e8 fb f1 ff ff   call 0x400200 (mcount) from 0x401000, before any frame
+  auto s = classify_bytes({0xe8, 0xfb, 0xf1, 0xff, 0xff, 0xc3});
+  EXPECT_EQ(s.kind, SiteKind::fentry_call);
+  EXPECT_EQ(s.site, kFunc);
+}
+
 TEST(ClassifyGolden, McountThroughGot) {
   // 55; 48 89 e5; ff 15 fe 1f 00 00 call [rip+0x1ffe] = [0x403008] (mcount@GOTPCREL); 5d; c3
   auto s = classify_bytes({0x55, 0x48, 0x89, 0xe5, 0xff, 0x15, 0xfe, 0x1f, 0x00, 0x00, 0x5d, 0xc3});
