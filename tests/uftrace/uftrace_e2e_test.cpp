@@ -117,6 +117,31 @@ TEST_P(Uftrace, ReplayIsTheProgramsExpectedText) {
   utramp::test::expect_golden(p.program, std::string(p.program) == "fork" ? by_thread(shown) : shown);
 }
 
+// Arguments and return values at an mcount site: the stub undoes the frame, so the
+// arguments are read from their registers as at an entry site, and the return value
+// after the real return. One -O0 build (gcc) and one whose prologue moved the argument
+// into a callee-saved register before mcount (clang -O2).
+TEST(UftraceMcount, ArgumentsAndReturnValues) {
+  for (const char* file : {"uft_fibonacci_gcc_O0_pg", "uft_fibonacci_clang_O2_pg"}) {
+    const Program* p = nullptr;
+    for (const Program& q : kPrograms)
+      if (std::string(q.file) == file) p = &q;
+    ASSERT_NE(p, nullptr);
+    if (*p->missing) continue;
+    utramp::test::TempDir tmp("utramp-uftrace-test");
+    const std::string exe = std::string(UTRAMP_UFT_DIR) + "/" + file;
+    const std::string dir = tmp.path + "/trace";
+    const RunResult rec = run_in({UTRAMP_CLI, "record", "-o", dir, "-F", "fib", "-A", "fib@arg1",
+                                  "-R", "fib", "--", exe, "4"},
+                                 tmp.path);
+    ASSERT_EQ(rec.exit_code, 1) << rec.err;  // fib(4) is 3, not 5
+    const RunResult replay = run_in({UTRAMP_CLI, "replay", dir}, tmp.path);
+    ASSERT_EQ(replay.exit_code, 0) << replay.err;
+    SCOPED_TRACE(file);
+    utramp::test::expect_golden("fibonacci_args", mask_replay(replay.out, dir));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Builds, Uftrace, ::testing::ValuesIn(kPrograms),
                          [](const ::testing::TestParamInfo<Program>& i) {
                            std::string n = i.param.file;
