@@ -21,6 +21,7 @@
 
 #include "agent/bpf.hpp"
 #include "agent/config.hpp"
+#include "agent/instrument.hpp"
 #include "agent/process_files.hpp"
 #include "agent/trust.hpp"
 #include "common/init.hpp"
@@ -128,6 +129,8 @@ void attach_new_sites() {
   std::vector<tramp::Manager::AttachRequest> reqs;
   std::vector<trace::Function> cand;
   std::vector<size_t> first_req{0};  // cand[i]'s requests: [first_req[i], first_req[i+1])
+  std::vector<trace::Function> reported;  // functions that report their own calls
+  std::vector<uint64_t> reported_addrs;
   size_t skipped = 0;
   const symbols::Globs filters(cfg.filters), notrace(cfg.notrace);
   for (sites::Site* s : table.all()) {
@@ -139,6 +142,13 @@ void attach_new_sites() {
     const symbols::Name name(s->info.name);
     if (notrace.matches(name)) continue;
     if (!filters.empty() && !filters.matches(name)) continue;
+    if (s->reports_calls) {
+      // -finstrument-functions: its reports are recorded, no site is patched (a site
+      // too would record each call twice). -A/-R need an image's ctx: not recorded.
+      reported.push_back({s->info.func, s->info.size, s->info.name, s->object});
+      reported_addrs.push_back(s->info.func);
+      continue;
+    }
     std::string why;
     if (!s->usable(&why)) {
       ++skipped;
@@ -163,12 +173,18 @@ void attach_new_sites() {
     cand.push_back({s->info.func, s->info.size, s->info.name, s->object});
     first_req.push_back(reqs.size());
   }
+  if (!reported.empty()) {
+    logf("%zu functions report their calls (-finstrument-functions): traced without sites",
+         reported.size());
+    report_functions(reported_addrs);
+  }
   if (reqs.empty()) {
     if (skipped) logf("%zu functions skipped (see above)", skipped);
+    if (!reported.empty()) log_error(g_agent->files.traced(std::move(reported)));
     return;
   }
   auto res = mgr.attach_many(reqs);
-  std::vector<trace::Function> done;
+  std::vector<trace::Function> done = std::move(reported);
   for (size_t i = 0; i < cand.size(); ++i) {
     bool ok = true;
     for (size_t k = first_req[i]; k < first_req[i + 1]; ++k)
@@ -179,7 +195,8 @@ void attach_new_sites() {
       }
     if (ok) done.push_back(cand[i]);
   }
-  logf("traced %zu functions, %zu skipped", done.size(), skipped + cand.size() - done.size());
+  logf("traced %zu functions, %zu skipped", done.size(),
+       skipped + cand.size() - (done.size() - reported_addrs.size()));
   log_error(g_agent->files.traced(std::move(done)));
 }
 

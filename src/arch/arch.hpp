@@ -78,6 +78,23 @@ size_t landing_pad_length(std::span<const uint8_t> code) noexcept;
 // The flavour at `code` (placed at `at`).
 EntryPattern classify_entry(std::span<const uint8_t> code, uint64_t at);
 
+// The instructions a function runs between its entry (after any endbr64) and a
+// profiling call made once its frame is set up (gcc and clang `-pg` without -mfentry:
+// `push rbp; mov rbp, rsp; ...; call mcount`), when their effect can be undone from the
+// call: the registers they change were pushed first (restored from their slots), the
+// memory they write is the frame's, and `leave` then gives back the entry's rsp and rbp.
+// `code` is [entry, call), an endbr64 first included. Refused, naming the instruction (offset, text, bytes), when
+// something else is there.
+struct FrameUndo {
+  struct Push {
+    uint8_t reg;     // GPR number (rax 0 .. r15 15)
+    int32_t offset;  // its slot, from rbp
+  };
+  std::vector<Push> pushes;  // registers pushed after `mov rbp, rsp`, in order
+  size_t frame_at = 0;       // bytes up to the end of `mov rbp, rsp`
+};
+Result<FrameUndo> frame_undo(std::span<const uint8_t> code, uint64_t at);
+
 // "addr: bytes  text" per line, for diagnostics and goldens.
 std::string disassemble(std::span<const uint8_t> code, uint64_t address);
 

@@ -14,6 +14,17 @@
 //   slow:  save argument registers, call utramp_register_thread, restore, jmp stub
 //   exit:  dec dword fs:[counters + 4*r11]; ret   (images holding their own counter)
 //
+// An mcount site (-pg without -mfentry) is the profiling call, reached with the
+// function's frame already set up; its stub first undoes that frame, so that what
+// follows sees the function's entry state (return address at [rsp], arguments in their
+// registers, the caller's rbp and callee-saved registers), and runs the code before the
+// call again as its relocated prologue:
+//
+//   undo:  mov REG, [rbp + SLOT]   ; each register pushed after mov rbp, rsp
+//          leave                   ; rsp, rbp as at the entry
+//   stub:  ...                     ; as above
+//   ool:   <entry .. the call relocated>; jmp call+len   (mcount is not called)
+//
 // Keeping every register (StubSpec/ImageSpec::preserve_all). The ABI lets a function
 // change rax, rcx, rdx, rsi, rdi, r8-r11, the flags, the vector registers and the x87
 // and MXCSR status, and what utramp runs around a call changes them freely. That is
@@ -45,6 +56,7 @@
 
 #include "common/result.hpp"
 #include "abi/signature.hpp"
+#include "arch/arch.hpp"
 #include "arch/xstate.hpp"
 
 namespace utramp::arch {
@@ -60,6 +72,10 @@ struct StubSpec {
   uint64_t site;          // the site's address (the stub's hop returns nowhere: jmp)
   uint64_t original;      // where the body continues: site + 5 for compiler sites
   std::vector<uint8_t> prologue;  // relocated-prologue sites: the bytes to move
+  uint64_t prologue_from = 0;     // where they are (0: at `site`)
+  uint64_t resume = 0;            // where the moved bytes continue (0: right after them)
+  bool undo_frame = false;        // mcount sites: the stub starts by undoing the frame
+  FrameUndo frame;                // (what to put back)
   uint32_t counter_slot;
   ThreadLayout tls;
   uint64_t register_fn;   // utramp_register_thread

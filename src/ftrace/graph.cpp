@@ -444,6 +444,35 @@ uint64_t graph_exit(uint64_t* ctx) {
   return 0;
 }
 
+void reported_entry(uint64_t func, uint64_t sp, uint64_t caller) {
+  if (tracer_held(sp)) {
+    nested_drop();
+    return;
+  }
+  InTracer in;
+  if (ThreadTrace* ts = state()) do_entry(ts, func, sp, caller, nullptr, nullptr);
+}
+
+void reported_exit(uint64_t func, uint64_t sp) {
+  if (tracer_held(sp)) {
+    nested_drop();
+    return;
+  }
+  InTracer in;
+  ThreadTrace* ts = state();
+  if (!ts) return;
+  // The stack pointer of an exit report is not its entry's: lower after an alloca,
+  // higher when the compiler made the report a tail call (gcc -O2 reports the exit by
+  // `jmp` after the epilogue). So the exit closes the innermost open call of `func`,
+  // and do_exit closes the calls above it as left by longjmp; an exit of a function
+  // with no open call is ignored.
+  for (uint32_t d = ts->depth; d; --d)
+    if (ts->stack[d - 1].func == func) {
+      do_exit(ts, ts->stack[d - 1].sp, nullptr, nullptr);
+      return;
+    }
+}
+
 void on_unwind(uint64_t func) {
   // An exception out of a handler that interrupted the tracer.
   if (tracer_held(detail::stack_pointer())) return;

@@ -55,6 +55,15 @@ arch::TracerHooks hooks();
 uint64_t graph_entry(uint64_t* ctx);
 uint64_t graph_exit(uint64_t* ctx);
 
+// Calls the program reports itself, with no site (-finstrument-functions: its calls of
+// __cyg_profile_func_enter/exit, agent/instrument.cpp), through the general code: the
+// same shadow stack, filters, -D and -t as calls seen by images. `sp` places the call
+// on the shadow stack as an image's frame does (deeper calls lower): the function's
+// stack pointer where it reports. An exit closes the innermost open call of `func`
+// (its report's stack pointer may differ from the entry's: graph.cpp).
+void reported_entry(uint64_t func, uint64_t sp, uint64_t caller);
+void reported_exit(uint64_t func, uint64_t sp);
+
 // Called by the image personality when an exception unwinds through the frame of
 // `func` on this thread.
 void on_unwind(uint64_t func);

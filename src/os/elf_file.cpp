@@ -224,6 +224,12 @@ std::string ElfFile::got_symbol(uint64_t slot) const {
   return it == got_syms_.end() ? std::string() : it->second;
 }
 
+bool ElfFile::imports(std::string_view name) const {
+  for (const auto& [slot, sym] : got_syms_)
+    if (sym == name) return true;
+  return false;
+}
+
 std::vector<uint64_t> ElfFile::address_table(std::string_view name) const {
   std::vector<uint64_t> out;
   for (const auto& s : sections_) {

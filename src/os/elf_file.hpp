@@ -57,6 +57,8 @@ class ElfFile {
   bool relative_reloc(uint64_t vaddr, uint64_t* addend) const;
   // Symbol named by a GOT slot's relocation (GLOB_DAT/JUMP_SLOT/64), "" if none.
   std::string got_symbol(uint64_t slot) const;
+  // Whether some GOT slot's relocation names `name` (the object calls or reads it).
+  bool imports(std::string_view name) const;
   // Reads a table of 64-bit addresses (such as __patchable_function_entries), applying
   // RELATIVE relocations where the file leaves zeros.
   std::vector<uint64_t> address_table(std::string_view section) const;

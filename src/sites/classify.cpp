@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -16,6 +17,7 @@ std::string_view site_kind_name(SiteKind k) noexcept {
     case SiteKind::fentry_call: return "fentry";
     case SiteKind::fentry_gotpcrel: return "fentry-got";
     case SiteKind::xray_sled: return "xray";
+    case SiteKind::mcount: return "mcount";
     case SiteKind::prologue: return "prologue";
     case SiteKind::none: return "none";
   }
@@ -26,6 +28,50 @@ namespace {
 
 std::string where(std::string_view name, uint64_t func, uint64_t addr) {
   return fmt::format("{}+{:#x}", name, addr - func);
+}
+
+// How far into a function a -pg profiling call is looked for: gcc puts it right after
+// the frame set-up (and the stack allocation at -O0); clang after storing or moving the
+// arguments away, which for six arguments is about 40 bytes.
+constexpr size_t kMcountWindow = 128;
+
+// -pg without -mfentry: `call mcount` (or through its GOT slot) once the frame is set
+// up. Returns false when the function's first call is not one, else classifies it: the
+// call is the site when everything before it can be undone from there (the stub does:
+// arch::frame_undo), otherwise `s.reason` says which instruction prevents it.
+bool classify_mcount(std::string_view name, std::span<const uint8_t> code, size_t off,
+                     const ObjectContext& ctx, SiteInfo& s) {
+  if (!ctx.is_mcount && !ctx.is_mcount_slot) return false;
+  const size_t limit = std::min(code.size(), s.size ? std::min<size_t>(s.size, kMcountWindow)
+                                                    : kMcountWindow);
+  for (size_t a = off; a < limit;) {
+    auto insn = arch::decode(code.data() + a, code.size() - a, s.func + a);
+    if (!insn) return false;
+    const bool hit =
+        (insn->flow == arch::Flow::call && ctx.is_mcount && ctx.is_mcount(insn->target)) ||
+        (insn->flow == arch::Flow::indirect_call && insn->rip_relative && insn->length == 6 &&
+         ctx.is_mcount_slot && ctx.is_mcount_slot(insn->target));
+    if (!hit) {
+      if (insn->flow != arch::Flow::none) return false;  // another call or a branch first
+      a += insn->length;
+      continue;
+    }
+    s.listed = s.listed || (ctx.listed && ctx.listed(s.func + a));
+    auto undo = arch::frame_undo(code.first(a), s.func);
+    if (!undo) {
+      s.reason = fmt::format("{}: the profiling call '{}' at {} cannot be the site: what runs "
+                             "before it cannot be undone from there: {}{}",
+                             name, insn->text(), where(name, s.func, s.func + a), name,
+                             undo.error().message);
+      return true;
+    }
+    s.kind = SiteKind::mcount;
+    s.site = s.func + a;
+    s.site_len = insn->length;
+    s.attachable = true;
+    return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -93,11 +139,16 @@ SiteInfo classify(std::string_view name, uint64_t func, uint64_t size,
   switch (pat.kind) {
     case P::nop5: s.kind = SiteKind::nop5; break;  // clang's 0f 1f 44 00 08 too (canonicalised)
     case P::nop1x5: s.kind = SiteKind::nop1x5; break;
+    // A profiling call at the very entry, before any frame, is an fentry site whatever
+    // it calls (mcount there has nothing to undo).
     case P::call_rel32:
-      if (ctx.is_fentry && ctx.is_fentry(pat.target)) s.kind = SiteKind::fentry_call;
+      if ((ctx.is_fentry && ctx.is_fentry(pat.target)) || (ctx.is_mcount && ctx.is_mcount(pat.target)))
+        s.kind = SiteKind::fentry_call;
       break;
     case P::call_rip_indirect:
-      if (ctx.is_fentry_slot && ctx.is_fentry_slot(pat.target)) s.kind = SiteKind::fentry_gotpcrel;
+      if ((ctx.is_fentry_slot && ctx.is_fentry_slot(pat.target)) ||
+          (ctx.is_mcount_slot && ctx.is_mcount_slot(pat.target)))
+        s.kind = SiteKind::fentry_gotpcrel;
       break;
     case P::xray_sled:
       if (ctx.has_xray) s.kind = SiteKind::xray_sled;
@@ -109,6 +160,11 @@ SiteInfo classify(std::string_view name, uint64_t func, uint64_t size,
     s.attachable = true;
     return s;
   }
+  if (classify_mcount(name, code, off, ctx, s) && s.attachable) return s;
+  // A profiling call that cannot be a site keeps its reason; the entry may still be a
+  // relocated prologue (the call then runs as without utramp).
+  const std::string mcount_refused = std::move(s.reason);
+  s.reason.clear();
   // No compiler site: a relocated prologue, if it can be proven safe.
   if (name.ends_with(".cold") || name.find(".cold.") != std::string_view::npos) {
     s.reason = "a cold fragment split out of its function, not a function entry";
@@ -126,12 +182,14 @@ SiteInfo classify(std::string_view name, uint64_t func, uint64_t size,
   // function's own bytes may be decoded, or the padding and the next function would be.
   auto len = prologue_length(name, func, code.first(size), s.site);
   if (!len) {
-    s.reason = len.error().message;
+    s.reason = mcount_refused.empty() ? len.error().message
+                                      : fmt::format("{}; {}", mcount_refused, len.error().message);
     return s;
   }
   s.kind = SiteKind::prologue;
   s.site_len = *len;
   s.attachable = true;
+  s.reason = mcount_refused;  // why the profiling call is not the site, when there is one
   return s;
 }
 

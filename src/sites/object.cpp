@@ -12,11 +12,14 @@ namespace utramp::sites {
 
 namespace {
 
-bool is_fentry_name(const std::string& n) { return n == "__fentry__" || n == "mcount" || n == "__mcount"; }
+bool is_fentry_name(const std::string& n) { return n == "__fentry__"; }
+// glibc's profiling entry is `mcount` (`_mcount` an alias); `__mcount` is the BSDs'.
+bool is_mcount_name(const std::string& n) { return n == "mcount" || n == "_mcount" || n == "__mcount"; }
 
-// PLT stubs that jump to __fentry__: every stub is an indirect jump through a GOT slot
-// (after endbr64/bnd where present); the slot's relocation names the symbol.
-std::set<uint64_t> fentry_plt_stubs(const os::ElfFile& elf, uint64_t bias) {
+// PLT stubs that jump to a function `wanted` names: every stub is an indirect jump
+// through a GOT slot (after endbr64/bnd where present); the slot's relocation names it.
+std::set<uint64_t> plt_stubs_of(const os::ElfFile& elf, uint64_t bias,
+                                bool (*wanted)(const std::string&)) {
   std::set<uint64_t> out;
   for (const char* secname : {".plt", ".plt.sec", ".plt.got"}) {
     const os::ElfSection* s = elf.section(secname);
@@ -30,7 +33,7 @@ std::set<uint64_t> fentry_plt_stubs(const os::ElfFile& elf, uint64_t bias) {
         auto insn = arch::decode(data.data() + k, off + stride - k, a);
         if (!insn) break;
         if (insn->flow == arch::Flow::indirect_jump && insn->rip_relative) {
-          if (is_fentry_name(elf.got_symbol(insn->target))) out.insert(s->addr + off + bias);
+          if (wanted(elf.got_symbol(insn->target))) out.insert(s->addr + off + bias);
           break;
         }
         k += insn->length;
@@ -55,20 +58,32 @@ ObjectSites analyse_object(const os::ElfFile& elf, uint64_t bias, const CodeRead
   obj.has_mcount_loc = !mcount.empty();
   for (uint64_t a : mcount) listed.insert(a + bias);
   obj.has_xray = elf.section("xray_instr_map") != nullptr;
+  obj.reports_calls = elf.imports("__cyg_profile_func_enter");
 
-  std::set<uint64_t> fentry_targets = fentry_plt_stubs(elf, bias);
-  std::set<uint64_t> fentry_slots;
-  for (const auto& sym : elf.symbols())
+  std::set<uint64_t> fentry_targets = plt_stubs_of(elf, bias, is_fentry_name);
+  std::set<uint64_t> mcount_targets = plt_stubs_of(elf, bias, is_mcount_name);
+  std::set<uint64_t> fentry_slots, mcount_slots;
+  for (const auto& sym : elf.symbols()) {
     if (is_fentry_name(sym.name)) fentry_targets.insert(sym.value + bias);
+    if (is_mcount_name(sym.name) && sym.value) mcount_targets.insert(sym.value + bias);
+  }
   for (const auto& s : elf.sections())
     if (s.name == ".got" || s.name == ".got.plt")
-      for (uint64_t a = s.addr; a + 8 <= s.addr + s.size; a += 8)
-        if (is_fentry_name(elf.got_symbol(a))) fentry_slots.insert(a + bias);
+      for (uint64_t a = s.addr; a + 8 <= s.addr + s.size; a += 8) {
+        const std::string sym = elf.got_symbol(a);
+        if (is_fentry_name(sym)) fentry_slots.insert(a + bias);
+        if (is_mcount_name(sym)) mcount_slots.insert(a + bias);
+      }
 
   ObjectContext ctx;
   ctx.listed = [&](uint64_t a) { return listed.count(a) != 0; };
   ctx.is_fentry = [&](uint64_t a) { return fentry_targets.count(a) != 0; };
   ctx.is_fentry_slot = [&](uint64_t a) { return fentry_slots.count(a) != 0; };
+  // Only an object that can reach mcount has its functions' first calls looked at.
+  if (!mcount_targets.empty() || !mcount_slots.empty()) {
+    ctx.is_mcount = [&](uint64_t a) { return mcount_targets.count(a) != 0; };
+    ctx.is_mcount_slot = [&](uint64_t a) { return mcount_slots.count(a) != 0; };
+  }
   ctx.has_xray = obj.has_xray;
 
   std::set<uint64_t> done;

@@ -18,6 +18,9 @@ struct ObjectSites {
   uint64_t bias = 0;  // load address minus link-time address
   bool stripped = false;
   bool has_patchable_entries = false, has_mcount_loc = false, has_xray = false;
+  // Built with -finstrument-functions: its functions report their calls themselves
+  // (it calls __cyg_profile_func_enter), so a tracer needs no site in it.
+  bool reports_calls = false;
   std::vector<SiteInfo> functions;  // by address
 };
 

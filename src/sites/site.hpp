@@ -17,6 +17,8 @@ enum class SiteKind : uint8_t {
   fentry_call,      // call __fentry__ (-pg -mfentry)
   fentry_gotpcrel,  // call *__fentry__@GOTPCREL(%rip) (-pg -mfentry, PIE)
   xray_sled,        // jmp +9; nop9 (clang -fxray-instrument)
+  mcount,           // call mcount (or through its GOT slot) once the frame is set up
+                    // (-pg without -mfentry): the site is that call, not the entry
   prologue,         // no compiler site: whole prologue instructions are relocated
   none,             // nothing usable; `reason` says why
 };
@@ -39,7 +41,7 @@ struct SiteInfo {
   uint64_t size = 0;      // symbol size
   SiteKind kind = SiteKind::none;
   bool endbr = false;     // the site follows an endbr64
-  uint64_t site = 0;      // address the 5-byte call/jmp will occupy
+  uint64_t site = 0;      // address the 5-byte call/jmp will occupy (mcount: the call's)
   uint8_t site_len = 0;   // bytes of the original instruction(s) the canonical site replaces
   bool attachable = false;
   std::string reason;     // why not attachable
@@ -56,6 +58,10 @@ struct ObjectContext {
   std::function<bool(uint64_t)> is_fentry;
   // This GOT slot holds __fentry__'s address.
   std::function<bool(uint64_t)> is_fentry_slot;
+  // `call rel32` to this address calls mcount (-pg without -mfentry).
+  std::function<bool(uint64_t)> is_mcount;
+  // This GOT slot holds mcount's address.
+  std::function<bool(uint64_t)> is_mcount_slot;
   // The object carries XRay instrumentation maps.
   bool has_xray = false;
 };

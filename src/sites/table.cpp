@@ -162,6 +162,7 @@ Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& 
       auto s = std::make_unique<Site>();
       s->object = o.path;
       s->bias = o.bias;
+      s->reports_calls = objsites.reports_calls;
       if (info.kind != SiteKind::none) {
         const uint8_t* p = reinterpret_cast<const uint8_t*>(info.site);
         s->original.assign(p, p + info.site_len);
@@ -172,7 +173,8 @@ Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& 
       s->canonical = (info.kind == SiteKind::nop5 &&
                       std::equal(s->original.begin(), s->original.end(), arch::kNop5.begin(),
                                  arch::kNop5.end())) ||
-                     info.kind == SiteKind::prologue;
+                     info.kind == SiteKind::prologue ||
+                     info.kind == SiteKind::mcount;  // its call stays until attached
       if (on_patch_path(info.name)) {
         s->blacklisted = true;
         s->blacklist_reason = "used by the patcher itself";
@@ -322,17 +324,24 @@ std::vector<std::string> SiteTable::skipped_objects() const {
   return skipped_;
 }
 
+// An mcount site's canonical state is its own call, left as the compiler made it: a
+// function nothing traces keeps calling mcount, so a -pg program's gprof profile
+// (gmon.out) of those functions is what it would be without utramp. Attached, the call
+// becomes `jmp stub` (and a 1-byte NOP where the call went through the GOT: no thread
+// can be at its byte 5).
 Result<std::vector<uint8_t>> SiteTable::bytes_for(const Site& s, const SiteState& st) const {
   const bool prologue = s.info.kind == SiteKind::prologue;
+  const bool mcount = s.info.kind == SiteKind::mcount;
   switch (st.op) {
     case SiteOp::nop:
       if (prologue) return std::vector<uint8_t>(s.original.begin(), s.original.begin() + arch::kSiteLen);
+      if (mcount) return s.original;
       return std::vector<uint8_t>(arch::kNop5.begin(), arch::kNop5.end());
     case SiteOp::call: {
-      if (prologue)
+      if (prologue || mcount)
         return make_error(Errc::unsupported,
-                          fmt::format("{}: a relocated-prologue site can only jump, not call",
-                                      s.label()));
+                          fmt::format("{}: a {} site can only jump, not call", s.label(),
+                                      prologue ? "relocated-prologue" : "mcount"));
       auto b = arch::encode_call(s.info.site, st.target);
       if (!b) return make_error(b.error().code, fmt::format("{}: {}", s.label(), b.error().message));
       return std::vector<uint8_t>(b->begin(), b->end());
@@ -340,7 +349,9 @@ Result<std::vector<uint8_t>> SiteTable::bytes_for(const Site& s, const SiteState
     case SiteOp::jmp: {
       auto b = arch::encode_jmp(s.info.site, st.target);
       if (!b) return make_error(b.error().code, fmt::format("{}: {}", s.label(), b.error().message));
-      return std::vector<uint8_t>(b->begin(), b->end());
+      std::vector<uint8_t> out(b->begin(), b->end());
+      if (mcount) out.resize(s.info.site_len, arch::kNop1);
+      return out;
     }
   }
   return make_error(Errc::invalid_argument, "bad site state");
@@ -413,6 +424,17 @@ Result<void> SiteTable::commit() {
                                           s.label()));
           }
           op.emulate = patch::Emulation::jump_to(s.prologue_ool);
+        } else if (s.info.kind == SiteKind::mcount) {
+          // Back to the compiler's call: a thread trapped on it calls mcount.
+          auto call = arch::decode(s.original.data(), s.original.size(), s.info.site);
+          if (!call) {
+            for (Site* d : dirty) { d->desired = d->applied; d->desired_bytes = d->applied_bytes; }
+            return std::move(call).error();
+          }
+          const uint64_t target = call->rip_relative
+                                      ? *reinterpret_cast<const uint64_t*>(call->target)  // the GOT slot
+                                      : call->target;
+          op.emulate = patch::Emulation::call(target, s.info.site + s.info.site_len);
         } else {
           op.emulate = patch::Emulation::jump_to(s.info.site + arch::kSiteLen);
         }

@@ -45,6 +45,8 @@ struct Site {
   bool error_injectable = false;    // marked with UTRAMP_ALLOW_ERROR_INJECTION
   bool unloaded = false;            // its object was dlclose'd: never patched again
   bool blacklisted = false;         // runtime code or on the patch path: never patched
+  bool reports_calls = false;       // its object is built with -finstrument-functions
+                                    // (sites/object.hpp): a tracer needs no site here
   std::string blacklist_reason;
   uint64_t prologue_ool = 0;        // for prologue sites: relocated copy that resumes the body
   SiteState desired, applied;

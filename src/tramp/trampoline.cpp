@@ -298,6 +298,21 @@ Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& 
   if (s->info.kind == sites::SiteKind::prologue) {
     const auto* p = reinterpret_cast<const uint8_t*>(s->addr());
     spec.prologue.assign(p, p + s->info.site_len);
+  } else if (s->info.kind == sites::SiteKind::mcount) {
+    // The stub undoes the frame set up before the call and runs that code again as its
+    // prologue, resuming after the call (arch/image.hpp).
+    const auto* f = reinterpret_cast<const uint8_t*>(s->info.func);
+    auto undo = arch::frame_undo({f, s->addr() - s->info.func}, s->info.func);
+    if (!undo) {
+      free_counter_slot(t->site_slot);
+      return make_error(undo.error().code, fmt::format("{}: {}", s->info.name, undo.error().message));
+    }
+    const uint64_t from = s->info.func + (s->info.endbr ? 4 : 0);
+    spec.prologue.assign(reinterpret_cast<const uint8_t*>(from), reinterpret_cast<const uint8_t*>(s->addr()));
+    spec.prologue_from = from;
+    spec.resume = s->addr() + s->info.site_len;
+    spec.undo_frame = true;
+    spec.frame = std::move(*undo);
   } else {
     spec.original = s->addr() + arch::kSiteLen;
   }
@@ -652,6 +667,15 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
   const std::string what = fmt::format("{} on {}", attach_type_name(type), t.name);
   const bool has_freplace = std::any_of(links.begin(), links.end(),
                                         [](Link* l) { return l->type == AttachType::freplace; });
+  // freplace jumps from the site straight to the replacement, which must find the
+  // function's entry state there; an mcount site is reached with the frame set up.
+  if (type == AttachType::freplace && t.site->info.kind == sites::SiteKind::mcount)
+    return make_error(Errc::unsupported,
+                      fmt::format("{}: its site is the -pg profiling call at {}, reached after "
+                                  "the function set up its frame: freplace needs an entry "
+                                  "site (build with -pg -mfentry or "
+                                  "-fpatchable-function-entry=5); fentry, fexit and fmod_ret work",
+                                  what, t.site->label()));
   if (type == AttachType::freplace && !links.empty())
     return make_error(Errc::busy, fmt::format("{}: the function already has {} link(s); freplace "
                                               "replaces the whole function and cannot be "

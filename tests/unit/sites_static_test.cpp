@@ -11,6 +11,7 @@
 #include <set>
 #include <vector>
 
+#include "arch/arch.hpp"
 #include "common/hex.hpp"
 #include "fixture_matrix.hpp"
 #include "os/elf_file.hpp"
@@ -26,12 +27,14 @@ namespace {
 constexpr uint64_t kFunc = 0x401000;
 
 // A context for byte goldens: __fentry__ is at 0x400100 (a PLT stub), its GOT slot at
-// 0x403000; nothing is listed.
+// 0x403000; mcount at 0x400200, its slot at 0x403008; only the function is listed.
 sites::ObjectContext golden_context(bool xray = false) {
   sites::ObjectContext c;
   c.listed = [](uint64_t a) { return a == kFunc; };
   c.is_fentry = [](uint64_t a) { return a == 0x400100; };
   c.is_fentry_slot = [](uint64_t a) { return a == 0x403000; };
+  c.is_mcount = [](uint64_t a) { return a == 0x400200; };
+  c.is_mcount_slot = [](uint64_t a) { return a == 0x403008; };
   c.has_xray = xray;
   return c;
 }
@@ -113,6 +116,66 @@ TEST(ClassifyGolden, XraySledOnlyWithXrayMap) {
   EXPECT_EQ(with.site_len, 11);
   auto without = classify_bytes(sled, /*xray=*/false);
   EXPECT_NE(without.kind, SiteKind::xray_sled);
+}
+
+// -pg without -mfentry: the site is the mcount call after the frame set-up.
+TEST(ClassifyGolden, McountAfterTheFrame) {
+  // 55 push rbp; 48 89 e5 mov rbp, rsp; e8 f7 f1 ff ff call 0x400200 (mcount); 5d; c3
+  auto s = classify_bytes({0x55, 0x48, 0x89, 0xe5, 0xe8, 0xf7, 0xf1, 0xff, 0xff, 0x5d, 0xc3});
+  EXPECT_EQ(s.kind, SiteKind::mcount);
+  EXPECT_TRUE(s.attachable) << s.reason;
+  EXPECT_EQ(s.site, kFunc + 4);
+  EXPECT_EQ(s.site_len, 5);
+}
+
+TEST(ClassifyGolden, McountAtTheEntryIsAnFentrySite) {
+  // e8 fb f1 ff ff   call 0x400200 (mcount) from 0x401000, before any frame
+  auto s = classify_bytes({0xe8, 0xfb, 0xf1, 0xff, 0xff, 0xc3});
+  EXPECT_EQ(s.kind, SiteKind::fentry_call);
+  EXPECT_EQ(s.site, kFunc);
+}
+
+TEST(ClassifyGolden, McountThroughGot) {
+  // 55; 48 89 e5; ff 15 fe 1f 00 00 call [rip+0x1ffe] = [0x403008] (mcount@GOTPCREL); 5d; c3
+  auto s = classify_bytes({0x55, 0x48, 0x89, 0xe5, 0xff, 0x15, 0xfe, 0x1f, 0x00, 0x00, 0x5d, 0xc3});
+  EXPECT_EQ(s.kind, SiteKind::mcount);
+  EXPECT_EQ(s.site, kFunc + 4);
+  EXPECT_EQ(s.site_len, 6);
+}
+
+TEST(ClassifyGolden, McountAfterArgumentsMovedToSavedRegisters) {
+  // clang -O2: 55; 48 89 e5; 53 push rbx; 50 push rax; 89 fb mov ebx, edi;
+  // e8 f3 f1 ff ff call mcount; 5d; c3. rbx is put back from its slot.
+  auto s = classify_bytes(
+      {0x55, 0x48, 0x89, 0xe5, 0x53, 0x50, 0x89, 0xfb, 0xe8, 0xf3, 0xf1, 0xff, 0xff, 0x5d, 0xc3});
+  EXPECT_EQ(s.kind, SiteKind::mcount);
+  EXPECT_EQ(s.site, kFunc + 8);
+  auto undo = arch::frame_undo(std::vector<uint8_t>{0x55, 0x48, 0x89, 0xe5, 0x53, 0x50, 0x89, 0xfb},
+                               kFunc);
+  ASSERT_TRUE(undo) << undo.error().message;
+  ASSERT_EQ(undo->pushes.size(), 2u);
+  EXPECT_EQ(undo->pushes[0].reg, 3);  // rbx at rbp-8
+  EXPECT_EQ(undo->pushes[0].offset, -8);
+  EXPECT_EQ(undo->pushes[1].reg, 0);  // rax at rbp-16
+  EXPECT_EQ(undo->pushes[1].offset, -16);
+}
+
+TEST(ClassifyGolden, McountAfterWhatCannotBeUndoneIsRefusedWithEvidence) {
+  // 55; 48 89 e5; 89 f8 mov eax, edi (rax was not saved); e8 f5 f1 ff ff call mcount; 5d; c3
+  auto s = classify_bytes({0x55, 0x48, 0x89, 0xe5, 0x89, 0xf8, 0xe8, 0xf5, 0xf1, 0xff, 0xff,
+                           0x5d, 0xc3});
+  EXPECT_NE(s.kind, SiteKind::mcount);
+  EXPECT_NE(s.reason.find("f+0x6"), std::string::npos) << s.reason;  // the call
+  EXPECT_NE(s.reason.find("f+0x4"), std::string::npos) << s.reason;  // the culprit
+  EXPECT_NE(s.reason.find("89 f8"), std::string::npos) << s.reason;
+  EXPECT_NE(s.reason.find("mov eax, edi"), std::string::npos) << s.reason;
+  // A register changed before it is pushed (the slot would hold the changed value) is
+  // refused at the change.
+  // 55; 48 89 e5; 89 fb mov ebx, edi; 53 push rbx; e8 f4 f1 ff ff call mcount; 5d; c3
+  auto t = classify_bytes({0x55, 0x48, 0x89, 0xe5, 0x89, 0xfb, 0x53, 0xe8, 0xf4, 0xf1, 0xff,
+                           0xff, 0x5d, 0xc3});
+  EXPECT_NE(t.kind, SiteKind::mcount);
+  EXPECT_NE(t.reason.find("f+0x4: 'mov ebx, edi'"), std::string::npos) << t.reason;
 }
 
 TEST(ClassifyGolden, PrologueOfWholeInstructions) {

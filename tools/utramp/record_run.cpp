@@ -213,8 +213,13 @@ int run_record(const RecordOptions& o, RecordResult* out) {
                    g, prog);
     }
     size_t attachable = 0;
-    for (const auto& f : obj->functions) attachable += f.attachable;
-    if (!obj->has_patchable_entries && !obj->has_mcount_loc)
+    bool compiler_sites = obj->has_patchable_entries || obj->has_mcount_loc;
+    for (const auto& f : obj->functions) {
+      attachable += f.attachable;
+      compiler_sites = compiler_sites || (f.attachable && f.kind != sites::SiteKind::prologue);
+    }
+    // A -finstrument-functions build needs no site: it reports its calls.
+    if (!compiler_sites && !obj->reports_calls)
       fmt::print(stderr, "utramp record: {} has no compiler patch sites: {} functions get "
                          "relocated prologues, the rest are skipped (see {}/agent-*.log)\n",
                  prog, attachable, o.output);

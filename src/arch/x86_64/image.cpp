@@ -1158,8 +1158,10 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
   // always widened to rel32): measure it, assemble with a placeholder of that length,
   // then relocate for the placeholder's final address and splice it in.
   size_t prologue_len = 0;
+  const uint64_t from = spec.prologue_from ? spec.prologue_from : spec.site;
+  const uint64_t resume = spec.resume ? spec.resume : from + spec.prologue.size();
   if (!spec.prologue.empty()) {
-    auto trial = relocate(spec.prologue, spec.site, base);
+    auto trial = relocate(spec.prologue, from, base);
     if (!trial) return std::move(trial).error();
     prologue_len = trial->code.size();
   }
@@ -1170,6 +1172,11 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
         Label stub = a.newLabel(), slow = a.newLabel(), hop = a.newLabel(), pass = a.newLabel(),
               ool = a.newLabel(), exit = a.newLabel();
         const ax::Mem counter = fs_mem(spec.tls.counters + 4 * int64_t(spec.counter_slot), 4);
+        if (spec.undo_frame) {
+          for (const FrameUndo::Push& p : spec.frame.pushes)
+            a.mov(ax::gpq(p.reg), ax::qword_ptr(ax::rbp, p.offset));
+          a.leave();
+        }
         a.bind(stub);
         a.cmp(fs_mem(spec.tls.registered, 4), Imm(0));
         a.long_().je(slow);
@@ -1186,8 +1193,8 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
           a.embed(placeholder.data(), placeholder.size());
           // Keeping every register, back by rel32 only (the stub is within the site's
           // reach), never through r11.
-          if (spec.preserve_all) a.long_().jmp(Imm(spec.site + spec.prologue.size()));
-          else jmp_abs(a, spec.site + spec.prologue.size(), base);
+          if (spec.preserve_all) a.long_().jmp(Imm(resume));
+          else jmp_abs(a, resume, base);
         }
         a.bind(slow);
         // Entered by jmp from the function's entry, where the stack is usually 8 mod 16
@@ -1233,7 +1240,7 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
   if (!code) return std::move(code).error();
   out.code = std::move(*code);
   if (!spec.prologue.empty()) {
-    auto rel = relocate(spec.prologue, spec.site, base + out.original);
+    auto rel = relocate(spec.prologue, from, base + out.original);
     if (!rel) return std::move(rel).error();
     if (rel->code.size() != prologue_len)
       return make_error(Errc::unsupported, "relocated prologue changed length between passes");

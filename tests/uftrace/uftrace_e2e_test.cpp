@@ -1,0 +1,153 @@
+// The uftrace-style suite (tests/uftrace/CMakeLists.txt): each small program, built as
+// uftrace users build programs to trace (-pg, -pg -mfentry, -fpatchable-function-entry,
+// -finstrument-functions; -O0 and -O2), is recorded and replayed through the real CLI
+// and agent, and the replay must be the program's one expected text
+// (golden/<program>.txt): the way a program was built must not show in what is traced.
+// The untraced program's exit code and output must be the traced one's.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_runner.hpp"
+#include "golden.hpp"
+#include "temp_dir.hpp"
+
+using utramp::test::RunResult;
+
+namespace {
+
+struct Program {
+  const char *file, *program, *flavour, *missing;
+};
+
+void PrintTo(const Program& p, std::ostream* os) { *os << p.file; }
+
+const Program kPrograms[] = {
+#define UFT_PROGRAM(file, program, flavour, missing) {file, program, flavour, missing},
+#include "uft_matrix.inc"
+#undef UFT_PROGRAM
+};
+
+// Children run in the scratch directory: a -pg program writes gmon.out there.
+RunResult run_in(const std::vector<std::string>& args, const std::string& cwd) {
+  return utramp::test::run_program(args, {.cwd = cwd, .no_core = true});
+}
+
+// Durations vary in digits and unit: the column becomes one placeholder.
+std::string mask_replay(const std::string& text, const std::string& dir) {
+  utramp::test::MaskOptions mo;
+  mo.literal = {{dir, "DIR"}};
+  mo.times = false;
+  static const std::regex dur(R"( *\d+\.\d{3} (ns|us|ms|s ) \[)");
+  std::string t = std::regex_replace(text, dur, "  #.### ?s [");
+  t = utramp::test::mask(t, mo);
+  // Masked ids keep the width of the id, which depends on how high pids have got.
+  static const std::regex col(R"(\[ *(T\d+)\])"), child(R"(child +(T\d+))");
+  return std::regex_replace(std::regex_replace(t, col, "[ $1]"), child, "child $1");
+}
+
+// Processes run at once (a forked child and its parent): each one's lines in their
+// order, the processes one after the other (in order of their first line).
+std::string by_thread(const std::string& text) {
+  std::vector<std::string> order;
+  std::map<std::string, std::string> lines;
+  std::string head;
+  std::istringstream in(text);
+  static const std::regex tid(R"(\[ (T\d+)\])");
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, tid)) {
+      head += line + "\n";
+      continue;
+    }
+    if (!lines.count(m[1])) order.push_back(m[1]);
+    lines[m[1]] += line + "\n";
+  }
+  for (const auto& t : order) head += lines[t];
+  return head;
+}
+
+class Uftrace : public ::testing::TestWithParam<Program> {
+ protected:
+  void SetUp() override {
+    if (*GetParam().missing) GTEST_SKIP() << GetParam().file << " not built: " << GetParam().missing;
+  }
+};
+
+TEST_P(Uftrace, ReplayIsTheProgramsExpectedText) {
+  const Program& p = GetParam();
+  utramp::test::TempDir tmp("utramp-uftrace-test");
+  const std::string exe = std::string(UTRAMP_UFT_DIR) + "/" + p.file;
+  const std::string dir = tmp.path + "/trace";
+  const RunResult plain = run_in({exe}, tmp.path);
+  // atexit: gcrt1 (-pg) registers its gmon.out writer with it, and it is linked into
+  // the program (libc_nonshared.a): not the program's own call.
+  const RunResult rec =
+      run_in({UTRAMP_CLI, "record", "-o", dir, "-N", "atexit", "--", exe}, tmp.path);
+  ASSERT_EQ(rec.exit_code, plain.exit_code) << rec.err;
+  EXPECT_EQ(rec.out, plain.out);
+  EXPECT_NE(rec.err.find("events recorded"), std::string::npos) << rec.err;
+  // Seen the way the build meant: through the mcount calls of a -pg build, through
+  // the reports of a -finstrument-functions one (a relocated prologue would give the
+  // same replay).
+  const std::string flavour = p.flavour;
+  if (flavour == "pg") {
+    const RunResult list = run_in({UTRAMP_CLI, "list", exe, "main"}, tmp.path);
+    EXPECT_NE(list.out.find(" mcount "), std::string::npos) << list.out << list.err;
+  }
+  if (flavour == "cyg") {
+    std::string log;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.path().filename().string().starts_with("agent-")) {
+        std::ifstream in(e.path());
+        log += std::string(std::istreambuf_iterator<char>(in), {});
+      }
+    EXPECT_NE(log.find("report their calls (-finstrument-functions)"), std::string::npos) << log;
+  }
+  const RunResult replay = run_in({UTRAMP_CLI, "replay", dir}, tmp.path);
+  ASSERT_EQ(replay.exit_code, 0) << replay.err;
+  const std::string shown = mask_replay(replay.out, dir);
+  utramp::test::expect_golden(p.program, std::string(p.program) == "fork" ? by_thread(shown) : shown);
+}
+
+// Arguments and return values at an mcount site: the stub undoes the frame, so the
+// arguments are read from their registers as at an entry site, and the return value
+// after the real return. One -O0 build (gcc) and one whose prologue moved the argument
+// into a callee-saved register before mcount (clang -O2).
+TEST(UftraceMcount, ArgumentsAndReturnValues) {
+  for (const char* file : {"uft_fibonacci_gcc_O0_pg", "uft_fibonacci_clang_O2_pg"}) {
+    const Program* p = nullptr;
+    for (const Program& q : kPrograms)
+      if (std::string(q.file) == file) p = &q;
+    ASSERT_NE(p, nullptr);
+    if (*p->missing) continue;
+    utramp::test::TempDir tmp("utramp-uftrace-test");
+    const std::string exe = std::string(UTRAMP_UFT_DIR) + "/" + file;
+    const std::string dir = tmp.path + "/trace";
+    const RunResult rec = run_in({UTRAMP_CLI, "record", "-o", dir, "-F", "fib", "-A", "fib@arg1",
+                                  "-R", "fib", "--", exe, "4"},
+                                 tmp.path);
+    ASSERT_EQ(rec.exit_code, 1) << rec.err;  // fib(4) is 3, not 5
+    const RunResult replay = run_in({UTRAMP_CLI, "replay", dir}, tmp.path);
+    ASSERT_EQ(replay.exit_code, 0) << replay.err;
+    SCOPED_TRACE(file);
+    utramp::test::expect_golden("fibonacci_args", mask_replay(replay.out, dir));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Builds, Uftrace, ::testing::ValuesIn(kPrograms),
+                         [](const ::testing::TestParamInfo<Program>& i) {
+                           std::string n = i.param.file;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+}  // namespace
