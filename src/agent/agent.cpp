@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdlib>
@@ -26,9 +27,11 @@
 #include "agent/trust.hpp"
 #include "common/init.hpp"
 #include "ftrace/graph.hpp"
+#include "ftrace/libcall.hpp"
 #include "os/file.hpp"
 #include "os/signal_stack.hpp"
 #include "patch/patcher.hpp"
+#include "sites/imports.hpp"
 #include "sites/loader_watch.hpp"
 #include "sites/table.hpp"
 #include "symbols/glob.hpp"
@@ -200,15 +203,19 @@ void attach_new_sites() {
   log_error(g_agent->files.traced(std::move(done)));
 }
 
-// Runs on a thread inside the agent (its start-up, or the loader's announcement); the
-// interposers below pass calls made meanwhile straight through (calls of libc made by
-// the libraries the agent uses come back here otherwise, see docs/architecture.md).
+// Runs on a thread inside the agent (its start-up, the loader's announcement, its
+// files at fork and exit); the interposers below pass calls made meanwhile straight
+// through (calls of libc made by the libraries the agent uses come back here otherwise,
+// see docs/architecture.md), and the tracer records none of them: with `record --libs`
+// the library functions the agent calls are traced, and those calls are not the
+// program's (ftrace::AtWork).
 __attribute__((tls_model("initial-exec"))) thread_local int t_inside = 0;
 struct Inside {
   Inside() { ++t_inside; }
   ~Inside() { --t_inside; }
   Inside(const Inside&) = delete;
   Inside& operator=(const Inside&) = delete;
+  ftrace::AtWork at_work;
 };
 
 // Discovers what was loaded since the last call and traces it. `fresh`: the objects are
@@ -233,6 +240,51 @@ void discover_and_attach(bool fresh) {
   log_error(g_agent->files.write_maps());
 }
 
+// The library calls of the objects loaded at start-up (ftrace/libcall.hpp): the
+// program's, and with --nest-libcall every library's but utramp's own and the
+// loader's. With --libs the library functions themselves are traced instead. Called
+// with no utramp lock held: it asks the loader (dl_iterate_phdr, dlsym, dladdr).
+void trace_library_calls() {
+  const Config& cfg = g_agent->cfg;
+  if (!cfg.libcalls || cfg.libraries || cfg.tracer == "none") return;
+  Inside in;
+  const bool nest = cfg.nest_libcalls;
+  auto objects = sites::loaded_imports([nest](std::string_view path) {
+    if (path.empty()) return true;  // the main program
+    if (!nest) return false;
+    const std::string_view base = path.substr(path.rfind('/') + 1);
+    return !base.starts_with("libutramp") && !base.starts_with("ld-linux") &&
+           !base.starts_with("linux-vdso");
+  });
+  const symbols::Globs filters(cfg.filters), notrace(cfg.notrace);
+  std::vector<ftrace::ImportRequest> reqs;
+  for (const sites::ObjectImports& o : objects)
+    for (const sites::ImportSlot& slot : o.slots) {
+      if (ftrace::import_kind(slot.name) == ftrace::ImportKind::untraced || noise(slot.name)) continue;
+      const symbols::Name name(slot.name);
+      if (notrace.matches(name)) continue;
+      if (!filters.empty() && !filters.matches(name)) continue;
+      ftrace::ImportRequest r;
+      r.got = slot.got;
+      r.name = slot.name;
+      r.lazy = slot.lazy;
+      r.relro = o.in_relro(slot.got);
+      // The object that defines it: the one the slot's value lies in, or for a slot not
+      // bound yet the one the global scope would bind it to now.
+      const void* fn = slot.lazy ? dlsym(RTLD_DEFAULT, slot.name.c_str())
+                                 : *reinterpret_cast<void* const*>(slot.got);
+      Dl_info info{};
+      if (fn && dladdr(fn, &info) && info.dli_fname) r.library = info.dli_fname;
+      reqs.push_back(std::move(r));
+    }
+  std::vector<std::string> errors;
+  auto done = ftrace::hook_imports(reqs, &errors);
+  std::lock_guard lock(g_agent->mu);
+  for (const std::string& e : errors) logf("library call not traced: %s", e.c_str());
+  logf("traced %zu library calls", done.size());
+  log_error(g_agent->files.traced(std::move(done)));
+}
+
 // The loader's announcement (sites/loader_watch.hpp), on the thread that loads or
 // unloads, with the loader's locks held. A load the agent itself causes (t_inside) is
 // picked up by the discovery already under way or the next one.
@@ -254,6 +306,7 @@ void fork_parent() {
 
 void atfork_child() {
   if (!g_agent) return;
+  Inside in;
   new (&g_agent->mu) std::recursive_mutex();  // held by the forking thread's parent copy
   // The child inherits every image; its threads claim new buffers on their first event.
   ftrace::after_fork_child();
@@ -313,12 +366,18 @@ __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
   // this one runs after the program's exit handlers and every ELF destructor, and the
   // end time it writes comes after the last event of the thread that called exit.
   // Forks inherit it.
-  on_exit([](int status, void*) { log_error(g_agent->files.exiting(status)); }, nullptr);
+  on_exit(
+      [](int status, void*) {
+        Inside in;
+        log_error(g_agent->files.exiting(status));
+      },
+      nullptr);
   // Before main: normally no other thread exists yet. The loader's announcements are
   // watched first, so that an object loaded meanwhile by another thread is not missed.
   if (auto w = sites::watch_loader(&on_loader_event); !w)
     logf("objects loaded later (dlopen) will not be traced: %s", w.error().message.c_str());
   discover_and_attach(false);
+  trace_library_calls();
 }
 
 __attribute__((destructor)) void agent_fini() {
@@ -534,3 +593,69 @@ pid_t fork(void) {
 }
 
 }  // extern "C"
+
+// ---- The unwinder sees the real callers ----------------------------------------------
+//
+// A library call traced through the GOT returns into utramp (its return address was
+// replaced: ftrace/libcall.hpp), which the unwinder has no frame description for. So
+// every way into the unwinder is interposed: each first puts back the return addresses
+// of the thread's open library calls, then jumps to the real function with its
+// arguments and stack untouched (it unwinds from its caller, as if called directly).
+// C++ exceptions reach _Unwind_RaiseException through the C++ runtime's own PLT, and
+// landing pads _Unwind_Resume, whichever object threw.
+namespace utramp::agent::unwind {
+
+constexpr const char* kNames[] = {"_Unwind_RaiseException", "_Unwind_Resume",
+                                  "_Unwind_Resume_or_Rethrow", "_Unwind_ForcedUnwind"};
+std::atomic<void*> g_real[4];
+
+__attribute__((constructor(UTRAMP_INIT_GLUE))) void resolve() {
+  for (int i = 0; i < 4; ++i) g_real[i].store(dlsym(RTLD_NEXT, kNames[i]), std::memory_order_relaxed);
+}
+
+}  // namespace utramp::agent::unwind
+
+// Called by the interposers below with the real function's index; returns its address
+// (the unwinder's library may have been loaded after start-up: asked then).
+extern "C" __attribute__((visibility("hidden"))) void* utramp_agent_unwinding(int which) {
+  namespace unwind = utramp::agent::unwind;
+  utramp::ftrace::restore_return_addresses();
+  void* real = unwind::g_real[which].load(std::memory_order_relaxed);
+  if (!real) {
+    real = dlsym(RTLD_NEXT, unwind::kNames[which]);
+    if (!real) abort();  // called, so defined: only an unwinder linked into the caller hides it
+    unwind::g_real[which].store(real, std::memory_order_relaxed);
+  }
+  return real;
+}
+
+// rdi, rsi, rdx: the arguments (_Unwind_ForcedUnwind has three); three pushes align the
+// stack for the call.
+#define UTRAMP_UNWIND_INTERPOSER(name, index)  \
+  ".globl " #name "\n"                         \
+  ".type " #name ", @function\n"               \
+  #name ":\n"                                  \
+  ".cfi_startproc\n"                           \
+  "push %rdi\n"                                \
+  ".cfi_adjust_cfa_offset 8\n"                 \
+  "push %rsi\n"                                \
+  ".cfi_adjust_cfa_offset 8\n"                 \
+  "push %rdx\n"                                \
+  ".cfi_adjust_cfa_offset 8\n"                 \
+  "mov $" #index ", %edi\n"                    \
+  "call utramp_agent_unwinding\n"              \
+  "pop %rdx\n"                                 \
+  ".cfi_adjust_cfa_offset -8\n"                \
+  "pop %rsi\n"                                 \
+  ".cfi_adjust_cfa_offset -8\n"                \
+  "pop %rdi\n"                                 \
+  ".cfi_adjust_cfa_offset -8\n"                \
+  "jmp *%rax\n"                                \
+  ".cfi_endproc\n"                             \
+  ".size " #name ", .-" #name "\n"
+
+asm(".text\n"
+    UTRAMP_UNWIND_INTERPOSER(_Unwind_RaiseException, 0)
+    UTRAMP_UNWIND_INTERPOSER(_Unwind_Resume, 1)
+    UTRAMP_UNWIND_INTERPOSER(_Unwind_Resume_or_Rethrow, 2)
+    UTRAMP_UNWIND_INTERPOSER(_Unwind_ForcedUnwind, 3));

@@ -49,6 +49,8 @@ std::string dump_config(const Config& c) {
   j["filters"] = c.filters;
   j["notrace"] = c.notrace;
   j["libraries"] = c.libraries;
+  j["libcalls"] = c.libcalls;
+  j["nest_libcalls"] = c.nest_libcalls;
   j["max_depth"] = c.max_depth;
   j["min_duration_ns"] = c.min_duration_ns;
   j["ticks_per_ns"] = c.ticks_per_ns;
@@ -75,6 +77,8 @@ Result<Config> parse_config(const std::string& text, const std::string& path) {
     c.filters = j.value("filters", std::vector<std::string>{});
     c.notrace = j.value("notrace", std::vector<std::string>{});
     c.libraries = j.value("libraries", false);
+    c.libcalls = j.value("libcalls", true);
+    c.nest_libcalls = j.value("nest_libcalls", false);
     c.max_depth = j.value("max_depth", 0u);
     c.min_duration_ns = j.value("min_duration_ns", uint64_t{0});
     c.ticks_per_ns = j.value("ticks_per_ns", 1.0);

@@ -36,6 +36,8 @@ struct Config {
   std::vector<std::string> filters;   // -F: only these (globs: symbols/glob.hpp)
   std::vector<std::string> notrace;   // -N: never these
   bool libraries = false;             // trace shared libraries' functions too
+  bool libcalls = true;               // trace the program's calls into libraries (GOT)
+  bool nest_libcalls = false;         // and the libraries' calls into other libraries
   uint32_t max_depth = 0;
   uint64_t min_duration_ns = 0;
   double ticks_per_ns = 1.0;

@@ -124,6 +124,16 @@ Result<SiteBytes> encode_jmp(uint64_t at, uint64_t target);
 // `jmp target` placed at `at`, rel32 where it reaches, else an absolute indirect jump.
 Result<std::vector<uint8_t>> encode_jump_anywhere(uint64_t at, uint64_t target);
 
+// The stub a hooked GOT slot points to (ftrace/libcall.hpp), entered by the program's
+// call through the slot (the return address at [rsp], the call's arguments in place):
+// loads `hook` into r11 (scratch at every call through a PLT or GOT: the ABI's
+// resolver-clobbered register) and jumps to `entry`, which reads it there.
+//
+//   mov r11, hook
+//   jmp qword ptr [rip + 0]
+//   .quad entry
+Result<std::vector<uint8_t>> emit_import_stub(uint64_t base, uint64_t hook, uint64_t entry);
+
 // A stub for tests and benchmarks, reached by `call` from a site: increments the 64-bit
 // counter at `counter` atomically, preserves every register and flag the caller relies
 // on, and returns to the site's next instruction.

@@ -4,6 +4,7 @@
 #include "arch/cpu.hpp"
 #include "ftrace/graph_state.hpp"
 #include "os/signal_stack.hpp"
+#include "tramp/threads.hpp"
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -121,7 +122,7 @@ ThreadTrace* state() {
     ts->overflow = 0;
     ts->switched = 0;
   }
-  if (!tid_selected(ts->tid)) {
+  if (!tid_selected(ts->tid) || tramp::t_utramp_thread) {
     ts->depth = 0;
     ts->overflow = 0;
     ts->switched = 0;
@@ -158,6 +159,7 @@ void emit(ThreadTrace* ts, trace::EventType type, uint64_t time, uint64_t addr, 
 // in this thread's ring when it has one. Both events of such a call are (its exit comes
 // before the interrupted tracer code resumes), so what is recorded stays nested.
 void nested_drop() {
+  if (t_in_tracer == detail::kAtWork) return;  // utramp's own call: not the program's
   ThreadTrace* ts = t_trace;
   if (ts && ts->fork_gen == g_fork_gen && ts->path != Path::ignore) ts->producer.drop();
 }
@@ -225,6 +227,7 @@ void take_over() {
 bool tracer_held(uint64_t frame) {
   const uint64_t holder = t_in_tracer;
   if (holder == 0) return false;
+  if (holder == detail::kAtWork) return true;  // utramp at work: never left by a longjmp
   if (os::holder_still_runs(holder, frame)) return true;
   take_over();
   return false;
@@ -306,6 +309,16 @@ void close_left_handler(ThreadTrace* ts, uint64_t sp, uint64_t time) {
 }  // namespace
 
 uint64_t now() noexcept { return arch::cycles(); }
+
+AtWork::AtWork() noexcept : saved_(t_in_tracer) {
+  t_in_tracer = detail::kAtWork;
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // before any call it covers
+}
+
+AtWork::~AtWork() {
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // after the last call it covers
+  t_in_tracer = saved_;
+}
 
 void configure(trace::ShmBuffers* buffers, const Options& opts) {
   g_buffers = buffers;
@@ -511,7 +524,7 @@ void record_fork(uint32_t child_pid) {
 void close_thread() {
   // At its end no tracer code of this thread can resume: a holder was left by longjmp
   // (or by a signal handler that ends the thread).
-  if (t_in_tracer) take_over();
+  if (t_in_tracer && t_in_tracer != detail::kAtWork) take_over();
   InTracer in;
   ThreadTrace* ts = t_trace;
   if (!ts || ts->pid != own_pid() || !ts->producer.valid()) return;

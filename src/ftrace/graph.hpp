@@ -76,6 +76,20 @@ void record_fork(uint32_t child_pid);
 void close_thread();
 
 
+// Marks this thread as "utramp at work" for a scope: the traced calls it makes
+// meanwhile (utramp's own calls of traced library functions) are not recorded, nor
+// counted lost (graph_state.hpp: kAtWork). Scopes nest. Not for tracer code itself.
+class AtWork {
+ public:
+  AtWork() noexcept;
+  ~AtWork();
+  AtWork(const AtWork&) = delete;
+  AtWork& operator=(const AtWork&) = delete;
+
+ private:
+  uint64_t saved_;
+};
+
 // The time source of events (TSC ticks).
 uint64_t now() noexcept;
 

@@ -48,6 +48,19 @@ struct ThreadTrace {
   // left by longjmp shows only as an event off the signal stack (os/signal_stack.hpp).
   uint32_t switched = 0;
   Frame stack[kMaxStack];
+  // Library calls (ftrace/libcall.hpp): the return addresses their hooks replaced, the
+  // newest last. Kept apart from the frames (which a fork in the child, or the tracer's
+  // repairs, may change): a call can return only through its entry here. Entries are
+  // filled in before `nrets` counts them, and read before it drops them (a signal
+  // handler's calls push and pop above). Past the inline path's offsets (after `stack`).
+  struct Return {
+    uint64_t slot;   // where the return address was on the stack
+    uint64_t ret;    // the return address the hook replaced
+    uint64_t hook;   // the call's ftrace::ImportHook
+  };
+  static constexpr uint32_t kMaxReturns = 256;
+  uint32_t nrets = 0;
+  Return rets[kMaxReturns];
 };
 
 // Read by the fast path; set by configure() before any site is attached.
@@ -74,7 +87,15 @@ extern __thread ThreadTrace* t_trace __attribute__((tls_model("initial-exec"), v
 // stack, comes after a signal handler left the holder by longjmp; the general code then
 // repairs what the holder left half done and takes the word over (graph.cpp:
 // tracer_held), so that the thread is not dropped for good.
+//
+// One value is no stack pointer: kAtWork, "utramp at work" (ftrace::AtWork). The agent
+// sets it while it works on a program's thread (attaching before main or on a dlopen,
+// writing its files at a fork or at exit): the library functions it calls may be traced
+// (`record --libs`), and its calls are not the program's. They take the general code
+// like any call inside the tracer (so the hit path's one check covers both, inline and
+// in C), which skips them silently: not recorded, not counted lost.
 extern __thread uint64_t t_in_tracer __attribute__((tls_model("initial-exec"), visibility("hidden")));
+inline constexpr uint64_t kAtWork = 1;
 
 // The layout of this state, of the ring's producer and of an event, as the images'
 // inline path reads and writes them (arch::TracerInline; graph_fast.cpp). `max_depth`:

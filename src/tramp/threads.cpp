@@ -95,6 +95,8 @@ void free_in(std::array<bool, N>& used, uint32_t slot) {
 
 }  // namespace
 
+__thread bool t_utramp_thread = false;
+
 TlsLayout tls_layout() {
   const auto base = static_cast<int64_t>(arch::thread_pointer());
   return TlsLayout{reinterpret_cast<int64_t>(&t_block.registered) - base,

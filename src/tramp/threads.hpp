@@ -89,6 +89,11 @@ void free_prog_slot(uint32_t slot);
 // before it looks at that thread (a test runs other threads there). nullptr: none.
 void set_scan_hook(void (*hook)(const ThreadBlock* block, int tid));
 
+// Set for the whole life of a thread utramp starts for its own work (the trampoline
+// reclaimer): the tracer never records what it calls (ftrace: such a thread is ignored
+// from its first event), silently, since nothing of the program was lost.
+extern __thread bool t_utramp_thread __attribute__((tls_model("initial-exec")));
+
 // This thread's own block (tests, and the unwind personality).
 ThreadBlock& this_thread_block();
 

@@ -1214,6 +1214,7 @@ void Manager::start_reclaimer() {
 }
 
 void Manager::reclaimer_loop() {
+  t_utramp_thread = true;  // with `record --libs` the C library it calls is traced
   for (;;) {
     {
       std::unique_lock lock(retired_mu_);

@@ -1,17 +1,20 @@
 // A tracer link in process (AttachType::tracer with the function_graph hooks), alone and
 // with fentry/fexit programs on the same function: arguments and return values (integer
 // and floating) pass through intact, every call is recorded exactly once, the programs
-// still run, and detaching leaves the function as it was. Both ways of doing the
+// still run, and detaching leaves the function as it was; utramp's own calls are not
+// recorded. Both ways of doing the
 // tracer's common case: inline in the image, and in the hooks.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "ftrace/graph.hpp"
 #include "ring_util.hpp"
 #include "traced_calls.hpp"
+#include "tramp/threads.hpp"
 #include "tramp/trampoline.hpp"
 #include "trace/shm_buffers.hpp"
 
@@ -80,6 +83,18 @@ void run(bool inline_path) {
     ASSERT_EQ(call(&tt_add, int64_t(i), int64_t(2)), i + 2);
     ASSERT_EQ(call(&tt_mix, i, 0.5, 0.25f, 3L), i + 1.0 + 0.75 + 12.0);
   }
+  // utramp's own calls of a traced function — the agent at work on a program's thread
+  // (record --libs traces the library functions it calls), a thread utramp started —
+  // are neither recorded nor counted lost (drain() checks nothing was lost).
+  {
+    ftrace::AtWork busy;
+    for (int i = 0; i < 100; ++i) ASSERT_EQ(call(&tt_add, int64_t(i), int64_t(2)), i + 2);
+  }
+  std::thread([] {
+    tramp::t_utramp_thread = true;
+    for (int i = 0; i < 100; ++i) EXPECT_EQ(call(&tt_add, int64_t(i), int64_t(3)), i + 3);
+    ftrace::close_thread();
+  }).join();
   // A program on the same function as the tracer: both run.
   g_fexit_runs = 0;
   auto p = mgr.attach(mix, tramp::AttachType::fexit, reinterpret_cast<uint64_t>(&count_fexit), {});

@@ -89,6 +89,10 @@ void add_record(CLI::App& app) {
   sub->add_option("--tracer", f->rec.agent.tracer, "function_graph (default) or function")
       ->check(CLI::IsMember({"function", "function_graph"}));
   sub->add_flag("--libs", f->rec.agent.libraries, "trace the shared libraries' functions too");
+  sub->add_flag("--no-libcall{false}", f->rec.agent.libcalls,
+                "do not trace the program's calls into shared libraries (through the PLT/GOT)");
+  sub->add_flag("--nest-libcall", f->rec.agent.nest_libcalls,
+                "trace the libraries' calls into other libraries too");
   sub->add_option("--buffer-size", f->rec.events_per_buffer, "events per thread buffer (power of two)");
   sub->add_option("--max-threads", f->rec.max_buffers, "thread buffers in all (default 256)");
   sub->add_option("--mode", f->mode, "discard (default: keep the oldest) or overwrite (flight recorder)")

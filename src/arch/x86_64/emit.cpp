@@ -67,6 +67,16 @@ Result<std::vector<uint8_t>> encode_jump_anywhere(uint64_t at, uint64_t target) 
   });
 }
 
+Result<std::vector<uint8_t>> emit_import_stub(uint64_t base, uint64_t hook, uint64_t entry) {
+  return assemble(base, fmt::format("the import stub at {:#x}", base), [&](ax::Assembler& a) {
+    Label slot = a.newLabel();
+    a.movabs(ax::r11, Imm(hook));
+    a.jmp(ax::qword_ptr(slot));
+    a.bind(slot);
+    a.embedUInt64(entry);
+  });
+}
+
 // Layout of the counting stub, reached by `call` from a site (the return address is at
 // [rsp]); it touches only the flags, which no caller relies on across a call:
 //

@@ -1,0 +1,77 @@
+// Library calls through the global offset table, traced as uftrace traces them: the
+// program's calls into shared libraries (getpid, malloc, printf) in the call graph with
+// their durations, without a site in the library function itself.
+//
+// Each hooked slot (sites/imports.hpp) is made to point to a stub of its own
+// (arch::emit_import_stub), which enters utramp_libcall_entry (below, the entry hook):
+// the call's entry is recorded (the tracer's usual path, its frame being the address
+// of the call's return address less 8, like an image's frame), the return address on
+// the stack is replaced with utramp_libcall_return's and kept on the thread's return
+// stack (graph_state.hpp: ThreadTrace::rets), and the call goes on to the function
+// with every argument register as the caller left it. The function returns into the
+// exit hook, which records the exit and returns to the saved address. Nothing is
+// copied and no frame is added while the function runs: its stack arguments, variadic
+// arguments and `al` are where its caller put them.
+//
+// Lazy binding: a JUMP_SLOT not bound yet keeps its PLT stub as the target; the first
+// call goes through the dynamic loader's resolver as without utramp, and the resolver
+// writes the function's address into the slot, over the hook. The exit hook of that
+// call sees it, takes the address as the target and puts the hook back (the slot is
+// writable: lazily bound slots are outside RELRO). Slots already bound (BIND_NOW,
+// GLOB_DAT) are written once, through os::write_text when they are in RELRO, which
+// leaves the page's protection as it was.
+//
+// Not traced (the call goes straight on): functions that return twice or save their
+// return address for later (setjmp, vfork, getcontext...), functions that look at
+// their caller's address (dlopen, dlsym: RTLD_NEXT and $ORIGIN would see the hook), the
+// C library's start-up. Functions that unwind the stack they are called on
+// (pthread_exit, and through the agent the unwinder's entry points:
+// agent.cpp) first put back every return address of the thread's open library calls:
+// the unwinder must see the real callers. Those calls then return straight to their
+// callers, and the tracer closes them at the thread's next event above them, as it
+// closes frames left by longjmp.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.hpp"
+#include "trace/trace_dir.hpp"
+
+namespace utramp::ftrace {
+
+// One hooked GOT slot; never freed (a thread may be in its stub at any time).
+struct ImportHook {
+  uint64_t* got = nullptr;
+  std::atomic<uint64_t> target{0};  // where calls go: the function, or its PLT stub (lazy)
+  uint64_t stub = 0;                // what the slot holds while hooked; the function's id
+  bool lazy = false;                // the resolver may still write the slot
+  bool unwinds = false;             // unwinds its caller's stack: no exit to catch
+};
+
+struct ImportRequest {
+  uint64_t got = 0;
+  std::string name;     // the symbol
+  std::string library;  // the object that defines it ("" when not known yet)
+  bool lazy = false;    // sites::ImportSlot::lazy
+  bool relro = false;   // the slot is in its object's RELRO (read-only)
+};
+
+// How a function reached through a GOT slot is treated, by its symbol.
+enum class ImportKind : uint8_t { traced, untraced, unwinds };
+ImportKind import_kind(std::string_view symbol) noexcept;
+
+// Hooks the slots of `reqs` (one stub each, then the slot); call while the slots'
+// object is loaded and relocated. Returns the functions now traced (id: the stub), for
+// functions-PID.tsv; a slot that cannot be written is left alone and named in `errors`.
+std::vector<trace::Function> hook_imports(const std::vector<ImportRequest>& reqs,
+                                          std::vector<std::string>* errors);
+
+// Puts back the return addresses this thread's open library calls replaced, before an
+// unwinder walks its stack (async-signal-safe; no lock, no call).
+void restore_return_addresses() noexcept;
+
+}  // namespace utramp::ftrace
