@@ -300,6 +300,24 @@ TEST_P(Matrix, ArgsAndReturnValues) {
   r.expect_golden(golden("args"), without_relocation_note(r.show_record()) + r.cli({"replay"}));
 }
 
+// -A/-R with DWARF: each value in its C type's width, sign and format (an int -1, a
+// char, a float in xmm0, a double and an int counted apart: fparg1 and arg1), floating-
+// point return values from xmm0.
+const std::vector<std::string> kFargsOpts = {
+    "-F", "run_fargs", "-F", "scale", "-F", "half", "-F", "neg", "-F", "upper", "-F", "mixed",
+    "-A", "scale@fparg1,arg1", "-R", "scale", "-A", "half@arg1/f", "-R", "half",
+    "-A", "neg@arg1,arg2", "-R", "neg", "-A", "upper@arg1", "-R", "upper",
+    "-A", "mixed@arg1,fparg1,arg2/s,fparg2,arg1/x", "-R", "mixed"};
+
+TEST_P(Matrix, TypedArgsAndReturnValues) {
+  Recording r(fx(), kFargsOpts, {"fargs"});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  const std::string replay = r.cli({"replay"});
+  // The golden masks long hex numbers: an int's /x is its 32 bits.
+  EXPECT_NE(replay.find(", 0xfffffffb) = 18446744073709551615;"), std::string::npos) << replay;
+  r.expect_golden(golden("fargs"), without_relocation_note(r.show_record()) + replay);
+}
+
 // longjmp from j2 over j1 to jumper: both closed as skipped when jumper returns.
 TEST_P(Matrix, Longjmp) {
   Recording r(fx(), {}, {"longjmp"});
@@ -411,6 +429,40 @@ TEST(Names, CFunctionsAreNeverDemangled) {
   r.expect_golden("c_names", r.show_record() + r.cli({"replay"}) +
                                  r.cli({"replay", "--demangle", "full"}) +
                                  r.cli({"report", "--sort", "name"}) + r.show(list, listed));
+}
+
+// ---- arguments ----
+
+// Without DWARF the formats decide: a width cuts the register's value (and a signed one
+// sign-extends it), argN/f and fpargN read xmm registers, -R .../f reads xmm0.
+TEST(Args, FormatsWithoutDwarf) {
+  if (std::string(UTRAMP_REC_NODWARF).empty()) GTEST_SKIP() << "no gcc or objcopy: no build without DWARF";
+  Recording r(fs::path(UTRAMP_REC_NODWARF).filename().string(),
+              {"-F", "run_fargs", "-F", "scale", "-F", "half", "-F", "neg", "-F", "upper",
+               "-A", "scale@arg1/f,arg1", "-R", "scale/f64", "-A", "half@fparg1/f32", "-R", "half/f32",
+               "-A", "neg@arg1/i32,arg2/i16,arg1/u8,arg1/x16,retval/i32", "-A", "upper@arg1/c",
+               "-R", "upper/c"},
+              {"fargs"});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  r.expect_golden("fargs_nodwarf", without_relocation_note(r.show_record()) + r.cli({"replay"}));
+}
+
+// A format or an argument that is not one of uftrace's is refused before the program
+// runs, naming what is accepted.
+TEST(Args, UnknownFormatsAreRefused) {
+  REQUIRE_FIXTURE(kMain);
+  const std::vector<std::vector<std::string>> bad = {
+      {"-A", "add@arg1/q"}, {"-A", "add@arg1/d12"}, {"-R", "add/s8"},      {"-A", "add@fparg9"},
+      {"-A", "add@fparg1/d"}, {"-A", "add@retval/"}, {"-A", "add@arg0"}, {"-R", "add/f16"}};
+  for (const auto& opts : bad) {
+    Recording r(kMain, opts, {"args"});
+    EXPECT_EQ(r.record().exit_code, 2) << opts[1];
+    EXPECT_EQ(r.record().out, "") << opts[1];
+    EXPECT_NE(r.record().err.find(opts[1].substr(opts[1].find('@') + 1)), std::string::npos) << r.record().err;
+    if (opts[1].find("/q") != std::string::npos || opts[1].find("/s8") != std::string::npos)
+      EXPECT_NE(r.record().err.find("d i u x s c f, or d i u x with a width"), std::string::npos)
+          << r.record().err;
+  }
 }
 
 // ---- filters ----
