@@ -9,7 +9,7 @@
 //     have no compiler site): a volatile store is the first instruction.
 //
 // Scenarios: basic (nesting, recursion, exact counts), args (argument and return-value
-// capture), fargs (floating-point, narrow and signed values), slow (for -t), threads, fork, fork_exit (the child calls exit(5)), longjmp,
+// capture), fargs (floating-point, narrow and signed values), deep N (recursion N deep), slow (for -t), threads, fork, fork_exit (the child calls exit(5)), longjmp,
 // crash (SIGSEGV), many N (N leaf calls, for buffer overflow), io (stdin to stdout, a
 // line to stderr, exit 3), names (C functions whose names are manglings of types).
 #define _GNU_SOURCE
@@ -286,6 +286,14 @@ FX unsigned long mixed(int a, double b, const char* s, float c) {
   return 0xfffffffffffffffful;
 }
 
+// deep N: a recursion N calls deep (past the tracer's depth limit).
+FX long dive(long n) {
+  sink = n;
+  const long r = n > 1 ? dive(n - 1) + 1 : 1;
+  sink = r;
+  return r;
+}
+
 FX int run_fargs(void) {
   sink = 0;
   const double d = scale(1.5, 3);
@@ -302,6 +310,7 @@ int main(int argc, char** argv) {
   if (!strcmp(what, "basic")) return run_basic() == 8 ? 0 : 1;
   if (!strcmp(what, "args")) return run_args();
   if (!strcmp(what, "fargs")) return run_fargs();
+  if (!strcmp(what, "deep")) return dive(argc > 2 ? atol(argv[2]) : 10) == (argc > 2 ? atol(argv[2]) : 10) ? 0 : 1;
   if (!strcmp(what, "slow")) return run_slow();
   if (!strcmp(what, "threads")) return run_threads();
   if (!strcmp(what, "fork")) return run_fork(0);

@@ -465,6 +465,88 @@ TEST(Args, UnknownFormatsAreRefused) {
   }
 }
 
+// ---- uftrace's commands and options ----
+
+// Durations, ids and addresses masked, for output that has no trace directory left.
+std::string masked(const std::string& text) {
+  utramp::test::MaskOptions mo;
+  mo.times = false;
+  return utramp::test::mask(Recording::mask_durations(text), mo);
+}
+
+// `utramp live` and `utramp PROGRAM` show what record then replay show, leave nothing in
+// $TMPDIR, and exit with the program's status; a subcommand's name is never a program.
+TEST(Uftrace, LiveIsRecordThenReplay) {
+  REQUIRE_FIXTURE(kMain);
+  Recording r(kMain, {}, {"basic"});
+  ASSERT_EQ(r.record().exit_code, 0) << r.record().err;
+  const RunResult replay = run_in({UTRAMP_CLI, "replay", r.dir()}, r.cwd());
+  TempDir tmp;
+  setenv("TMPDIR", tmp.path.c_str(), 1);
+  const RunResult live = run_in({UTRAMP_CLI, "live", "--", fixture_path(kMain), "basic"}, r.cwd());
+  const RunResult bare = run_in({UTRAMP_CLI, fixture_path(kMain), "basic"}, r.cwd());
+  const RunResult io = run_in({UTRAMP_CLI, fixture_path(kMain), "io"}, r.cwd());
+  unsetenv("TMPDIR");
+  EXPECT_EQ(live.exit_code, 0) << live.err;
+  EXPECT_EQ(masked(live.out), masked(replay.out));
+  EXPECT_EQ(bare.exit_code, 0) << bare.err;
+  EXPECT_EQ(masked(bare.out), masked(replay.out));
+  EXPECT_EQ(io.exit_code, 3) << io.err;  // run_io: exit 3, a line to stderr
+  EXPECT_NE(io.err.find("read 0 bytes"), std::string::npos) << io.err;
+  EXPECT_TRUE(fs::is_empty(tmp.path)) << "left in TMPDIR: " << fs::directory_iterator(tmp.path)->path();
+  const RunResult sub = run_in({UTRAMP_CLI, "info", "/nonexistent-dir"}, r.cwd());
+  EXPECT_NE(sub.err.find("utramp info: /nonexistent-dir"), std::string::npos) << sub.err;
+}
+
+// info, graph, and replay's -f, --time-range and --no-pager.
+TEST(Uftrace, InfoGraphAndReplayColumns) {
+  REQUIRE_FIXTURE(kMain);
+  Recording r(kMain, {}, {"basic"});
+  ASSERT_EQ(r.record().exit_code, 0) << r.record().err;
+  std::string info = r.cli({"info"});
+  static const std::regex build_id(R"(build id      : [0-9a-f]{40})"), date(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)");
+  EXPECT_TRUE(std::regex_search(info, build_id)) << info;
+  info = std::regex_replace(std::regex_replace(info, build_id, "build id      : BUILD-ID"), date, "DATE");
+  const std::string full = r.cli({"replay"});
+  std::string text = info + r.cli({"graph", "run_basic"}) + r.cli({"graph", "fib"}) +
+                     r.cli({"replay", "--no-pager", "-f", "none"}) + r.cli({"replay", "-f", "tid,addr"}) +
+                     r.cli({"replay", "--time-range", "0~1ns"}) + r.cli({"graph", "nothing_named_so"}) +
+                     r.cli({"replay", "-f", "duration,bogus"}) + r.cli({"replay", "--time-range", "2ms"});
+  r.expect_golden("uftrace_cli", text);
+  // All of the recording is in 0~ (times since it started); -f with the clock columns
+  // shows times that never go back.
+  std::string all = r.cli({"replay", "--time-range", "0~"});
+  EXPECT_EQ(all.substr(all.find('\n')), full.substr(full.find('\n')));
+  const std::string timed = r.cli({"replay", "-f", "time,elapsed,delta"});
+  std::istringstream lines(timed.substr(timed.find("--- stdout\n") + 11));
+  std::string line;
+  std::getline(lines, line);
+  EXPECT_EQ(line, "#      TIMESTAMP    ELAPSED      DELTA   FUNCTION");
+  double last = 0;
+  int n = 0;
+  while (std::getline(lines, line) && line != "--- stderr") {
+    const double t = std::stod(line);
+    EXPECT_GE(t, last) << line;
+    last = t;
+    ++n;
+  }
+  EXPECT_GT(n, 20) << timed;
+}
+
+// Deeper than the tracer's stack (2048 frames a thread): the calls below are counted and
+// shown where they were, never cut silently.
+TEST(Uftrace, DepthLimitIsReported) {
+  REQUIRE_FIXTURE(kMain);
+  Recording r(kMain, {"-F", "dive"}, {"deep", "2100"});
+  ASSERT_EQ(r.record().exit_code, 0) << r.record().err;
+  const std::string replay = r.cli({"replay"});
+  EXPECT_NE(replay.find("/* 52 calls below the depth limit not recorded */"), std::string::npos)
+      << replay.substr(0, 2000);
+  const std::string report = r.cli({"report"});
+  EXPECT_NE(report.find("  2048  dive"), std::string::npos) << report;
+  EXPECT_NE(report.find("not recorded: 52"), std::string::npos) << report;
+}
+
 // ---- filters ----
 
 TEST(Filters, OnlyAndNever) {
