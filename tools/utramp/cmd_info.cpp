@@ -49,7 +49,7 @@ int info(const std::string& dir) {
   row("processes", std::to_string(std::max<size_t>(r->processes().size(), 1)));
   fmt::print("# {:<14}: {}\n", "threads", in.threads.size());
   for (const auto& t : in.threads)
-    fmt::print("#   {:>7}/{:<7}  {} events, {} lost{}\n", t.pid, t.tid, t.events, t.lost,
+    fmt::print("#   thread {}/{}: {} events, {} lost{}\n", t.pid, t.tid, t.events, t.lost,
                t.overwritten.empty() ? "" : " (ring overwritten by the program)");
   return 0;
 }
