@@ -17,6 +17,11 @@ namespace utramp::abi {
 // The ABI class of one eightbyte of a value (SysV §3.2.3, reduced to what we pass).
 enum class Part : uint8_t { none, integer, sse };
 
+// What a scalar argument or return value is in C, when the signature comes from DWARF:
+// how `record -A/-R` shows it by default (its width is the type's size). `none`: not a
+// scalar (a struct), or not known (a signature from options or the fallback).
+enum class Scalar : uint8_t { none, sint, uint, character, boolean, floating, pointer };
+
 struct ArgType {
   enum class Kind : uint8_t {
     reg,     // one or two eightbytes in registers, classes in parts[]
@@ -25,6 +30,7 @@ struct ArgType {
   uint16_t size = 8;            // bytes
   uint16_t align = 8;           // for memory args on the stack
   Part parts[2] = {Part::integer, Part::none};
+  Scalar scalar = Scalar::none;
 
   static ArgType integer(uint16_t size = 8) { return {Kind::reg, size, size, {Part::integer, Part::none}}; }
   static ArgType sse(uint16_t size = 8) { return {Kind::reg, size, size, {Part::sse, Part::none}}; }
@@ -44,6 +50,7 @@ struct RetType {
   uint16_t size = 8;
   Part parts[2] = {Part::integer, Part::none};
   bool aggregate = false;       // a struct or union (in registers): not for fmod_ret
+  Scalar scalar = Scalar::none;
 
   static RetType void_() { return {Kind::none, 0, {Part::none, Part::none}}; }
   static RetType integer(uint16_t size = 8) { return {Kind::reg, size, {Part::integer, Part::none}}; }

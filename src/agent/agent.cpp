@@ -17,10 +17,12 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "agent/bpf.hpp"
+#include "agent/captures.hpp"
 #include "agent/config.hpp"
 #include "agent/instrument.hpp"
 #include "agent/process_files.hpp"
@@ -28,6 +30,7 @@
 #include "common/init.hpp"
 #include "ftrace/graph.hpp"
 #include "ftrace/libcall.hpp"
+#include "os/dwarf.hpp"
 #include "os/file.hpp"
 #include "os/signal_stack.hpp"
 #include "patch/patcher.hpp"
@@ -101,24 +104,37 @@ bool own_object(const std::string& path) {
 
 static_assert(sizeof(ftrace::FuncRecord::args) / sizeof(ftrace::FuncRecord::args[0]) == kMaxArgsPerFunction);
 
-ftrace::FuncRecord* record_for(const symbols::Name& name, uint64_t addr) {
+// What -A/-R record of the function at SITE (a record with nothing when no capture names
+// it), and in *sig the signature its images must use for that: DWARF's when there is
+// one, else agent/captures.hpp's registers. A capture the signature cannot place is
+// left out and logged (the function has no such argument).
+ftrace::FuncRecord* record_for(const symbols::Name& name, const sites::Site& site,
+                               std::optional<abi::Signature>* sig) {
   auto rec = std::make_unique<ftrace::FuncRecord>();
-  rec->addr = addr;
+  rec->addr = site.info.func;
+  std::vector<ArgCapture> args;
+  std::optional<ValueSpec> ret;
   for (const auto& c : g_agent->cfg.captures) {
     if (!symbols::glob_matches(c.glob, name)) continue;
-    auto format = [](char f) {
-      return f == 's' ? trace::ValueFormat::string
-             : f == 'x' ? trace::ValueFormat::pointer
-             : f == 'f' ? trace::ValueFormat::dbl
-                        : trace::ValueFormat::integer;
-    };
-    for (const auto& a : c.args) {
-      auto cap = parse_arg_capture(a);  // checked by the CLI (agent/config.hpp)
-      if (!cap || rec->nargs >= kMaxArgsPerFunction) continue;
-      rec->args[rec->nargs++] = {cap->index, format(cap->format)};
-    }
+    for (const auto& a : c.args)
+      if (auto cap = parse_arg_capture(a)) args.push_back(*cap);  // checked by the CLI (agent/config.hpp)
     if (c.retval)
-      if (auto f = parse_value_format(c.retfmt)) rec->ret = format(*f);
+      if (auto f = parse_value_format(c.retfmt)) ret = *f;
+  }
+  if (!args.empty() || ret) {
+    auto d = os::signature_from_dwarf(site.object, site.info.func - site.bias);
+    const bool typed = static_cast<bool>(d);
+    *sig = typed ? std::move(*d) : register_signature(ret ? &*ret : nullptr);
+    for (const ArgCapture& a : args) {
+      if (rec->nargs >= kMaxArgsPerFunction) break;
+      if (auto r = resolve_arg(a, **sig, typed, &rec->args[rec->nargs]); r) ++rec->nargs;
+      else logf("-A %s: %s", name.full().c_str(), r.error().message.c_str());
+    }
+    if (ret)
+      if (auto r = resolve_ret(*ret, **sig, typed, &rec->ret); !r) {
+        rec->ret = {};
+        logf("-R %s: %s", name.full().c_str(), r.error().message.c_str());
+      }
   }
   g_agent->records.push_back(std::move(rec));
   return g_agent->records.back().get();
@@ -158,15 +174,17 @@ void attach_new_sites() {
       logf("skipped %s: %s", name.full().c_str(), why.c_str());
       continue;
     }
-    ftrace::FuncRecord* rec = record_for(name, s->info.func);
+    std::optional<abi::Signature> sig;
+    ftrace::FuncRecord* rec = record_for(name, *s, &sig);
     tramp::AttachOptions o;
     o.cookie = reinterpret_cast<uint64_t>(rec);
     o.caller = cfg.tracer == "function";  // graph_entry records who called (ctx[-4])
-    if (rec->nargs == 0 && rec->ret == trace::ValueFormat::none) {
+    if (rec->nargs == 0 && rec->ret.fmt == trace::ValueFormat::none) {
       // Nothing to capture: the tracer's hooks, inlined in the image (no ctx).
       reqs.push_back({s->info.func, tramp::AttachType::tracer,
                       reinterpret_cast<uint64_t>(&g_agent->hooks), o});
     } else {
+      o.signature = std::move(sig);
       reqs.push_back({s->info.func, tramp::AttachType::fentry,
                       reinterpret_cast<uint64_t>(&ftrace::graph_entry), o});
       if (cfg.tracer == "function_graph")

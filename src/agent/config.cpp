@@ -8,36 +8,58 @@ namespace utramp::agent {
 
 using nlohmann::json;
 
-Result<char> parse_value_format(const std::string& text) {
-  if (text.empty()) return 'd';
-  if (text.size() == 1 && std::string_view("dxsf").find(text[0]) != std::string_view::npos) return text[0];
-  return make_error(Errc::invalid_argument,
-                    fmt::format("'{}' is not a value format: d (integer), x (pointer), s (string) or f (double)",
-                                text));
+Result<ValueSpec> parse_value_format(const std::string& text) {
+  const auto bad = [&] {
+    return make_error(Errc::invalid_argument,
+                      fmt::format("'{}' is not a value format: {}", text, kValueFormats));
+  };
+  ValueSpec v;
+  if (text.empty()) return v;
+  const char c = text[0] == 'i' ? 'd' : text[0];
+  if (std::string_view("duxscf").find(c) == std::string_view::npos) return bad();
+  v.cls = c;
+  const std::string width = text.substr(1);
+  if (width.empty()) return v;
+  if (c == 's' || c == 'c') return bad();
+  if (width == "8") v.bits = 8;
+  else if (width == "16") v.bits = 16;
+  else if (width == "32") v.bits = 32;
+  else if (width == "64") v.bits = 64;
+  else return bad();
+  if (c == 'f' && v.bits < 32) return bad();
+  return v;
 }
 
 Result<ArgCapture> parse_arg_capture(const std::string& text) {
   const size_t slash = text.find('/');
   const std::string idx = text.substr(0, slash);
-  const auto bad = [&] {
+  const bool fp = idx.starts_with("fparg");
+  const size_t digits = fp ? 5 : 3;
+  const int max = fp ? kMaxFpArgIndex : kMaxArgIndex;
+  const auto bad = [&](const std::string& why) {
     return make_error(Errc::invalid_argument,
-                      fmt::format("'{}' is not argN[/F] with N from 1 to {} and F one of d x s f", text,
-                                  kMaxArgIndex));
+                      fmt::format("'{}' is not argN[/F] (N from 1 to {}) or fpargN[/F] (N from 1 to "
+                                  "{}){}",
+                                  text, kMaxArgIndex, kMaxFpArgIndex, why));
   };
-  if (!idx.starts_with("arg") || idx.size() < 4 || idx.size() > 5) return bad();
+  if (!(fp || idx.starts_with("arg")) || idx.size() <= digits || idx.size() > digits + 2) return bad("");
   int n = 0;
-  for (char c : idx.substr(3)) {
-    if (c < '0' || c > '9') return bad();
+  for (char c : idx.substr(digits)) {
+    if (c < '0' || c > '9') return bad("");
     n = n * 10 + (c - '0');
   }
-  if (n < 1 || n > kMaxArgIndex) return bad();
+  if (n < 1 || n > max) return bad("");
   ArgCapture a;
   a.index = static_cast<uint8_t>(n - 1);
+  a.fp = fp;
   if (slash != std::string::npos) {
     auto f = parse_value_format(text.substr(slash + 1));
-    if (!f || text.size() == slash + 1) return bad();
-    a.format = *f;
+    if (!f || text.size() == slash + 1) return bad(fmt::format(", F one of {}", kValueFormats));
+    a.spec = *f;
   }
+  if (a.spec.cls == 'f') a.fp = true;  // argN/f: the Nth floating-point argument (uftrace's rule)
+  else if (fp && a.spec.cls != 0) return bad(": a floating-point argument takes f, f32 or f64");
+  if (a.fp && a.index >= kMaxFpArgIndex) return bad(": there are 8 floating-point argument registers");
   return a;
 }
 

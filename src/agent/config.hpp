@@ -12,22 +12,41 @@ namespace utramp::agent {
 
 struct ArgSpec {
   std::string glob;           // functions it applies to
-  std::vector<std::string> args;  // "arg1", "arg2/s", "arg3/x" (parse_arg_capture)
-  bool retval = false;        // -R
-  std::string retfmt;         // "", "d", "s", "x", "f" (parse_value_format)
+  std::vector<std::string> args;  // "arg1", "arg2/s", "fparg1" (parse_arg_capture)
+  bool retval = false;        // -R, or "retval" in -A's list
+  std::string retfmt;         // "", "d", "u32", "f" ... (parse_value_format)
 };
 
-// The forms of -A and -R, in one place: the CLI refuses what these refuse, the agent
-// reads what they accept. A value is shown as d (a signed integer, the default),
-// x (a pointer), s (a C string) or f (a double).
-inline constexpr int kMaxArgIndex = 16;      // argN: N in 1..16
+// The forms of -A and -R, in one place (uftrace's): the CLI refuses what these refuse,
+// the agent reads what they accept.
+//
+//   value format   d or i (signed), u (unsigned), x (hex), s (C string), c (char),
+//                  f (floating point); d i u x with a width of 8, 16, 32 or 64 bits
+//                  (i32, u8, x64), f with 32 (float) or 64 (double)
+//   argument       argN[/F] (the Nth integer-class argument: rdi, rsi, ... then the
+//                  stack), fpargN[/F] (the Nth floating-point argument: xmm0..xmm7);
+//                  argN/f is fpargN, as in uftrace (the SysV ABI counts the two apart)
+//
+// A format without a width takes it from the argument's C type when DWARF describes the
+// function (int: 32 bits, signed), else 64 bits (f: a double). Without a format, the C
+// type decides the format too (unsigned, char, float, pointer...); without DWARF it is d.
+inline constexpr int kMaxArgIndex = 16;      // argN: N in 1..16, fpargN: 1..8
+inline constexpr int kMaxFpArgIndex = 8;
 inline constexpr int kMaxArgsPerFunction = 8;
-struct ArgCapture {
-  uint8_t index = 0;  // 0-based
-  char format = 'd';
+struct ValueSpec {
+  char cls = 0;       // 0 (from the C type), 'd', 'u', 'x', 's', 'c', 'f'
+  uint8_t bits = 0;   // 0 (from the C type), 8, 16, 32, 64
 };
-Result<ArgCapture> parse_arg_capture(const std::string& text);  // "argN[/F]"
-Result<char> parse_value_format(const std::string& text);       // "" (d) or one of d x s f
+struct ArgCapture {
+  uint8_t index = 0;  // 0-based, among the integer or the floating-point arguments
+  bool fp = false;    // fpargN (or argN/f)
+  ValueSpec spec;
+};
+Result<ArgCapture> parse_arg_capture(const std::string& text);  // "argN[/F]", "fpargN[/F]"
+Result<ValueSpec> parse_value_format(const std::string& text);  // "" or a format above
+// What the formats are, for messages that refuse one.
+inline constexpr const char* kValueFormats =
+    "d i u x s c f, or d i u x with a width of 8 16 32 64 bits (i32, u8, x64), or f32 f64";
 
 struct Config {
   std::string shm_path;       // the shared buffers file

@@ -398,7 +398,7 @@ void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
     const uint64_t n = abi::ctx_arg_count(ctx);
     for (uint8_t k = 0; k < rec->nargs; ++k) {
       const auto& a = rec->args[k];
-      const uint64_t v = a.index < n ? ctx[a.index] : 0;
+      const uint64_t v = a.slot < n ? a.narrow(ctx[a.slot]) : 0;
       emit(ts, trace::EventType::arg, time, func, v, static_cast<uint16_t>(d),
            static_cast<uint8_t>(a.fmt), a.index);
       if (a.fmt == trace::ValueFormat::string) emit_string(ts, time, func, static_cast<uint16_t>(d), v);
@@ -424,8 +424,8 @@ void do_exit(ThreadTrace* ts, uint64_t sp, const FuncRecord* rec, const uint64_t
     if (time - f.time < g_min_ticks) return pop_frame(ts);  // shorter than -t: dropped whole
     flush_pending(ts, d);  // the ancestors' entries and its own
   }
-  const trace::ValueFormat rf = rec && ctx ? rec->ret : trace::ValueFormat::none;
-  const uint64_t ret = rf != trace::ValueFormat::none ? ctx[abi::ctx_arg_count(ctx)] : 0;
+  const trace::ValueFormat rf = rec && ctx ? rec->ret.fmt : trace::ValueFormat::none;
+  const uint64_t ret = rf != trace::ValueFormat::none ? rec->ret.narrow(ctx[abi::ctx_arg_count(ctx) + rec->ret.slot]) : 0;
   emit(ts, trace::EventType::exit, time, f.func, ret, static_cast<uint16_t>(d),
        static_cast<uint8_t>(rf));
   if (rf == trace::ValueFormat::string) emit_string(ts, time, f.func, static_cast<uint16_t>(d), ret);

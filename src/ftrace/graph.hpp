@@ -24,14 +24,29 @@ enum class Tracer : uint8_t { function, function_graph };
 // What to record for one function (the link's cookie points to it).
 struct FuncRecord {
   uint64_t addr = 0;
-  // -A: arguments to record, each (index, format); -R: record the return value.
-  struct Arg {
-    uint8_t index;
-    trace::ValueFormat fmt;
+  // -A: arguments to record; -R: the return value. Each is read from a ctx slot (the
+  // agent maps argN/fpargN to slots with the function's signature) and cut to its width
+  // before it is written: `bytes` < 8 keeps the low bytes, sign-extended for a signed
+  // integer (an int -1 arrives as 0x00000000ffffffff in a zero-extended slot, or with
+  // whatever the caller left in the register's high half).
+  struct Value {
+    uint8_t slot = 0;   // ctx[slot]; for the return value, from ctx[n] (abi/ctx.hpp)
+    trace::ValueFormat fmt = trace::ValueFormat::none;
+    uint8_t bytes = 8;  // 1, 2, 4 or 8
+    uint8_t index = 0;  // what the trace calls it: argument index (event aux)
+
+    uint64_t narrow(uint64_t raw) const {
+      if (bytes >= 8) return raw;
+      const unsigned bits = 8u * bytes;
+      const uint64_t low = raw & ((uint64_t{1} << bits) - 1);
+      if (fmt != trace::ValueFormat::integer) return low;
+      const uint64_t sign = uint64_t{1} << (bits - 1);
+      return (low ^ sign) - sign;
+    }
   };
-  Arg args[8] = {};
+  Value args[8] = {};
   uint8_t nargs = 0;
-  trace::ValueFormat ret = trace::ValueFormat::none;
+  Value ret;  // fmt none: not recorded
 };
 
 struct Options {

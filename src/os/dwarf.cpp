@@ -465,6 +465,36 @@ class Classifier {
     return make_error(Errc::bad_format, "type chain too deep (a DWARF cycle?)");
   }
 
+  // What a scalar of TYPE is in C, for showing its value (`record -A/-R`): typedefs
+  // and qualifiers stripped, an enum as its underlying type.
+  abi::Scalar scalar(Dwarf_Die type) {
+    auto s = strip(type);
+    if (!s) return abi::Scalar::none;
+    Dwarf_Die die = *s;
+    switch (dwarf_tag(&die)) {
+      case DW_TAG_pointer_type:
+      case DW_TAG_reference_type:
+      case DW_TAG_rvalue_reference_type: return abi::Scalar::pointer;
+      case DW_TAG_enumeration_type: {
+        auto under = ref_attr(&die, DW_AT_type);
+        return under ? scalar(*under) : abi::Scalar::sint;  // older gcc names no underlying type
+      }
+      case DW_TAG_base_type: break;
+      default: return abi::Scalar::none;
+    }
+    switch (udata_attr(&die, DW_AT_encoding).value_or(0)) {
+      case DW_ATE_signed: return abi::Scalar::sint;
+      case DW_ATE_unsigned:
+      case DW_ATE_UTF:
+      case DW_ATE_address: return abi::Scalar::uint;
+      case DW_ATE_signed_char:
+      case DW_ATE_unsigned_char: return abi::Scalar::character;
+      case DW_ATE_boolean: return abi::Scalar::boolean;
+      case DW_ATE_float: return abi::Scalar::floating;
+      default: return abi::Scalar::none;
+    }
+  }
+
   // Top-level classification of an argument or return type.
   Result<Value> classify(Dwarf_Die type) {
     auto s = strip(type);
@@ -1178,6 +1208,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
         } else if (v->cls[1] == Cls::none) {
           sig.ret = RetType{RetType::Kind::reg, static_cast<uint16_t>(std::min<uint64_t>(size, 8)),
                             {part_of(v->cls[0]), Part::none}};
+          sig.ret.scalar = cl.scalar(rt_die);
         } else {
           sig.ret = RetType::pair(part_of(v->cls[0]), part_of(v->cls[1]), size);
         }
@@ -1265,6 +1296,8 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
         }
         break;
     }
+    if (v->how == Value::How::by_reference) a.scalar = abi::Scalar::pointer;
+    else if (a.kind == ArgType::Kind::reg && a.eightbytes() == 1) a.scalar = cl.scalar(t);
     sig.args.push_back(a);
 
     // Which register the ABI gives the first eightbyte, if any (rule: an argument that
@@ -1482,6 +1515,19 @@ Result<abi::Signature> signature_from_dwarf(const std::string& path, std::string
   }
   const Found& f = hits.front();
   return build_signature(d, f, fmt::format("{} ({:#x})", what, d.to_file(f.entry)));
+}
+
+std::string build_id_hex(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string hex;
+  elf_version(EV_CURRENT);
+  if (Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr)) {
+    for (uint8_t b : build_id_of(elf)) hex += fmt::format("{:02x}", b);
+    elf_end(elf);
+  }
+  ::close(fd);
+  return hex;
 }
 
 }  // namespace utramp::os

@@ -80,4 +80,7 @@ Result<abi::Signature> signature_from_dwarf(const std::string& path, uint64_t fu
 // different files) is Errc::invalid_argument, listing them with their addresses.
 Result<abi::Signature> signature_from_dwarf(const std::string& path, std::string_view name);
 
+// The GNU build-id of the ELF file at PATH in hex, "" when it has none or cannot be read.
+std::string build_id_hex(const std::string& path);
+
 }  // namespace utramp::os

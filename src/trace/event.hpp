@@ -29,7 +29,12 @@ enum class EventType : uint8_t {
 };
 
 // Value formats for arg/exit data (aux low byte).
-enum class ValueFormat : uint8_t { none = 0, integer = 1, pointer = 2, dbl = 3, string = 4 };
+// How an arg or exit event's `data` is shown (docs/trace-format.md): integer signed,
+// uinteger unsigned, pointer in hex, dbl and flt the IEEE bits of a double and of a float
+// (in the low half), character one byte, string a pointer followed by string events.
+enum class ValueFormat : uint8_t {
+  none = 0, integer = 1, pointer = 2, dbl = 3, string = 4, uinteger = 5, character = 6, flt = 7
+};
 
 // 32 bytes, naturally aligned; written by the traced thread, read by the CLI.
 struct Event {

@@ -128,6 +128,9 @@ json to_json(const TraceInfo& info) {
   json j{{"format", "utramp-trace"},
               {"version", info.version},
               {"command", info.command},
+              {"binary", info.binary},
+              {"build_id", info.build_id},
+              {"date", info.date},
               {"tracer", info.tracer},
               {"time_unit", info.time_unit},
               {"ticks_per_ns", info.ticks_per_ns},
@@ -158,6 +161,9 @@ TraceInfo info_from_json(const json& j, std::string* problem) {
   };
   get("version", info.version);
   get("command", info.command);
+  get("binary", info.binary);
+  get("build_id", info.build_id);
+  get("date", info.date);
   get("tracer", info.tracer);
   get("time_unit", info.time_unit);
   get("ticks_per_ns", info.ticks_per_ns);

@@ -42,6 +42,9 @@ struct ThreadInfo {
 struct TraceInfo {
   uint32_t version = kFormatVersion;
   std::vector<std::string> command;
+  std::string binary;             // the ELF that ran (a script's: its interpreter)
+  std::string build_id;           // its GNU build-id in hex, "" when it has none
+  std::string date;               // when the recording started, UTC, ISO 8601
   std::string tracer = "function_graph";  // or "function": entries only, data = caller
   std::string time_unit = "ns";   // "ns" or "tsc"
   double ticks_per_ns = 1.0;      // for "tsc"

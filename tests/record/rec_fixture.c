@@ -9,7 +9,7 @@
 //     have no compiler site): a volatile store is the first instruction.
 //
 // Scenarios: basic (nesting, recursion, exact counts), args (argument and return-value
-// capture), slow (for -t), threads, fork, fork_exit (the child calls exit(5)), longjmp,
+// capture), fargs (floating-point, narrow and signed values), deep N (recursion N deep), slow (for -t), threads, fork, fork_exit (the child calls exit(5)), longjmp,
 // crash (SIGSEGV), many N (N leaf calls, for buffer overflow), io (stdin to stdout, a
 // line to stderr, exit 3), names (C functions whose names are manglings of types).
 #define _GNU_SOURCE
@@ -258,10 +258,59 @@ FX int run_io(void) {
   return 3;
 }
 
+// fargs: values whose C type matters (-A/-R formats, floating-point registers). Each
+// function also takes values in the other register class, so that argN and fpargN
+// count apart: scale's x is fparg1 and its n arg1.
+FX double scale(double x, int n) {
+  sink = n;
+  return x * n;
+}
+
+FX float half(float x) {
+  sink = 0;
+  return x / 2;
+}
+
+FX int neg(int a, short b) {
+  sink = a;
+  return a + b;
+}
+
+FX char upper(char c) {
+  sink = c;
+  return (char)(c - 'a' + 'A');
+}
+
+FX unsigned long mixed(int a, double b, const char* s, float c) {
+  sink = a + (long)b + (long)c + s[0];
+  return 0xfffffffffffffffful;
+}
+
+// deep N: a recursion N calls deep (past the tracer's depth limit).
+FX long dive(long n) {
+  sink = n;
+  const long r = n > 1 ? dive(n - 1) + 1 : 1;
+  sink = r;
+  return r;
+}
+
+FX int run_fargs(void) {
+  sink = 0;
+  const double d = scale(1.5, 3);
+  const float f = half(5.0f);
+  const int n = neg(-1, -2);
+  const char u = upper('q');
+  const unsigned long m = mixed(-5, 0.25, "str", -2.5f);
+  sink = 0;
+  return d == 4.5 && f == 2.5f && n == -3 && u == 'Q' && m == ~0ul ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   const char* what = argc > 1 ? argv[1] : "basic";
   if (!strcmp(what, "basic")) return run_basic() == 8 ? 0 : 1;
   if (!strcmp(what, "args")) return run_args();
+  if (!strcmp(what, "fargs")) return run_fargs();
+  if (!strcmp(what, "deep")) return dive(argc > 2 ? atol(argv[2]) : 10) == (argc > 2 ? atol(argv[2]) : 10) ? 0 : 1;
   if (!strcmp(what, "slow")) return run_slow();
   if (!strcmp(what, "threads")) return run_threads();
   if (!strcmp(what, "fork")) return run_fork(0);

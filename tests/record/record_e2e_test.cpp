@@ -303,6 +303,24 @@ TEST_P(Matrix, ArgsAndReturnValues) {
   r.expect_golden(golden("args"), without_relocation_note(r.show_record()) + r.cli({"replay"}));
 }
 
+// -A/-R with DWARF: each value in its C type's width, sign and format (an int -1, a
+// char, a float in xmm0, a double and an int counted apart: fparg1 and arg1), floating-
+// point return values from xmm0.
+const std::vector<std::string> kFargsOpts = {
+    "-F", "run_fargs", "-F", "scale", "-F", "half", "-F", "neg", "-F", "upper", "-F", "mixed",
+    "-A", "scale@fparg1,arg1", "-R", "scale", "-A", "half@arg1/f", "-R", "half",
+    "-A", "neg@arg1,arg2", "-R", "neg", "-A", "upper@arg1", "-R", "upper",
+    "-A", "mixed@arg1,fparg1,arg2/s,fparg2,arg1/x", "-R", "mixed"};
+
+TEST_P(Matrix, TypedArgsAndReturnValues) {
+  Recording r(fx(), kFargsOpts, {"fargs"});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  const std::string replay = r.cli({"replay"});
+  // The golden masks long hex numbers: an int's /x is its 32 bits.
+  EXPECT_NE(replay.find(", 0xfffffffb) = 18446744073709551615;"), std::string::npos) << replay;
+  r.expect_golden(golden("fargs"), without_relocation_note(r.show_record()) + replay);
+}
+
 // longjmp from j2 over j1 to jumper: both closed as skipped when jumper returns.
 TEST_P(Matrix, Longjmp) {
   Recording r(fx(), {}, {"longjmp"});
@@ -414,6 +432,127 @@ TEST(Names, CFunctionsAreNeverDemangled) {
   r.expect_golden("c_names", r.show_record() + r.cli({"replay"}) +
                                  r.cli({"replay", "--demangle", "full"}) +
                                  r.cli({"report", "--sort", "name"}) + r.show(list, listed));
+}
+
+// ---- arguments ----
+
+// Without DWARF the formats decide: a width cuts the register's value (and a signed one
+// sign-extends it), argN/f and fpargN read xmm registers, -R .../f reads xmm0.
+TEST(Args, FormatsWithoutDwarf) {
+  if (std::string(UTRAMP_REC_NODWARF).empty()) GTEST_SKIP() << "no gcc or objcopy: no build without DWARF";
+  Recording r(fs::path(UTRAMP_REC_NODWARF).filename().string(),
+              {"-F", "run_fargs", "-F", "scale", "-F", "half", "-F", "neg", "-F", "upper",
+               "-A", "scale@arg1/f,arg1", "-R", "scale/f64", "-A", "half@fparg1/f32", "-R", "half/f32",
+               "-A", "neg@arg1/i32,arg2/i16,arg1/u8,arg1/x16,retval/i32", "-A", "upper@arg1/c",
+               "-R", "upper/c"},
+              {"fargs"});
+  EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
+  r.expect_golden("fargs_nodwarf", without_relocation_note(r.show_record()) + r.cli({"replay"}));
+}
+
+// A format or an argument that is not one of uftrace's is refused before the program
+// runs, naming what is accepted.
+TEST(Args, UnknownFormatsAreRefused) {
+  REQUIRE_FIXTURE(kMain);
+  const std::vector<std::vector<std::string>> bad = {
+      {"-A", "add@arg1/q"}, {"-A", "add@arg1/d12"}, {"-R", "add/s8"},      {"-A", "add@fparg9"},
+      {"-A", "add@fparg1/d"}, {"-A", "add@retval/"}, {"-A", "add@arg0"}, {"-R", "add/f16"}};
+  for (const auto& opts : bad) {
+    Recording r(kMain, opts, {"args"});
+    EXPECT_EQ(r.record().exit_code, 2) << opts[1];
+    EXPECT_EQ(r.record().out, "") << opts[1];
+    EXPECT_NE(r.record().err.find(opts[1].substr(opts[1].find('@') + 1)), std::string::npos) << r.record().err;
+    if (opts[1].find("/q") != std::string::npos || opts[1].find("/s8") != std::string::npos) {
+      EXPECT_NE(r.record().err.find("d i u x s c f, or d i u x with a width"), std::string::npos)
+          << r.record().err;
+    }
+  }
+}
+
+// ---- uftrace's commands and options ----
+
+// Durations, ids and addresses masked, for output that has no trace directory left.
+std::string masked(const std::string& text) {
+  utramp::test::MaskOptions mo;
+  mo.times = false;
+  return utramp::test::mask(Recording::mask_durations(text), mo);
+}
+
+// `utramp live` and `utramp PROGRAM` show what record then replay show, leave nothing in
+// $TMPDIR, and exit with the program's status; a subcommand's name is never a program.
+TEST(Uftrace, LiveIsRecordThenReplay) {
+  REQUIRE_FIXTURE(kMain);
+  Recording r(kMain, {}, {"basic"});
+  ASSERT_EQ(r.record().exit_code, 0) << r.record().err;
+  const RunResult replay = run_in({UTRAMP_CLI, "replay", r.dir()}, r.cwd());
+  TempDir tmp;
+  setenv("TMPDIR", tmp.path.c_str(), 1);
+  const RunResult live = run_in({UTRAMP_CLI, "live", "--", fixture_path(kMain), "basic"}, r.cwd());
+  const RunResult bare = run_in({UTRAMP_CLI, fixture_path(kMain), "basic"}, r.cwd());
+  const RunResult io = run_in({UTRAMP_CLI, fixture_path(kMain), "io"}, r.cwd());
+  unsetenv("TMPDIR");
+  EXPECT_EQ(live.exit_code, 0) << live.err;
+  EXPECT_EQ(masked(live.out), masked(replay.out));
+  EXPECT_EQ(bare.exit_code, 0) << bare.err;
+  EXPECT_EQ(masked(bare.out), masked(replay.out));
+  EXPECT_EQ(io.exit_code, 3) << io.err;  // run_io: exit 3, a line to stderr
+  EXPECT_NE(io.err.find("read 0 bytes"), std::string::npos) << io.err;
+  EXPECT_TRUE(fs::is_empty(tmp.path)) << "left in TMPDIR: " << fs::directory_iterator(tmp.path)->path();
+  const RunResult sub = run_in({UTRAMP_CLI, "info", "/nonexistent-dir"}, r.cwd());
+  EXPECT_NE(sub.err.find("utramp info: /nonexistent-dir"), std::string::npos) << sub.err;
+}
+
+// info, graph, and replay's -f, --time-range and --no-pager.
+TEST(Uftrace, InfoGraphAndReplayColumns) {
+  REQUIRE_FIXTURE(kMain);
+  Recording r(kMain, {}, {"basic"});
+  ASSERT_EQ(r.record().exit_code, 0) << r.record().err;
+  std::string info = r.cli({"info"});
+  static const std::regex build_id(R"(build id      : [0-9a-f]{40})"), date(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)");
+  EXPECT_TRUE(std::regex_search(info, build_id)) << info;
+  info = std::regex_replace(std::regex_replace(info, build_id, "build id      : BUILD-ID"), date, "DATE");
+  // Masked ids keep the ids' widths: the thread's line is checked apart.
+  static const std::regex thread(R"(#   thread \d+/\d+: 68 events, 0 lost\n)");
+  EXPECT_TRUE(std::regex_search(info, thread)) << info;
+  info = std::regex_replace(info, thread, "");
+  const std::string full = r.cli({"replay"});
+  std::string text = info + r.cli({"graph", "run_basic"}) + r.cli({"graph", "fib"}) +
+                     r.cli({"replay", "--no-pager", "-f", "none"}) + r.cli({"replay", "-f", "tid,addr"}) +
+                     r.cli({"replay", "--time-range", "0~1ns"}) + r.cli({"graph", "nothing_named_so"}) +
+                     r.cli({"replay", "-f", "duration,bogus"}) + r.cli({"replay", "--time-range", "2ms"});
+  r.expect_golden("uftrace_cli", text);
+  // All of the recording is in 0~ (times since it started); -f with the clock columns
+  // shows times that never go back.
+  std::string all = r.cli({"replay", "--time-range", "0~"});
+  EXPECT_EQ(all.substr(all.find('\n')), full.substr(full.find('\n')));
+  const std::string timed = r.cli({"replay", "-f", "time,elapsed,delta"});
+  std::istringstream lines(timed.substr(timed.find("--- stdout\n") + 11));
+  std::string line;
+  std::getline(lines, line);
+  EXPECT_EQ(line, "#     TIMESTAMP    ELAPSED      DELTA   FUNCTION");
+  double last = 0;
+  int n = 0;
+  while (std::getline(lines, line) && line != "--- stderr") {
+    const double t = std::stod(line);
+    EXPECT_GE(t, last) << line;
+    last = t;
+    ++n;
+  }
+  EXPECT_GT(n, 20) << timed;
+}
+
+// Deeper than the tracer's stack (2048 frames a thread): the calls below are counted and
+// shown where they were, never cut silently.
+TEST(Uftrace, DepthLimitIsReported) {
+  REQUIRE_FIXTURE(kMain);
+  Recording r(kMain, {"-F", "dive"}, {"deep", "2100"});
+  ASSERT_EQ(r.record().exit_code, 0) << r.record().err;
+  const std::string replay = r.cli({"replay"});
+  EXPECT_NE(replay.find("/* 52 calls below the depth limit not recorded */"), std::string::npos)
+      << replay.substr(0, 2000);
+  const std::string report = r.cli({"report"});
+  EXPECT_NE(report.find("  2048  dive"), std::string::npos) << report;
+  EXPECT_NE(report.find("not recorded: 52"), std::string::npos) << report;
 }
 
 // ---- filters ----

@@ -14,19 +14,13 @@ namespace utramp::cli {
 
 namespace {
 
-struct Flags {
-  RecordOptions rec;
-  std::vector<std::string> args, rets;
-  std::string time_filter, mode = "discard", wait_children = "10";
-};
-
 // -A 'func@arg1,arg2/s' and -R 'func[/fmt]' into captures; the forms are
 // agent::parse_arg_capture's and agent::parse_value_format's.
-bool parse_captures(Flags& f) {
+bool parse_captures(RecordFlags& f) {
   for (const auto& a : f.args) {
     const size_t at = a.find('@');
     if (at == std::string::npos || at == 0 || at + 1 == a.size()) {
-      fmt::print(stderr, "utramp record: -A '{}': expected FUNC@arg1[,arg2/s...]\n", a);
+      fmt::print(stderr, "utramp record: -A '{}': expected FUNC@arg1[,fparg1,arg2/s,retval...]\n", a);
       return false;
     }
     agent::ArgSpec s;
@@ -35,6 +29,17 @@ bool parse_captures(Flags& f) {
     for (size_t pos = 0; pos <= list.size();) {
       const size_t c = std::min(list.find(',', pos), list.size());
       const std::string one = list.substr(pos, c - pos);
+      if (one == "retval" || one.starts_with("retval/")) {  // uftrace's: -A takes the return value too
+        s.retval = true;
+        s.retfmt = one.substr(std::min<size_t>(one.size(), 7));
+        auto fm = agent::parse_value_format(s.retfmt);
+        if (!fm || one == "retval/") {
+          fmt::print(stderr, "utramp record: -A '{}': {}\n", a, fm ? "retval/ needs a format" : fm.error().message);
+          return false;
+        }
+        pos = c + 1;
+        continue;
+      }
       if (auto cap = agent::parse_arg_capture(one); !cap) {
         fmt::print(stderr, "utramp record: -A '{}': {}\n", a, cap.error().message);
         return false;
@@ -68,9 +73,8 @@ bool parse_captures(Flags& f) {
 
 }  // namespace
 
-void add_record(CLI::App& app) {
-  auto f = std::make_shared<Flags>();
-  CLI::App* sub = app.add_subcommand("record", "Run a program and record its function calls");
+std::shared_ptr<RecordFlags> add_record_options(CLI::App* sub) {
+  auto f = std::make_shared<RecordFlags>();
   sub->add_option("-o,--output", f->rec.output, "trace directory (default utramp.data)");
   // One value per option (allow_extra_args(false)): CLI11 would also take "[abc]" for a
   // list and strip its brackets, which a glob needs.
@@ -82,9 +86,10 @@ void add_record(CLI::App& app) {
   sub->add_option("-t,--time-filter", f->time_filter, "keep only calls at least this long (e.g. 10us)");
   sub->add_option("--tid", f->rec.agent.tids, "trace only these thread ids (repeatable)")
       ->check(CLI::Range(1u, 4194304u));  // the kernel's pid_max at most
-  sub->add_option("-A,--argument", f->args, "record arguments: FUNC@arg1,arg2/s (d x s f formats)")
+  sub->add_option("-A,--argument", f->args, "record arguments: FUNC@arg1,fparg1,arg2/s,retval (formats d i u x s c f, "
+              "i8..i64 u8..u64 x8..x64 f32 f64)")
       ->allow_extra_args(false);
-  sub->add_option("-R,--retval", f->rets, "record the return value: FUNC[/d|x|s|f]")
+  sub->add_option("-R,--retval", f->rets, "record the return value: FUNC[/F] (the formats of -A)")
       ->allow_extra_args(false);
   sub->add_option("--tracer", f->rec.agent.tracer, "function_graph (default) or function")
       ->check(CLI::IsMember({"function", "function_graph"}));
@@ -101,28 +106,39 @@ void add_record(CLI::App& app) {
   sub->add_option("--wait-children", f->wait_children,
                   "once the program ended, wait this long for the traced processes it started "
                   "(SECONDS, default 10, or forever)");
-  sub->add_flag("-q,--quiet", f->rec.quiet, "no summary line at the end");
   sub->add_option("command", f->rec.command, "-- PROGRAM [ARGS]")->required();
+  return f;
+}
+
+bool finish_record_flags(RecordFlags& f, const char* cmd) {
+  if (!f.time_filter.empty() && !parse_duration(f.time_filter, &f.rec.agent.min_duration_ns)) {
+    fmt::print(stderr, "utramp {}: -t '{}': expected a duration: a number and one of ns (the "
+                       "default), us, ms, s (10us, 1.5ms, 2s), at most 292 years\n",
+               cmd, f.time_filter);
+    return false;
+  }
+  if (!parse_captures(f)) return false;
+  if (!parse_wait(f.wait_children, &f.rec.wait_children_s)) {
+    fmt::print(stderr, "utramp {}: --wait-children '{}': expected SECONDS or forever (a decimal "
+                       "number of seconds, at most a year: 0, 2.5, 60)\n",
+               cmd, f.wait_children);
+    return false;
+  }
+  const uint32_t n = f.rec.events_per_buffer;
+  if (n < 64 || (n & (n - 1))) {
+    fmt::print(stderr, "utramp {}: --buffer-size {}: must be a power of two >= 64\n", cmd, n);
+    return false;
+  }
+  f.rec.overwrite = f.mode == "overwrite";
+  return true;
+}
+
+void add_record(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand("record", "Run a program and record its function calls");
+  auto f = add_record_options(sub);
+  sub->add_flag("-q,--quiet", f->rec.quiet, "no summary line at the end");
   sub->callback([f] {
-    if (!f->time_filter.empty() && !parse_duration(f->time_filter, &f->rec.agent.min_duration_ns)) {
-      fmt::print(stderr, "utramp record: -t '{}': expected a duration: a number and one of ns (the "
-                         "default), us, ms, s (10us, 1.5ms, 2s), at most 292 years\n",
-                 f->time_filter);
-      std::exit(2);
-    }
-    if (!parse_captures(*f)) std::exit(2);
-    if (!parse_wait(f->wait_children, &f->rec.wait_children_s)) {
-      fmt::print(stderr, "utramp record: --wait-children '{}': expected SECONDS or forever (a decimal "
-                         "number of seconds, at most a year: 0, 2.5, 60)\n",
-                 f->wait_children);
-      std::exit(2);
-    }
-    uint32_t n = f->rec.events_per_buffer;
-    if (n < 64 || (n & (n - 1))) {
-      fmt::print(stderr, "utramp record: --buffer-size {}: must be a power of two >= 64\n", n);
-      std::exit(2);
-    }
-    f->rec.overwrite = f->mode == "overwrite";
+    if (!finish_record_flags(*f, "record")) std::exit(2);
     RecordResult r;
     std::exit(run_record(f->rec, &r));
   });

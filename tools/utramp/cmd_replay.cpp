@@ -15,12 +15,15 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
+#include "record_run.hpp"
 #include "trace_walk.hpp"
 
 namespace utramp::cli {
@@ -39,7 +42,61 @@ struct Options {
   std::string demangle = "simple";
   symbols::Style names = symbols::Style::simple;  // from `demangle`
   std::string unit;
+  std::string fields = "duration,tid";  // -f
+  std::string time_range;               // --time-range START~STOP
+  bool no_pager = false;                // accepted: replay has no pager
 };
+
+// The columns before the graph (-f, uftrace's names): what each shows and how wide.
+enum class Field { duration, tid, time, elapsed, delta, addr };
+struct FieldInfo {
+  const char* name;
+  const char* header;
+  int width;
+  Field field;
+};
+constexpr FieldInfo kFields[] = {
+    {"duration", "DURATION", 10, Field::duration}, {"tid", "TID", 8, Field::tid},
+    {"time", "TIMESTAMP", 15, Field::time},        {"elapsed", "ELAPSED", 10, Field::elapsed},
+    {"delta", "DELTA", 10, Field::delta},          {"addr", "ADDRESS", 14, Field::addr}};
+
+// "duration,tid", "+time" (added to the default), "none" -> the columns; "" with the
+// message printed when a name is unknown.
+std::optional<std::vector<FieldInfo>> parse_fields(std::string spec) {
+  std::vector<FieldInfo> out;
+  if (spec.starts_with("+")) spec = "duration,tid," + spec.substr(1);
+  if (spec == "none") return out;
+  for (size_t pos = 0; pos <= spec.size();) {
+    const size_t c = std::min(spec.find(',', pos), spec.size());
+    const std::string name = spec.substr(pos, c - pos);
+    pos = c + 1;
+    const FieldInfo* f = nullptr;
+    for (const auto& k : kFields)
+      if (name == k.name) f = &k;
+    if (!f) {
+      fmt::print(stderr, "utramp replay: -f '{}': unknown field '{}' (duration, tid, time, elapsed, "
+                         "delta, addr, or none; +FIELD adds to duration,tid)\n",
+                 spec, name);
+      return std::nullopt;
+    }
+    if (std::none_of(out.begin(), out.end(), [&](const FieldInfo& o) { return o.field == f->field; }))
+      out.push_back(*f);
+  }
+  return out;
+}
+
+// --time-range START~STOP: times since the recording started (a duration each, either
+// may be left out); the calls that began in it, and the markers that fall in it.
+bool parse_time_range(const std::string& s, uint64_t* from_ns, uint64_t* to_ns) {
+  const size_t t = s.find('~');
+  if (t == std::string::npos) return false;
+  const std::string a = s.substr(0, t), b = s.substr(t + 1);
+  *from_ns = 0;
+  *to_ns = UINT64_MAX;
+  if (!a.empty() && !parse_duration(a, from_ns)) return false;
+  if (!b.empty() && !parse_duration(b, to_ns)) return false;
+  return *from_ns <= *to_ns;
+}
 
 const char* exit_note(ExitKind k) {
   switch (k) {
@@ -67,7 +124,23 @@ class Replay final : public Walker::Handler {
         notrace_(o.notrace),
         selection_(o.tids, o.pids) {}
 
-  void header() { std::fputs("# DURATION     TID     FUNCTION\n", stdout); }
+  void header() {
+    if (fields_.size() == 2 && fields_[0].field == Field::duration && fields_[1].field == Field::tid) {
+      std::fputs("# DURATION     TID     FUNCTION\n", stdout);
+      return;
+    }
+    std::string h = "#";
+    for (size_t i = 0; i < fields_.size(); ++i)
+      h += fmt::format("{:>{}} ", fields_[i].header, fields_[i].width - (i == 0 ? 1 : 0));
+    std::fputs((h + "  FUNCTION\n").c_str(), stdout);
+  }
+
+  // Set once the options are checked (run()).
+  void set_columns(std::vector<FieldInfo> f, uint64_t from_ns, uint64_t to_ns) {
+    fields_ = std::move(f);
+    from_ns_ = from_ns;
+    to_ns_ = to_ns;
+  }
 
   void enter(WalkThread& t, const Frame& f) override {
     ThreadView& tv = views_[&t];
@@ -88,13 +161,15 @@ class Replay final : public Walker::Handler {
         }
       }
       v.shown_depth = f.depth - (tv.filter_at >= 0 ? tv.filter_base : 0);
-      v.visible = !hidden && (o_.depth < 0 || v.shown_depth < o_.depth);
+      v.visible = !hidden && (o_.depth < 0 || v.shown_depth < o_.depth) && in_range(f.entry);
     }
     if (v.visible) flush_pending();  // the parent's line, before this frame's view is pushed
     tv.stack.push_back(v);
     if (!v.visible) return;
     pending_ = &t;
     pending_text_ = call_text(t, f);
+    pending_time_ = f.entry;
+    pending_addr_ = f.addr;
   }
 
   void exit(WalkThread& t, const Frame& f, const Exit& x) override {
@@ -103,7 +178,7 @@ class Replay final : public Walker::Handler {
     if (f.synthetic) {
       v.shown_depth = f.depth;
       v.visible = selected(t) && tv.hide_at < 0 && (o_.filter.empty() ? true : tv.filter_at >= 0) &&
-                  (o_.depth < 0 || f.depth < o_.depth);
+                  (o_.depth < 0 || f.depth < o_.depth) && in_range(x.time);
       if (tv.filter_at >= 0) v.shown_depth = f.depth - tv.filter_base;
     } else {
       v = tv.stack.back();
@@ -126,7 +201,7 @@ class Replay final : public Walker::Handler {
       pending_ = nullptr;
       std::string text = pending_text_ + ret + ";";
       if (note) text += fmt::format(" /* {} */", note);
-      line(dur, t.tid, v.shown_depth, text);
+      line(dur, t.tid, v.shown_depth, text, f.entry, f.addr);
       return;
     }
     flush_pending();
@@ -137,7 +212,7 @@ class Replay final : public Walker::Handler {
       text += fmt::format(" /* {}: {} */", name, note);
     else if (line_no_ - v.open_line - 1 > kLongBody)
       text += fmt::format(" /* {} */", name);
-    line(dur, t.tid, v.shown_depth, text);
+    line(dur, t.tid, v.shown_depth, text, x.time, f.addr);
   }
 
   // The function tracer: one line per call, with its caller, as ftrace shows it.
@@ -147,7 +222,8 @@ class Replay final : public Walker::Handler {
     if (!filter_.empty() && !names_.matches(t.pid, f.addr, filter_, f.entry)) return;
     std::string text = call_text(t, f);
     if (f.caller) text += " <- " + names_.containing(t.pid, f.caller, f.entry);
-    line("", t.tid, 0, text);
+    if (!in_range(f.entry)) return;
+    line("", t.tid, 0, text, f.entry, f.addr);
   }
 
   void marker(WalkThread& t, const trace::Event& e) override {
@@ -174,8 +250,9 @@ class Replay final : public Walker::Handler {
         return;
     }
     if (o_.depth >= 0 && depth >= o_.depth) depth = o_.depth;
+    if (!in_range(e.time)) return;
     flush_pending();
-    line("", t.tid, depth, text);
+    line("", t.tid, depth, text, e.time, 0);
   }
 
   void corrupt(WalkThread& t, const std::string& what) override {
@@ -229,13 +306,47 @@ class Replay final : public Walker::Handler {
     WalkThread& t = *pending_;
     pending_ = nullptr;
     View& v = views_[&t].stack.back();
-    line("", t.tid, v.shown_depth, pending_text_ + " {");
+    line("", t.tid, v.shown_depth, pending_text_ + " {", pending_time_, pending_addr_);
     v.open_line = line_no_ - 1;
   }
 
-  void line(const std::string& dur, uint32_t tid, int depth, const std::string& text) {
-    const std::string s =
-        fmt::format("{:>10} [{:>6}] | {:{}}{}\n", dur, tid, "", 2 * std::max(depth, 0), text);
+  bool in_range(uint64_t time) const {
+    if (from_ns_ == 0 && to_ns_ == UINT64_MAX) return true;
+    const uint64_t start = r_.info().start_time;
+    const double ns = time >= start ? r_.to_ns(time - start) : 0;
+    return ns >= static_cast<double>(from_ns_) && ns <= static_cast<double>(to_ns_);
+  }
+
+  // One line: the columns (-f), then the graph. TIME: the event's (an entry's, or its
+  // exit's for a closing brace), ADDR: the function's (0: none, a marker).
+  void line(const std::string& dur, uint32_t tid, int depth, const std::string& text, uint64_t time,
+            uint64_t addr) {
+    std::string s;
+    for (const FieldInfo& f : fields_) {
+      std::string v;
+      switch (f.field) {
+        case Field::duration: v = dur; break;
+        case Field::tid: v = fmt::format("[{:>6}]", tid); break;
+        case Field::time: {
+          const uint64_t start = r_.info().start_time;
+          const double ns = time >= start ? r_.to_ns(time - start) : 0;
+          v = fmt::format("{:.9f}", ns / 1e9);
+          break;
+        }
+        case Field::elapsed: {
+          if (!first_time_) first_time_ = time;
+          v = format_duration(r_.to_ns(time - std::min(time, first_time_)), o_.unit);
+          break;
+        }
+        case Field::delta:
+          v = last_time_ ? format_duration(r_.to_ns(time - std::min(time, last_time_)), o_.unit) : "";
+          break;
+        case Field::addr: v = addr ? fmt::format("{:#x}", addr) : ""; break;
+      }
+      s += fmt::format("{:>{}} ", v, f.width);
+    }
+    last_time_ = time;
+    s += fmt::format("| {:{}}{}\n", "", 2 * std::max(depth, 0), text);
     std::fwrite(s.data(), 1, s.size(), stdout);
     ++line_no_;
   }
@@ -249,7 +360,11 @@ class Replay final : public Walker::Handler {
   std::map<const WalkThread*, uint64_t> corrupt_;
   WalkThread* pending_ = nullptr;  // its top frame's entry is not printed yet
   std::string pending_text_;
+  uint64_t pending_time_ = 0, pending_addr_ = 0;
   uint64_t line_no_ = 0;
+  std::vector<FieldInfo> fields_;
+  uint64_t from_ns_ = 0, to_ns_ = UINT64_MAX;
+  uint64_t first_time_ = 0, last_time_ = 0;
 };
 
 int run(const Options& o) {
@@ -257,10 +372,20 @@ int run(const Options& o) {
     fmt::print(stderr, "utramp replay: unknown unit '{}' (auto, ns, us, ms, s)\n", o.unit);
     return 2;
   }
+  auto fields = parse_fields(o.fields);
+  if (!fields) return 2;
+  uint64_t from = 0, to = UINT64_MAX;
+  if (!o.time_range.empty() && !parse_time_range(o.time_range, &from, &to)) {
+    fmt::print(stderr, "utramp replay: --time-range '{}': expected START~STOP, times since the "
+                       "recording started (10us, 1.5ms, 2s; either may be left out), START <= STOP\n",
+               o.time_range);
+    return 2;
+  }
   auto r = open_trace("replay", o.dir);
   if (!r) return 1;
   if (r->threads().empty()) fmt::print(stderr, "utramp replay: {}: no events recorded\n", o.dir);
   Replay replay(*r, o);
+  replay.set_columns(std::move(*fields), from, to);
   replay.header();
   Walker w(replay, r->info().tracer == "function");
   w.run(*r, !o.no_merge);
@@ -269,6 +394,12 @@ int run(const Options& o) {
 }
 
 }  // namespace
+
+int replay_trace(const std::string& dir) {
+  Options o;
+  o.dir = dir;
+  return run(o);
+}
 
 void add_replay(CLI::App& app) {
   auto o = std::make_shared<Options>();
@@ -291,6 +422,12 @@ void add_replay(CLI::App& app) {
   sub->add_flag("--no-merge", o->no_merge, "one thread after the other instead of by time");
   add_name_options(sub, &o->demangle);
   sub->add_option("--unit", o->unit, "duration unit: auto (default), ns, us, ms, s");
+  sub->add_option("-f,--output-fields", o->fields,
+                  "columns: duration,tid (default), time, elapsed, delta, addr, none; +FIELD adds to "
+                  "the default");
+  sub->add_option("--time-range", o->time_range,
+                  "START~STOP: calls that began then (times since the recording started: 1ms~2ms)");
+  sub->add_flag("--no-pager", o->no_pager, "accepted for uftrace's users: replay never uses a pager");
   sub->callback([o] {
     if (!name_style("replay", o->demangle, &o->names)) std::exit(2);
     std::exit(run(*o));

@@ -17,6 +17,12 @@ void add_dump(CLI::App& app);
 void add_record(CLI::App& app);
 void add_hist(CLI::App& app);
 void add_run(CLI::App& app);
+void add_live(CLI::App& app);
+void add_info(CLI::App& app);
+void add_graph(CLI::App& app);
+
+// `utramp replay DIR` with replay's defaults (live shows its recording so).
+int replay_trace(const std::string& dir);
 
 // The status the CLI exits with if its output's reader goes away from now on (SIGPIPE:
 // a normal end, `utramp replay | head`); 0 unless a command knows better (record: the

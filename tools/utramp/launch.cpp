@@ -148,7 +148,7 @@ std::string temp_root() {
 }
 
 // The scratch directories' prefixes (ScratchDir::create's callers).
-constexpr const char* kScratchPrefixes[] = {"utramp-run-", "utramp-hist-"};
+constexpr const char* kScratchPrefixes[] = {"utramp-run-", "utramp-hist-", "utramp-live-"};
 
 // The CLI pid in a scratch directory's name PREFIX-PID-XXXXXX; 0 if it is not one.
 pid_t scratch_owner(const std::string& name) {

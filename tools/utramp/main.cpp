@@ -3,9 +3,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <string>
 #include <system_error>
+#include <vector>
 
 #include "commands.hpp"
 #include "utramp_version.hpp"
@@ -40,8 +43,23 @@ int main(int argc, char** argv) {
   utramp::cli::add_record(app);
   utramp::cli::add_hist(app);
   utramp::cli::add_run(app);
+  utramp::cli::add_live(app);
+  utramp::cli::add_info(app);
+  utramp::cli::add_graph(app);
+  // `utramp PROGRAM [ARGS]` is `utramp live PROGRAM [ARGS]`, as `uftrace PROGRAM` is
+  // uftrace's live mode. The first word names a subcommand when it is one (a program
+  // called `record` is run with `utramp live record` or `utramp ./record`); an option
+  // first (`-F x PROG`) is not taken for a program: use `utramp live`.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && !args[0].empty() && args[0][0] != '-') {
+    bool sub = false;
+    for (const CLI::App* s : app.get_subcommands({}))
+      sub = sub || s->check_name(args[0]);
+    if (!sub) args.insert(args.begin(), {"live", "--"});
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last first
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     // Usage errors exit 2, as every refusal of bad input does (CLI11's own codes are
     // 100+); --help and --version are not errors.

@@ -23,6 +23,7 @@
 #include "arch/cpu.hpp"
 #include "commands.hpp"
 #include "launch.hpp"
+#include "os/dwarf.hpp"
 #include "sites/object.hpp"
 #include "symbols/glob.hpp"
 #include "trace/shm_buffers.hpp"
@@ -188,6 +189,16 @@ std::string since_start(uint64_t t, uint64_t start, double ticks_per_ns) {
   return fmt::format("+{:.3f} ms", t > start ? static_cast<double>(t - start) / ticks_per_ns / 1e6 : 0.0);
 }
 
+// "2026-12-02T03:04:05Z".
+std::string utc_now() {
+  const time_t now = time(nullptr);
+  struct tm tm {};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
 }  // namespace
 
 int run_record(const RecordOptions& o, RecordResult* out) {
@@ -268,6 +279,9 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   // Written first as "recording": what a recording whose CLI was killed keeps.
   trace::TraceInfo info;
   info.command = o.command;
+  info.binary = target->binary;
+  info.build_id = os::build_id_hex(target->binary);
+  info.date = utc_now();
   info.time_unit = "tsc";
   info.ticks_per_ns = rate0;
   info.start_time = arch::cycles();

@@ -1,7 +1,10 @@
 // Running a program under the agent and saving its trace: shared by `record` and `hist`.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,17 @@ inline constexpr int kExitSaveFailed = 74;
 // Returns the target's exit status as the CLI should exit with, kExitSaveFailed when the
 // trace was cut, or a CLI error (> 0 with the message printed) before anything ran.
 int run_record(const RecordOptions& o, RecordResult* out);
+
+// The options of `record` as given (`record` and `live` take the same ones).
+struct RecordFlags {
+  RecordOptions rec;
+  std::vector<std::string> args, rets;  // -A, -R
+  std::string time_filter, mode = "discard", wait_children = "10";
+};
+// Adds record's options to SUB (all but -q); finish_record_flags() checks and converts
+// them once parsed, printing what is wrong as `utramp CMD: ...` (false: exit 2).
+std::shared_ptr<RecordFlags> add_record_options(CLI::App* sub);
+bool finish_record_flags(RecordFlags& f, const char* cmd);
 
 // "10us", "1.5ms", "2s", "300" (ns) -> ns; false if malformed.
 bool parse_duration(const std::string& s, uint64_t* ns);

@@ -29,12 +29,15 @@ std::optional<trace::TraceReader> open_trace(const std::string& cmd, const std::
 
 namespace {
 
-std::string quote(const std::string& s) {
-  std::string out = "\"";
+// S between Q quotes, with C escapes for the quote, backslash and what does not print.
+std::string quote(const std::string& s, char q = '"') {
+  std::string out(1, q);
   for (unsigned char c : s) {
     switch (c) {
       case '"':
-        out += "\\\"";
+      case '\'':
+        if (c == static_cast<unsigned char>(q)) out += '\\';
+        out += static_cast<char>(c);
         break;
       case '\\':
         out += "\\\\";
@@ -55,7 +58,7 @@ std::string quote(const std::string& s) {
           out += static_cast<char>(c);
     }
   }
-  return out + "\"";
+  return out + q;
 }
 
 }  // namespace
@@ -72,6 +75,12 @@ std::string format_value(const Value& v) {
       const double d = std::bit_cast<double>(v.raw);
       return fmt::format("{}", d);
     }
+    case ValueFormat::flt:
+      return fmt::format("{}", std::bit_cast<float>(static_cast<uint32_t>(v.raw)));
+    case ValueFormat::uinteger:
+      return std::to_string(v.raw);
+    case ValueFormat::character:
+      return quote(std::string(1, static_cast<char>(v.raw)), '\'');
     case ValueFormat::string:
       if (v.raw == 0) return "NULL";
       if (v.unreadable) return fmt::format("{:#x}", v.raw);
