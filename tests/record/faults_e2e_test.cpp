@@ -366,6 +366,59 @@ TEST(Children, AChildThatExecsUntracedIsNotWaitedFor) {
   EXPECT_EQ(total_calls(dir, "parent_work"), 1u);
 }
 
+// A daemon() child: glibc forks inside daemon() (no fork event from the agent's fork()),
+// and the parent exits at once. Recorded whole, every time: record is a subreaper and
+// finds it in the process tree once its parent is gone.
+TEST(Children, ADaemonIsRecordedUntilItExits) {
+  adopt_orphans();
+  TempDir t;
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE(run);
+    const std::string dir = t.path + "/trace" + std::to_string(run);
+    const RunResult r = run_cli({"record", "-o", dir, "--", kFixture, "daemon", "300"}, {.timeout_s = 120});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(total_calls(dir, "parent_work"), 1u) << r.err;
+    EXPECT_EQ(total_calls(dir, "child_work"), 5u) << r.err;
+    EXPECT_EQ(read_json(dir + "/info.json")["still_running"].size(), 0u);
+  }
+}
+
+// A posix_spawn child (clone and exec: no fork event, no atfork handler, its agent not
+// started yet when its parent exits) is traced under --follow-exec, and waited for.
+TEST(Children, APosixSpawnChildIsRecorded) {
+  adopt_orphans();
+  TempDir t;
+  const std::string dir = t.path + "/trace";
+  const RunResult r = run_cli({"record", "-o", dir, "--follow-exec", "--", kFixture, "posix_spawn", "300"},
+                              {.timeout_s = 120});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(child (\d+))"))) << r.out;
+  EXPECT_EQ(total_calls(dir, "parent_work"), 1u) << r.err;
+  EXPECT_EQ(total_calls(dir, "child_work"), 5u) << r.err;
+  EXPECT_TRUE(fs::exists(dir + "/process-" + std::string(m[1]) + ".json"));
+  EXPECT_EQ(read_json(dir + "/info.json")["still_running"].size(), 0u);
+}
+
+// A -pg program that execs another, with --follow-exec: the exec'd program inherits the
+// running profiling timer and SIGPROF's default action. The agent's start-up must not
+// spend the timer for it: it ends as it does untraced (exit 0, the same output), not by
+// SIGPROF.
+TEST(Children, AnExecFromAProfiledProgramIsNotKilledBySigprof) {
+  TempDir t;
+  const std::vector<std::string> prog = {UTRAMP_PG_EXEC_FIXTURE, "/usr/bin/sha256sum", UTRAMP_PG_EXEC_FIXTURE};
+  const RunResult plain = utramp::test::run_program(prog, {.cwd = t.path, .timeout_s = 60});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE(run);
+    std::vector<std::string> a = {"record", "-q", "-o", t.path + "/trace", "--follow-exec", "--"};
+    a.insert(a.end(), prog.begin(), prog.end());
+    const RunResult r = run_cli(a, {.cwd = t.path, .timeout_s = 60});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, plain.out);
+  }
+}
+
 TEST(Children, WaitOptionValuesAreChecked) {
   TempDir t;
   for (const char* v : {"-1", "abc", "1e400", "nan", ""}) {
