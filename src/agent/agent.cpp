@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <link.h>
 #include <signal.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -244,40 +243,9 @@ void atfork_child() {
   log_error(g_agent->files.forked());
 }
 
-// The CPU-time interval timers (ITIMER_PROF, ITIMER_VIRTUAL) are kept across exec: a
-// program exec'd under --follow-exec by a -pg program (whose gmon start-up armed
-// ITIMER_PROF) starts with the timer running and SIGPROF's default action, which ends
-// the process. Untraced, a short program is gone before the timer expires; the agent's
-// start-up (site discovery, patching) must not spend that budget for it. So the timers
-// are stopped while the agent starts and set again to what was left of them, as if its
-// start-up took no CPU time.
-class CpuTimersPaused {
- public:
-  CpuTimersPaused() {
-    for (int i = 0; i < 2; ++i) {
-      const itimerval zero{};
-      paused_[i] = getitimer(kWhich[i], &left_[i]) == 0 &&
-                   (left_[i].it_value.tv_sec || left_[i].it_value.tv_usec) &&
-                   setitimer(kWhich[i], &zero, nullptr) == 0;
-    }
-  }
-  ~CpuTimersPaused() {
-    for (int i = 0; i < 2; ++i)
-      if (paused_[i]) (void)setitimer(kWhich[i], &left_[i], nullptr);
-  }
-  CpuTimersPaused(const CpuTimersPaused&) = delete;
-  CpuTimersPaused& operator=(const CpuTimersPaused&) = delete;
-
- private:
-  static constexpr int kWhich[2] = {ITIMER_PROF, ITIMER_VIRTUAL};
-  itimerval left_[2]{};
-  bool paused_[2]{};
-};
-
 __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
   const char* path = getenv("UTRAMP_AGENT");
   if (!path || !*path) return;
-  const CpuTimersPaused paused;
   // A configuration that cannot be trusted is refused whole: the agent then reads, maps
   // and writes nothing (not even a log: it would go where that file says). The CLI
   // finds no trace of the agent and says why, with the same check (agent/trust.hpp).

@@ -400,25 +400,6 @@ TEST(Children, APosixSpawnChildIsRecorded) {
   EXPECT_EQ(read_json(dir + "/info.json")["still_running"].size(), 0u);
 }
 
-// A -pg program that execs another, with --follow-exec: the exec'd program inherits the
-// running profiling timer and SIGPROF's default action. The agent's start-up must not
-// spend the timer for it: it ends as it does untraced (exit 0, the same output), not by
-// SIGPROF.
-TEST(Children, AnExecFromAProfiledProgramIsNotKilledBySigprof) {
-  TempDir t;
-  const std::vector<std::string> prog = {UTRAMP_PG_EXEC_FIXTURE, "/usr/bin/sha256sum", UTRAMP_PG_EXEC_FIXTURE};
-  const RunResult plain = utramp::test::run_program(prog, {.cwd = t.path, .timeout_s = 60});
-  ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  for (int run = 0; run < 3; ++run) {
-    SCOPED_TRACE(run);
-    std::vector<std::string> a = {"record", "-q", "-o", t.path + "/trace", "--follow-exec", "--"};
-    a.insert(a.end(), prog.begin(), prog.end());
-    const RunResult r = run_cli(a, {.cwd = t.path, .timeout_s = 60});
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_EQ(r.out, plain.out);
-  }
-}
-
 TEST(Children, WaitOptionValuesAreChecked) {
   TempDir t;
   for (const char* v : {"-1", "abc", "1e400", "nan", ""}) {
