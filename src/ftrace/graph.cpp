@@ -337,10 +337,11 @@ arch::TracerHooks hooks() {
   h.exit = tracer_kind() == Tracer::function ? 0 : reinterpret_cast<uint64_t>(&utramp_graph_fast_exit);
   h.entry_general = reinterpret_cast<uint64_t>(&utramp_graph_entry_thunk);
   h.exit_general = reinterpret_cast<uint64_t>(&utramp_graph_exit_thunk);
-  // The images do the hooks' common case themselves: function_graph into discard-mode
-  // rings (leaves are made in discard mode only; see put_fast()).
+  // The images do the hooks' common case themselves: function_graph into discard- or
+  // block-mode rings (leaves are made in those modes only; see put_fast()). A ring that
+  // looks full sends the event to the general code, where block mode waits.
   h.inline_path = tracer_kind() == Tracer::function_graph && g_buffers &&
-                  g_buffers->mode() == trace::BufferMode::discard &&
+                  g_buffers->mode() != trace::BufferMode::overwrite &&
                   !std::getenv("UTRAMP_NO_INLINE_TRACER");
   if (h.inline_path) h.fast = detail::inline_layout(max_depth());
   return h;

@@ -25,10 +25,13 @@ struct Control {
   std::atomic<uint32_t> busy;     // a write() is in progress on this ring
   std::atomic<uint32_t> staged;   // slot `head` holds an entry not yet published
   std::atomic<uint64_t> nested;   // of `lost`: events of calls made inside the tracer
+  std::atomic<uint64_t> timed_out;  // of `lost` (block mode): dropped after waiting in vain
+  std::atomic<uint64_t> gave_up;  // block mode: passes + 1 when the producer last gave up
   alignas(64) std::atomic<uint32_t> state;
   std::atomic<uint32_t> pid;
   std::atomic<uint32_t> tid;
   alignas(64) std::atomic<uint64_t> tail;  // consumer: events [0, tail) were taken
+  std::atomic<uint64_t> passes;            // consumer: drain passes over this ring so far
 };
 static_assert(sizeof(Control) <= 4096);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -63,6 +66,23 @@ UTRAMP_ALWAYS_INLINE Event lost_event(uint64_t n, uint64_t time, uint16_t depth)
   return e;
 }
 
+// The buffer modes as the producer holds them (BufferMode in shm_buffers.hpp): discard
+// and block both write `lost` markers and make leaves; they differ only when the ring is
+// full.
+inline constexpr uint32_t kModeDiscard = 0, kModeOverwrite = 1, kModeBlock = 2;
+
+// Block mode, the ring full (the caller holds busy): waits until the consumer has made
+// room for `need` more events at `h` in a ring of `size`, and returns true, with
+// `tail_seen` updated. False — drop the event — when the consumer has made no drain
+// pass over this ring for kBlockWaitNs (a recorder killed, stopped, or stuck), and at
+// once when it gave up already and the consumer has made no pass since: a program whose
+// recorder is gone slows down by that wait once per thread, not once per event.
+// Out of line, never in the fast path (graph_fast.cpp does not reach it); system calls
+// made directly: libc may be traced. Async-signal-safe: no lock, no allocation.
+bool wait_for_room(Control* c, uint64_t h, uint64_t need, uint64_t size,
+                   uint64_t& tail_seen) noexcept;
+inline constexpr uint64_t kBlockWaitNs = 1'000'000'000;
+
 // Publishes a staged entry (the caller holds busy): head moves over it.
 UTRAMP_ALWAYS_INLINE void publish_staged(Control* c) noexcept {
   if (c->staged.load(std::memory_order_relaxed) == 0) return;
@@ -75,10 +95,12 @@ UTRAMP_ALWAYS_INLINE bool producer_put(Control* c, Event* ring, uint64_t mask, u
                                        uint64_t& tail_seen, const Event& e, bool stage) noexcept {
   if (c->busy.load(std::memory_order_relaxed) != 0) {
     // A signal handler interrupted a write() on this ring: writing now would race with
-    // the interrupted one for the same slot, so the event is dropped and counted.
+    // the interrupted one for the same slot, so the event is dropped and counted (in
+    // block mode too: waiting here would wait for the interrupted write, which cannot
+    // go on before the handler returns).
     c->nested.fetch_add(1, std::memory_order_relaxed);
     c->lost.fetch_add(1, std::memory_order_relaxed);
-    if (mode == 0 /* BufferMode::discard */) c->pending.fetch_add(1, std::memory_order_relaxed);
+    if (mode != kModeOverwrite) c->pending.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
   c->busy.store(1, std::memory_order_relaxed);
@@ -88,11 +110,13 @@ UTRAMP_ALWAYS_INLINE bool producer_put(Control* c, Event* ring, uint64_t mask, u
   uint64_t h = c->head.load(std::memory_order_relaxed);
   const bool mark = c->pending.load(std::memory_order_relaxed) != 0;
   bool put = true;
-  if (mode == 0 /* BufferMode::discard */) {
+  if (mode != kModeOverwrite) {
     const uint64_t need = mark ? 2 : 1;
     if (h - tail_seen + need > mask + 1)
       tail_seen = c->tail.load(std::memory_order_acquire);  // pairs with drain()'s release
-    if (h - tail_seen + need > mask + 1) {
+    if (h - tail_seen + need > mask + 1 &&
+        (mode != kModeBlock || !wait_for_room(c, h, need, mask + 1, tail_seen))) {
+      if (mode == kModeBlock) c->timed_out.fetch_add(1, std::memory_order_relaxed);
       c->lost.fetch_add(1, std::memory_order_relaxed);
       c->pending.fetch_add(1, std::memory_order_relaxed);
       put = false;
@@ -133,8 +157,8 @@ UTRAMP_ALWAYS_INLINE void Producer::drop() noexcept {
   if (ctl_ == nullptr) return;
   ctl_->nested.fetch_add(1, std::memory_order_relaxed);
   ctl_->lost.fetch_add(1, std::memory_order_relaxed);
-  // Discard mode: marked by the next write. Overwrite mode: by the consumer.
-  if (mode_ == 0 /* BufferMode::discard */) ctl_->pending.fetch_add(1, std::memory_order_relaxed);
+  // Discard and block modes: marked by the next write. Overwrite mode: by the consumer.
+  if (mode_ != kModeOverwrite) ctl_->pending.fetch_add(1, std::memory_order_relaxed);
 }
 
 UTRAMP_ALWAYS_INLINE void Producer::write(const Event& e) noexcept {
@@ -145,7 +169,7 @@ UTRAMP_ALWAYS_INLINE bool Producer::stage(const Event& entry) noexcept {
   // Overwrite mode counts what it loses in slots, so it makes no leaves: a lost slot
   // is then always one event.
   return ctl_ != nullptr &&
-         producer_put(ctl_, ring_, mask_, mode_, tail_seen_, entry, mode_ == 0 /* discard */);
+         producer_put(ctl_, ring_, mask_, mode_, tail_seen_, entry, mode_ != kModeOverwrite);
 }
 
 UTRAMP_ALWAYS_INLINE bool Producer::complete_leaf(uint64_t func, uint64_t time,
@@ -190,8 +214,9 @@ UTRAMP_ALWAYS_INLINE bool Producer::put_fast(uint64_t time, uint64_t addr, uint6
   // going backwards that the consumer has already passed).
   const uint64_t h =
       c->head.load(std::memory_order_relaxed) + c->staged.load(std::memory_order_relaxed);
-  const bool discard = mode_ == 0;
-  // A loss to mark, or a ring that may be full (tail is re-read there): write() does it.
+  const bool discard = mode_ != kModeOverwrite;  // or block: the same but when full
+  // A loss to mark, or a ring that may be full (tail is re-read there, and block mode
+  // waits): write() does it.
   if (c->pending.load(std::memory_order_relaxed) != 0 || (discard && h - tail_seen_ > mask_)) {
     std::atomic_signal_fence(std::memory_order_seq_cst);
     c->busy.store(0, std::memory_order_relaxed);

@@ -12,6 +12,11 @@
 //                every drop once)
 //                store the slot(s); head += n (release: pairs with the consumer's
 //                acquire of head, which then sees the slots)
+//     block:     as discard, but with no room the producer waits (wait_for_room) until a
+//                drain pass of the consumer made some, checking the consumer's count
+//                of passes over the ring; after kBlockWaitNs without one it drops the
+//                event (lost++, timed_out++, pending++) and notes that pass in
+//                gave_up: until the consumer makes another, a full ring drops at once
 //     overwrite: per slot: release fence; store slot head % N; head += 1 (release)
 //                The fence orders the store of head == k (made by the previous write)
 //                before the stores into slot k, which clobber index k - N: a consumer
@@ -30,7 +35,8 @@
 //                during the copy; everything skipped since tail is counted lost and
 //                marked in front of what is kept, with the producer's drops since the
 //                last drain
-//     tail = h1 (release)
+//     tail = h1 (release); passes += 1 (release: a producer waiting in block mode
+//                sees the tail of this pass when it sees the pass)
 //
 // Slots are written and read as four relaxed 64-bit atomics (std::atomic_ref), so the
 // overwrite race is a detected race on atomics, never undefined behaviour, and costs
@@ -43,6 +49,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,6 +62,8 @@
 #include <cstring>
 #include <new>
 #include <utility>
+
+#include "arch/cpu.hpp"
 
 namespace utramp::trace {
 
@@ -116,6 +125,45 @@ Producer::Layout Producer::layout() noexcept {
                 static_cast<int32_t>(offsetof(Control, busy)),
                 static_cast<int32_t>(offsetof(Control, pending)),
                 static_cast<int32_t>(offsetof(Control, staged))};
+}
+
+namespace {
+
+uint64_t raw_monotonic_ns() noexcept {
+  timespec ts{};
+  arch::raw_syscall6(SYS_clock_gettime, CLOCK_MONOTONIC, reinterpret_cast<long>(&ts));
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+bool wait_for_room(Control* c, uint64_t h, uint64_t need, uint64_t size, uint64_t& tail_seen) noexcept {
+  uint64_t passes = c->passes.load(std::memory_order_acquire);
+  // Gave up at this very pass: the consumer has not come back since.
+  if (c->gave_up.load(std::memory_order_relaxed) == passes + 1) return false;
+  uint64_t since = raw_monotonic_ns();
+  for (unsigned round = 0;; ++round) {
+    tail_seen = c->tail.load(std::memory_order_acquire);  // pairs with drain()'s release
+    if (h - tail_seen + need <= size) return true;
+    // A pass makes room (it takes everything published): one is under way or due.
+    const uint64_t p = c->passes.load(std::memory_order_acquire);
+    const uint64_t now = raw_monotonic_ns();
+    if (p != passes) {
+      passes = p;
+      since = now;
+    } else if (now - since >= kBlockWaitNs) {
+      c->gave_up.store(passes + 1, std::memory_order_relaxed);
+      return false;
+    }
+    // A few yields first (the consumer may be waiting for this core), then short sleeps:
+    // the consumer drains every millisecond.
+    if (round < 8) {
+      arch::raw_syscall6(SYS_sched_yield);
+    } else {
+      const timespec nap{0, 50'000};
+      arch::raw_syscall6(SYS_nanosleep, reinterpret_cast<long>(&nap), 0);
+    }
+  }
 }
 
 uint64_t Producer::lost() const noexcept {
@@ -226,7 +274,8 @@ Result<void> check_config(const ShmConfig& cfg) {
                       "events per buffer must be a power of two >= 4, not " +
                           std::to_string(cfg.events_per_buffer));
   if (cfg.max_buffers == 0) return make_error(Errc::invalid_argument, "max_buffers must be > 0");
-  if (cfg.mode != BufferMode::discard && cfg.mode != BufferMode::overwrite)
+  if (cfg.mode != BufferMode::discard && cfg.mode != BufferMode::overwrite &&
+      cfg.mode != BufferMode::block)
     return make_error(Errc::invalid_argument, "unknown buffer mode");
   uint64_t size = 0, stride = 0;
   if (overflows_size(cfg, &size, &stride))
@@ -298,7 +347,7 @@ Result<ShmBuffers> ShmBuffers::attach(const std::string& path) {
     why = "ring buffer version " + std::to_string(h->version) + ", expected " +
           std::to_string(kShmVersion);
   else if (cfg.events_per_buffer < 4 || (cfg.events_per_buffer & (cfg.events_per_buffer - 1)) ||
-           cfg.max_buffers == 0 || h->mode > 1 || overflows_size(cfg, &want, &stride) ||
+           cfg.max_buffers == 0 || h->mode > 2 || overflows_size(cfg, &want, &stride) ||
            h->header_size != kPage || h->buffer_stride != stride || h->file_size != want ||
            want != size)
     why = "inconsistent header (sizes do not match the file)";
@@ -327,6 +376,8 @@ ShmBuffers& ShmBuffers::operator=(ShmBuffers&& o) noexcept {
     used_ = o.used_;
     unclaimed_seen_ = o.unclaimed_seen_;
     nested_lost_ = o.nested_lost_;
+    timed_out_lost_ = o.timed_out_lost_;
+    largest_backlog_ = o.largest_backlog_;
     overwrites_ = std::move(o.overwrites_);
     header_overwritten_ = std::move(o.header_overwritten_);
   }
@@ -446,6 +497,7 @@ size_t ShmBuffers::drain(
   used_ = std::max(used_, std::min(hdr->next.load(std::memory_order_acquire), cfg_.max_buffers));
   const uint64_t now = monotonic_ns();
   size_t delivered = 0;
+  largest_backlog_ = 0;
 
   for (uint32_t i = 0; i < used_; ++i) {
     Control* c = control(i);
@@ -489,8 +541,11 @@ size_t ShmBuffers::drain(
     const uint64_t bound = now - r.seen_ns + 1'000'000'000ull;
     const uint64_t produced_lost = c->lost.load(std::memory_order_relaxed);
     const uint64_t nested = c->nested.load(std::memory_order_relaxed);
+    const uint64_t timed_out = c->timed_out.load(std::memory_order_relaxed);
     const bool lost_bad = produced_lost < r.lost_reported || produced_lost > bound;
     const bool nested_bad = nested < r.nested_reported || nested > bound;
+    // (Not evidence of an overwrite alone: only what is counted.)
+    const bool timed_out_ok = timed_out >= r.timed_out_reported && timed_out <= bound;
     if (head_bad || lost_bad || nested_bad) {
       overwrite(r, head_bad ? "head " + hex64(h1) + " with the consumer at " + std::to_string(r.tail) +
                                   " in a ring of " + std::to_string(n) + " events"
@@ -521,6 +576,8 @@ size_t ShmBuffers::drain(
     r.lost_reported = produced_lost;
     if (!nested_bad) nested_lost_ += nested - r.nested_reported;
     r.nested_reported = nested;
+    if (timed_out_ok) timed_out_lost_ += timed_out - r.timed_out_reported;
+    r.timed_out_reported = timed_out;
     lost += dropped;
     // What is handed to fn: up to two runs of events (a wrapped ring read in place, or
     // the scratch copy) and a `lost` marker at the end.
@@ -635,8 +692,11 @@ size_t ShmBuffers::drain(
       if (!runs[1].empty()) fn(r.pid, r.tid, runs[1], 0);
     }
     if (has_tail_marker) fn(r.pid, r.tid, std::span<const Event>(&tail_marker, 1), 0);
+    largest_backlog_ = std::max(largest_backlog_, h1 - r.tail);
     r.tail = h1;
     c->tail.store(h1, std::memory_order_release);  // pairs with write()'s acquire of tail
+    // A producer waiting for room (block mode) sees this pass: pairs with wait_for_room().
+    c->passes.store(++r.passes, std::memory_order_release);
 
     if (closed) {
       c->head.store(0, std::memory_order_relaxed);
@@ -646,6 +706,9 @@ size_t ShmBuffers::drain(
       c->staged.store(0, std::memory_order_relaxed);
       c->tail.store(0, std::memory_order_relaxed);
       c->nested.store(0, std::memory_order_relaxed);
+      c->timed_out.store(0, std::memory_order_relaxed);
+      c->gave_up.store(0, std::memory_order_relaxed);
+      c->passes.store(0, std::memory_order_relaxed);
       r = Ring{};
       c->state.store(kRecycled, std::memory_order_release);  // pairs with claim()'s acquire
     }

@@ -12,8 +12,10 @@
 // Producer (the traced thread, async-signal-safe, no locks, no allocation): writes the
 // event at head % N, then publishes head + 1 (release). Discard mode: when the ring is
 // full the event is dropped and `lost` incremented (a `lost` event is written when room
-// returns). Overwrite mode (flight recorder): always writes; the consumer detects what
-// was overwritten from head and counts it as lost.
+// returns). Block mode: as discard, but a full ring makes the producer wait for the
+// consumer's next pass (bounded: see wait_for_room()). Overwrite mode (flight recorder):
+// always writes; the consumer detects what was overwritten from head and counts it as
+// lost.
 // Consumer: copies [tail, head), re-reads head, and discards what may have been
 // overwritten during the copy (overwrite mode), then publishes tail. It keeps its own
 // state (tail, what it reported) in its own memory and trusts nothing in the file: the
@@ -43,7 +45,21 @@
 
 namespace utramp::trace {
 
-enum class BufferMode : uint32_t { discard = 0, overwrite = 1 };
+// The values are the producer's (producer_impl.hpp: kModeDiscard...).
+enum class BufferMode : uint32_t { discard = 0, overwrite = 1, block = 2 };
+
+// The consumer's pace: after a drain pass that took at least this many events from one
+// ring, the next pass starts at once; otherwise the consumer sleeps first (a millisecond,
+// in the recorder). Not closer behind the producer: a consumer right behind it reads the
+// cache lines it is writing, which doubled the cost of a call in a tight loop. And not a
+// share of the ring alone: with a quarter of it, a ring four times larger let four times
+// more pile up before the consumer stopped sleeping, and on a busy machine each sleep
+// can last many milliseconds: a 1 Mi ring lost far more than the default one. A larger
+// ring must never lose more, so the threshold never grows with the ring.
+inline constexpr uint64_t drain_again_at(uint64_t events_per_buffer) noexcept {
+  constexpr uint64_t kBatch = 8192;  // 256 KiB of events
+  return events_per_buffer / 4 < kBatch ? events_per_buffer / 4 : kBatch;
+}
 
 struct ShmConfig {
   uint32_t max_buffers = 256;        // threads (all processes) the trace can hold
@@ -149,6 +165,9 @@ class ShmBuffers {
   size_t drain(const std::function<void(uint32_t pid, uint32_t tid, std::span<const Event>,
                                         uint64_t lost)>& fn,
                bool final = false, std::span<const uint32_t> running = {});
+  // CLI side: the most events the last drain() took from one ring (lost markers and
+  // leaves count as one: slots), for drain_again_at().
+  uint64_t largest_backlog() const noexcept { return largest_backlog_; }
   // CLI side: the processes owning rings still open (not closed by their thread).
   std::vector<uint32_t> producer_pids() const;
   // Buffers that could not be claimed (threads untraced for lack of buffers).
@@ -156,6 +175,9 @@ class ShmBuffers {
   // CLI side: of the events drain() reported lost, those of calls made while their thread
   // ran the tracer's own code (Producer::drop(), a nested write), not for want of room.
   uint64_t nested_lost() const noexcept { return nested_lost_; }
+  // CLI side, block mode: of the events drain() reported lost, those a producer dropped
+  // after waiting in vain for a drain pass (Producer: wait_for_room()).
+  uint64_t timed_out_lost() const noexcept { return timed_out_lost_; }
   BufferMode mode() const noexcept { return cfg_.mode; }
   ShmConfig config() const noexcept { return cfg_; }
   size_t file_size() const noexcept { return size_; }
@@ -175,7 +197,7 @@ class ShmBuffers {
   // (what it found); the layout in use is the CLI's own copy either way.
   const std::string& header_overwritten() const noexcept { return header_overwritten_; }
 
-  static constexpr uint32_t kShmVersion = 4;  // 4: the consumer's state left the file
+  static constexpr uint32_t kShmVersion = 5;  // 5: block mode (passes, timed_out, gave_up)
 
  private:
   // The consumer's view of one ring, in the CLI's memory only.
@@ -186,6 +208,8 @@ class ShmBuffers {
     uint64_t tail = 0;              // events [0, tail) were taken
     uint64_t lost_reported = 0;     // the producer's `lost` already reported
     uint64_t nested_reported = 0;   // its `nested` already counted
+    uint64_t timed_out_reported = 0;  // its `timed_out` already counted
+    uint64_t passes = 0;            // drain passes over it (what Control::passes says)
     uint64_t marked_seen = 0;       // the last marker's running total
     uint64_t last_time = 0;         // time of the last event taken
     uint64_t seen_ns = 0;           // when it was first seen claimed (monotonic clock)
@@ -206,6 +230,8 @@ class ShmBuffers {
   uint32_t used_ = 0;           // rings handed out, as far as drain() knows (only grows)
   uint64_t unclaimed_seen_ = 0; // the header's count, while the header was intact
   uint64_t nested_lost_ = 0;
+  uint64_t timed_out_lost_ = 0;
+  uint64_t largest_backlog_ = 0;
   std::vector<Overwrite> overwrites_;
   std::string header_overwritten_;
 };

@@ -247,8 +247,10 @@ void Manager::fork_release() {
 }
 
 Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& opts) {
-  for (auto& t : tramps_)
-    if (!t->site->unloaded && (t->func == func || t->site->addr() == func)) return t.get();
+  // By the function's address or its site's (a map of both: a linear search made
+  // attaching to every function of a program quadratic).
+  if (auto it = tramp_at_.find(func); it != tramp_at_.end() && !it->second->site->unloaded)
+    return it->second;
     // (a trampoline of an unloaded object's function stays, unreachable: another object
     // may now be mapped at its address, with sites of its own)
   auto& table = sites::SiteTable::instance();
@@ -344,6 +346,8 @@ Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& 
   t->original = t->stub.original ? block->addr + t->stub.original : s->addr() + arch::kSiteLen;
   t->hop_target = t->pass();
   if (s->info.kind == sites::SiteKind::prologue) s->prologue_ool = t->original;
+  tramp_at_[t->func] = t.get();
+  tramp_at_[t->site->addr()] = t.get();
   tramps_.push_back(std::move(t));
   return tramps_.back().get();
 }
@@ -756,6 +760,7 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
   std::vector<Result<Link*>> out(reqs.size(), Result<Link*>(make_error(Errc::busy, "not attached")));
   // Links per trampoline, in request order, made but not yet published.
   std::vector<std::pair<Trampoline*, std::vector<size_t>>> groups;
+  std::unordered_map<Trampoline*, size_t> group_of;
   std::vector<std::unique_ptr<Link>> made(reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {
     const AttachRequest& q = reqs[i];
@@ -769,11 +774,10 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
       out[i] = std::move(tr).error();
       continue;
     }
-    auto g = std::find_if(groups.begin(), groups.end(), [&](auto& x) { return x.first == *tr; });
-    if (g == groups.end()) {
-      groups.push_back({*tr, {}});
-      g = groups.end() - 1;
-    }
+    // groups[group_of[t]] is t's (a map: one request per function over thousands).
+    auto [at, fresh] = group_of.try_emplace(*tr, groups.size());
+    if (fresh) groups.push_back({*tr, {}});
+    auto g = groups.begin() + static_cast<std::ptrdiff_t>(at->second);
     std::vector<Link*> pending = (*tr)->links;
     for (size_t j : g->second) pending.push_back(made[j].get());
     auto l = make_link(**tr, q.type, q.prog, q.opts, pending);

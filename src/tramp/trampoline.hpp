@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/result.hpp"
@@ -169,6 +170,9 @@ class Manager {
 
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Trampoline>> tramps_;
+  // tramps_ by function address and by site address (the latest for each address: one
+  // of an unloaded object is replaced when a new object's function gets one there).
+  std::unordered_map<uint64_t, Trampoline*> tramp_at_;
   std::vector<std::unique_ptr<Prog>> progs_;
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<std::unique_ptr<Retired>> retired_;  // guarded by retired_mu_, not mu_:

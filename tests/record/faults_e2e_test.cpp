@@ -368,6 +368,40 @@ TEST(Children, AChildThatExecsUntracedIsNotWaitedFor) {
   EXPECT_EQ(total_calls(dir, "parent_work"), 1u);
 }
 
+// A daemon() child: glibc forks inside daemon() (no fork event from the agent's fork()),
+// and the parent exits at once. Recorded whole, every time: record is a subreaper and
+// finds it in the process tree once its parent is gone.
+TEST(Children, ADaemonIsRecordedUntilItExits) {
+  adopt_orphans();
+  TempDir t;
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE(run);
+    const std::string dir = t.path + "/trace" + std::to_string(run);
+    const RunResult r = run_cli({"record", "-o", dir, "--", kFixture, "daemon", "300"}, {.timeout_s = 120});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(total_calls(dir, "parent_work"), 1u) << r.err;
+    EXPECT_EQ(total_calls(dir, "child_work"), 5u) << r.err;
+    EXPECT_EQ(read_json(dir + "/info.json")["still_running"].size(), 0u);
+  }
+}
+
+// A posix_spawn child (clone and exec: no fork event, no atfork handler, its agent not
+// started yet when its parent exits) is traced under --follow-exec, and waited for.
+TEST(Children, APosixSpawnChildIsRecorded) {
+  adopt_orphans();
+  TempDir t;
+  const std::string dir = t.path + "/trace";
+  const RunResult r = run_cli({"record", "-o", dir, "--follow-exec", "--", kFixture, "posix_spawn", "300"},
+                              {.timeout_s = 120});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(child (\d+))"))) << r.out;
+  EXPECT_EQ(total_calls(dir, "parent_work"), 1u) << r.err;
+  EXPECT_EQ(total_calls(dir, "child_work"), 5u) << r.err;
+  EXPECT_TRUE(fs::exists(dir + "/process-" + std::string(m[1]) + ".json"));
+  EXPECT_EQ(read_json(dir + "/info.json")["still_running"].size(), 0u);
+}
+
 TEST(Children, WaitOptionValuesAreChecked) {
   TempDir t;
   for (const char* v : {"-1", "abc", "1e400", "nan", ""}) {

@@ -12,6 +12,13 @@
 //                         (untraced: no --follow-exec) with its stdio on /dev/null;
 //                         the parent calls
 //                         parent_work() and exits at once
+//   daemon MS             calls parent_work(), then daemon(3) (glibc's own fork: no
+//                         fork event); the parent exits at once, the daemon sleeps MS
+//                         milliseconds, then calls child_work() 5 times
+//   posix_spawn MS        calls parent_work(), posix_spawn()s this program as
+//                         `spawned MS` (no fork, no atfork handler: a vfork-like clone
+//                         and exec), prints `child PID` and exits at once
+//   spawned MS            sleeps MS milliseconds, then calls child_work() 5 times
 //   scribble              3 threads call w_call(), the scribbler thread overwrites its own
 //                         ring (control page and events) with 0xA5 and the rings' header
 //                         with zeros, as a stray memset would, then everyone goes on
@@ -20,6 +27,7 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +77,25 @@ static int ready_wait(const char* ready, const char* go) {
     sleep_ms(10);
   }
   for (int i = 3; i < 6; ++i) step(work(i));
+  return 0;
+}
+
+static int daemonize(long ms) {
+  parent_work();
+  if (daemon(1, 1) != 0) return 4;
+  sleep_ms(ms);
+  for (int i = 0; i < 5; ++i) child_work(i);
+  return 0;
+}
+
+extern char** environ;
+
+static int spawn_self(const char* self, const char* ms) {
+  parent_work();
+  pid_t pid;
+  char* args[] = {(char*)self, "spawned", (char*)ms, NULL};
+  if (posix_spawn(&pid, "/proc/self/exe", NULL, NULL, args, environ) != 0) return 4;
+  printf("child %d\n", (int)pid);
   return 0;
 }
 
@@ -223,6 +250,13 @@ int main(int argc, char** argv) {
   if (!strcmp(what, "spawn") && argc > 2) return spawn(argv[2]);
   if (!strcmp(what, "forks") && argc > 2) return forks(atoi(argv[2]));
   if (!strcmp(what, "scribble")) return scribble();
-  fprintf(stderr, "usage: %s ready_wait READY GO | fill N | orphan SECONDS | spawn SECONDS | forks N | scribble\n", argv[0]);
+  if (!strcmp(what, "daemon") && argc > 2) return daemonize(atol(argv[2]));
+  if (!strcmp(what, "posix_spawn") && argc > 2) return spawn_self(argv[0], argv[2]);
+  if (!strcmp(what, "spawned") && argc > 2) {
+    sleep_ms(atol(argv[2]));
+    for (int i = 0; i < 5; ++i) child_work(i);
+    return 0;
+  }
+  fprintf(stderr, "usage: %s ready_wait READY GO | fill N | orphan SECONDS | spawn SECONDS | forks N | scribble | daemon MS | posix_spawn MS\n", argv[0]);
   return 2;
 }

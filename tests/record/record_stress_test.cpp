@@ -543,6 +543,18 @@ TEST_P(StressTest, ThreadsTinyRingAccounting) {
   });
   EXPECT_GT(lost, 0u) << "64-event rings lost nothing: the test tests nothing";
   EXPECT_NE(r.rec.err.find("buffers full: raise --buffer-size"), std::string::npos) << r.rec.err;
+  // Where: each thread that lost events, with its count.
+  EXPECT_TRUE(std::regex_search(r.rec.err, std::regex(R"(thread \d+/\d+: \d+ events lost, \d+ recorded)")))
+      << r.rec.err;
+}
+
+// 1c. The same load into 64-event rings in block mode: the threads wait for the
+// recorder instead of dropping, and every call is recorded (record --mode block).
+TEST_P(StressTest, ThreadsTinyRingBlockModeLosesNothing) {
+  const Recorded r = run({.scenario = Scenario::threads, .threads = 8, .iters = 4000},
+                         {"--buffer-size", "64", "--mode", "block"}, false);
+  for_each_worker(r, [](int, const ThreadCheck& c, const CallMap& want) { expect_exact(c, want); });
+  EXPECT_EQ(r.rec.err.find("lost"), std::string::npos) << r.rec.err;
 }
 
 // Signals: the main calls stay exact; each handler call is either recorded, properly

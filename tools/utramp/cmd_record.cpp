@@ -100,8 +100,10 @@ std::shared_ptr<RecordFlags> add_record_options(CLI::App* sub) {
                 "trace the libraries' calls into other libraries too");
   sub->add_option("--buffer-size", f->rec.events_per_buffer, "events per thread buffer (power of two)");
   sub->add_option("--max-threads", f->rec.max_buffers, "thread buffers in all (default 256)");
-  sub->add_option("--mode", f->mode, "discard (default: keep the oldest) or overwrite (flight recorder)")
-      ->check(CLI::IsMember({"discard", "overwrite"}));
+  sub->add_option("--mode", f->mode,
+                  "discard (default: a full buffer drops new events), block (the program waits for "
+                  "room: nothing lost while the recorder drains) or overwrite (flight recorder)")
+      ->check(CLI::IsMember({"discard", "block", "overwrite"}));
   sub->add_flag("--follow-exec", f->rec.agent.follow_exec, "keep tracing across exec");
   sub->add_option("--wait-children", f->wait_children,
                   "once the program ended, wait this long for the traced processes it started "
@@ -129,7 +131,9 @@ bool finish_record_flags(RecordFlags& f, const char* cmd) {
     fmt::print(stderr, "utramp {}: --buffer-size {}: must be a power of two >= 64\n", cmd, n);
     return false;
   }
-  f.rec.overwrite = f.mode == "overwrite";
+  f.rec.mode = f.mode == "overwrite" ? trace::BufferMode::overwrite
+               : f.mode == "block"   ? trace::BufferMode::block
+                                     : trace::BufferMode::discard;
   return true;
 }
 

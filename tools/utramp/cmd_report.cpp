@@ -71,7 +71,7 @@ class Report final : public Walker::Handler {
   }
   void marker(WalkThread& t, const trace::Event& e) override {
     if (!selected(t)) return;
-    if (e.type == static_cast<uint8_t>(trace::EventType::lost)) lost_ += e.data;
+    if (e.type == static_cast<uint8_t>(trace::EventType::lost)) lost_[{t.pid, t.tid}] += e.data;
     if (e.type == static_cast<uint8_t>(trace::EventType::depth_overrun)) overruns_ += e.data;
   }
   void corrupt(WalkThread&, const std::string&) override { ++corrupt_; }
@@ -110,11 +110,18 @@ class Report final : public Walker::Handler {
                    col(s.max, s), s.calls, name);
     }
 
-    uint64_t lost_info = 0;
+    // Per thread: what its events say, or the recorder's count (info.json) when more
+    // (what a cut trace did not save, losses after its last event).
+    std::map<std::pair<uint32_t, uint32_t>, uint64_t> lost = lost_;
     for (const auto& t : r_.info().threads)
-      if (selection_(t.pid, t.tid)) lost_info += t.lost;
-    const uint64_t lost = std::max(lost_, lost_info);
-    if (lost) fmt::print("\n# lost events: {}\n", lost);
+      if (selection_(t.pid, t.tid)) lost[{t.pid, t.tid}] = std::max(lost[{t.pid, t.tid}], t.lost);
+    uint64_t total = 0;
+    for (const auto& [who, n] : lost) total += n;
+    if (total) {
+      fmt::print("\n# lost events: {}\n", total);
+      for (const auto& [who, n] : lost)
+        if (n) fmt::print("#   thread {}/{}: {}\n", who.first, who.second, n);
+    }
     if (overruns_) fmt::print("# calls below the depth limit, not recorded: {}\n", overruns_);
     if (untimed_) fmt::print("# calls without a recorded exit (not timed): {}\n", untimed_);
     if (r_.info().unclaimed_threads)
@@ -132,7 +139,8 @@ class Report final : public Walker::Handler {
   Names names_;
   ThreadSelection selection_;
   std::map<std::string, Stat> stats_;
-  uint64_t lost_ = 0, overruns_ = 0, untimed_ = 0, corrupt_ = 0;
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> lost_;  // (pid, tid): lost events marked
+  uint64_t overruns_ = 0, untimed_ = 0, corrupt_ = 0;
 };
 
 int run(const Options& o) {

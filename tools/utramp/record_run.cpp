@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -39,15 +40,29 @@ uint64_t mono_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-// "; N events lost (why)": for want of room (the remedy is a larger ring), or because a
-// signal handler's calls came while its thread ran the tracer's own code.
-std::string lost_summary(uint64_t lost, uint64_t nested) {
+// "; N events lost (why)": for want of room (the remedy is a larger ring, or block
+// mode), because a signal handler's calls came while its thread ran the tracer's own
+// code, or (block mode) because the recorder made no drain pass for as long as a
+// producer waits.
+std::string lost_summary(uint64_t lost, uint64_t nested, uint64_t timed_out, trace::BufferMode mode) {
   if (lost == 0) return {};
-  constexpr const char* kFull = "buffers full: raise --buffer-size";
-  constexpr const char* kNested = "calls made by signal handlers that interrupted the tracer";
-  if (nested == 0) return fmt::format("; {} events lost ({})", lost, kFull);
-  if (nested == lost) return fmt::format("; {} events lost ({})", lost, kNested);
-  return fmt::format("; {} events lost ({}: {}; {}: {})", lost, lost - nested, kFull, nested, kNested);
+  nested = std::min(nested, lost);
+  timed_out = std::min(timed_out, lost - nested);
+  const uint64_t full = lost - nested - timed_out;
+  std::vector<std::pair<uint64_t, std::string>> why;
+  if (full)
+    why.emplace_back(full, mode == trace::BufferMode::overwrite
+                               ? "overwritten: raise --buffer-size"
+                               : "buffers full: raise --buffer-size, or --mode block");
+  if (timed_out)
+    why.emplace_back(timed_out, fmt::format("the recorder made no drain pass for {} s while the "
+                                            "program waited for room",
+                                            trace::kBlockWaitNs / 1'000'000'000));
+  if (nested) why.emplace_back(nested, "calls made by signal handlers that interrupted the tracer");
+  if (why.size() == 1) return fmt::format("; {} events lost ({})", lost, why[0].second);
+  std::string parts;
+  for (const auto& [n, text] : why) parts += fmt::format("{}{}: {}", parts.empty() ? "" : "; ", n, text);
+  return fmt::format("; {} events lost ({})", lost, parts);
 }
 
 }  // namespace
@@ -91,15 +106,25 @@ bool parse_duration(const std::string& s, uint64_t* ns) {
 namespace {
 
 // The processes the program started that run under the agent (forked children, what
-// they exec'd with --follow-exec), learnt from the trace while it is drained: `fork`
-// events, the rings' owners, the process files the agents write. Each is known by its
-// pid and start time (/proc/PID/stat), which tell it from a later process given the same
-// pid; no descriptor is held per process, so a program that forks thousands of children
+// they exec'd with --follow-exec), learnt from the trace while it is drained (`fork`
+// events, the rings' owners, the process files the agents write) and from the process
+// tree: the recorder is a child subreaper (PR_SET_CHILD_SUBREAPER), so every process
+// the program started, and theirs, stays below it whoever of them exits first — a
+// daemon() child, a posix_spawn child (no fork event, no atfork handler), whose files
+// may not exist yet when their parent is seen gone. The kernel reparents a process's
+// children before its exit can be seen, so a scan of the tree made after the last
+// traced process was seen gone finds every orphan it left. Each is known by its pid and
+// start time (/proc/PID/stat), which tell it from a later process given the same pid;
+// no descriptor is held per process, so a program that forks thousands of children
 // cannot use up the CLI's descriptors (the trace files need them). One that does not
-// map the agent (an exec without --follow-exec) is not waited for: it records nothing.
+// map the agent (an exec without --follow-exec) is not waited for: it records nothing;
+// one whose environment names this recording's agent but that has not mapped it yet
+// (still in the dynamic loader after exec) is waited for until it does, for a second at
+// most (a program the loader will not preload into never does).
 class Descendants {
  public:
-  Descendants(uint32_t root, std::string dir) : root_(root), dir_(std::move(dir)) {}
+  Descendants(uint32_t root, std::string dir, std::string agent_env)
+      : root_(root), dir_(std::move(dir)), agent_env_(std::move(agent_env)) {}
   Descendants(const Descendants&) = delete;
   Descendants& operator=(const Descendants&) = delete;
   void learn(uint32_t pid) {
@@ -107,7 +132,11 @@ class Descendants {
     Watched& w = watched_[pid];
     const Stat st = stat_of(pid);
     w.start = st.start;
-    w.gone = !st.alive || !maps_agent(pid);
+    if (!st.alive) w.gone = true;
+    else if (!maps_agent(pid)) {
+      if (names_agent(pid)) w.loading_until = mono_ns() + kLoadingNs;
+      else w.gone = true;
+    }
   }
 
   // The processes whose files say they have not ended (those the agent saw `exit` have).
@@ -127,12 +156,36 @@ class Descendants {
       if (auto p = trace::read_process_file(dir_, pid); p && p->exit.empty()) learn(pid);
   }
 
+  // Every process below `top` (this process, a subreaper) in the process tree.
+  void learn_from_tree(uint32_t top) {
+    std::multimap<uint32_t, uint32_t> children;  // parent -> child
+    DIR* d = ::opendir("/proc");
+    if (!d) return;
+    while (dirent* e = ::readdir(d)) {
+      char* end = nullptr;
+      const unsigned long pid = std::strtoul(e->d_name, &end, 10);
+      if (end == e->d_name || *end || pid == 0 || pid > UINT32_MAX) continue;
+      if (const uint32_t ppid = parent_of(static_cast<uint32_t>(pid)))
+        children.emplace(ppid, static_cast<uint32_t>(pid));
+    }
+    ::closedir(d);
+    std::vector<uint32_t> todo{top};
+    while (!todo.empty()) {
+      const uint32_t p = todo.back();
+      todo.pop_back();
+      for (auto [it, last] = children.equal_range(p); it != last; ++it) {
+        learn(it->second);
+        todo.push_back(it->second);
+      }
+    }
+  }
+
   // Forgets the processes that no longer map the agent: a child that exec'd a program
   // without --follow-exec since it was learnt (fork then exec: a daemon, system())
   // records nothing more, and is not waited for.
   void drop_untraced() {
     for (auto& [pid, w] : watched_)
-      if (!w.gone && !maps_agent(pid)) w.gone = true;
+      if (!w.gone && !w.loading_until && !maps_agent(pid)) w.gone = true;
   }
 
   std::vector<uint32_t> running() {
@@ -140,15 +193,28 @@ class Descendants {
     for (auto& [pid, w] : watched_) {
       if (w.gone) continue;
       const Stat st = stat_of(pid);
-      if (!st.alive || st.start != w.start) w.gone = true;  // ended (its pid maybe reused)
-      else out.push_back(pid);
+      if (!st.alive || st.start != w.start) {
+        w.gone = true;  // ended (its pid maybe reused)
+        continue;
+      }
+      if (w.loading_until) {
+        if (maps_agent(pid)) {
+          w.loading_until = 0;
+        } else if (mono_ns() >= w.loading_until) {
+          w.gone = true;
+          continue;
+        }
+      }
+      out.push_back(pid);
     }
     return out;
   }
 
  private:
+  static constexpr uint64_t kLoadingNs = 1'000'000'000;
   struct Watched {
     uint64_t start = 0;  // start time (clock ticks after boot): the process's identity
+    uint64_t loading_until = 0;  // not mapping the agent yet, but it should: until then
     bool gone = false;
   };
   // Whether PID runs (not a zombie) and since when.
@@ -156,20 +222,30 @@ class Descendants {
     bool alive = false;
     uint64_t start = 0;
   };
-  static Stat stat_of(uint32_t pid) {
+  // /proc/PID/stat after the command's closing parenthesis: its fields from the third.
+  static std::string stat_fields(uint32_t pid) {
     std::ifstream in(fmt::format("/proc/{}/stat", pid));
     std::string stat;
     if (!std::getline(in, stat)) return {};
-    // After the command's closing parenthesis: state (field 3) ... starttime (field 22).
     const size_t paren = stat.rfind(')');
-    if (paren == std::string::npos) return {};
-    std::istringstream rest(stat.substr(paren + 1));
+    return paren == std::string::npos ? std::string() : stat.substr(paren + 1);
+  }
+  static Stat stat_of(uint32_t pid) {
+    // state (field 3) ... starttime (field 22).
+    std::istringstream rest(stat_fields(pid));
     std::string state, field;
     rest >> state;
     for (int i = 4; i < 22 && rest >> field;) ++i;
     uint64_t start = 0;
     if (!(rest >> start)) return {};
     return {state != "Z" && state != "X", start};
+  }
+  static uint32_t parent_of(uint32_t pid) {
+    std::istringstream rest(stat_fields(pid));
+    std::string state;
+    uint32_t ppid = 0;
+    rest >> state >> ppid;
+    return ppid;
   }
   static bool maps_agent(uint32_t pid) {
     std::ifstream in(fmt::format("/proc/{}/maps", pid));
@@ -178,8 +254,16 @@ class Descendants {
       if (line.find("/libutramp-agent") != std::string::npos) return true;
     return false;
   }
+  // Its environment (as exec gave it) holds UTRAMP_AGENT=this recording's configuration.
+  bool names_agent(uint32_t pid) const {
+    std::ifstream in(fmt::format("/proc/{}/environ", pid), std::ios::binary);
+    for (std::string var; std::getline(in, var, '\0');)
+      if (var == agent_env_) return true;
+    return false;
+  }
   uint32_t root_;
   std::string dir_;
+  std::string agent_env_;
   std::map<uint32_t, Watched> watched_;
 };
 
@@ -257,7 +341,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   trace::ShmConfig sc;
   sc.events_per_buffer = o.events_per_buffer;
   sc.max_buffers = o.max_buffers;
-  sc.mode = o.overwrite ? trace::BufferMode::overwrite : trace::BufferMode::discard;
+  sc.mode = o.mode;
   auto shm = trace::ShmBuffers::create_anonymous(sc);
   if (!shm) {
     fmt::print(stderr, "utramp record: {}\n", shm.error().message);
@@ -285,7 +369,9 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   info.time_unit = "tsc";
   info.ticks_per_ns = rate0;
   info.start_time = arch::cycles();
-  info.buffer_mode = o.overwrite ? "overwrite" : "discard";
+  info.buffer_mode = o.mode == trace::BufferMode::overwrite ? "overwrite"
+                     : o.mode == trace::BufferMode::block  ? "block"
+                                                           : "discard";
   info.tracer = cfg.tracer;
   info.state = "recording";
   info.recorder_pid = static_cast<uint32_t>(getpid());
@@ -294,14 +380,19 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     return 2;
   }
 
+  // Every process the program starts stays below this one, whoever exits first
+  // (Descendants). Set before the program starts; only this process and its threads
+  // are affected, and it reaps what it adopts.
+  (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
   // By its absolute path too: a program exec'd under --follow-exec after a chdir reads it.
-  auto launch = Launch::start(*target, o.command, cfg, dir_path + "/agent.json");
+  const std::string agent_config = dir_path + "/agent.json";
+  auto launch = Launch::start(*target, o.command, cfg, agent_config);
   if (!launch) {
     fmt::print(stderr, "utramp record: {}\n", launch.error().message);
     return launch.error().code == Errc::not_found ? 2 : 127;
   }
   const pid_t child = launch->pid();
-  Descendants descendants(static_cast<uint32_t>(child), dir_path);
+  Descendants descendants(static_cast<uint32_t>(child), dir_path, "UTRAMP_AGENT=" + agent_config);
 
   std::vector<uint32_t> still_running;
   auto drain = [&](bool final = false) {
@@ -319,11 +410,15 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     out->events += n;
     return n;
   };
-  // Every millisecond, or back to back while a ring is more than a quarter full. Not
-  // closer: a consumer right behind the producer reads the cache lines it is writing
-  // (two events a line, the control page's head), and each such read costs the traced
-  // thread a cache miss — it doubled the per-call cost in a tight loop.
-  const Ended ended = launch->wait([&] { return drain() >= sc.events_per_buffer / 4; }, 1);
+  // Every millisecond, or back to back while a ring had a batch waiting
+  // (trace::drain_again_at(): why not closer, and why not a share of the ring).
+  const uint64_t again_at = trace::drain_again_at(sc.events_per_buffer);
+  const Ended ended = launch->wait(
+      [&] {
+        drain();
+        return shm->largest_backlog() >= again_at;
+      },
+      1);
   const uint64_t child_end = arch::cycles();  // when it was seen gone, in the trace's time base
 
   // The processes it started that are traced may still be writing: drained until none
@@ -336,17 +431,28 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     sigaction(SIGINT, &stop, nullptr);
     const uint64_t give_up =
         o.wait_children_s < 0 ? UINT64_MAX : mono_ns() + static_cast<uint64_t>(o.wait_children_s * 1e9);
-    uint64_t next_files = 0;
+    uint64_t next_scan = 0;
     for (;;) {
       const size_t n = drain();
       for (uint32_t pid : shm->producer_pids()) descendants.learn(pid);
-      if (mono_ns() >= next_files) {
+      // Orphans adopted (Descendants): reaped, so that none is left a zombie.
+      while (waitpid(-1, nullptr, WNOHANG) > 0) {
+      }
+      const bool scanned = mono_ns() >= next_scan;
+      if (scanned) {
         descendants.learn_from_files();
+        descendants.learn_from_tree(static_cast<uint32_t>(getpid()));
         descendants.drop_untraced();
-        next_files = mono_ns() + 200'000'000;
+        next_scan = mono_ns() + 200'000'000;
       }
       std::vector<uint32_t> running = descendants.running();
-      if (running.empty()) break;
+      if (running.empty()) {
+        // Done only by a scan made after the last one was seen gone: it finds the
+        // orphans that one left (reparented before its end could be seen).
+        if (scanned) break;
+        next_scan = 0;
+        continue;
+      }
       if (g_stop_waiting || mono_ns() >= give_up) {
         still_running = std::move(running);
         break;
@@ -434,7 +540,19 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     notes.push_back(w.error().message);
   if (!o.quiet) {
     fmt::print(stderr, "utramp: {} events recorded in {}; target {}{}\n", out->events, o.output,
-               out->ended, lost_summary(out->lost, std::min(shm->nested_lost(), out->lost)));
+               out->ended, lost_summary(out->lost, shm->nested_lost(), shm->timed_out_lost(), o.mode));
+    // Where: each thread that lost events (the most first; info.json has them all).
+    std::vector<trace::ThreadInfo> lossy;
+    for (const auto& t : writer->threads())
+      if (t.lost) lossy.push_back(t);
+    std::stable_sort(lossy.begin(), lossy.end(), [](const auto& a, const auto& b) { return a.lost > b.lost; });
+    constexpr size_t kShown = 8;
+    for (size_t i = 0; i < lossy.size() && i < kShown; ++i)
+      fmt::print(stderr, "utramp:   thread {}/{}: {} events lost, {} recorded\n", lossy[i].pid, lossy[i].tid,
+                 lossy[i].lost, lossy[i].events);
+    if (lossy.size() > kShown)
+      fmt::print(stderr, "utramp:   and {} more threads that lost events (info.json: threads)\n",
+                 lossy.size() - kShown);
     if (info.unclaimed_threads)
       fmt::print(stderr, "utramp: {} threads were not traced: all {} buffers were in use "
                          "(--max-threads)\n",

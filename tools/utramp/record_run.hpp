@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "agent/config.hpp"
+#include "trace/shm_buffers.hpp"
 
 namespace utramp::cli {
 
@@ -17,7 +18,9 @@ struct RecordOptions {
   agent::Config agent;               // filters, depth, captures... (paths filled in)
   uint32_t events_per_buffer = 1u << 18;  // 8 MiB per thread, touched as used
   uint32_t max_buffers = 256;
-  bool overwrite = false;            // flight-recorder mode
+  // discard: a full ring drops (the default); overwrite: flight recorder; block: the
+  // producer waits for room (bounded: trace::wait_for_room()).
+  trace::BufferMode mode = trace::BufferMode::discard;
   bool quiet = false;                // no summary line
   // How long to wait, once the program ended, for the processes it started that are
   // traced (forked children...); < 0: as long as they run. Those still running then
