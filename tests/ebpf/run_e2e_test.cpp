@@ -513,20 +513,21 @@ TEST(RunE2E, OverrideReturnFromAUprobeAtTheEntry) {
     // i % 4 == 1 for i < 1000: 250 calls return -12; try_plain is left alone.
     EXPECT_NE(r.out.find("alloc 1000 failed 250 sum -3000 plain 0 0\n"), std::string::npos) << r.out;
     EXPECT_EQ(entries(maps_of(r.out)["injected"]), (std::map<uint64_t, uint64_t>{{0, 250}}));
-    const auto p = test::run_program({UTRAMP_CLI, "run", bad("override_plain"), "--", target, "alloc", "10"},
-                                     {.timeout_s = 120});
-    EXPECT_EQ(p.exit_code, 2);
-    EXPECT_NE(p.err.find("program 'fail_plain' (uprobe/try_plain) calls bpf_override_return, but try_plain is not "
-                         "marked with UTRAMP_ALLOW_ERROR_INJECTION(try_plain)"),
-              std::string::npos)
-        << p.err;
-    EXPECT_EQ(p.out.find("alloc"), std::string::npos) << "the target ran: " << p.out;
     const auto a = test::run_program({UTRAMP_CLI, "run", bad("override_plain"), "--allow-override", "--", target,
                                       "alloc", "1000"},
                                      {.timeout_s = 120});
     ASSERT_EQ(a.exit_code, 0) << a.err;
     EXPECT_NE(a.out.find("alloc 1000 failed 0 sum 0 plain 500 -2500\n"), std::string::npos) << a.out;
   }
+  const auto p = test::run_program({UTRAMP_CLI, "run", bad("override_plain"), "--", UTRAMP_EVENTS_TARGET, "alloc",
+                                    "10"},
+                                   {.timeout_s = 120});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_NE(p.err.find("program 'fail_plain' (uprobe/try_plain) calls bpf_override_return, but try_plain is not "
+                       "marked with UTRAMP_ALLOW_ERROR_INJECTION(try_plain)"),
+            std::string::npos)
+      << p.err;
+  EXPECT_EQ(p.out.find("alloc"), std::string::npos) << "the target ran: " << p.out;
   expect_refused(bad("override_uretprobe"),
                  "program 'too_late' (section 'uretprobe/may_fail') calls bpf_override_return (helper 58), which "
                  "only a uprobe at a function's entry may: a uretprobe runs after the function returned");
