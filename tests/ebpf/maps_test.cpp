@@ -742,7 +742,7 @@ std::vector<Ip4Key> lpm_walk(MapHeader* t) {
 }
 
 // get_next_key walks the trie in post-order: more specific prefixes first, each prefix
-// after every prefix it contains; a key not in the trie (or none) gives the first.
+// after the more specific ones inside it; a key not in the trie (or none) gives the first.
 TEST(MapsLpm, GetNextKeyIsPostOrder) {
   TmpFile f;
   auto mf = MapFile::create(f.path, {lpm_spec(8, 8)});
