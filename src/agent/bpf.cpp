@@ -19,6 +19,7 @@
 #include "ebpf/loader.hpp"
 #include "ebpf/maps.hpp"
 #include "os/dwarf.hpp"
+#include "os/safe_copy.hpp"
 #include "probe/probe.hpp"
 #include "sites/table.hpp"
 #include "tramp/trampoline.hpp"
@@ -31,6 +32,9 @@ namespace {
 struct UprobeProg {
   ebpf::NativeFn fn = nullptr;
   uint64_t ip = 0;  // the probed address (uprobe), the function's entry (uretprobe)
+  // A uprobe at a function's entry whose program calls bpf_override_return, on a
+  // function it may skip (bpf_start: ebpf::check_override and the injection rule).
+  bool may_override = false;
 };
 
 // Live for the whole process: programs may run until exit (images are not torn down).
@@ -71,14 +75,27 @@ constexpr uint64_t kUserCs = 0x33, kUserSs = 0x2b;  // the x86-64 user segment s
 
 // The probe handler of every uprobe and uretprobe program (hit path: no allocation; the
 // program's own faults are counted in its status). The program sees a copy: like the
-// kernel's, it cannot change the registers.
+// kernel's, it cannot change the registers, except through bpf_override_return: at a
+// function's entry the return address is at rsp, so the handler returns for the
+// function (rax = the value, rip = the return address, rsp past it) and the probe layer
+// resumes there instead of running the function (a pre-handler that changed rip and
+// returns non-zero: probe/probe.hpp). A return address that cannot be read (a corrupt
+// stack) leaves the function to run.
 int run_uprobe(arch::PtRegs* r, uint64_t cookie) {
   const auto* u = reinterpret_cast<const UprobeProg*>(cookie);
   UprobeCtx c{0,      u->ip,  0,      r->r15, r->r14, r->r13, r->r12, r->rbp, r->rbx, r->r11, r->r10, r->r9,
               r->r8,  r->rax, r->rcx, r->rdx, r->rsi, r->rdi, ~0ull,  r->rip, kUserCs, r->eflags, r->rsp,
               kUserSs};
+  if (u->may_override) ebpf::clear_override();
   (void)u->fn(&c.r15);
-  return 0;
+  uint64_t rc = 0, ret = 0;
+  if (!u->may_override || !ebpf::take_override(reinterpret_cast<uint64_t>(&c.r15), &rc) ||
+      !os::safe_read(&ret, r->rsp, 8))
+    return 0;
+  r->rax = rc;
+  r->rip = ret;
+  r->rsp += 8;
+  return 1;
 }
 
 tramp::AttachType attach_type(ebpf::ProgKind k) {
@@ -160,6 +177,14 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       auto sig = os::signature_from_dwarf(s->object, s->info.func - s->bias);
       abi::Signature sg = sig ? *sig : abi::Signature::fallback();
       if (sig) UTRAMP_TRY(ebpf::check_prototype(p, sg));
+      UTRAMP_TRY(ebpf::check_override(p));
+      const bool overrides = ebpf::calls_helper(p, ebpf::kOverrideReturnHelper);
+      if (overrides && !s->error_injectable && !cfg.bpf_allow_override)
+        return make_error(Errc::invalid_argument,
+                          fmt::format("{}: program '{}' ({}) calls bpf_override_return, but {} is not marked with "
+                                      "UTRAMP_ALLOW_ERROR_INJECTION({}) (the rule of fmod_ret); `utramp run "
+                                      "--allow-override` lets it skip any function",
+                                      path, p.name, p.section, p.target, p.target));
       ebpf::resolve(p, hdr, val);
       // The same context, maps and references the CLI verified the program with
       // (loader.hpp): the JIT leaves out what the proof makes redundant.
@@ -174,6 +199,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
         auto u = std::make_unique<UprobeProg>();
         u->fn = (*ex)->native();
         u->ip = s->info.func + p.offset;
+        u->may_override = overrides;
         const uint64_t cookie = reinterpret_cast<uint64_t>(u.get());
         if (p.kind == ebpf::ProgKind::uprobe) {
           uprobes.push_back({u->ip, run_uprobe, nullptr, cookie, false});

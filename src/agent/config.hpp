@@ -68,6 +68,9 @@ struct Config {
   // function tracer, no trace buffers).
   std::vector<std::string> bpf_objects;
   std::vector<std::string> bpf_attach;  // --attach PROG=SPEC, as given (ebpf::parse_attach_spec)
+  // --allow-override: bpf_override_return may skip any function a uprobe program is at,
+  // not only those marked UTRAMP_ALLOW_ERROR_INJECTION (ebpf::check_override).
+  bool bpf_allow_override = false;
   std::string bpf_map_file;
   std::string bpf_status_file;
 };

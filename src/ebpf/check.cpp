@@ -14,9 +14,6 @@ using namespace op;
 
 // What to use instead of a kernel helper utramp does not provide, where there is a way.
 std::string helper_hint(std::string_view kname) {
-  if (kname == "bpf_override_return")
-    return "to return a value without running the function, attach an fmod_ret program "
-           "(SEC(\"fmod_ret/FUNC\")) to a function marked UTRAMP_ALLOW_ERROR_INJECTION";
   if (kname == "bpf_get_current_task" || kname == "bpf_get_current_task_btf")
     return "there is no kernel task in user space: bpf_get_current_pid_tgid and bpf_get_current_comm describe the "
            "calling thread";

@@ -120,6 +120,7 @@ std::string_view kernel_helper_name(uint32_t id) {
     case 27: return "bpf_get_stackid";
     case 35: return "bpf_get_current_task";
     case 45: return "bpf_probe_read_str";
+    case 58: return "bpf_override_return";
     case 67: return "bpf_get_stack";
     case 87: return "bpf_map_push_elem";
     case 88: return "bpf_map_pop_elem";
@@ -548,9 +549,32 @@ u64 h_cookie(u64 ctx, u64, u64, u64, u64) {
   return read_ctx<kTrusted>(ctx, abi::kCtxCookie, &c) ? c : 0;
 }
 
+// bpf_override_return's request (this thread's, for the run whose context it names):
+// the uprobe handler clears it before the run and takes it after (agent/bpf.cpp).
+// Trivially destructible, initial-exec: the handler may run in a signal handler.
+struct OverrideRequest {
+  u64 ctx;
+  u64 rc;
+};
+__attribute__((tls_model("initial-exec"))) thread_local OverrideRequest t_override{0, 0};
+
+// The checked form asks that `ctx` be the running program's context: only a request
+// naming the handler's own context is taken, and a program may pass nothing else.
+template <bool kTrusted>
+u64 h_override_return(u64 ctx, u64 rc, u64, u64, u64) {
+  if constexpr (!kTrusted) {
+    const RunState* r = current_run();
+    if (!r || ctx != r->ctx_lo) return neg(EINVAL);
+  }
+  t_override.rc = rc;
+  t_override.ctx = ctx;
+  return 0;
+}
+
 constexpr uint32_t type_bit(MapType t) { return 1u << static_cast<uint32_t>(t); }
 constexpr uint32_t kKeyedMaps = type_bit(MapType::hash) | type_bit(MapType::array) | type_bit(MapType::percpu_hash) |
-                                type_bit(MapType::percpu_array) | type_bit(MapType::lru_hash);
+                                type_bit(MapType::percpu_array) | type_bit(MapType::lru_hash) |
+                                type_bit(MapType::lpm_trie);
 constexpr uint32_t kRingbufs = type_bit(MapType::ringbuf);
 constexpr uint32_t kPerfArrays = type_bit(MapType::perf_event_array);
 constexpr uint32_t kQueues = type_bit(MapType::queue) | type_bit(MapType::stack);
@@ -593,6 +617,7 @@ HelperTable make_runtime() {
   add(25, h_perf_output<false>, true,
       proto(Ret::scalar, {A::ctx, A::map, A::scalar, A::mem, A::size_or_zero}, kPerfArrays), h_perf_output<true>);
   add(45, h_probe_read_str<false>, true, probe_read_str, h_probe_read_str<true>);
+  add(58, h_override_return<false>, true, proto(Ret::scalar, {A::ctx, A::scalar}), h_override_return<true>);
   add(112, h_probe_read<false>, true, probe_read, h_probe_read<true>);
   add(113, h_probe_read<false>, true, probe_read, h_probe_read<true>);
   add(114, h_probe_read_str<false>, true, probe_read_str, h_probe_read_str<true>);
@@ -621,6 +646,15 @@ HelperTable make_runtime() {
 const HelperTable& runtime_helpers() {
   static const HelperTable t = make_runtime();
   return t;
+}
+
+void clear_override() noexcept { t_override.ctx = 0; }
+
+bool take_override(uint64_t ctx, uint64_t* rc) noexcept {
+  if (!ctx || t_override.ctx != ctx) return false;
+  *rc = t_override.rc;
+  t_override.ctx = 0;
+  return true;
 }
 
 void set_printk_ring(MapHeader* ring) { g_printk.store(ring, std::memory_order_release); }

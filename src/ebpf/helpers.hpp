@@ -110,6 +110,14 @@ std::string_view kernel_helper_name(uint32_t id);
 // read them and through os::safe_read otherwise.
 const HelperTable& runtime_helpers();
 
+// bpf_override_return(ctx, rc) (helper 58) only notes, for this thread, that the run of
+// context `ctx` asked to return rc without running the probed function; the uprobe
+// handler that may honour it (a uprobe at a function's entry the loader allowed:
+// loader.hpp check_override) clears the note before the run and takes it after. A
+// request of any other run is never taken. Async-signal-safe (a thread-local).
+void clear_override() noexcept;
+bool take_override(uint64_t ctx, uint64_t* rc) noexcept;
+
 struct MapHeader;
 // Where bpf_trace_printk writes its lines (a ringbuf map of the map file); null: dropped.
 // Each record is a PrintkHead, then the line's text (no NUL, no trailing newline).

@@ -752,6 +752,44 @@ const char* prog_kind_name(ProgKind k) {
 
 bool is_uprobe(ProgKind k) { return k == ProgKind::uprobe || k == ProgKind::uretprobe; }
 
+bool calls_helper(const LoadedProgram& p, int32_t id) {
+  for (size_t i = 0; i < p.insns.size(); ++i) {
+    const Insn& n = p.insns[i];
+    if (n.code == op::kCallOp && n.src == op::kCallHelper && n.imm == id) return true;
+    if (n.code == op::kLddw) ++i;  // lddw's second half is no instruction
+  }
+  return false;
+}
+
+Result<void> check_override(const LoadedProgram& p) {
+  if (!calls_helper(p, kOverrideReturnHelper)) return {};
+  auto refuse = [&](const std::string& why) {
+    return make_error(Errc::unsupported,
+                      fmt::format("program '{}' (section '{}') calls bpf_override_return (helper 58), which only a "
+                                  "uprobe at a function's entry may: {}",
+                                  p.name, p.section, why));
+  };
+  switch (p.kind) {
+    case ProgKind::uprobe:
+      if (p.offset != 0)
+        return refuse(fmt::format("this one is at {}+{:#x}, where the return address is no longer at the stack "
+                                  "pointer (attach it at {})",
+                                  p.target, p.offset, p.target));
+      return {};
+    case ProgKind::uretprobe:
+      return refuse("a uretprobe runs after the function returned, when there is nothing left to skip (to change "
+                    "the value it returns, attach an fmod_ret program)");
+    case ProgKind::fentry:
+    case ProgKind::fexit:
+      return refuse(fmt::format("{} programs cannot change what the function does (attach an fmod_ret program, "
+                                "or a uprobe at the entry)",
+                                prog_kind_name(p.kind)));
+    case ProgKind::fmod_ret:
+      return refuse("an fmod_ret program returns the value itself: return it instead of calling the helper");
+  }
+  return {};
+}
+
 Result<AttachSpec> parse_attach_spec(const std::string& text) {
   auto bad = [&](const std::string& why) {
     return make_error(Errc::invalid_argument,

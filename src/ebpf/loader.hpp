@@ -93,6 +93,17 @@ struct LoadedProgram {
 
 bool is_uprobe(ProgKind k);
 
+// bpf_override_return (helper 58): the probed function returns the program's value
+// without running. A program that calls it must be a uprobe at a function's entry
+// (offset 0): only there is the return address at the stack pointer, so the handler can
+// return for the function (as the kernel's override_function_with_return does). This
+// refuses any other program that calls it, saying why. Which functions may be skipped
+// is the rule of fmod_ret (those marked UTRAMP_ALLOW_ERROR_INJECTION, unless `utramp
+// run --allow-override`): the agent applies it, since it has the site table.
+inline constexpr int32_t kOverrideReturnHelper = 58;
+bool calls_helper(const LoadedProgram& p, int32_t id);
+Result<void> check_override(const LoadedProgram& p);
+
 // A uprobe program's context: the kernel's x86-64 struct pt_regs, one u64 per register
 // in this order (168 bytes). The one definition of that layout: CO-RE relocations on
 // `struct pt_regs` resolve against it (core.cpp), the agent builds it at each hit

@@ -8,6 +8,7 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cerrno>
@@ -20,7 +21,7 @@ namespace {
 
 constexpr uint64_t kFileMagic = 0x314d504642525455ull;  // "UTRBPFM1"
 constexpr uint32_t kMapMagic = 0x4d415042;              // "BPAM"
-constexpr uint32_t kVersion = 3;  // 3: perf event arrays, queues, stacks, bloom filters
+constexpr uint32_t kVersion = 4;  // 3: perf event arrays, queues, stacks, bloom filters; 4: LPM tries
 constexpr size_t kPage = 4096;
 constexpr uint32_t kBusy = 1u << 31, kDiscard = 1u << 30;
 constexpr uint32_t kLruWindow = 32;
@@ -332,6 +333,257 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
   return rc;
 }
 
+// ---- LPM tries ------------------------------------------------------------------------
+//
+// The kernel's lpm_trie: a binary trie of prefixes where each node's children extend
+// its prefix by at least one bit (child[b] for the next bit b). A node is an entry, or
+// intermediate: made where two prefixes part, with no value, and dropped again when a
+// delete leaves it one child. So lookups walk down at most max_prefixlen + 1 nodes.
+
+// An LPM trie's control words; 2 * max_entries nodes of entry_size bytes follow.
+struct LpmCtl {
+  uint32_t lock;
+  uint32_t root;       // node index + 1, 0: empty
+  uint32_t free_head;  // node index + 1, linked through child[0]
+  uint32_t count;      // entries (intermediate nodes are not)
+};
+constexpr size_t kLpmCtl = 64;
+static_assert(sizeof(LpmCtl) <= kLpmCtl);
+struct LpmNode {
+  uint32_t child[2];   // node index + 1
+  uint32_t prefixlen;
+  uint32_t flags;      // kLpmIntermediate
+  // the key's data bytes (key_size - 4, rounded up to 8)
+};
+constexpr uint32_t kLpmIntermediate = 1;
+// Bits of data an LPM key may have at most (the kernel's LPM_DATA_SIZE_MAX, 256 bytes).
+constexpr uint32_t kLpmDataMax = 256;
+
+uint32_t lpm_nodes(uint32_t max_entries) { return max_entries * 2; }
+uint32_t lpm_node_size(uint32_t key_size) { return static_cast<uint32_t>(sizeof(LpmNode) + round8(key_size - 4)); }
+
+// A trie seen through a layout (the agent's header, or the CLI's own copy): every
+// index is checked against the pool, so a scribbled link ends a walk instead of leaving
+// the map.
+struct LpmView {
+  LpmCtl* ctl;
+  uint8_t* nodes;
+  uint8_t* values;
+  uint32_t node_size, nnodes, data_len, max_prefixlen, stride;
+
+  // data: the map's data area (or a copy of it), values: its values there.
+  LpmView(const MapHeader& L, uint8_t* data, uint8_t* values)
+      : ctl(reinterpret_cast<LpmCtl*>(data)), nodes(data + kLpmCtl), values(values), node_size(L.entry_size), nnodes(lpm_nodes(L.max_entries)),
+        data_len(L.key_size - 4), max_prefixlen((L.key_size - 4) * 8), stride(L.stride) {}
+  LpmNode* at(uint32_t i) const {
+    return i && i <= nnodes ? reinterpret_cast<LpmNode*>(nodes + size_t(i - 1) * node_size) : nullptr;
+  }
+  static uint8_t* data(LpmNode* n) { return reinterpret_cast<uint8_t*>(n + 1); }
+  uint8_t* value(uint32_t i) const { return values + size_t(i - 1) * stride; }
+
+  // Bits of the node's prefix the key's first prefixlen bits share with it.
+  uint32_t match(LpmNode* n, const uint8_t* kd, uint32_t kp) const {
+    const uint32_t limit = std::min({n->prefixlen, kp, max_prefixlen});
+    const uint8_t* nd = data(n);
+    for (uint32_t b = 0; b < limit; b += 8) {
+      const uint8_t diff = nd[b / 8] ^ kd[b / 8];
+      if (diff) return std::min(limit, b + static_cast<uint32_t>(std::countl_zero(diff)));
+    }
+    return limit;
+  }
+  // Bit `index` of data, most significant bit of the first byte first.
+  static uint32_t bit(const uint8_t* d, uint32_t index) { return (d[index / 8] >> (7 - index % 8)) & 1; }
+
+  uint32_t alloc() {
+    const uint32_t i = ctl->free_head;
+    LpmNode* n = at(i);
+    if (!n) return 0;
+    ctl->free_head = n->child[0];
+    return i;
+  }
+  void release(uint32_t i) {
+    LpmNode* n = at(i);
+    n->child[0] = ctl->free_head;
+    n->child[1] = 0;
+    n->flags = 0;
+    ctl->free_head = i;
+  }
+
+  // The kernel's trie_get_next_key, under the trie's lock: the node after `key` in
+  // post-order (the first when key is null or not an entry); 0 when there is none.
+  uint32_t next(const uint8_t* key) const {
+    uint32_t stack[kLpmDataMax * 8 + 2];
+    uint32_t sp = 0;
+    uint32_t from = ctl->root;
+    if (key) {
+      uint32_t kp;
+      std::memcpy(&kp, key, 4);
+      const uint8_t* kd = key + 4;
+      uint32_t i = ctl->root, ml = 0;
+      LpmNode* n = nullptr;
+      while ((n = at(i)) && sp < std::size(stack)) {
+        stack[sp++] = i;
+        ml = match(n, kd, kp);
+        if (n->prefixlen != ml || n->prefixlen == kp || n->prefixlen >= max_prefixlen) break;
+        i = n->child[bit(kd, n->prefixlen)];
+      }
+      if (n && kp <= max_prefixlen && n->prefixlen == ml && n->prefixlen == kp && !(n->flags & kLpmIntermediate)) {
+        // Up from the entry: the parent's right subtree when we come from its left, else
+        // the parent itself when it is an entry.
+        for (; sp > 1; --sp) {
+          LpmNode* parent = at(stack[sp - 2]);
+          if (parent->child[0] == stack[sp - 1] && at(parent->child[1])) return leftmost(parent->child[1]);
+          if (!(parent->flags & kLpmIntermediate)) return stack[sp - 2];
+        }
+        return 0;
+      }
+    }
+    return leftmost(from);
+  }
+  // The first node of the subtree at i in post-order: down the leftmost path to a leaf
+  // (a leaf is never intermediate).
+  uint32_t leftmost(uint32_t i) const {
+    uint32_t found = 0;
+    for (uint32_t steps = 0; LpmNode* n = at(i); ++steps) {
+      if (steps > max_prefixlen + 1) return 0;  // longer than any trie: a cycle
+      if (!(n->flags & kLpmIntermediate)) found = i;
+      i = n->child[0] ? n->child[0] : (n->flags & kLpmIntermediate ? 0 : n->child[1]);
+    }
+    return found;
+  }
+};
+
+LpmView lpm(MapHeader* m) { return LpmView(*m, data_of(m), file_base(m) + m->values_off); }
+
+void* lpm_lookup(MapHeader* m, const uint8_t* key) {
+  LpmView t = lpm(m);
+  uint32_t kp;
+  std::memcpy(&kp, key, 4);
+  const uint8_t* kd = key + 4;
+  Guard g(t.ctl->lock);
+  if (!g) return nullptr;
+  uint32_t found = 0;
+  uint32_t i = t.ctl->root;
+  for (uint32_t steps = 0; LpmNode* n = t.at(i); ++steps) {
+    if (steps > t.max_prefixlen) break;
+    const uint32_t ml = t.match(n, kd, kp);
+    if (ml == t.max_prefixlen) {
+      found = i;
+      break;
+    }
+    if (ml < n->prefixlen) break;
+    if (!(n->flags & kLpmIntermediate)) found = i;
+    if (n->prefixlen >= t.max_prefixlen) break;
+    i = n->child[LpmView::bit(kd, n->prefixlen)];
+  }
+  return found ? t.value(found) : nullptr;
+}
+
+int64_t lpm_update(MapHeader* m, const uint8_t* key, const void* value, uint64_t flags) {
+  LpmView t = lpm(m);
+  uint32_t kp;
+  std::memcpy(&kp, key, 4);
+  const uint8_t* kd = key + 4;
+  if (flags > 2 || kp > t.max_prefixlen) return -EINVAL;
+  Guard g(t.ctl->lock);
+  if (!g) return -EBUSY;
+  // Down to the slot where the prefix belongs: past every node whose whole prefix the
+  // key extends.
+  uint32_t* slot = &t.ctl->root;
+  LpmNode* n = nullptr;
+  uint32_t i = 0, ml = 0;
+  for (uint32_t steps = 0; (n = t.at(i = *slot)); ++steps) {
+    ml = t.match(n, kd, kp);
+    if (n->prefixlen != ml || n->prefixlen == kp || n->prefixlen >= t.max_prefixlen || steps > t.max_prefixlen)
+      break;
+    slot = &n->child[LpmView::bit(kd, n->prefixlen)];
+  }
+  if (n && n->prefixlen == ml && ml == kp) {  // the prefix has a node: an entry, or intermediate
+    if (!(n->flags & kLpmIntermediate)) {
+      if (flags == 1) return -EEXIST;
+      std::memcpy(t.value(i), value, m->value_size);
+      std::memcpy(LpmView::data(n), kd, t.data_len);  // the bits past the prefix too, as the kernel's new node
+      return 0;
+    }
+    if (flags == 2) return -ENOENT;
+    if (t.ctl->count >= m->max_entries) return -ENOSPC;
+    std::memcpy(t.value(i), value, m->value_size);
+    std::memcpy(LpmView::data(n), kd, t.data_len);
+    n->flags = 0;
+    ++t.ctl->count;
+    return 0;
+  }
+  if (flags == 2) return -ENOENT;
+  if (t.ctl->count >= m->max_entries) return -ENOSPC;
+  const uint32_t ni = t.alloc();
+  if (!ni) return -ENOSPC;
+  LpmNode* nn = t.at(ni);
+  *nn = LpmNode{{0, 0}, kp, 0};
+  std::memcpy(LpmView::data(nn), kd, t.data_len);
+  std::memcpy(t.value(ni), value, m->value_size);
+  if (!n) {
+    *slot = ni;
+  } else if (ml == kp) {  // the new prefix contains the node's: it goes above it
+    nn->child[LpmView::bit(LpmView::data(n), ml)] = i;
+    *slot = ni;
+  } else {  // they part at bit ml: an intermediate node of that prefix holds both
+    const uint32_t im = t.alloc();
+    if (!im) {
+      t.release(ni);
+      return -ENOSPC;
+    }
+    LpmNode* in = t.at(im);
+    *in = LpmNode{{0, 0}, ml, kLpmIntermediate};
+    std::memcpy(LpmView::data(in), LpmView::data(n), t.data_len);
+    const uint32_t b = LpmView::bit(kd, ml);
+    in->child[b] = ni;
+    in->child[1 - b] = i;
+    *slot = im;
+  }
+  ++t.ctl->count;
+  return 0;
+}
+
+int64_t lpm_delete(MapHeader* m, const uint8_t* key) {
+  LpmView t = lpm(m);
+  uint32_t kp;
+  std::memcpy(&kp, key, 4);
+  const uint8_t* kd = key + 4;
+  if (kp > t.max_prefixlen) return -EINVAL;
+  Guard g(t.ctl->lock);
+  if (!g) return -EBUSY;
+  // trim: the slot that links the node; trim2: the one that links its parent.
+  uint32_t* trim = &t.ctl->root;
+  uint32_t* trim2 = trim;
+  uint32_t parent = 0, i = 0, ml = 0;
+  LpmNode* n = nullptr;
+  for (uint32_t steps = 0; (n = t.at(i = *trim)); ++steps) {
+    ml = t.match(n, kd, kp);
+    if (n->prefixlen != ml || n->prefixlen == kp || n->prefixlen >= t.max_prefixlen || steps > t.max_prefixlen)
+      break;
+    parent = i;
+    trim2 = trim;
+    trim = &n->child[LpmView::bit(kd, n->prefixlen)];
+  }
+  if (!n || n->prefixlen != kp || ml != kp || (n->flags & kLpmIntermediate)) return -ENOENT;
+  --t.ctl->count;
+  if (n->child[0] && n->child[1]) {  // still where two prefixes part
+    n->flags = kLpmIntermediate;
+    return 0;
+  }
+  LpmNode* p = t.at(parent);
+  if (p && (p->flags & kLpmIntermediate) && !n->child[0] && !n->child[1]) {
+    // The parent parted this leaf from its sibling: the sibling takes the parent's place.
+    *trim2 = p->child[0] == i ? p->child[1] : p->child[0];
+    t.release(parent);
+    t.release(i);
+    return 0;
+  }
+  *trim = n->child[0] ? n->child[0] : n->child[1];
+  t.release(i);
+  return 0;
+}
+
 // Registered mappings (the agent's file; tests may attach more).
 struct Registered {
   std::atomic<uint64_t> lo{0}, hi{0};
@@ -365,6 +617,7 @@ const char* map_type_name(uint32_t type) {
     case MapType::queue: return "queue";
     case MapType::stack: return "stack";
     case MapType::bloom_filter: return "bloom_filter";
+    case MapType::lpm_trie: return "lpm_trie";
   }
   return "";
 }
@@ -379,7 +632,7 @@ Result<void> check_map_spec(const MapSpec& s) {
     return make_error(Errc::unsupported,
                       fmt::format("map '{}': map type {}{} is not supported (supported: hash, array, "
                                   "percpu_hash, percpu_array, lru_hash, ringbuf, perf_event_array, queue, "
-                                  "stack, bloom_filter)",
+                                  "stack, bloom_filter, lpm_trie)",
                                   s.name, s.type, kernel_map_type(s.type)));
   if (s.name.size() > kMapNameMax) return bad(fmt::format("name longer than {} bytes", kMapNameMax));
   if (s.max_entries == 0) return bad("max_entries is 0");
@@ -410,6 +663,16 @@ Result<void> check_map_spec(const MapSpec& s) {
     if (s.key_size != 0) return bad(fmt::format("key size {} (it has no keys: 0)", s.key_size));
     if (s.type == uint32_t(MapType::bloom_filter) && (s.map_extra & ~uint64_t{0xf}))
       return bad(fmt::format("map_extra {:#x}: the number of hash functions is 1 to 15 (0: 5)", s.map_extra));
+  } else if (s.type == uint32_t(MapType::lpm_trie)) {
+    // The kernel's trie_alloc: a u32 prefix length and 1 to 256 bytes of data, and no
+    // preallocation (the trie allocates its nodes as it grows; here the pool is made
+    // with the file, but the flag is required as the kernel requires it).
+    if (s.key_size < 5 || s.key_size > 4 + kLpmDataMax)
+      return bad(fmt::format("key size {} (an LPM key is a u32 prefix length and 1 to {} bytes of data)", s.key_size,
+                             kLpmDataMax));
+    if (!(s.flags & kMapNoPrealloc))
+      return bad("map_flags must have BPF_F_NO_PREALLOC, as the kernel requires for an LPM trie");
+    if (s.max_entries > (1u << 23)) return bad("more than 2^23 entries");
   } else if (s.key_size == 0 || s.key_size > 512) {
     return bad(fmt::format("key size {}", s.key_size));
   }
@@ -528,6 +791,12 @@ Result<MapFile> MapFile::create(const std::string& path, const std::vector<MapSp
       h.nhash = bloom_hashes(s.map_extra);
       h.nbits = bloom_bits(s.max_entries, h.nhash);
       bytes = h.nbits / 8;
+    } else if (s.type == uint32_t(MapType::lpm_trie)) {
+      h.entry_size = lpm_node_size(s.key_size);
+      const size_t control = (kLpmCtl + size_t(lpm_nodes(s.max_entries)) * h.entry_size + 63) & ~size_t{63};
+      h.values_off = off + control;
+      h.values_size = size_t(lpm_nodes(s.max_entries)) * h.stride;
+      bytes = control + h.values_size;
     } else if (is_hash(s.type)) {
       h.nbuckets = std::bit_ceil(s.max_entries);
       h.entry_size = static_cast<uint32_t>(sizeof(Entry) + round8(s.key_size));
@@ -564,6 +833,10 @@ Result<MapFile> MapFile::create(const std::string& path, const std::vector<MapSp
     if (is_hash(h->type)) {
       for (uint32_t k = 0; k < h->max_entries; ++k) entry(h, k)->next = k + 2 <= h->max_entries ? k + 2 : 0;
       h->free_head = h->max_entries ? 1 : 0;
+    } else if (h->type == uint32_t(MapType::lpm_trie)) {
+      LpmView t(*h, d, f.base_ + h->values_off);
+      for (uint32_t k = 1; k <= t.nnodes; ++k) t.at(k)->child[0] = k < t.nnodes ? k + 1 : 0;
+      t.ctl->free_head = 1;
     } else if (!specs[i].init.empty() && h->type == uint32_t(MapType::array)) {
       std::memcpy(d, specs[i].init.data(), std::min<size_t>(specs[i].init.size(), h->value_size));
     }
@@ -688,6 +961,7 @@ void* map_lookup(MapHeader* m, const void* key) noexcept {
       stamp(m, e);
       return entry_value(m, e, m->cpus > 1 ? this_cpu(m) : 0);
     }
+    case MapType::lpm_trie: return lpm_lookup(m, static_cast<const uint8_t*>(key));
     default: return nullptr;
   }
 }
@@ -710,11 +984,13 @@ int64_t map_update(MapHeader* m, const void* key, const void* value, uint64_t fl
     case MapType::percpu_hash:
     case MapType::lru_hash:
       return hash_update(m, key, value, flags, all);
+    case MapType::lpm_trie: return lpm_update(m, static_cast<const uint8_t*>(key), value, flags);
     default: return -EINVAL;
   }
 }
 
 int64_t map_delete(MapHeader* m, const void* key) noexcept {
+  if (m->type == uint32_t(MapType::lpm_trie)) return lpm_delete(m, static_cast<const uint8_t*>(key));
   if (!is_hash(m->type)) return -EINVAL;
   Bucket& b = buckets(m)[hash_key(key, m->key_size) & (m->nbuckets - 1)];
   uint32_t at = 0, prev = 0;
@@ -957,8 +1233,18 @@ int64_t map_peek(MapHeader* m, void* value) noexcept {
   return maybe ? 0 : -ENOENT;
 }
 
-
-
+int64_t map_get_next_key(MapHeader* m, const void* key, void* next) noexcept {
+  if (m->type != uint32_t(MapType::lpm_trie)) return -EINVAL;
+  LpmView t = lpm(m);
+  Guard g(t.ctl->lock);
+  if (!g) return -EBUSY;
+  const uint32_t i = t.next(static_cast<const uint8_t*>(key));
+  LpmNode* n = t.at(i);
+  if (!n) return -ENOENT;
+  std::memcpy(next, &n->prefixlen, 4);
+  std::memcpy(static_cast<uint8_t*>(next) + 4, LpmView::data(n), t.data_len);
+  return 0;
+}
 
 // ---- reading, for the CLI (MapFile's comment) -------------------------------------------
 
@@ -1061,6 +1347,30 @@ std::vector<MapEntry> MapFile::entries(size_t i) const {
         e.values.emplace_back(v, v + L.value_size);
         out.push_back(std::move(e));
       }
+    }
+  } else if (L.type == uint32_t(MapType::lpm_trie)) {
+    // As with queues: under the trie's lock only a copy (into memory allocated before),
+    // walked after it is released, in get_next_key order. The walk checks every index
+    // (LpmView) and stops after as many keys as the pool has nodes.
+    std::vector<uint8_t> copy(L.data_size);
+    auto* ctl = reinterpret_cast<LpmCtl*>(d);
+    const bool locked = lock_until(ctl->lock, now_ns() + kLockWaitNs);
+    if (!locked) ++unlocked_reads_;
+    std::memcpy(copy.data(), d, copy.size());
+    if (locked) aref(ctl->lock).store(0, std::memory_order_release);
+    LpmView t(L, copy.data(), copy.data() + (L.values_off - L.data_off));
+    std::vector<uint8_t> key;
+    for (uint32_t k = 0; k < t.nnodes; ++k) {
+      LpmNode* n = t.at(t.next(key.empty() ? nullptr : key.data()));
+      if (!n) break;
+      key.resize(L.key_size);
+      std::memcpy(key.data(), &n->prefixlen, 4);
+      std::memcpy(key.data() + 4, LpmView::data(n), t.data_len);
+      MapEntry e;
+      e.key = key;
+      const uint8_t* v = t.value(static_cast<uint32_t>((reinterpret_cast<uint8_t*>(n) - t.nodes) / t.node_size + 1));
+      e.values.emplace_back(v, v + L.value_size);
+      out.push_back(std::move(e));
     }
   }
   return out;

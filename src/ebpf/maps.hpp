@@ -26,6 +26,9 @@
 //                  of ring_bytes; a record's first 8 bytes are its stamp (below)
 //   queue/stack    QueueCtl (lock, head, tail), then max_entries + 1 value slots
 //   bloom_filter   nbits bits (a power of two) of u64 words
+//   lpm_trie       LpmCtl (lock, root, free list, count), then 2 * max_entries nodes
+//                  (children, prefix length, flags, the key's data bytes), then
+//                  value[2 * max_entries] apart from them (a node's value by its index)
 //
 // Concurrency. Hash maps take a per-bucket spinlock (a word in the file) for lookups
 // and changes, and one map-wide spinlock for the free list of preallocated entries.
@@ -46,6 +49,12 @@
 // Queues and stacks: one spinlock per map around a circular array (the kernel's
 // queue_stack_maps layout: max_entries + 1 slots, head and tail indices). Bloom
 // filters take no lock: a push sets bits with an atomic or, a peek tests them.
+// LPM tries: one spinlock per map around every operation, lookups included (the
+// kernel's lookups are RCU readers; here a handler that interrupted its own thread's
+// update finds nothing, as a hash lookup does). The trie is the kernel's: a binary
+// Patricia trie whose nodes hold a prefix, with intermediate nodes (no value, not an
+// entry) where two prefixes part; max_entries counts entries only, so the pool holds
+// 2 * max_entries nodes. Nodes are recycled, never freed, as hash entries are.
 //
 // What programs may store into (MapFile::values, the regions the loader registers):
 // array values, hash values and ring buffer records, never a header, bucket, entry link,
@@ -81,8 +90,11 @@ enum class MapType : uint32_t {
   queue = 22,
   stack = 23,
   ringbuf = 27,
+  lpm_trie = 11,
   bloom_filter = 30,
 };
+// BPF_F_NO_PREALLOC: an LPM trie must be created with it, as the kernel requires.
+inline constexpr uint32_t kMapNoPrealloc = 1;
 const char* map_type_name(uint32_t type);  // "hash", or "" when unknown
 bool map_type_supported(uint32_t type);
 
@@ -129,7 +141,8 @@ struct MapHeader;  // in the file; opaque outside maps.cpp
 
 // A snapshot of every entry: key bytes and one value per CPU slot (one for non-per-CPU
 // maps), in key order for arrays, unspecified for hashes; a queue's or stack's elements
-// in the order pops would give them, keyed by that position (a u32 from 0). Bloom
+// in the order pops would give them, keyed by that position (a u32 from 0); an LPM
+// trie's in get_next_key order (map_get_next_key: more specific prefixes first). Bloom
 // filters and perf event arrays have no entries to show.
 struct MapEntry {
   std::vector<uint8_t> key;
@@ -223,6 +236,16 @@ void* map_lookup(MapHeader* m, const void* key) noexcept;
 int64_t map_update(MapHeader* m, const void* key, const void* value, uint64_t flags,
                    bool all_cpus = false) noexcept;
 int64_t map_delete(MapHeader* m, const void* key) noexcept;
+
+// LPM tries (key: a u32 prefix length, then the data bytes, most significant bit
+// first). lookup: the value of the longest prefix that matches the key's first
+// prefixlen bits. update: -EINVAL for a prefix length beyond the data's bits or flags
+// above BPF_EXIST, -ENOSPC when max_entries prefixes are stored, -EEXIST/-ENOENT as
+// hash maps. delete: the exact prefix (length and bits), else -ENOENT.
+// get_next_key, the kernel's order: a post-order walk of the trie, so more specific
+// prefixes come before the prefixes that contain them; the first key when `key` is
+// null or not in the trie; -ENOENT after the last. Other map types: -EINVAL.
+int64_t map_get_next_key(MapHeader* m, const void* key, void* next) noexcept;
 
 // Ring buffers. reserve gives record memory or null (full: counted as dropped).
 void* ringbuf_reserve(MapHeader* m, uint64_t size) noexcept;

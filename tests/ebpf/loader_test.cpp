@@ -496,13 +496,53 @@ TEST(LoaderBad, RefusedHelperNamedWithAHint) {
     auto r = check_program(insns, &runtime_helpers());
     return r ? std::string("(accepted)") : r.error().message;
   };
-  const std::string o = call(58);
-  EXPECT_NE(o.find("unknown helper 58 (bpf_override_return): not provided here; to return a value without running "
-                   "the function, attach an fmod_ret program"),
+  const std::string o = call(35);
+  EXPECT_NE(o.find("unknown helper 35 (bpf_get_current_task): not provided here; there is no kernel task in user "
+                   "space: bpf_get_current_pid_tgid"),
             std::string::npos)
       << o;
   const std::string u = call(100000);
   EXPECT_NE(u.find("unknown helper 100000 (no kernel helper has that number)"), std::string::npos) << u;
+}
+
+// bpf_override_return: only a uprobe at offset 0 may call it; every other program that
+// does is refused saying why.
+TEST(Loader, OverrideReturnOnlyFromAUprobeAtTheEntry) {
+  LoadedProgram p;
+  p.name = "inject";
+  p.target = "f";
+  p.insns.resize(4);
+  p.insns[0].code = op::kLddw;  // an lddw whose second half looks like `call 58`
+  p.insns[1].code = op::kCallOp;
+  p.insns[1].imm = 58;
+  p.insns[2].code = 0xb7;  // mov r0, 0
+  p.insns[3].code = 0x95;  // exit
+  EXPECT_FALSE(calls_helper(p, kOverrideReturnHelper));
+  p.kind = ProgKind::fentry;
+  EXPECT_TRUE(check_override(p));  // it does not call it
+  p.insns[0].code = op::kCallOp;
+  p.insns[0].imm = 58;
+  EXPECT_TRUE(calls_helper(p, kOverrideReturnHelper));
+  auto why = [&](ProgKind k, uint64_t off, const char* section) {
+    p.kind = k;
+    p.offset = off;
+    p.section = section;
+    auto r = check_override(p);
+    return r ? std::string("(accepted)") : r.error().message;
+  };
+  EXPECT_EQ(why(ProgKind::uprobe, 0, "uprobe/f"), "(accepted)");
+  const std::string mid = why(ProgKind::uprobe, 4, "uprobe/f+4");
+  EXPECT_NE(mid.find("program 'inject' (section 'uprobe/f+4') calls bpf_override_return (helper 58), which only a "
+                     "uprobe at a function's entry may: this one is at f+0x4"),
+            std::string::npos)
+      << mid;
+  EXPECT_NE(why(ProgKind::uretprobe, 0, "uretprobe/f").find("a uretprobe runs after the function returned"),
+            std::string::npos);
+  EXPECT_NE(why(ProgKind::fentry, 0, "fentry/f").find("fentry programs cannot change what the function does"),
+            std::string::npos);
+  EXPECT_NE(why(ProgKind::fexit, 0, "fexit/f").find("fexit programs cannot"), std::string::npos);
+  EXPECT_NE(why(ProgKind::fmod_ret, 0, "fmod_ret/f").find("return it instead of calling the helper"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "ebpf/maps.hpp"
@@ -627,6 +628,267 @@ TEST(MapsReentry, SignalHandlerInsideAMapOperationFailsInsteadOfHanging) {
   sigaction(SIGUSR1, &old, nullptr);
   EXPECT_GT(g_handler_busy.load(), 0);  // the handlers did come in while the lock was held
   EXPECT_GT(g_handler_ok.load(), 0);
+}
+
+// ---- LPM tries (the kernel's lpm_trie semantics) ---------------------------------------
+
+// An IPv4 LPM key: the prefix length, then the address's bytes, most significant first.
+struct Ip4Key {
+  uint32_t prefixlen;
+  uint8_t data[4];
+};
+Ip4Key ip4(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint32_t len) { return {len, {a, b, c, d}}; }
+
+MapSpec lpm_spec(uint32_t key_size, uint32_t n) {
+  MapSpec s = spec("routes", MapType::lpm_trie, key_size, 8, n);
+  s.flags = kMapNoPrealloc;
+  return s;
+}
+
+uint64_t lpm_get(MapHeader* m, Ip4Key k) {
+  const void* v = map_lookup(m, &k);
+  if (!v) return 0;
+  uint64_t x;
+  std::memcpy(&x, v, 8);
+  return x;
+}
+
+TEST(MapsLpm, SpecNeedsNoPreallocAndADataSizeOf1To256Bytes) {
+  EXPECT_TRUE(check_map_spec(lpm_spec(8, 16)));
+  EXPECT_TRUE(check_map_spec(lpm_spec(4 + 256, 16)));
+  EXPECT_FALSE(check_map_spec(lpm_spec(4, 16)));        // no data
+  EXPECT_FALSE(check_map_spec(lpm_spec(4 + 257, 16)));
+  MapSpec pre = lpm_spec(8, 16);
+  pre.flags = 0;
+  auto r = check_map_spec(pre);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("map 'routes' (lpm_trie): map_flags must have BPF_F_NO_PREALLOC"),
+            std::string::npos)
+      << r.error().message;
+}
+
+// Longest-prefix lookups, the update flags, -ENOSPC when full, -EINVAL beyond the
+// data's bits; an intermediate node (where two prefixes part) is no entry.
+TEST(MapsLpm, LongestPrefixWinsAndFlagsFollowTheKernel) {
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {lpm_spec(8, 6)});
+  ASSERT_TRUE(mf);
+  MapHeader* t = mf->header(0);
+  EXPECT_EQ(lpm_get(t, ip4(10, 1, 2, 3, 32)), 0u);
+  const std::pair<Ip4Key, uint64_t> routes[] = {{ip4(10, 0, 0, 0, 8), 1},     {ip4(10, 1, 0, 0, 16), 2},
+                                                {ip4(10, 1, 2, 0, 24), 3},    {ip4(192, 168, 0, 0, 16), 4},
+                                                {ip4(0, 0, 0, 0, 0), 5},      {ip4(10, 1, 2, 3, 32), 6}};
+  for (const auto& [k, v] : routes) ASSERT_EQ(map_update(t, &k, &v, 1), 0);
+  EXPECT_EQ(lpm_get(t, ip4(10, 1, 2, 3, 32)), 6u);
+  EXPECT_EQ(lpm_get(t, ip4(10, 1, 2, 4, 32)), 3u);
+  EXPECT_EQ(lpm_get(t, ip4(10, 1, 3, 1, 32)), 2u);
+  EXPECT_EQ(lpm_get(t, ip4(10, 200, 0, 1, 32)), 1u);
+  EXPECT_EQ(lpm_get(t, ip4(192, 168, 7, 7, 32)), 4u);
+  EXPECT_EQ(lpm_get(t, ip4(11, 0, 0, 1, 32)), 5u);
+  EXPECT_EQ(lpm_get(t, ip4(10, 1, 2, 4, 16)), 2u);  // the key's own length bounds the match
+  // The value a lookup gives is memory programs may store into.
+  const auto vals = mf->values(0);
+  auto* v = static_cast<uint8_t*>(map_lookup(t, &routes[0].first));
+  EXPECT_TRUE(v >= vals.data() && v + 8 <= vals.data() + vals.size());
+
+  uint64_t x = 7;
+  const Ip4Key extra = ip4(172, 16, 0, 0, 12);
+  EXPECT_EQ(map_update(t, &extra, &x, 0), -ENOSPC);  // 6 entries: full
+  EXPECT_EQ(map_update(t, &routes[1].first, &x, 1), -EEXIST);  // BPF_NOEXIST
+  EXPECT_EQ(map_update(t, &extra, &x, 2), -ENOENT);            // BPF_EXIST
+  EXPECT_EQ(map_update(t, &routes[1].first, &x, 2), 0);
+  EXPECT_EQ(lpm_get(t, ip4(10, 1, 3, 1, 32)), 7u);
+  EXPECT_EQ(map_update(t, &routes[1].first, &x, 3), -EINVAL);
+  const Ip4Key too_long = ip4(10, 0, 0, 0, 33);
+  EXPECT_EQ(map_update(t, &too_long, &x, 0), -EINVAL);
+  EXPECT_EQ(map_delete(t, &too_long), -EINVAL);
+
+  // Deletes need the exact prefix; the shorter ones take over.
+  const Ip4Key not_there = ip4(10, 1, 2, 0, 23);
+  EXPECT_EQ(map_delete(t, &not_there), -ENOENT);
+  ASSERT_EQ(map_delete(t, &routes[2].first), 0);  // 10.1.2.0/24
+  EXPECT_EQ(map_delete(t, &routes[2].first), -ENOENT);
+  EXPECT_EQ(lpm_get(t, ip4(10, 1, 2, 4, 32)), 7u);
+  EXPECT_EQ(lpm_get(t, ip4(10, 1, 2, 3, 32)), 6u);
+  ASSERT_EQ(map_delete(t, &routes[4].first), 0);  // the default route
+  EXPECT_EQ(lpm_get(t, ip4(11, 0, 0, 1, 32)), 0u);
+  EXPECT_EQ(map_update(t, &extra, &x, 0), 0);  // room again
+
+  // 10.1.0.0/16 and 10.2.0.0/16 part at bit 14: the node there is no entry.
+  TmpFile g;
+  auto m2 = MapFile::create(g.path, {lpm_spec(8, 4)});
+  ASSERT_TRUE(m2);
+  MapHeader* u = m2->header(0);
+  const Ip4Key a = ip4(10, 1, 0, 0, 16), b = ip4(10, 2, 0, 0, 16), im = ip4(10, 0, 0, 0, 14);
+  ASSERT_EQ(map_update(u, &a, &x, 0), 0);
+  ASSERT_EQ(map_update(u, &b, &x, 0), 0);
+  EXPECT_EQ(lpm_get(u, ip4(10, 3, 0, 0, 32)), 0u);
+  EXPECT_EQ(map_update(u, &im, &x, 2), -ENOENT);
+  EXPECT_EQ(map_delete(u, &im), -ENOENT);
+  uint64_t y = 9;
+  EXPECT_EQ(map_update(u, &im, &y, 1), 0);  // now an entry
+  EXPECT_EQ(lpm_get(u, ip4(10, 3, 0, 0, 32)), 9u);
+  EXPECT_EQ(mf->entries(0).size(), 5u);  // six, two deleted, one more
+}
+
+std::vector<Ip4Key> lpm_walk(MapHeader* t) {
+  std::vector<Ip4Key> out;
+  Ip4Key k{}, next{};
+  for (const Ip4Key* prev = nullptr; map_get_next_key(t, prev, &next) == 0 && out.size() < 100; prev = &k) {
+    out.push_back(next);
+    k = next;
+  }
+  return out;
+}
+
+// get_next_key walks the trie in post-order: more specific prefixes first, each prefix
+// after the more specific ones inside it; a key not in the trie (or none) gives the first.
+TEST(MapsLpm, GetNextKeyIsPostOrder) {
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {lpm_spec(8, 8)});
+  ASSERT_TRUE(mf);
+  MapHeader* t = mf->header(0);
+  Ip4Key first{};
+  EXPECT_EQ(map_get_next_key(t, nullptr, &first), -ENOENT);
+  uint64_t x = 1;
+  for (Ip4Key k : {ip4(10, 0, 0, 0, 8), ip4(10, 1, 0, 0, 16), ip4(10, 2, 0, 0, 16), ip4(192, 168, 0, 0, 16)})
+    ASSERT_EQ(map_update(t, &k, &x, 0), 0);
+  auto order = lpm_walk(t);
+  const Ip4Key want[] = {ip4(10, 1, 0, 0, 16), ip4(10, 2, 0, 0, 16), ip4(10, 0, 0, 0, 8), ip4(192, 168, 0, 0, 16)};
+  ASSERT_EQ(order.size(), std::size(want));
+  for (size_t i = 0; i < order.size(); ++i)
+    EXPECT_EQ(std::memcmp(&order[i], &want[i], sizeof(Ip4Key)), 0) << i;
+  const Ip4Key absent = ip4(10, 3, 0, 0, 16);
+  ASSERT_EQ(map_get_next_key(t, &absent, &first), 0);
+  EXPECT_EQ(std::memcmp(&first, &want[0], sizeof first), 0);
+  EXPECT_EQ(map_get_next_key(t, &want[3], &first), -ENOENT);
+  // The CLI's snapshot is in the same order.
+  auto e = mf->entries(0);
+  ASSERT_EQ(e.size(), 4u);
+  for (size_t i = 0; i < e.size(); ++i) EXPECT_EQ(std::memcmp(e[i].key.data(), &want[i], 8), 0) << i;
+  // Not an LPM trie: no get_next_key here.
+  TmpFile g;
+  auto h = MapFile::create(g.path, {spec("h", MapType::hash, 8, 8, 4)});
+  ASSERT_TRUE(h);
+  EXPECT_EQ(map_get_next_key(h->header(0), nullptr, &first), -EINVAL);
+}
+
+// Random prefixes over 16 bits (many shared prefixes), inserted and deleted at random:
+// every lookup agrees with a scan for the longest match, and the walk gives each entry
+// once, every prefix after the prefixes it contains.
+TEST(MapsLpm, AgreesWithABruteForceModel) {
+  struct Key16 {
+    uint32_t prefixlen;
+    uint8_t data[2];
+  };
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {[] {
+                              MapSpec s = spec("t", MapType::lpm_trie, 6, 8, 64);
+                              s.flags = kMapNoPrealloc;
+                              return s;
+                            }()});
+  ASSERT_TRUE(mf);
+  MapHeader* t = mf->header(0);
+  auto bits = [](uint16_t v, uint32_t len) { return len == 0 ? 0 : v >> (16 - len); };
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> model;  // (len, prefix bits) -> value
+  uint64_t seed = 12345;
+  auto rnd = [&] { return (seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  for (int step = 0; step < 4000; ++step) {
+    const uint32_t len = static_cast<uint32_t>(rnd() % 17);
+    const uint16_t v = static_cast<uint16_t>(rnd());
+    Key16 k{len, {uint8_t(v >> 8), uint8_t(v)}};
+    const auto mk = std::make_pair(len, static_cast<uint32_t>(bits(v, len)));
+    if (rnd() % 3 == 0) {
+      const int64_t rc = map_delete(t, &k);
+      EXPECT_EQ(rc, model.erase(mk) ? 0 : -ENOENT) << step;
+    } else {
+      const uint64_t val = rnd();
+      const int64_t rc = map_update(t, &k, &val, 0);
+      if (model.count(mk) || model.size() < 64) {
+        ASSERT_EQ(rc, 0) << step;
+        model[mk] = val;
+      } else {
+        EXPECT_EQ(rc, -ENOSPC) << step;
+      }
+    }
+    const uint16_t q = static_cast<uint16_t>(rnd());
+    Key16 qk{16, {uint8_t(q >> 8), uint8_t(q)}};
+    uint64_t want = 0;
+    bool found = false;
+    for (int l = 16; l >= 0 && !found; --l) {
+      auto it = model.find({uint32_t(l), static_cast<uint32_t>(bits(q, uint32_t(l)))});
+      if (it != model.end()) want = it->second, found = true;
+    }
+    const void* got = map_lookup(t, &qk);
+    ASSERT_EQ(got != nullptr, found) << step;
+    if (got) {
+      uint64_t g;
+      std::memcpy(&g, got, 8);
+      EXPECT_EQ(g, want) << step;
+    }
+  }
+  auto e = mf->entries(0);
+  ASSERT_EQ(e.size(), model.size());
+  std::set<std::pair<uint32_t, uint32_t>> seen;
+  for (const auto& en : e) {
+    Key16 k;
+    std::memcpy(&k, en.key.data(), sizeof k);
+    const uint16_t v = static_cast<uint16_t>(k.data[0] << 8 | k.data[1]);
+    const auto mk = std::make_pair(k.prefixlen, static_cast<uint32_t>(bits(v, k.prefixlen)));
+    EXPECT_TRUE(model.count(mk));
+    EXPECT_EQ(sum_values(en), model[mk]);
+    // Post-order: no prefix that contains this one came before it.
+    for (const auto& s : seen)
+      EXPECT_FALSE(s.first < k.prefixlen && (mk.second >> (k.prefixlen - s.first)) == s.second)
+          << "prefix /" << s.first << " came before /" << k.prefixlen << " which it contains";
+    EXPECT_TRUE(seen.insert(mk).second);
+  }
+}
+
+// A trie the target scribbled over (links out of the pool, a cycle): the CLI's walk
+// stays inside the map and ends.
+TEST(MapsLpm, ScribbledTrieIsBounded) {
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {lpm_spec(8, 8)});
+  ASSERT_TRUE(mf);
+  MapHeader* t = mf->header(0);
+  uint64_t x = 1;
+  for (uint8_t i = 0; i < 8; ++i) {
+    const Ip4Key k = ip4(10, i, 0, 0, 16);
+    ASSERT_EQ(map_update(t, &k, &x, 0), 0);
+  }
+  ASSERT_EQ(mf->entries(0).size(), 8u);
+  auto d = mf->data(0);
+  // Every word after the control words: node links, prefix lengths and flags.
+  for (uint32_t fill : {0xffffffffu, 1u, 2u}) {
+    for (size_t off = 64; off + 4 <= d.size(); off += 4) std::memcpy(d.data() + off, &fill, 4);
+    EXPECT_LE(mf->entries(0).size(), 16u) << fill;
+  }
+}
+
+// Threads insert and delete their own prefixes under one trie while others look up:
+// the lock keeps the trie whole, and what stays is exact.
+TEST(MapsLpm, ConcurrentUpdatesAndLookups) {
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {lpm_spec(8, 4 * 64)});
+  ASSERT_TRUE(mf);
+  MapHeader* t = mf->header(0);
+  std::vector<std::thread> th;
+  for (uint8_t w = 0; w < 4; ++w)
+    th.emplace_back([t, w] {
+      for (int round = 0; round < 50; ++round)
+        for (uint8_t i = 0; i < 64; ++i) {
+          const Ip4Key k = ip4(10, w, i, 0, 24);
+          const uint64_t v = uint64_t(w) << 8 | i;
+          if (map_update(t, &k, &v, 0) != 0) std::abort();
+          if (lpm_get(t, ip4(10, w, i, 9, 32)) != v) std::abort();
+          if (round < 49 && i % 2 && map_delete(t, &k) != 0) std::abort();
+        }
+    });
+  for (auto& x : th) x.join();
+  EXPECT_EQ(mf->entries(0).size(), 4u * 64);
+  for (uint8_t w = 0; w < 4; ++w)
+    for (uint8_t i = 0; i < 64; ++i) EXPECT_EQ(lpm_get(t, ip4(10, w, i, 1, 32)), uint64_t(w) << 8 | i);
 }
 
 }  // namespace

@@ -548,6 +548,68 @@ TEST(RunE2E, QueueStackAndBloomFilterCountsAcrossThreads) {
   EXPECT_EQ(m["first"]["entries"].size(), 64u);
 }
 
+// An LPM trie as a routing table: each route() is counted under the route the target
+// itself chose (the longest prefix, before and after two routes are deleted), and the
+// trie printed is the table left, in get_next_key order (more specific prefixes first).
+TEST(RunE2E, LpmTrieRoutesAsTheTargetDoes) {
+  for (const std::string& target : kEventsTargets) {
+    SCOPED_TRACE(target);
+    const auto r = test::run_program({UTRAMP_CLI, "run", example("lpm_routes"), "--json", "--", target, "route",
+                                      "1000"},
+                                     {.timeout_s = 120});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::map<uint64_t, uint64_t> want;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) {
+      unsigned long id = 0, n = 0;
+      if (std::sscanf(line.c_str(), "route %lu %lu", &id, &n) == 2) want[id] = n;
+    }
+    ASSERT_EQ(want.size(), 8u) << r.out;  // every route and "none" had addresses
+    auto m = maps_of(r.out);
+    EXPECT_EQ(entries(m["hits"]), want);
+    EXPECT_EQ(m["routes"]["map_type"], "lpm_trie");
+    std::vector<std::pair<std::string, uint64_t>> routes;
+    for (const auto& e : m["routes"]["entries"]) routes.emplace_back(e["key"], e["value"]);
+    const std::vector<std::pair<std::string, uint64_t>> left = {
+        {"10.1.2.128/25", 6}, {"10.1.2.0/24", 3}, {"10.0.0.0/8", 1}, {"172.16.0.0/12", 7}, {"192.168.0.0/16", 4}};
+    EXPECT_EQ(routes, left);
+  }
+}
+
+// bpf_override_return from a uprobe at a function's entry: the calls the program picks
+// return its value without running, exactly those (the target's own count and sum); a
+// function not marked error-injectable only under --allow-override (else the target
+// never starts); from a uretprobe never.
+TEST(RunE2E, OverrideReturnFromAUprobeAtTheEntry) {
+  for (const std::string& target : kEventsTargets) {
+    SCOPED_TRACE(target);
+    const auto r = test::run_program({UTRAMP_CLI, "run", example("override_return"), "--json", "--", target, "alloc",
+                                      "1000"},
+                                     {.timeout_s = 120});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    // i % 4 == 1 for i < 1000: 250 calls return -12; try_plain is left alone.
+    EXPECT_NE(r.out.find("alloc 1000 failed 250 sum -3000 plain 0 0\n"), std::string::npos) << r.out;
+    EXPECT_EQ(entries(maps_of(r.out)["injected"]), (std::map<uint64_t, uint64_t>{{0, 250}}));
+    const auto a = test::run_program({UTRAMP_CLI, "run", bad("override_plain"), "--allow-override", "--", target,
+                                      "alloc", "1000"},
+                                     {.timeout_s = 120});
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    EXPECT_NE(a.out.find("alloc 1000 failed 0 sum 0 plain 500 -2500\n"), std::string::npos) << a.out;
+  }
+  const auto p = test::run_program({UTRAMP_CLI, "run", bad("override_plain"), "--", UTRAMP_EVENTS_TARGET, "alloc",
+                                    "10"},
+                                   {.timeout_s = 120});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_NE(p.err.find("program 'fail_plain' (uprobe/try_plain) calls bpf_override_return, but try_plain is not "
+                       "marked with UTRAMP_ALLOW_ERROR_INJECTION(try_plain)"),
+            std::string::npos)
+      << p.err;
+  EXPECT_EQ(p.out.find("alloc"), std::string::npos) << "the target ran: " << p.out;
+  expect_refused(bad("override_uretprobe"),
+                 "program 'too_late' (section 'uretprobe/may_fail') calls bpf_override_return (helper 58), which "
+                 "only a uprobe at a function's entry may: a uretprobe runs after the function returned");
+}
+
 TEST(RunE2E, AttachFailureInTheAgentEndsTheTargetBeforeMain) {
   expect_refused(bad("not_injectable"), "not marked with UTRAMP_ALLOW_ERROR_INJECTION(work)");
   auto r = run(bad("not_injectable"), {"1", "10"});

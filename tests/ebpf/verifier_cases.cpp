@@ -138,6 +138,7 @@ Result<std::vector<VerifierCase>> parse_cases(const std::filesystem::path& file)
           m.value_size = static_cast<uint32_t>(*v);
           m.max_entries = static_cast<uint32_t>(*n);
           m.readonly = w.size() > 6 && w[6] == "readonly";
+          if (m.type == uint32_t(MapType::lpm_trie)) m.flags = kMapNoPrealloc;  // as the kernel requires
           c.maps.push_back(m);
         } else if (w[0] == "limit") {
           auto n = w.size() > 1 ? number(w[1]) : std::nullopt;

@@ -1,4 +1,4 @@
-// utramp run OBJECT [--attach PROG=SPEC]... [--interval SEC] [--json] [--perf-pages N] --
+// utramp run OBJECT [--attach PROG=SPEC]... [--allow-override] [--interval SEC] [--json] [--perf-pages N] --
 // PROGRAM [ARGS]: runs PROGRAM with the eBPF programs of OBJECT (clang -target bpf)
 // attached to its functions (where their sections say, or --attach: ebpf::AttachSpec), prints
 // bpf_trace_printk lines and ring buffer records as they come, and every map at the end
@@ -94,6 +94,7 @@ struct RunFlags {
   std::vector<std::string> objects;
   std::vector<std::string> command;
   std::vector<std::string> attach;  // --attach PROG=SPEC
+  bool allow_override = false;       // --allow-override
   double interval = 0;
   bool json = false;
   bool raw = false;                       // --raw: records as bytes, not BTF-decoded
@@ -188,6 +189,23 @@ std::vector<uint8_t> combined(const ebpf::MapEntry& e) {
   return out;
 }
 
+// An LPM trie's key as its prefix: the data as an IPv4 address (4 bytes) or in 16-bit
+// hex groups (IPv6, 16 bytes), other sizes as hex bytes; then "/" and the prefix length.
+std::string lpm_key(const std::vector<uint8_t>& k) {
+  uint32_t len = 0;
+  std::memcpy(&len, k.data(), 4);
+  const std::span<const uint8_t> d(k.data() + 4, k.size() - 4);
+  std::string text;
+  if (d.size() == 4) {
+    text = fmt::format("{}.{}.{}.{}", d[0], d[1], d[2], d[3]);
+  } else if (d.size() == 16) {
+    for (size_t i = 0; i < 16; i += 2) text += fmt::format("{}{:x}", i ? ":" : "", (d[i] << 8) | d[i + 1]);
+  } else {
+    text = hex(d, "");
+  }
+  return fmt::format("{}/{}", text, len);
+}
+
 bool is_hist(const ebpf::MapSpec& s) {
   return (s.type == uint32_t(ebpf::MapType::array) || s.type == uint32_t(ebpf::MapType::percpu_array)) &&
          s.key_size == 4 && s.value_size == 8 && s.name.find("hist") != std::string::npos;
@@ -266,6 +284,7 @@ void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs
       continue;  // streamed, or nothing to show (a bloom filter's bits)
     const auto entries = mf.entries(i);
     const bool array = s.type == uint32_t(ebpf::MapType::array) || s.type == uint32_t(ebpf::MapType::percpu_array);
+    const bool lpm = s.type == uint32_t(ebpf::MapType::lpm_trie) && s.key_size > 4;
     if (o.json) {
       json j{{"type", "map"}, {"name", s.name}, {"map_type", ebpf::map_type_name(s.type)}};
       json es = json::array();
@@ -274,7 +293,7 @@ void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs
         const auto v = combined(e);
         if (is_hist(s)) slots.push_back(as_u64(v));
         if (array && std::all_of(v.begin(), v.end(), [](uint8_t b) { return b == 0; })) continue;
-        json je{{"key", jshow(e.key)}, {"value", jshow(v)}};
+        json je{{"key", lpm ? json(lpm_key(e.key)) : jshow(e.key)}, {"value", jshow(v)}};
         if (e.values.size() > 1) {
           json pc = json::array();
           for (const auto& x : e.values) pc.push_back(jshow(x));
@@ -300,9 +319,10 @@ void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs
       if (array && std::all_of(v.begin(), v.end(), [](uint8_t b) { return b == 0; })) continue;
       rows.emplace_back(e.key, std::move(v));
     }
-    if (is_int_size(s.key_size))
+    // An LPM trie's in the order it gives them (more specific prefixes first).
+    if (is_int_size(s.key_size) && !lpm)
       std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return as_u64(a.first) < as_u64(b.first); });
-    for (const auto& [k, v] : rows) fmt::print(o.f, "@{}[{}]: {}\n", s.name, show(k), show(v));
+    for (const auto& [k, v] : rows) fmt::print(o.f, "@{}[{}]: {}\n", s.name, lpm ? lpm_key(k) : show(k), show(v));
     if (rows.empty()) fmt::print(o.f, "@{}: (empty)\n", s.name);
     fmt::print(o.f, "\n");
   }
@@ -584,6 +604,10 @@ int run(const RunFlags& f) {
                    p.section, p.target, prog);
         return 2;
       }
+      if (auto o = ebpf::check_override(p); !o) {
+        fmt::print(stderr, "{}: {}: {}\n", me, path, o.error().message);
+        return 2;
+      }
       if (ebpf::is_uprobe(p.kind)) {
         if (auto why = check_uprobe(p, *fn, elf ? elf->get() : nullptr); !why.empty()) {
           fmt::print(stderr, "{}: {}: program '{}' (section '{}'): {}\n", me, path, p.name, p.section, why);
@@ -690,6 +714,7 @@ int run(const RunFlags& f) {
   cfg.trace_dir = dir;
   cfg.bpf_objects = abs_objects;
   cfg.bpf_attach = f.attach;
+  cfg.bpf_allow_override = f.allow_override;
   cfg.bpf_map_file = dir + "/maps";
   cfg.bpf_status_file = dir + "/status";
   auto mf = ebpf::MapFile::create(cfg.bpf_map_file, specs);
@@ -779,6 +804,9 @@ void add_run(CLI::App& app) {
   sub->add_option("-o,--output", f->output,
                   "write what run prints (records, printk lines, maps) to FILE instead of stdout, apart "
                   "from the target's own output");
+  sub->add_flag("--allow-override", f->allow_override,
+                "let bpf_override_return skip any function a uprobe is at, not only those marked "
+                "UTRAMP_ALLOW_ERROR_INJECTION");
   sub->add_flag("--verifier-log", f->verifier_log,
                 "print the verifier's log of every program (on stderr), accepted ones too");
   sub->add_option("--perf-pages", f->perf_pages,
