@@ -314,25 +314,41 @@ GlobalVar::Kind var_kind(const btf* b, uint32_t type_id) {
   return GlobalVar::Kind::bytes;
 }
 
+struct DatasecVar {
+  std::string name;
+  uint32_t type = 0;    // the variable's type id
+  long size = 0;        // its size, or < 0 when BTF cannot say
+  uint64_t offset = 0;  // the DATASEC's offset
+};
+
+// The named variables of BTF DATASEC `sec` (none without BTF or such a DATASEC).
+std::vector<DatasecVar> datasec_vars(const btf* b, const std::string& sec) {
+  std::vector<DatasecVar> out;
+  const int id = b ? btf__find_by_name_kind(b, sec.c_str(), BTF_KIND_DATASEC) : -1;
+  const btf_type* ds = id > 0 ? btf__type_by_id(b, static_cast<uint32_t>(id)) : nullptr;
+  if (!ds) return out;
+  const btf_var_secinfo* vs = btf_var_secinfos(ds);
+  for (uint16_t k = 0; k < btf_vlen(ds); ++k) {
+    const btf_type* v = btf__type_by_id(b, vs[k].type);
+    if (!v || !btf_is_var(v)) continue;
+    const char* n = btf__name_by_offset(b, v->name_off);
+    if (!n || !*n) continue;
+    out.push_back({n, v->type, btf__resolve_size(b, v->type), vs[k].offset});
+  }
+  return out;
+}
+
 // The named variables of data section `sec` (`size` bytes), from its BTF DATASEC. The
 // offset comes from the variable's symbol (clang leaves DATASEC offsets for libbpf to
 // fix up); a variable that does not fit in the section is left out, never trusted.
 std::vector<GlobalVar> Parser::data_vars(size_t sec, uint64_t size) const {
   std::vector<GlobalVar> out;
-  if (!btf_) return out;
-  const int id = btf__find_by_name_kind(btf_.get(), secs_[sec].name.c_str(), BTF_KIND_DATASEC);
-  const btf_type* ds = id > 0 ? btf__type_by_id(btf_.get(), static_cast<uint32_t>(id)) : nullptr;
-  if (!ds) return out;
-  const btf_var_secinfo* vs = btf_var_secinfos(ds);
-  for (uint16_t k = 0; k < btf_vlen(ds); ++k) {
-    const btf_type* v = btf__type_by_id(btf_.get(), vs[k].type);
-    if (!v || !btf_is_var(v)) continue;
-    const char* n = btf__name_by_offset(btf_.get(), v->name_off);
-    const long sz = btf__resolve_size(btf_.get(), v->type);
-    if (!n || !*n || sz <= 0) continue;
+  for (const DatasecVar& dv : datasec_vars(btf_.get(), secs_[sec].name)) {
+    const long sz = dv.size;
+    if (sz <= 0) continue;
     GlobalVar g;
-    g.name = n;
-    uint64_t off = vs[k].offset;
+    g.name = dv.name;
+    uint64_t off = dv.offset;
     for (const Sym& y : syms_)
       if (y.shndx == sec && y.name == g.name) {
         off = y.value;
@@ -341,7 +357,7 @@ std::vector<GlobalVar> Parser::data_vars(size_t sec, uint64_t size) const {
     if (off > size || static_cast<uint64_t>(sz) > size - off) continue;
     g.offset = static_cast<uint32_t>(off);
     g.size = static_cast<uint32_t>(sz);
-    g.kind = var_kind(btf_.get(), v->type);
+    g.kind = var_kind(btf_.get(), dv.type);
     out.push_back(std::move(g));
   }
   std::sort(out.begin(), out.end(), [](const GlobalVar& a, const GlobalVar& b) { return a.offset < b.offset; });
@@ -433,18 +449,10 @@ Result<void> Parser::read_maps() {
 // ones 0 (libbpf's rule for a weak extern the kernel lacks); an unknown strong one is
 // refused. Nothing of it is printed (no vars).
 Result<void> Parser::read_kconfig() {
-  if (!btf_) return {};
-  const int id = btf__find_by_name_kind(btf_.get(), ".kconfig", BTF_KIND_DATASEC);
-  const btf_type* ds = id > 0 ? btf__type_by_id(btf_.get(), static_cast<uint32_t>(id)) : nullptr;
-  if (!ds) return {};
   std::vector<uint8_t> bytes;
-  const btf_var_secinfo* vs = btf_var_secinfos(ds);
-  for (uint16_t k = 0; k < btf_vlen(ds); ++k) {
-    const btf_type* v = btf__type_by_id(btf_.get(), vs[k].type);
-    if (!v || !btf_is_var(v)) continue;
-    const char* n = btf__name_by_offset(btf_.get(), v->name_off);
-    const long sz = btf__resolve_size(btf_.get(), v->type);
-    if (!n || !*n) continue;
+  for (const DatasecVar& dv : datasec_vars(btf_.get(), ".kconfig")) {
+    const char* n = dv.name.c_str();
+    const long sz = dv.size;
     if (sz <= 0 || sz > 8)
       return err(Errc::unsupported, fmt::format("__kconfig extern '{}': {} bytes (only numbers of 1 to 8 bytes)", n, sz));
     const Sym* sym = nullptr;

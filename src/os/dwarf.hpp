@@ -61,6 +61,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/result.hpp"
 #include "abi/signature.hpp"
@@ -79,5 +80,12 @@ Result<abi::Signature> signature_from_dwarf(const std::string& path, uint64_t fu
 // gcc clones). A name that several functions share (overloads, static functions of
 // different files) is Errc::invalid_argument, listing them with their addresses.
 Result<abi::Signature> signature_from_dwarf(const std::string& path, std::string_view name);
+
+// The code range [start, end) (link-time addresses) of the call frame information row
+// (.eh_frame, else .debug_frame) that covers `vaddr` in the ELF file at `path`: a range
+// that starts on an instruction boundary (CFI rows begin where an instruction does),
+// found in stripped files too, where no symbol names the code (gcc's .cold parts, static
+// functions). Errc::not_found when no CFI covers it.
+Result<std::pair<uint64_t, uint64_t>> cfi_row_range(const std::string& path, uint64_t vaddr);
 
 }  // namespace utramp::os

@@ -276,5 +276,27 @@ TEST(Usdt, PlanNamesTheProbesABinaryHas) {
   }
 }
 
+// bpf_probe_read_user_str writes nothing past the NUL, as the kernel's: usdt_pycalls
+// keys a hash map by a zeroed struct the function's name is read into, and bytes read
+// past the name made one name many keys. (Here because USDT programs showed it.)
+TEST(Usdt, ProbeReadStrWritesNothingPastTheNul) {
+  const HelperInfo* h = runtime_helpers().find(114);  // bpf_probe_read_user_str
+  ASSERT_NE(h, nullptr);
+  const char src[32] = "tick\0garbage after the name";
+  // The trusted form (a verified program's; the checked one needs a running program).
+  char dst[32];
+  std::memset(dst, 0, sizeof dst);
+  const uint64_t n = h->trusted_fn()(reinterpret_cast<uint64_t>(dst), sizeof dst, reinterpret_cast<uint64_t>(src), 0, 0);
+  EXPECT_EQ(n, 5u);
+  EXPECT_STREQ(dst, "tick");
+  for (size_t i = 5; i < sizeof dst; ++i) EXPECT_EQ(dst[i], 0) << i;
+  // A string longer than the destination: size-1 bytes and a NUL.
+  char small[4];
+  std::memset(small, 0x55, sizeof small);
+  EXPECT_EQ(h->trusted_fn()(reinterpret_cast<uint64_t>(small), sizeof small, reinterpret_cast<uint64_t>(src), 0, 0),
+            4u);
+  EXPECT_EQ(std::string(small, 4), std::string("tic\0", 4));
+}
+
 }  // namespace
 }  // namespace utramp::ebpf
