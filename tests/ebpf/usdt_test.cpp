@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <elf.h>
 #include <map>
 
 #include "ebpf/helpers.hpp"
 #include "ebpf/loader.hpp"
 #include "ebpf/usdt.hpp"
+#include "os/dwarf.hpp"
 #include "os/elf_file.hpp"
 
 namespace utramp::ebpf {
@@ -274,6 +276,33 @@ TEST(Usdt, PlanNamesTheProbesABinaryHas) {
     EXPECT_EQ(p.first_spec, next);
     next += static_cast<uint32_t>(p.sites.size());
   }
+}
+
+// Where no symbol covers a USDT site (stripped .cold code), the probe layer decodes
+// from the call frame information row that holds it (os::cfi_row_range): a row inside
+// the function, starting on one of its instruction boundaries.
+TEST(Usdt, CfiRowHoldsEachSite) {
+  const std::string path = std::string(UTRAMP_BPF_EXAMPLES_DIR) + "/usdt_target";
+  auto elf = open_elf(path);
+  ASSERT_TRUE(elf);
+  auto notes = read_usdt_notes(*elf);
+  ASSERT_TRUE(notes);
+  for (const UsdtSite& s : *notes) {
+    SCOPED_TRACE(s.name);
+    const os::ElfSymbol* fn = nullptr;
+    for (const os::ElfSymbol& y : elf->symbols())
+      if (y.type == STT_FUNC && y.value <= s.pc && s.pc < y.value + y.size) fn = &y;
+    ASSERT_NE(fn, nullptr);
+    auto row = os::cfi_row_range(path, s.pc);
+    ASSERT_TRUE(row) << row.error().message;
+    EXPECT_LE(row->first, s.pc);
+    EXPECT_LT(s.pc, row->second);
+    EXPECT_GE(row->first, fn->value);
+    EXPECT_LE(row->second, fn->value + fn->size);
+  }
+  auto none = os::cfi_row_range(path, 0x10);  // the ELF header: no code
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().code, Errc::not_found);
 }
 
 // bpf_probe_read_user_str writes nothing past the NUL, as the kernel's: usdt_pycalls
