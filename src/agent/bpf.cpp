@@ -3,9 +3,11 @@
 #include "os/file.hpp"
 
 #include <fcntl.h>
+#include <link.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -18,6 +20,8 @@
 #include "ebpf/helpers.hpp"
 #include "ebpf/loader.hpp"
 #include "ebpf/maps.hpp"
+#include "ebpf/usdt.hpp"
+#include "os/elf_file.hpp"
 #include "os/dwarf.hpp"
 #include "os/safe_copy.hpp"
 #include "probe/probe.hpp"
@@ -28,10 +32,12 @@ namespace utramp::agent {
 
 namespace {
 
-// What a uprobe's handler needs: the program and what bpf_get_func_ip says.
+// What a uprobe's handler needs: the program, what bpf_get_func_ip and
+// bpf_get_attach_cookie say.
 struct UprobeProg {
   ebpf::NativeFn fn = nullptr;
-  uint64_t ip = 0;  // the probed address (uprobe), the function's entry (uretprobe)
+  uint64_t ip = 0;      // the probed address (uprobe, usdt), the function's entry (uretprobe)
+  uint64_t cookie = 0;  // usdt: the site's spec id in __bpf_usdt_specs (usdt.hpp); else 0
   // A uprobe at a function's entry whose program calls bpf_override_return, on a
   // function it may skip (bpf_start: ebpf::check_override and the injection rule).
   bool may_override = false;
@@ -48,7 +54,7 @@ BpfState* g_bpf = nullptr;
 // A uprobe program's context: the kernel's x86-64 struct pt_regs (what bpf_tracing.h's
 // PT_REGS_PARM1..6, PT_REGS_RC, PT_REGS_IP and PT_REGS_SP read), preceded by the words
 // the helpers find below a tracing context (helpers.cpp): ctx[-3] the attach cookie
-// (0), ctx[-2] the function IP, ctx[-1] the argument count (0: a pt_regs program has
+// (a USDT site's spec id, else 0), ctx[-2] the function IP, ctx[-1] the argument count (0: a pt_regs program has
 // none for bpf_get_func_arg).
 struct UprobeCtx {
   uint64_t cookie, func_ip, nargs;
@@ -83,7 +89,7 @@ constexpr uint64_t kUserCs = 0x33, kUserSs = 0x2b;  // the x86-64 user segment s
 // stack) leaves the function to run.
 int run_uprobe(arch::PtRegs* r, uint64_t cookie) {
   const auto* u = reinterpret_cast<const UprobeProg*>(cookie);
-  UprobeCtx c{0,      u->ip,  0,      r->r15, r->r14, r->r13, r->r12, r->rbp, r->rbx, r->r11, r->r10, r->r9,
+  UprobeCtx c{u->cookie, u->ip, 0,      r->r15, r->r14, r->r13, r->r12, r->rbp, r->rbx, r->r11, r->r10, r->r9,
               r->r8,  r->rax, r->rcx, r->rdx, r->rsi, r->rdi, ~0ull,  r->rip, kUserCs, r->eflags, r->rsp,
               kUserSs};
   if (u->may_override) ebpf::clear_override();
@@ -104,9 +110,22 @@ tramp::AttachType attach_type(ebpf::ProgKind k) {
     case ebpf::ProgKind::fexit: return tramp::AttachType::fexit;
     case ebpf::ProgKind::fmod_ret: return tramp::AttachType::fmod_ret;
     case ebpf::ProgKind::uprobe:
-    case ebpf::ProgKind::uretprobe: break;
+    case ebpf::ProgKind::uretprobe:
+    case ebpf::ProgKind::usdt: break;
   }
   return tramp::AttachType::fentry;
+}
+
+// The main program's load bias: dl_iterate_phdr lists it first.
+uint64_t main_bias() {
+  uint64_t bias = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        *static_cast<uint64_t*>(out) = info->dlpi_addr;
+        return 1;
+      },
+      &bias);
+  return bias;
 }
 
 }  // namespace
@@ -133,6 +152,10 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   std::vector<probe::ProbeSpec> uprobes;
   std::vector<probe::RetprobeSpec> uretprobes;
   std::vector<std::string> uprobe_what, uretprobe_what;
+  // USDT semaphores (live addresses) raised once everything is attached.
+  std::vector<uint64_t> semaphores;
+  const uint64_t bias = main_bias();
+  std::unique_ptr<os::ElfFile> main_elf;  // opened when an object has usdt programs
   // The CLI checked the specs (and applied them to the same object) before the start.
   std::vector<ebpf::AttachSpec> specs;
   for (const std::string& t : cfg.bpf_attach) {
@@ -161,20 +184,48 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       o.regions.push_back({reinterpret_cast<uint64_t>(d.data()), reinterpret_cast<uint64_t>(d.data() + d.size()),
                            !obj->maps[i].readonly});
     }
+    // USDT programs: their sites in the main program (the CLI made the same plan), each
+    // site's spec written where usdt.bpf.h reads it.
+    std::vector<ebpf::UsdtPlan> usdt;
+    if (std::any_of(obj->programs.begin(), obj->programs.end(),
+                    [](const ebpf::LoadedProgram& p) { return p.kind == ebpf::ProgKind::usdt; })) {
+      if (!main_elf) {
+        auto e = os::ElfFile::open("/proc/self/exe");
+        if (!e) return std::move(e).error();
+        main_elf = std::move(*e);
+      }
+      auto plan = ebpf::plan_usdt(*obj, *main_elf);
+      if (!plan) return std::move(plan).error();
+      usdt = std::move(*plan);
+      ebpf::MapHeader* specs = maps.header(map_base + static_cast<size_t>(ebpf::usdt_specs_map(*obj)));
+      for (const ebpf::UsdtPlan& u : usdt)
+        for (size_t k = 0; k < u.sites.size(); ++k) {
+          const uint32_t id = u.first_spec + static_cast<uint32_t>(k);
+          const auto spec = ebpf::encode_usdt_spec(u.sites[k].parsed, 0);
+          if (const int64_t rc = ebpf::map_update(specs, &id, spec.data(), 0); rc != 0)
+            return make_error(Errc::io, fmt::format("{}: USDT spec {}: map update failed ({})", path, id, rc));
+        }
+    }
     map_base += obj->maps.size();
-    for (ebpf::LoadedProgram& p : obj->programs) {
-      sites::Site* s = table.find_name(p.target);
-      if (!s)
-        return make_error(Errc::not_found, fmt::format("{}: program '{}' ({}): no function '{}' in the target",
-                                                       path, p.name, p.section, p.target));
-      if (p.offset >= s->info.size && s->info.size)
-        return make_error(Errc::out_of_range, fmt::format("{}: program '{}' ({}): offset {:#x} is beyond {} ({} "
-                                                          "bytes)",
-                                                          path, p.name, p.section, p.offset, p.target, s->info.size));
-      auto types = ebpf::TargetTypes::open(s->object);
+    for (size_t pi = 0; pi < obj->programs.size(); ++pi) {
+      ebpf::LoadedProgram& p = obj->programs[pi];
+      sites::Site* s = nullptr;
+      if (p.kind != ebpf::ProgKind::usdt) {
+        s = table.find_name(p.target);
+        if (!s)
+          return make_error(Errc::not_found, fmt::format("{}: program '{}' ({}): no function '{}' in the target",
+                                                         path, p.name, p.section, p.target));
+        if (p.offset >= s->info.size && s->info.size)
+          return make_error(Errc::out_of_range,
+                            fmt::format("{}: program '{}' ({}): offset {:#x} is beyond {} ({} bytes)", path, p.name,
+                                        p.section, p.offset, p.target, s->info.size));
+      }
+      auto types = ebpf::TargetTypes::open(s ? s->object : main_elf->path());
       if (auto c = ebpf::apply_core(p, obj->local_btf.get(), types ? types->get() : nullptr); !c)
         return make_error(c.error().code, fmt::format("{}: {}", path, c.error().message));
-      auto sig = os::signature_from_dwarf(s->object, s->info.func - s->bias);
+      std::optional<abi::Signature> sig;
+      if (s)
+        if (auto r = os::signature_from_dwarf(s->object, s->info.func - s->bias)) sig = *r;
       abi::Signature sg = sig ? *sig : abi::Signature::fallback();
       if (sig) UTRAMP_TRY(ebpf::check_prototype(p, sg));
       UTRAMP_TRY(ebpf::check_override(p));
@@ -195,7 +246,20 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       if (!ex) return make_error(ex.error().code, fmt::format("{}: program '{}': {}", path, p.name, ex.error().message));
       const std::string w = fmt::format("{} ({} {}{})", p.name, prog_kind_name(p.kind), p.target,
                                         p.offset ? fmt::format("+{:#x}", p.offset) : "");
-      if (ebpf::is_uprobe(p.kind)) {
+      if (p.kind == ebpf::ProgKind::usdt) {
+        const auto plan = std::find_if(usdt.begin(), usdt.end(), [&](const ebpf::UsdtPlan& u) { return u.prog == pi; });
+        for (size_t k = 0; k < plan->sites.size(); ++k) {
+          const ebpf::UsdtSite& site = plan->sites[k];
+          auto u = std::make_unique<UprobeProg>();
+          u->fn = (*ex)->native();
+          u->ip = site.pc + bias;
+          u->cookie = plan->first_spec + k;
+          uprobes.push_back({u->ip, run_uprobe, nullptr, reinterpret_cast<uint64_t>(u.get()), false});
+          uprobe_what.push_back(fmt::format("{} (usdt {} at {:#x})", p.name, p.target, site.pc));
+          if (site.semaphore) semaphores.push_back(site.semaphore + bias);
+          st->uprobes.push_back(std::move(u));
+        }
+      } else if (ebpf::is_uprobe(p.kind)) {
         auto u = std::make_unique<UprobeProg>();
         u->fn = (*ex)->native();
         u->ip = s->info.func + p.offset;
@@ -271,6 +335,12 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
     if (w != what_by_cookie.end() && pi.state == probe::State::int3)
       int3s->push_back(fmt::format("{} at {} ({:#x})", w->second, pi.symbol, pi.addr));
   }
+  // Each USDT site's semaphore counts one attachment, as the kernel's uprobe reference
+  // counter does: the program's `if (PROVIDER_NAME_ENABLED())` code runs from now on.
+  // Raised last, after everything attached (nothing left to undo), before main (no
+  // thread of the program reads it yet); the counter is atomic all the same, as a
+  // program may raise its own. Programs stay attached until exit: nothing lowers it.
+  for (const uint64_t sem : semaphores) __atomic_fetch_add(reinterpret_cast<uint16_t*>(sem), 1, __ATOMIC_SEQ_CST);
   g_bpf = st.release();
   return {};
 }

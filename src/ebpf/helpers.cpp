@@ -300,23 +300,32 @@ u64 h_probe_read(u64 dst, u64 size, u64 src, u64, u64) {
 }
 
 // Reads a NUL-terminated string of at most size-1 bytes, a page's part at a time (the
-// string may end just before an unmapped page). Returns the bytes with the NUL.
+// string may end just before an unmapped page). Returns the bytes with the NUL. As the
+// kernel's (since 5.9), nothing is written past the NUL: a program that zeroed a key
+// and read a string into it gets the same key for the same string (the bytes after it
+// read from the source would differ). So each part goes through a bounce buffer.
 template <bool kTrusted>
 u64 h_probe_read_str(u64 dst, u64 size, u64 src, u64, u64) {
   if (size == 0 || size > (1u << 16) || !writable<kTrusted>(dst, size)) return neg(EFAULT);
   auto* d = reinterpret_cast<char*>(dst);
+  char buf[256];
   u64 n = 0;
   while (n < size - 1) {
     const u64 page_left = 4096 - ((src + n) & 4095);
-    const u64 chunk = std::min(page_left, size - 1 - n);
-    if (!os::safe_read(d + n, src + n, chunk)) {
+    const u64 chunk = std::min({page_left, size - 1 - n, u64{sizeof buf}});
+    if (!os::safe_read(buf, src + n, chunk)) {
       if (n == 0) {
         std::memset(d, 0, size);
         return neg(EFAULT);
       }
       break;
     }
-    if (const void* z = std::memchr(d + n, 0, chunk)) return static_cast<u64>(static_cast<const char*>(z) - d) + 1;
+    if (const void* z = std::memchr(buf, 0, chunk)) {
+      const u64 len = static_cast<u64>(static_cast<const char*>(z) - buf) + 1;
+      std::memcpy(d + n, buf, len);
+      return n + len;
+    }
+    std::memcpy(d + n, buf, chunk);
     n += chunk;
   }
   d[n] = 0;

@@ -57,6 +57,7 @@ class Parser {
   Result<void> read_elf();
   Result<void> classify();
   Result<void> read_maps();
+  Result<void> read_kconfig();
   Result<void> read_programs();
   Result<void> relocate(size_t sec, uint64_t lo, uint64_t hi, size_t base, LoadedProgram& p,
                         bool* needs_text);
@@ -81,24 +82,32 @@ class Parser {
   // Line info records by section index: (byte offset of the instruction, line).
   std::map<size_t, std::vector<std::pair<uint64_t, LineInfo>>> lines_;
   std::map<std::string, size_t> maps_by_sym_;  // .maps symbol -> map index
+  std::map<std::string, uint64_t> kconfig_off_;  // __kconfig extern -> offset in map kconfig_map_
+  int kconfig_map_ = -1;
   int maps_sec_ = -1, text_sec_ = -1;
   Object obj_;
 };
 
 bool starts(const std::string& s, std::string_view p) { return s.rfind(p, 0) == 0; }
 
+// What `extern ... __kconfig` variables read here. libbpf fills them from the running
+// kernel's configuration; there is no kernel here, only what this runtime provides:
+// usdt.bpf.h asks whether bpf_get_attach_cookie exists (it does: helpers.cpp), and
+// then takes each USDT site's spec id from it.
+constexpr std::pair<std::string_view, uint64_t> kKconfig[] = {{"LINUX_HAS_BPF_COOKIE", 1}};
+
 // The program sections, as libbpf names them: "KIND" alone (bare: the attach spec
 // names the function) or "KIND/PLACE". kprobe/kretprobe are uprobes here (there is no
 // kernel): libbpf-tools programs name user functions so.
 constexpr const char* kSectionForms =
     "fentry/FUNC, fexit/FUNC, fmod_ret/FUNC, uprobe/[BINARY:]FUNC[+OFFSET], uretprobe/[BINARY:]FUNC, "
-    "kprobe/FUNC[+OFFSET], kretprobe/FUNC, or any of these kinds bare with --attach";
+    "kprobe/FUNC[+OFFSET], kretprobe/FUNC, usdt/BINARY:PROVIDER:NAME, or any of these kinds bare with --attach";
 
 std::optional<ProgKind> section_kind(const std::string& name) {
   static const std::pair<std::string_view, ProgKind> kinds[] = {
       {"fentry", ProgKind::fentry},    {"fexit", ProgKind::fexit},         {"fmod_ret", ProgKind::fmod_ret},
       {"uprobe", ProgKind::uprobe},    {"uretprobe", ProgKind::uretprobe}, {"kprobe", ProgKind::uprobe},
-      {"kretprobe", ProgKind::uretprobe}};
+      {"kretprobe", ProgKind::uretprobe}, {"usdt", ProgKind::usdt}};
   for (const auto& [k, kind] : kinds)
     if (name == k || (starts(name, k) && name.size() > k.size() && name[k.size()] == '/')) return kind;
   return std::nullopt;
@@ -113,6 +122,26 @@ struct Place {
 // (BINARY only where `with_binary`; OFFSET decimal or 0x hex, none for a return probe).
 Result<Place> parse_place(std::string rest, ProgKind kind, bool with_binary) {
   Place pl;
+  if (kind == ProgKind::usdt) {
+    // BINARY:PROVIDER:NAME, as libbpf's usdt/ sections: the binary may hold colons, the
+    // provider and name do not. func is "PROVIDER:NAME".
+    const size_t name_at = rest.rfind(':');
+    const size_t prov_at = name_at == std::string::npos || name_at == 0 ? std::string::npos
+                                                                        : rest.rfind(':', name_at - 1);
+    if (prov_at == std::string::npos)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("'{}' is not BINARY:PROVIDER:NAME (a USDT probe names its binary, provider and "
+                                    "name)",
+                                    rest));
+    pl.binary = rest.substr(0, prov_at);
+    const std::string provider = rest.substr(prov_at + 1, name_at - prov_at - 1), name = rest.substr(name_at + 1);
+    if (pl.binary.empty() || provider.empty() || name.empty())
+      return make_error(Errc::invalid_argument,
+                        fmt::format("'{}': empty {} in BINARY:PROVIDER:NAME", rest,
+                                    pl.binary.empty() ? "binary" : provider.empty() ? "provider" : "name"));
+    pl.func = provider + ":" + name;
+    return pl;
+  }
   if (is_uprobe(kind)) {
     if (const size_t colon = rest.rfind(':'); with_binary && colon != std::string::npos) {
       pl.binary = rest.substr(0, colon);
@@ -285,25 +314,41 @@ GlobalVar::Kind var_kind(const btf* b, uint32_t type_id) {
   return GlobalVar::Kind::bytes;
 }
 
+struct DatasecVar {
+  std::string name;
+  uint32_t type = 0;    // the variable's type id
+  long size = 0;        // its size, or < 0 when BTF cannot say
+  uint64_t offset = 0;  // the DATASEC's offset
+};
+
+// The named variables of BTF DATASEC `sec` (none without BTF or such a DATASEC).
+std::vector<DatasecVar> datasec_vars(const btf* b, const std::string& sec) {
+  std::vector<DatasecVar> out;
+  const int id = b ? btf__find_by_name_kind(b, sec.c_str(), BTF_KIND_DATASEC) : -1;
+  const btf_type* ds = id > 0 ? btf__type_by_id(b, static_cast<uint32_t>(id)) : nullptr;
+  if (!ds) return out;
+  const btf_var_secinfo* vs = btf_var_secinfos(ds);
+  for (uint16_t k = 0; k < btf_vlen(ds); ++k) {
+    const btf_type* v = btf__type_by_id(b, vs[k].type);
+    if (!v || !btf_is_var(v)) continue;
+    const char* n = btf__name_by_offset(b, v->name_off);
+    if (!n || !*n) continue;
+    out.push_back({n, v->type, btf__resolve_size(b, v->type), vs[k].offset});
+  }
+  return out;
+}
+
 // The named variables of data section `sec` (`size` bytes), from its BTF DATASEC. The
 // offset comes from the variable's symbol (clang leaves DATASEC offsets for libbpf to
 // fix up); a variable that does not fit in the section is left out, never trusted.
 std::vector<GlobalVar> Parser::data_vars(size_t sec, uint64_t size) const {
   std::vector<GlobalVar> out;
-  if (!btf_) return out;
-  const int id = btf__find_by_name_kind(btf_.get(), secs_[sec].name.c_str(), BTF_KIND_DATASEC);
-  const btf_type* ds = id > 0 ? btf__type_by_id(btf_.get(), static_cast<uint32_t>(id)) : nullptr;
-  if (!ds) return out;
-  const btf_var_secinfo* vs = btf_var_secinfos(ds);
-  for (uint16_t k = 0; k < btf_vlen(ds); ++k) {
-    const btf_type* v = btf__type_by_id(btf_.get(), vs[k].type);
-    if (!v || !btf_is_var(v)) continue;
-    const char* n = btf__name_by_offset(btf_.get(), v->name_off);
-    const long sz = btf__resolve_size(btf_.get(), v->type);
-    if (!n || !*n || sz <= 0) continue;
+  for (const DatasecVar& dv : datasec_vars(btf_.get(), secs_[sec].name)) {
+    const long sz = dv.size;
+    if (sz <= 0) continue;
     GlobalVar g;
-    g.name = n;
-    uint64_t off = vs[k].offset;
+    g.name = dv.name;
+    uint64_t off = dv.offset;
     for (const Sym& y : syms_)
       if (y.shndx == sec && y.name == g.name) {
         off = y.value;
@@ -312,8 +357,8 @@ std::vector<GlobalVar> Parser::data_vars(size_t sec, uint64_t size) const {
     if (off > size || static_cast<uint64_t>(sz) > size - off) continue;
     g.offset = static_cast<uint32_t>(off);
     g.size = static_cast<uint32_t>(sz);
-    g.kind = var_kind(btf_.get(), v->type);
-    g.type_id = v->type;
+    g.kind = var_kind(btf_.get(), dv.type);
+    g.type_id = dv.type;
     out.push_back(std::move(g));
   }
   std::sort(out.begin(), out.end(), [](const GlobalVar& a, const GlobalVar& b) { return a.offset < b.offset; });
@@ -342,6 +387,7 @@ Result<void> Parser::read_maps() {
     s.map = static_cast<int>(obj_.maps.size());
     obj_.maps.push_back(std::move(m));
   }
+  UTRAMP_TRY(read_kconfig());
   if (maps_sec_ < 0) return {};
   if (!btf_) return err(Errc::bad_format, "section '.maps' but no .BTF to describe its maps (compile with -g)");
   for (const Sym& sym : syms_) {
@@ -398,6 +444,54 @@ Result<void> Parser::read_maps() {
   return {};
 }
 
+// The `__kconfig` externs (BTF variables of DATASEC .kconfig, undefined symbols in the
+// ELF): one read-only global-data map ".kconfig", each variable at its natural
+// alignment, as libbpf lays them out. Known names get kKconfig's value, unknown weak
+// ones 0 (libbpf's rule for a weak extern the kernel lacks); an unknown strong one is
+// refused. Nothing of it is printed (no vars).
+Result<void> Parser::read_kconfig() {
+  std::vector<uint8_t> bytes;
+  for (const DatasecVar& dv : datasec_vars(btf_.get(), ".kconfig")) {
+    const char* n = dv.name.c_str();
+    const long sz = dv.size;
+    if (sz <= 0 || sz > 8)
+      return err(Errc::unsupported, fmt::format("__kconfig extern '{}': {} bytes (only numbers of 1 to 8 bytes)", n, sz));
+    const Sym* sym = nullptr;
+    for (const Sym& y : syms_)
+      if (y.shndx == SHN_UNDEF && y.name == n) sym = &y;
+    if (!sym) continue;  // declared, never used
+    std::optional<uint64_t> value;
+    for (const auto& [name, val] : kKconfig)
+      if (name == n) value = val;
+    if (!value && sym->bind != STB_WEAK) {
+      std::string have;
+      for (const auto& [name, val] : kKconfig) have += fmt::format("{}{}", have.empty() ? "" : ", ", name);
+      return err(Errc::unsupported,
+                 fmt::format("__kconfig extern '{}' is not provided here (there is no kernel configuration; "
+                             "provided: {}; a __weak extern reads 0)",
+                             n, have));
+    }
+    const size_t off = (bytes.size() + static_cast<size_t>(sz) - 1) / static_cast<size_t>(sz) * static_cast<size_t>(sz);
+    bytes.resize(off + static_cast<size_t>(sz), 0);
+    const uint64_t val = value.value_or(0);
+    std::memcpy(bytes.data() + off, &val, static_cast<size_t>(sz));  // little-endian: the low bytes
+    kconfig_off_[n] = off;
+  }
+  if (bytes.empty()) return {};
+  MapSpec m;
+  m.name = ".kconfig";
+  m.type = static_cast<uint32_t>(MapType::array);
+  m.key_size = 4;
+  m.value_size = static_cast<uint32_t>(bytes.size());
+  m.max_entries = 1;
+  m.global_data = true;
+  m.readonly = true;
+  m.init = std::move(bytes);
+  kconfig_map_ = static_cast<int>(obj_.maps.size());
+  obj_.maps.push_back(std::move(m));
+  return {};
+}
+
 // Applies the relocations of section `sec` that fall in [lo, hi) (bytes) to p.insns,
 // where the section's instruction at `lo` is p.insns[base].
 Result<void> Parser::relocate(size_t sec, uint64_t lo, uint64_t hi, size_t base, LoadedProgram& p,
@@ -423,6 +517,16 @@ Result<void> Parser::relocate(size_t sec, uint64_t lo, uint64_t hi, size_t base,
     if (type == kR_BPF_64_64) {
       if (n.code != op::kLddw || at + 1 >= p.insns.size())
         return err(Errc::bad_format, iwhere + ": map relocation on an instruction that is not lddw");
+      if (sym.shndx == SHN_UNDEF) {
+        auto k = kconfig_off_.find(sym.name);
+        if (k == kconfig_off_.end())
+          return err(Errc::unsupported,
+                     fmt::format("{}: extern '{}' is not supported (only __kconfig variables: {})", iwhere, sym.name,
+                                 kKconfig[0].first));
+        p.refs.push_back({static_cast<uint32_t>(at), static_cast<uint32_t>(kconfig_map_), true,
+                          k->second + static_cast<uint32_t>(n.imm)});
+        continue;
+      }
       if (sym.shndx >= secs_.size())
         return err(Errc::bad_format, fmt::format("{}: symbol '{}' has no section", iwhere, sym.name));
       const Sec& ts = secs_[sym.shndx];
@@ -499,7 +603,7 @@ Result<void> Parser::parse_target(const Sec& s, LoadedProgram& p) const {
   p.kind = *section_kind(s.name);
   const size_t slash = s.name.find('/');
   if (slash == std::string::npos) return {};  // bare: apply_attach needs a spec for it
-  const bool libbpf_uprobe = starts(s.name, "uprobe/") || starts(s.name, "uretprobe/");
+  const bool libbpf_uprobe = starts(s.name, "uprobe/") || starts(s.name, "uretprobe/") || starts(s.name, "usdt/");
   auto place = parse_place(s.name.substr(slash + 1), p.kind, libbpf_uprobe);
   if (!place) return err(place.error().code, fmt::format("section '{}': {}", s.name, place.error().message));
   p.binary = place->binary;
@@ -746,11 +850,12 @@ const char* prog_kind_name(ProgKind k) {
     case ProgKind::fmod_ret: return "fmod_ret";
     case ProgKind::uprobe: return "uprobe";
     case ProgKind::uretprobe: return "uretprobe";
+    case ProgKind::usdt: return "usdt";
   }
   return "?";
 }
 
-bool is_uprobe(ProgKind k) { return k == ProgKind::uprobe || k == ProgKind::uretprobe; }
+bool is_uprobe(ProgKind k) { return k == ProgKind::uprobe || k == ProgKind::uretprobe || k == ProgKind::usdt; }
 
 bool calls_helper(const LoadedProgram& p, int32_t id) {
   for (size_t i = 0; i < p.insns.size(); ++i) {
@@ -794,8 +899,8 @@ Result<AttachSpec> parse_attach_spec(const std::string& text) {
   auto bad = [&](const std::string& why) {
     return make_error(Errc::invalid_argument,
                       fmt::format("--attach '{}': {} (forms: PROG=uprobe:BINARY:FUNC[+OFFSET], "
-                                  "PROG=uretprobe:BINARY:FUNC, PROG=fentry:FUNC, PROG=fexit:FUNC, "
-                                  "PROG=fmod_ret:FUNC)",
+                                  "PROG=uretprobe:BINARY:FUNC, PROG=usdt:BINARY:PROVIDER:NAME, PROG=fentry:FUNC, "
+                                  "PROG=fexit:FUNC, PROG=fmod_ret:FUNC)",
                                   text, why));
   };
   AttachSpec a;
@@ -806,18 +911,16 @@ Result<AttachSpec> parse_attach_spec(const std::string& text) {
   const std::string spec = text.substr(eq + 1);
   const size_t colon = spec.find(':');
   const std::string kind = spec.substr(0, colon);
-  if (kind == "usdt")
-    return make_error(Errc::unsupported, fmt::format("--attach '{}': usdt probes are not supported yet", text));
   static const std::pair<std::string_view, ProgKind> kinds[] = {
-      {"uprobe", ProgKind::uprobe}, {"uretprobe", ProgKind::uretprobe}, {"fentry", ProgKind::fentry},
-      {"fexit", ProgKind::fexit},   {"fmod_ret", ProgKind::fmod_ret}};
+      {"uprobe", ProgKind::uprobe}, {"uretprobe", ProgKind::uretprobe}, {"usdt", ProgKind::usdt},
+      {"fentry", ProgKind::fentry}, {"fexit", ProgKind::fexit},         {"fmod_ret", ProgKind::fmod_ret}};
   bool known = false;
   for (const auto& [k, v] : kinds)
     if (kind == k) a.kind = v, known = true;
   if (!known) return bad(fmt::format("unknown kind '{}'", kind));
   if (colon == std::string::npos) return bad("no function named");
   const std::string rest = spec.substr(colon + 1);
-  if (is_uprobe(a.kind) && rest.rfind(':') == std::string::npos)
+  if (is_uprobe(a.kind) && a.kind != ProgKind::usdt && rest.rfind(':') == std::string::npos)
     return bad("a uprobe names its binary: BINARY:FUNC (the traced program's path or name, or /proc/self/exe)");
   auto pl = parse_place(rest, a.kind, true);
   if (!pl) return bad(pl.error().message);
@@ -851,7 +954,7 @@ Result<void> apply_attach(Object& obj, std::span<const AttachSpec> specs) {
                         fmt::format("--attach '{}': program '{}' (section '{}') is a {} program, it cannot be "
                                     "attached as {}{}",
                                     a.text, p.name, p.section, prog_kind_name(p.kind), prog_kind_name(a.kind),
-                                    is_uprobe(p.kind) ? " (uprobe or uretprobe: its context is struct pt_regs)"
+                                    is_uprobe(p.kind) ? " (uprobe, uretprobe or usdt: its context is struct pt_regs)"
                                                       : fmt::format(" (only {}: its context is fixed by its section)",
                                                                     prog_kind_name(p.kind))));
     p.kind = a.kind;
@@ -862,6 +965,11 @@ Result<void> apply_attach(Object& obj, std::span<const AttachSpec> specs) {
   for (const LoadedProgram& p : obj.programs) {
     if (!p.target.empty()) continue;
     const bool probe = is_uprobe(p.kind);
+    if (p.kind == ProgKind::usdt)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("program '{}' (section '{}') names no USDT probe: attach it with --attach "
+                                    "{}=usdt:BINARY:PROVIDER:NAME",
+                                    p.name, p.section, p.name));
     return make_error(Errc::invalid_argument,
                       fmt::format("program '{}' (section '{}') names no function: attach it with --attach "
                                   "{}={}:{}FUNC{}",
@@ -895,7 +1003,10 @@ void program_options(const Object& obj, const LoadedProgram& p, const abi::Signa
   if (is_uprobe(p.kind)) {
     o.ctx_kind = CtxKind::pt_regs;
     o.ctx_size = kPtRegsSize;
-    o.ctx_what = fmt::format("struct pt_regs at {} of {} ({} bytes)", p.kind == ProgKind::uprobe ? "a probe" : "a return",
+    o.ctx_what = fmt::format("struct pt_regs at {} of {} ({} bytes)",
+                             p.kind == ProgKind::uprobe ? "a probe"
+                             : p.kind == ProgKind::usdt ? "a USDT probe"
+                                                        : "a return",
                              p.target, kPtRegsSize);
   } else {
     const int args = sig.arg_slots();

@@ -12,11 +12,18 @@
 //                           "uretprobe", "kprobe", "kretprobe", "fentry", "fexit" and
 //                           "fmod_ret" name no function: an AttachSpec (--attach) names
 //                           it (apply_attach, which refuses a program left without one)
+//   SEC("usdt/BINARY:PROVIDER:NAME"), bare SEC("usdt")   USDT probes (usdt.hpp): a
+//                           pt_regs context at every site of PROVIDER:NAME; target is
+//                           "PROVIDER:NAME"
 //   .text                   BPF-to-BPF callees: appended to each program that calls
 //                           them (calls relocated), their own relocations applied too
 //   .maps                   BTF-defined maps (__uint(type, ...), __type(key, ...) ...),
 //                           read with libbpf's BTF API from .BTF
 //   .data* .rodata* .bss*   global data: one-entry array maps whose value is the section
+//   .kconfig externs        `extern ... __kconfig` (usdt.bpf.h's LINUX_HAS_BPF_COOKIE):
+//                           a read-only global-data map ".kconfig" holding what this
+//                           runtime provides (kKconfig in loader.cpp); an unknown weak
+//                           one reads 0, an unknown strong one is refused
 //   .BTF.ext                CO-RE relocation records: kept per program (core.hpp applies
 //                           them against the target's DWARF); unsupported kinds refused.
 //                           Line info: kept per program for the verifier's messages
@@ -58,7 +65,7 @@ struct Signature;
 
 namespace utramp::ebpf {
 
-enum class ProgKind : uint8_t { fentry, fexit, fmod_ret, uprobe, uretprobe };
+enum class ProgKind : uint8_t { fentry, fexit, fmod_ret, uprobe, uretprobe, usdt };
 const char* prog_kind_name(ProgKind k);
 
 // The program's typed prototype: BPF_PROG's inner function `____NAME(ctx, args...)`,
@@ -81,7 +88,7 @@ struct LoadedProgram {
   std::string name;     // the function's symbol
   std::string section;  // fentry/work
   ProgKind kind = ProgKind::fentry;
-  std::string target;   // work
+  std::string target;   // work; usdt: PROVIDER:NAME
   std::string binary;   // uprobe/BINARY:FUNC: BINARY ("" when not given)
   uint64_t offset = 0;  // uprobe/FUNC+OFFSET: OFFSET
   std::vector<Insn> insns;
@@ -91,6 +98,7 @@ struct LoadedProgram {
   std::vector<LineInfo> lines;  // .BTF.ext line info, by instruction (may be empty)
 };
 
+// The kinds whose context is struct pt_regs: uprobe, uretprobe, usdt.
 bool is_uprobe(ProgKind k);
 
 // bpf_override_return (helper 58): the probed function returns the program's value
@@ -130,16 +138,17 @@ struct Object {
 // An attach spec (`utramp run --attach PROG=SPEC`): where program PROG is attached,
 // overriding or completing its section. SPEC is one of
 //   uprobe:BINARY:FUNC[+OFF]   uretprobe:BINARY:FUNC   (BINARY as in uprobe/BINARY:FUNC)
+//   usdt:BINARY:PROVIDER:NAME
 //   fentry:FUNC   fexit:FUNC   fmod_ret:FUNC
-// A spec keeps the program's context: a uprobe-family section (uprobe, uretprobe,
-// kprobe, kretprobe) takes uprobe or uretprobe (as libbpf's bpf_program__attach_uprobe
-// attaches either), a tracing section only its own kind (its context is fixed at load).
-// usdt: is refused as not supported yet.
+// A spec keeps the program's context: a pt_regs section (uprobe, uretprobe, kprobe,
+// kretprobe, usdt) takes uprobe, uretprobe or usdt (as libbpf's
+// bpf_program__attach_uprobe and _attach_usdt take any of them), a tracing section only
+// its own kind (its context is fixed at load).
 struct AttachSpec {
   std::string prog;
   ProgKind kind = ProgKind::uprobe;
   std::string binary;  // uprobes: as given (the form requires one)
-  std::string func;
+  std::string func;    // usdt: PROVIDER:NAME
   uint64_t offset = 0;
   std::string text;    // as given, for messages
 };

@@ -1581,4 +1581,26 @@ std::string build_id_hex(const std::string& path) {
   return hex;
 }
 
+Result<std::pair<uint64_t, uint64_t>> cfi_row_range(const std::string& path, uint64_t vaddr) {
+  auto opened = open_regular(path);
+  if (!opened) return std::move(opened).error();
+  const int fd = *opened;
+  Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+  Dwarf_CFI* cfi = elf ? dwarf_getcfi_elf(elf) : nullptr;
+  Dwarf_Frame* frame = nullptr;
+  Result<std::pair<uint64_t, uint64_t>> out =
+      make_error(Errc::not_found, fmt::format("no call frame information covers {:#x} in {}", vaddr, path));
+  if (cfi && dwarf_cfi_addrframe(cfi, vaddr, &frame) == 0) {
+    Dwarf_Addr start = 0, end = 0;
+    bool signalp = false;
+    if (dwarf_frame_info(frame, &start, &end, &signalp) >= 0 && start <= vaddr && vaddr < end)
+      out = std::pair<uint64_t, uint64_t>{start, end};
+    free(frame);
+  }
+  if (cfi) dwarf_cfi_end(cfi);
+  if (elf) elf_end(elf);
+  ::close(fd);
+  return out;
+}
+
 }  // namespace utramp::os

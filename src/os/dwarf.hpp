@@ -61,6 +61,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/result.hpp"
 #include "abi/signature.hpp"
@@ -82,5 +83,12 @@ Result<abi::Signature> signature_from_dwarf(const std::string& path, std::string
 
 // The GNU build-id of the ELF file at PATH in hex, "" when it has none or cannot be read.
 std::string build_id_hex(const std::string& path);
+
+// The code range [start, end) (link-time addresses) of the call frame information row
+// (.eh_frame, else .debug_frame) that covers `vaddr` in the ELF file at `path`: a range
+// that starts on an instruction boundary (CFI rows begin where an instruction does),
+// found in stripped files too, where no symbol names the code (gcc's .cold parts, static
+// functions). Errc::not_found when no CFI covers it.
+Result<std::pair<uint64_t, uint64_t>> cfi_row_range(const std::string& path, uint64_t vaddr);
 
 }  // namespace utramp::os

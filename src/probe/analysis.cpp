@@ -12,6 +12,7 @@
 #include "arch/arch.hpp"
 #include "arch/probe.hpp"
 #include "common/hex.hpp"
+#include "os/dwarf.hpp"
 #include "patch/patcher.hpp"
 #include "sites/table.hpp"
 
@@ -254,7 +255,28 @@ Result<Function> Analysis::function_at(uint64_t addr) {
       if (addr >= it->start && addr < it->end) return funcs_[it->fn];
     }
   }
+  // No symbol covers it (a stripped file's static functions, the .cold parts gcc splits
+  // off: where USDT probes guarded by a semaphore usually sit). The file's call frame
+  // information still covers the code, in rows that start on instruction boundaries:
+  // the row holding addr is decoded from its start as a function would be, and marked
+  // partial (no multi-instruction jump over it: the rest of the function is unknown).
   const os::Mapping* m = os::find_mapping(maps_, addr);
+  if (m && !m->path.empty()) {
+    const auto same = std::find_if(funcs_.begin(), funcs_.end(), [&](const Function& f) { return f.object == m->path; });
+    if (same != funcs_.end()) {
+      const uint64_t bias = same->bias;
+      if (auto row = os::cfi_row_range(m->path, addr - bias)) {
+        Function f;
+        f.start = row->first + bias;
+        f.size = row->second - row->first;
+        f.name = fmt::format("{}+{:#x}", m->path.substr(m->path.rfind('/') + 1), row->first);
+        f.object = m->path;
+        f.bias = bias;
+        f.partial = true;
+        return f;
+      }
+    }
+  }
   return make_error(Errc::not_found,
                     fmt::format("{:#x} is not inside any known function{}", addr,
                                 m && !m->path.empty() ? fmt::format(" (in {})", m->path) : ""));
@@ -381,6 +403,11 @@ const std::vector<uint64_t>& Analysis::branch_targets(const Function& f) {
 }
 
 Result<void> Analysis::check_multi_window(const Function& f, uint64_t addr, uint32_t len) {
+  if (f.partial)
+    return make_error(Errc::unsupported,
+                      fmt::format("no symbol covers {}: only its call frame information row is known, not whether "
+                                  "a branch of the function targets the bytes",
+                                  f.name));
   FuncCode& fc = const_cast<FuncCode&>(func_code(f));
   if (fc.decoded_to != f.size)
     return make_error(Errc::unsupported,

@@ -24,6 +24,10 @@ struct Function {
   uint64_t start = 0, size = 0;
   std::string name, object;
   uint64_t bias = 0;
+  // Only a part of the function is known (a call frame information row, where no
+  // symbol covers the address): boundaries inside it are proven, but not that no branch
+  // from the rest of the function lands inside a multi-instruction window.
+  bool partial = false;
   uint64_t end() const { return start + size; }
 };
 

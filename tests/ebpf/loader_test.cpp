@@ -457,7 +457,7 @@ TEST(LoaderAttach, BadSpecsSayWhatIsWrong) {
     const std::string e = attach_error(*o, specs);
     EXPECT_NE(e.find(what), std::string::npos) << e;
   };
-  has({"sum_add=usdt:adder:prov:name"}, "--attach 'sum_add=usdt:adder:prov:name': usdt probes are not supported yet");
+  has({"sum_add=usdt:adder:name"}, "'adder:name' is not BINARY:PROVIDER:NAME");
   has({"sum_add=tracepoint:x"}, "unknown kind 'tracepoint'");
   has({"sum_add"}, "no program named before '='");
   has({"sum_add=uprobe:uprobed_add"}, "a uprobe names its binary: BINARY:FUNC");
@@ -466,8 +466,8 @@ TEST(LoaderAttach, BadSpecsSayWhatIsWrong) {
   has({"nope=uprobe:adder:f"}, "no program 'nope' in ");
   has({"nope=uprobe:adder:f"}, "(its programs: sum_add, sum_add_ret, sum_sub)");
   has({"sum_add=fentry:uprobed_add"},
-      "program 'sum_add' (section 'uprobe') is a uprobe program, it cannot be attached as fentry (uprobe or "
-      "uretprobe: its context is struct pt_regs)");
+      "program 'sum_add' (section 'uprobe') is a uprobe program, it cannot be attached as fentry (uprobe, "
+      "uretprobe or usdt: its context is struct pt_regs)");
   has({"sum_add=uprobe:a:f", "sum_add=uprobe:a:g"}, "program 'sum_add' is attached by 'sum_add=uprobe:a:f' already");
   auto f = load_object_file(example("fexit_ret"), runtime_helpers());
   ASSERT_TRUE(f) << f.error().message;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <unistd.h>
 
 #include "../e2e/cli_runner.hpp"
 #include "../e2e/temp_dir.hpp"
@@ -720,12 +721,122 @@ TEST(RunE2E, AttachSpecRefusalsNeverStartTheTarget) {
                        "shared libraries are not supported yet");
   expect_adder_refused(sum, {"sum_add=uprobe:other:uprobed_add", "sum_add_ret=uretprobe:adder:uprobed_add"},
                        "binary 'other' is not the traced program");
-  expect_adder_refused(sum, {"sum_add=usdt:adder:p:n"}, "usdt probes are not supported yet");
+  expect_adder_refused(sum, {"sum_add=usdt:adder:p:n", "sum_add_ret=uretprobe:adder:uprobed_add"},
+                       "usdt programs but no map '__bpf_usdt_specs': include <bpf/usdt.bpf.h>");
   expect_adder_refused(sum, {"sum_add=uprobe:adder:no_such", "sum_add_ret=uretprobe:adder:uprobed_add"},
                        "program 'sum_add' (section 'uprobe'): no function 'no_such' in");
   expect_refused(bad("core_pt_regs"), "program 'missing' insn 0: CO-RE field_byte_offset of struct pt_regs.fred_cs");
   expect_refused(bad("core_pt_regs"), "utramp's uprobe context has no register 'fred_cs'");
 }
+
+// ---- USDT probes: usdt.bpf.h on <sys/sdt.h> probes ----
+
+#ifdef UTRAMP_HAVE_USDT_TARGETS
+std::vector<std::string> usdt_targets() {
+  std::vector<std::string> t;
+  // gcc -O2's build is plain usdt_target (the name usdt_args.bpf.c's sections give).
+  for (const char* b : {"usdt_target", "usdt_target_gcc_O0", "usdt_target_clang_O0", "usdt_target_clang_O2"})
+    t.push_back(std::string(UTRAMP_BPF_EXAMPLES_DIR) + "/" + b);
+  return t;
+}
+
+// The lines of `out` holding `marker`, from the marker on (printk lines may get a
+// prefix), but for the globals printed at the end (`@name: ...`: printk's formats).
+std::vector<std::string> lines_from(const std::string& out, const std::string& marker) {
+  std::vector<std::string> v;
+  std::istringstream in(out);
+  for (std::string l; std::getline(in, l);)
+    if (const size_t at = l.find(marker); at != std::string::npos && !l.starts_with("@"))
+      v.push_back(l.substr(at + marker.size()));
+  return v;
+}
+
+// usdt_args.bpf.c on every build of usdt_target: each argument's 64-bit value (signed
+// and unsigned, 1 to 8 bytes, in registers, stack slots and constants) is what the
+// target printed; demo:guarded runs only while attached (its semaphore is raised), and
+// the target's own output is otherwise what it prints untraced.
+TEST(RunE2E, UsdtArgumentsOfEveryKindAndSemaphores) {
+  for (const std::string& target : usdt_targets()) {
+    SCOPED_TRACE(target);
+    auto plain = test::run_program({target, "3"});
+    ASSERT_EQ(plain.exit_code, 0);
+    EXPECT_NE(plain.out.find("usdt_target: 3 calls, guarded ran 0 times\n"), std::string::npos) << plain.out;
+    const std::string base = target.substr(target.rfind('/') + 1);
+    // on_guarded's section names usdt_target: the other builds override it.
+    auto r = run_on(target, example("usdt_args"),
+                    {"on_consts=usdt:" + base + ":demo:consts", "on_guarded=usdt:" + target + ":demo:guarded"}, "3",
+                    false);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("usdt_target: 3 calls, guarded ran 3 times\n"), std::string::npos) << r.out;
+    // Untraced lines unchanged.
+    EXPECT_EQ(lines_from(r.out, "target: demo:args "), lines_from(plain.out, "target: demo:args "));
+    EXPECT_EQ(lines_from(r.out, "target: demo:consts "), lines_from(plain.out, "target: demo:consts "));
+    // "target: demo:args I A0 ... A7" -> "bpf: demo:args argK = AK" for each K, AK as
+    // the program prints the 64-bit value (%ld: a u64 above INT64_MAX shows negative).
+    std::vector<std::string> want_args;
+    for (const std::string& l : lines_from(plain.out, "target: demo:args ")) {
+      std::istringstream in(l);
+      std::string i, v;
+      in >> i;
+      for (int k = 0; in >> v; ++k) {
+        const int64_t bits = v[0] == '-' ? std::stoll(v) : static_cast<int64_t>(std::stoull(v));
+        want_args.push_back("arg" + std::to_string(k) + " = " + std::to_string(bits));
+      }
+    }
+    ASSERT_EQ(want_args.size(), 24u);
+    EXPECT_EQ(lines_from(r.out, "bpf: demo:args "), want_args) << r.out;
+    EXPECT_EQ(lines_from(r.out, "bpf: demo:consts "),
+              std::vector<std::string>(3, "5 -7 123456789012"));
+    const auto guarded = lines_from(r.out, "target: demo:guarded ");
+    ASSERT_EQ(guarded.size(), 3u);
+    EXPECT_EQ(guarded[2], "3 14");  // costly(3) = 0 + 1 + 4 + 9
+    EXPECT_EQ(lines_from(r.out, "bpf: demo:guarded "), guarded);
+    EXPECT_EQ(lines_from(r.out, "__bpf_usdt"), std::vector<std::string>{});  // usdt.bpf.h's maps not printed
+  }
+}
+
+// A program nobody here wrote: Debian's python3 (stripped; its USDT probes sit in
+// .cold code no symbol names, and are guarded by semaphores CPython tests on every
+// call). usdt_pycalls.bpf.c counts function__entry by function name: exactly the calls
+// the script makes, and the script's output is what it prints untraced. (CPython 3.11
+// reports the frames its evaluator enters anew, not the calls it runs inline: the
+// script's function is a generator.)
+TEST(RunE2E, UsdtInDebiansPython) {
+  const std::string py = "/usr/bin/python3";
+  if (access(py.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << py;
+  auto notes = test::run_program({"/usr/bin/readelf", "-n", py});
+  if (notes.out.find("function__entry") == std::string::npos) GTEST_SKIP() << py << " has no USDT notes";
+  const std::string script = "def tick():\n    yield 1\nfor i in range(250): next(tick())\nprint('ticks done')\n";
+  auto plain = test::run_program({py, "-c", script});
+  ASSERT_EQ(plain.exit_code, 0);
+  auto r = test::run_program({UTRAMP_CLI, "run", example("usdt_pycalls"), "--attach",
+                              "py_entry=usdt:" + py + ":python:function__entry", "--json", "--", py, "-c", script});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(lines_from(r.out, "ticks done"), lines_from(plain.out, "ticks done"));
+  auto m = maps_of(r.out);
+  ASSERT_TRUE(m.count("calls")) << r.out;
+  uint64_t ticks = 0;
+  for (const auto& e : m["calls"]["entries"])
+    if (e["key"].get<std::string>().starts_with("7469636b00")) ticks = e["value"].get<uint64_t>();  // "tick\0"
+  EXPECT_EQ(ticks, 250u) << m["calls"].dump();
+}
+
+TEST(RunE2E, UsdtRefusalsNeverStartTheTarget) {
+  const std::string target = usdt_targets()[0];
+  auto refused = [&](const std::vector<std::string>& attach, const std::string& msg) {
+    auto r = run_on(target, example("usdt_args"), attach, "3");
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find(msg), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("usdt_target:"), std::string::npos) << "the target ran: " << r.out;
+  };
+  refused({}, "program 'on_consts' (section 'usdt') names no USDT probe: attach it with --attach "
+              "on_consts=usdt:BINARY:PROVIDER:NAME");
+  refused({"on_consts=usdt:libc.so.6:libc:setjmp"},
+          "binary 'libc.so.6' is a shared library: USDT probes in shared libraries are not supported yet");
+  refused({"on_consts=usdt:usdt_target:demo:nope"},
+          "no USDT probe 'demo:nope' in " + target + " (its probes: demo:args, demo:consts, demo:guarded)");
+}
+#endif
 
 }  // namespace
 }  // namespace utramp

@@ -77,6 +77,7 @@
 #include "ebpf/maps.hpp"
 #include "ebpf/object_dwarf.hpp"
 #include "os/file.hpp"
+#include "ebpf/usdt.hpp"
 #include "os/dwarf.hpp"
 #include "probe/sigtrap_mask.hpp"
 #include "launch.hpp"
@@ -280,8 +281,9 @@ void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs
   for (size_t i = 0; i < mf.count(); ++i) {
     const ebpf::MapSpec s = mf.spec(i);
     if (s.global_data || s.type == uint32_t(ebpf::MapType::ringbuf) ||
-        s.type == uint32_t(ebpf::MapType::perf_event_array) || s.type == uint32_t(ebpf::MapType::bloom_filter))
-      continue;  // streamed, or nothing to show (a bloom filter's bits)
+        s.type == uint32_t(ebpf::MapType::perf_event_array) || s.type == uint32_t(ebpf::MapType::bloom_filter) ||
+        ebpf::is_usdt_internal_map(s.name))
+      continue;  // streamed, or nothing to show (a bloom filter's bits, usdt.bpf.h's specs)
     const auto entries = mf.entries(i);
     const bool array = s.type == uint32_t(ebpf::MapType::array) || s.type == uint32_t(ebpf::MapType::percpu_array);
     const bool lpm = s.type == uint32_t(ebpf::MapType::lpm_trie) && s.key_size > 4;
@@ -435,16 +437,21 @@ void report_lost(const ebpf::MapFile& mf, const Output& o) {
 
 // A uprobe's binary (BINARY:FUNC, from the section or --attach): the traced program
 // (its path, its file name, /proc/self/exe as libbpf-bootstrap names it, or *). A shared
-// library is named as such: uprobes in libraries are not supported yet.
-std::string check_binary(const std::string& binary, const std::string& prog) {
+// library is named as such: uprobes (USDT probes are uprobes) in libraries are not
+// supported yet.
+std::string check_binary(const std::string& binary, const std::string& prog, ebpf::ProgKind kind) {
   const auto base = [](const std::string& x) { return x.substr(x.rfind('/') + 1); };
   if (binary.empty() || binary == "*" || binary == "/proc/self/exe" || binary == prog || base(binary) == base(prog))
     return {};
   const std::string b = base(binary);
   if (b.ends_with(".so") || b.find(".so.") != std::string::npos)
-    return fmt::format("binary '{}' is a shared library: uprobes in shared libraries are not supported yet (only "
-                       "functions of the traced program {})",
-                       binary, prog);
+    return kind == ebpf::ProgKind::usdt
+               ? fmt::format("binary '{}' is a shared library: USDT probes in shared libraries are not supported yet "
+                             "(they are uprobes; only the probes of the traced program {})",
+                             binary, prog)
+               : fmt::format("binary '{}' is a shared library: uprobes in shared libraries are not supported yet "
+                             "(only functions of the traced program {})",
+                             binary, prog);
   return fmt::format("binary '{}' is not the traced program {} (name it, /proc/self/exe, or *)", binary, prog);
 }
 
@@ -595,11 +602,11 @@ int run(const RunFlags& f) {
           if (x.name == p.target) return &x;
         return nullptr;
       }();
-      if (auto why = ebpf::is_uprobe(p.kind) ? check_binary(p.binary, prog) : std::string(); !why.empty()) {
+      if (auto why = ebpf::is_uprobe(p.kind) ? check_binary(p.binary, prog, p.kind) : std::string(); !why.empty()) {
         fmt::print(stderr, "{}: {}: program '{}' (section '{}'): {}\n", me, path, p.name, p.section, why);
         return 2;
       }
-      if (!fn) {
+      if (!fn && p.kind != ebpf::ProgKind::usdt) {
         fmt::print(stderr, "{}: {}: program '{}' (section '{}'): no function '{}' in {}\n", me, path, p.name,
                    p.section, p.target, prog);
         return 2;
@@ -608,7 +615,7 @@ int run(const RunFlags& f) {
         fmt::print(stderr, "{}: {}: {}\n", me, path, o.error().message);
         return 2;
       }
-      if (ebpf::is_uprobe(p.kind)) {
+      if (ebpf::is_uprobe(p.kind) && fn) {
         if (auto why = check_uprobe(p, *fn, elf ? elf->get() : nullptr); !why.empty()) {
           fmt::print(stderr, "{}: {}: program '{}' (section '{}'): {}\n", me, path, p.name, p.section, why);
           return 2;
@@ -618,7 +625,9 @@ int run(const RunFlags& f) {
         fmt::print(stderr, "{}: {}: {}\n", me, path, c.error().message);
         return 2;
       }
-      auto sig = os::signature_from_dwarf(prog, p.target);
+      std::optional<abi::Signature> sig;
+      if (fn)
+        if (auto r = os::signature_from_dwarf(prog, p.target)) sig = *r;
       if (sig) {
         if (auto c = ebpf::check_prototype(p, *sig); !c) {
           fmt::print(stderr, "{}: {}: {}\n", me, path, c.error().message);
@@ -671,6 +680,18 @@ int run(const RunFlags& f) {
                    type, path, type);
         return 2;
       }
+    }
+    // USDT programs: every site found and every argument decodable (the agent attaches
+    // by the same plan).
+    if (elf) {
+      if (auto u = ebpf::plan_usdt(*obj, **elf); !u) {
+        fmt::print(stderr, "{}: {}: {}\n", me, path, u.error().message);
+        return 2;
+      }
+    } else if (std::any_of(obj->programs.begin(), obj->programs.end(),
+                           [](const ebpf::LoadedProgram& p) { return p.kind == ebpf::ProgKind::usdt; })) {
+      fmt::print(stderr, "{}: {}: cannot read {} for its USDT notes: {}\n", me, path, prog, elf.error().message);
+      return 2;
     }
     specs.insert(specs.end(), obj->maps.begin(), obj->maps.end());
     out.spec_btf.resize(specs.size(), types);
@@ -792,8 +813,8 @@ void add_run(CLI::App& app) {
   sub->add_option("--interval", f->interval, "print the maps every SEC seconds too")
       ->check(CLI::Range(0.0, 86400.0 * 365));
   sub->add_option("--attach", f->attach,
-                  "PROG=uprobe:BINARY:FUNC[+OFF], PROG=uretprobe:BINARY:FUNC, PROG=fentry:FUNC, PROG=fexit:FUNC, "
-                  "PROG=fmod_ret:FUNC: attach program PROG there (overrides or completes its section; repeatable)")
+                  "PROG=uprobe:BINARY:FUNC[+OFF], PROG=uretprobe:BINARY:FUNC, PROG=usdt:BINARY:PROVIDER:NAME, "
+                  "PROG=fentry:FUNC, PROG=fexit:FUNC, PROG=fmod_ret:FUNC: attach program PROG there (overrides or completes its section; repeatable)")
       ->allow_extra_args(false);
   sub->add_flag("--json", f->json, "one JSON object per line");
   sub->add_flag("--raw", f->raw, "print ring buffer and perf records as bytes, not decoded with the object's BTF");
