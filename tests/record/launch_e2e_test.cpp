@@ -143,9 +143,9 @@ TEST(BadInput, OptionValuesAreRefusedWithTheValidForms) {
       {{"-t", "nanus"}, "a number and one of ns"},
       {{"-t", "10parsecs"}, "a number and one of ns"},
       {{"-A", "f@arg99"}, "N from 1 to 16"},
-      {{"-A", "f@arg1/z"}, "F one of d x s f"},
+      {{"-A", "f@arg1/z"}, "F one of d i u x s c f"},
       {{"-A", "f@arg1,argx"}, "argN[/F]"},
-      {{"-R", "f/q"}, "d (integer), x (pointer), s (string) or f (double)"},
+      {{"-R", "f/q"}, "'q' is not a value format: d i u x s c f"},
       {{"-D", "-3"}, "--depth"},
   };
   for (const auto& [opts, want] : cases) {

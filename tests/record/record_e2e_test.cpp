@@ -482,14 +482,18 @@ std::string masked(const std::string& text) {
 // $TMPDIR, and exit with the program's status; a subcommand's name is never a program.
 TEST(Uftrace, LiveIsRecordThenReplay) {
   REQUIRE_FIXTURE(kMain);
-  Recording r(kMain, {}, {"basic"});
-  ASSERT_EQ(r.record().exit_code, 0) << r.record().err;
-  const RunResult replay = run_in({UTRAMP_CLI, "replay", r.dir()}, r.cwd());
+  // Recorded with record's defaults (library calls too), as live and `utramp PROG` do.
+  TempDir rec_dir;
+  const std::string dir = rec_dir.path + "/d";
+  const RunResult rec = run_in({UTRAMP_CLI, "record", "-q", "-o", dir, "--", fixture_path(kMain), "basic"},
+                               rec_dir.path);
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  const RunResult replay = run_in({UTRAMP_CLI, "replay", dir}, rec_dir.path);
   TempDir tmp;
   setenv("TMPDIR", tmp.path.c_str(), 1);
-  const RunResult live = run_in({UTRAMP_CLI, "live", "--", fixture_path(kMain), "basic"}, r.cwd());
-  const RunResult bare = run_in({UTRAMP_CLI, fixture_path(kMain), "basic"}, r.cwd());
-  const RunResult io = run_in({UTRAMP_CLI, fixture_path(kMain), "io"}, r.cwd());
+  const RunResult live = run_in({UTRAMP_CLI, "live", "--", fixture_path(kMain), "basic"}, rec_dir.path);
+  const RunResult bare = run_in({UTRAMP_CLI, fixture_path(kMain), "basic"}, rec_dir.path);
+  const RunResult io = run_in({UTRAMP_CLI, fixture_path(kMain), "io"}, rec_dir.path);
   unsetenv("TMPDIR");
   EXPECT_EQ(live.exit_code, 0) << live.err;
   EXPECT_EQ(masked(live.out), masked(replay.out));
@@ -498,7 +502,7 @@ TEST(Uftrace, LiveIsRecordThenReplay) {
   EXPECT_EQ(io.exit_code, 3) << io.err;  // run_io: exit 3, a line to stderr
   EXPECT_NE(io.err.find("read 0 bytes"), std::string::npos) << io.err;
   EXPECT_TRUE(fs::is_empty(tmp.path)) << "left in TMPDIR: " << fs::directory_iterator(tmp.path)->path();
-  const RunResult sub = run_in({UTRAMP_CLI, "info", "/nonexistent-dir"}, r.cwd());
+  const RunResult sub = run_in({UTRAMP_CLI, "info", "/nonexistent-dir"}, rec_dir.path);
   EXPECT_NE(sub.err.find("utramp info: /nonexistent-dir"), std::string::npos) << sub.err;
 }
 

@@ -7,7 +7,7 @@ exports)
   bad=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -v '^utramp_' || true)
   if [ -n "$bad" ]; then echo "libutramp.so exports more than the C API:"; echo "$bad"; exit 1; fi
   nm -D --defined-only "$lib" | grep -q ' utramp_attach$' || { echo "libutramp.so lacks utramp_attach"; exit 1; }
-  want=$(sed -n 's/^ *\([a-z_]*\);$/\1/p' "$map" | sort)
+  want=$(sed -n 's/^ *\([A-Za-z_]*\);$/\1/p' "$map" | sort)
   got=$(nm -D --defined-only "$agent" | awk '{print $3}' | sed 's/@.*//' | sort)
   if [ "$want" != "$got" ]; then
     echo "libutramp-agent.so exports:"; echo "$got"; echo "expected (agent.map):"; echo "$want"; exit 1
