@@ -831,8 +831,10 @@ TEST(MapsLpm, AgreesWithABruteForceModel) {
   ASSERT_EQ(e.size(), model.size());
   std::set<std::pair<uint32_t, uint32_t>> seen;
   for (const auto& en : e) {
-    Key16 k;
-    std::memcpy(&k, en.key.data(), sizeof k);
+    // The map's key is 6 bytes (prefixlen and 2 data bytes); Key16 is padded to 8.
+    ASSERT_EQ(en.key.size(), 6u);
+    Key16 k{};
+    std::memcpy(&k, en.key.data(), en.key.size());
     const uint16_t v = static_cast<uint16_t>(k.data[0] << 8 | k.data[1]);
     const auto mk = std::make_pair(k.prefixlen, static_cast<uint32_t>(bits(v, k.prefixlen)));
     EXPECT_TRUE(model.count(mk));
