@@ -342,14 +342,17 @@ u64 h_printk(u64 fmt, u64 fmt_size, u64 a1, u64 a2, u64 a3) {
   f[std::min<u64>(fmt_size, sizeof f) - 1] = 0;
   const u64 args[3] = {a1, a2, a3};
   int next = 0;
-  char out[512];
+  // The ring record: its PrintkHead, then the line, formatted in place.
+  constexpr size_t kLine = 512;
+  char rec[sizeof(PrintkHead) + kLine];
+  char* const out = rec + sizeof(PrintkHead);
   size_t o = 0;
   auto put = [&](const char* s, size_t n) {
-    n = std::min(n, sizeof out - 1 - o);
+    n = std::min(n, kLine - 1 - o);
     std::memcpy(out + o, s, n);
     o += n;
   };
-  for (const char* p = f; *p && o < sizeof out - 1;) {
+  for (const char* p = f; *p && o < kLine - 1;) {
     if (*p != '%') {
       put(p++, 1);
       continue;
@@ -413,7 +416,6 @@ u64 h_printk(u64 fmt, u64 fmt_size, u64 a1, u64 a2, u64 a3) {
   while (o && out[o - 1] == '\n') --o;
   MapHeader* ring = g_printk.load(std::memory_order_acquire);
   if (!ring) return o;
-  char rec[sizeof(PrintkHead) + sizeof out];
   PrintkHead head{};
   const u64 pt = h_pid_tgid(0, 0, 0, 0, 0);
   head.pid = static_cast<uint32_t>(pt >> 32);
@@ -421,7 +423,6 @@ u64 h_printk(u64 fmt, u64 fmt_size, u64 a1, u64 a2, u64 a3) {
   // The name now, not cached: programs rename their threads (pthread_setname_np).
   if (arch::raw_syscall6(SYS_prctl, PR_GET_NAME, reinterpret_cast<long>(head.comm)) != 0) head.comm[0] = 0;
   std::memcpy(rec, &head, sizeof head);
-  std::memcpy(rec + sizeof head, out, o);
   (void)ringbuf_output(ring, rec, sizeof head + o);
   return o;
 }

@@ -380,21 +380,31 @@ Result<std::unique_ptr<Debug>> Debug::open(const std::string& path, const std::s
   return d;
 }
 
+// Every named symbol of `mod`'s symbol table, in table order, with its Dwfl address
+// and section index, until `fn` returns true.
+template <class F>
+void for_each_symbol(Dwfl_Module* mod, F&& fn) {
+  const int n = dwfl_module_getsymtab(mod);
+  for (int i = 1; i < n; ++i) {
+    GElf_Sym sym;
+    GElf_Addr addr = 0;
+    GElf_Word shndx = 0;
+    Elf* elf = nullptr;
+    Dwarf_Addr bias = 0;
+    const char* name = dwfl_module_getsym_info(mod, i, &sym, &addr, &shndx, &elf, &bias);
+    if (name != nullptr && fn(name, sym, addr, shndx)) return;
+  }
+}
+
 // Names of the function symbols at a Dwfl address, in symbol table order: from the
 // file's index of them, built on first use (one pass over the symbol table, not one per
 // function looked up).
 std::vector<std::string> symbols_at(const Debug& d, Dwarf_Addr dwfl_addr) {
   std::call_once(d.symbols_once, [&] {
-    const int n = dwfl_module_getsymtab(d.mod);
-    for (int i = 1; i < n; ++i) {
-      GElf_Sym sym;
-      GElf_Addr addr = 0;
-      GElf_Word shndx = 0;
-      Elf* elf = nullptr;
-      Dwarf_Addr bias = 0;
-      const char* name = dwfl_module_getsym_info(d.mod, i, &sym, &addr, &shndx, &elf, &bias);
-      if (name != nullptr && GELF_ST_TYPE(sym.st_info) == STT_FUNC) d.symbols[addr].emplace_back(name);
-    }
+    for_each_symbol(d.mod, [&](const char* name, const GElf_Sym& sym, GElf_Addr addr, GElf_Word) {
+      if (GELF_ST_TYPE(sym.st_info) == STT_FUNC) d.symbols[addr].emplace_back(name);
+      return false;
+    });
   });
   auto it = d.symbols.find(dwfl_addr);
   return it == d.symbols.end() ? std::vector<std::string>() : it->second;
@@ -1439,19 +1449,13 @@ struct Symbol {
   int type;
 };
 std::optional<Symbol> symbol_named(Dwfl_Module* mod, std::string_view name) {
-  const int n = dwfl_module_getsymtab(mod);
-  for (int i = 1; i < n; ++i) {
-    GElf_Sym sym;
-    GElf_Addr addr = 0;
-    GElf_Word shndx = 0;
-    Elf* elf = nullptr;
-    Dwarf_Addr bias = 0;
-    const char* s = dwfl_module_getsym_info(mod, i, &sym, &addr, &shndx, &elf, &bias);
+  std::optional<Symbol> found;
+  for_each_symbol(mod, [&](const char* s, const GElf_Sym& sym, GElf_Addr addr, GElf_Word shndx) {
     const int type = GELF_ST_TYPE(sym.st_info);
-    if (s != nullptr && name == s && (type == STT_FUNC || type == STT_GNU_IFUNC) && shndx != SHN_UNDEF)
-      return Symbol{addr, type};
-  }
-  return std::nullopt;
+    if (name == s && (type == STT_FUNC || type == STT_GNU_IFUNC) && shndx != SHN_UNDEF) found = Symbol{addr, type};
+    return found.has_value();
+  });
+  return found;
 }
 
 }  // namespace
