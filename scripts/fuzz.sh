@@ -13,7 +13,8 @@
 #   scripts/fuzz.sh 1800       # by hand: half an hour each; the corpora they grow stay in
 #                              # build-fuzz/fuzz-corpus[-verifier] and seed the next run
 #   UTRAMP_FUZZ_TARGETS=verifier scripts/fuzz.sh 600    # one of them
-# Extra arguments go to libFuzzer (e.g. -jobs=2 -workers=2).
+# Extra arguments go to libFuzzer (e.g. -jobs=2 -workers=2). The targets run at the same
+# time, one process each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -26,7 +27,19 @@ CC=${CC_FUZZ:-clang} CXX=${CXX_FUZZ:-clang++} \
 artifacts=$build/fuzz-artifacts
 mkdir -p "$artifacts"
 for t in $targets; do
-  cmake --build "$build" -j "$(nproc)" --target "fuzz_ebpf_$t"
+  case $t in
+    loader | verifier) ;;
+    *) echo "unknown fuzz target $t (loader, verifier)" >&2; exit 2 ;;
+  esac
+done
+# Build every target first, then run them side by side (one core each: CI has two), each
+# writing its own log, printed when all have ended.
+# shellcheck disable=SC2086
+cmake --build "$build" -j "$(nproc)" --target $(printf 'fuzz_ebpf_%s ' $targets)
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+pids=()
+for t in $targets; do
   case $t in
     loader)
       corpus=$build/fuzz-corpus
@@ -34,15 +47,27 @@ for t in $targets; do
       seeds=$(find "$build/examples/bpf" "$build/tests/ebpf/bpf" -name '*.bpf.o' | sort | paste -sd, -)
       echo "fuzzing the eBPF loader for ${seconds}s, seeds: $(echo "$seeds" | tr ',' '\n' | wc -l) objects"
       "$build/tests/ebpf/fuzz_ebpf_loader" "$corpus" -seed_inputs="$seeds" -max_total_time="$seconds" \
-        -max_len=65536 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$artifacts/" -print_final_stats=1 "$@"
+        -max_len=65536 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$artifacts/" -print_final_stats=1 "$@" \
+        >"$logs/$t" 2>&1 &
       ;;
     verifier)
       corpus=$build/fuzz-corpus-verifier
       mkdir -p "$corpus"
       echo "fuzzing the eBPF verifier (differential, interpreter) for ${seconds}s"
       "$build/tests/ebpf/fuzz_ebpf_verifier" "$corpus" -max_total_time="$seconds" -max_len=512 -timeout=10 \
-        -rss_limit_mb=2048 -artifact_prefix="$artifacts/" -print_final_stats=1 "$@"
+        -rss_limit_mb=2048 -artifact_prefix="$artifacts/" -print_final_stats=1 "$@" >"$logs/$t" 2>&1 &
       ;;
-    *) echo "unknown fuzz target $t (loader, verifier)" >&2; exit 2 ;;
   esac
+  pids+=("$!")
 done
+failed=0
+i=0
+for t in $targets; do
+  status=0
+  wait "${pids[$i]}" || status=$?
+  i=$((i + 1))
+  echo "---- fuzz_ebpf_$t (exit $status) ----"
+  # The whole log of a failure; of a pass, its last lines (the final stats).
+  if [ "$status" != 0 ]; then cat "$logs/$t"; failed=1; else tail -n 15 "$logs/$t"; fi
+done
+exit "$failed"

@@ -891,6 +891,9 @@ Result<void> check_override(const LoadedProgram& p) {
                                 prog_kind_name(p.kind)));
     case ProgKind::fmod_ret:
       return refuse("an fmod_ret program returns the value itself: return it instead of calling the helper");
+    case ProgKind::usdt:
+      return refuse("a USDT probe point lies inside its function, where the return address is no longer at the "
+                    "stack pointer (attach a uprobe at the function's entry)");
   }
   return {};
 }

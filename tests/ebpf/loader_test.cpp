@@ -543,6 +543,9 @@ TEST(Loader, OverrideReturnOnlyFromAUprobeAtTheEntry) {
   EXPECT_NE(why(ProgKind::fexit, 0, "fexit/f").find("fexit programs cannot"), std::string::npos);
   EXPECT_NE(why(ProgKind::fmod_ret, 0, "fmod_ret/f").find("return it instead of calling the helper"),
             std::string::npos);
+  // A USDT point is mid-function: accepted until the switch named the kind.
+  const std::string usdt = why(ProgKind::usdt, 0, "usdt/f:prov:name");
+  EXPECT_NE(usdt.find("a USDT probe point lies inside its function"), std::string::npos) << usdt;
 }
 
 }  // namespace
