@@ -487,6 +487,136 @@ void reported_exit(uint64_t func, uint64_t sp) {
     }
 }
 
+// ---- Context switches ----------------------------------------------------------------
+//
+// A thread that switches execution stacks (swapcontext coroutines) has one shadow stack
+// per execution stack: the one it runs on in ThreadTrace::stack, named
+// ThreadTrace::context, the others parked in ThreadTrace::contexts by name. The agent
+// tells of each switch from its swapcontext and setcontext (and of each stack made by
+// makecontext), before the switch is made, and again when swapcontext returns: the
+// thread is back on the stack it left, whoever switched to it (another swapcontext, a
+// setcontext, or the uc_link of a context whose function returned, which libc switches
+// to without a call of its exported setcontext). A switch parks the stack left under
+// its name and takes the one named `to` out of its slot; a name that is not parked is
+// not a stack of its own (getcontext saved it on this stack: a jump, which the longjmp
+// detection sees). Each switch is recorded (a `context` event), so that readers keep
+// the same stacks. Slots are mapped on the thread's first switch and never freed; with
+// all of them taken, a stack left with calls open takes the slot of a parked stack with
+// none, which is not followed from then on (an event with flags bit 1, as for a stack
+// made then); with none such, the stack left is not kept: its calls end there, and the
+// event says so (flags bit 0). A switch takes the tracer word: a signal handler's traced call
+// meanwhile is dropped and counted lost, as inside any tracer code.
+
+namespace {
+
+detail::Contexts* contexts(ThreadTrace* ts) {
+  if (ts->contexts) return ts->contexts;
+  const long p = arch::raw_syscall6(SYS_mmap, 0, sizeof(detail::Contexts), PROT_READ | PROT_WRITE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p < 0 && p > -4096) return nullptr;
+  ts->contexts = reinterpret_cast<detail::Contexts*>(p);
+  return ts->contexts;
+}
+
+detail::Contexts::Parked* parked(detail::Contexts* c, uint64_t key) {
+  if (!c) return nullptr;
+  for (auto& p : c->slot)
+    if (p.used && p.key == key) return &p;
+  return nullptr;
+}
+
+detail::Contexts::Parked* free_slot(detail::Contexts* c) {
+  if (!c) return nullptr;
+  for (auto& p : c->slot)
+    if (!p.used) return &p;
+  return nullptr;
+}
+
+// The state of a thread that may switch: none for the function tracer (no stacks).
+ThreadTrace* switching_state() {
+  if (tracer_kind() == Tracer::function) return nullptr;
+  return state();
+}
+
+}  // namespace
+
+void new_context(uint64_t ucp) {
+  if (tracer_held(detail::stack_pointer())) return;
+  InTracer in;
+  ThreadTrace* ts = switching_state();
+  if (!ts) return;
+  detail::Contexts* c = contexts(ts);
+  // A stack made anew: whatever was parked under the name (a coroutine that never
+  // finished) is gone with it. The thread's own stack may have that name too (it was
+  // saved to this ucontext_t before): it is renamed at its next switch.
+  detail::Contexts::Parked* p = parked(c, ucp);
+  if (!p) p = free_slot(c);
+  if (!p) {
+    // Switches to it will not be followed: said where it happened (flags bit 1).
+    emit(ts, trace::EventType::context, now(), ucp, ucp, static_cast<uint16_t>(ts->depth), 2);
+    return;
+  }
+  p->depth = 0;
+  p->overflow = 0;
+  p->switched = 0;
+  p->key = ucp;
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // filled in before it is used
+  p->used = 1;
+}
+
+uint64_t switch_context(uint64_t from, uint64_t to) {
+  if (tracer_held(detail::stack_pointer())) return 0;
+  InTracer in;
+  ThreadTrace* ts = switching_state();
+  if (!ts) return 0;
+  const uint64_t before = ts->context;
+  if (from) ts->context = from;
+  if (ts->context == to) return before;
+  detail::Contexts* c = contexts(ts);
+  detail::Contexts::Parked* next = parked(c, to);
+  if (!next) return before;  // not a stack of its own
+  const uint64_t time = now();
+  // The stack left: parked under its name (replacing a stale stack of that name). With
+  // every slot taken, a stack with calls open takes the slot of one with none (made and
+  // not started, or finished), which is then not followed, and said so.
+  detail::Contexts::Parked* left = parked(c, ts->context);
+  if (!left) left = free_slot(c);
+  if (!left && ts->depth) {
+    for (auto& p : c->slot)
+      if (p.used && p.depth == 0 && &p != next) {
+        left = &p;
+        emit(ts, trace::EventType::context, time, p.key, p.key, static_cast<uint16_t>(ts->depth), 2);
+        break;
+      }
+  }
+  if (left) {
+    left->used = 0;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    left->key = ts->context;
+    left->depth = ts->depth;
+    left->overflow = ts->overflow;
+    left->switched = ts->switched;
+    std::memcpy(left->stack, ts->stack, sizeof(Frame) * ts->depth);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    left->used = 1;
+  }
+  // The stack run now: taken out of its slot (it is the thread's until it is left).
+  const uint32_t depth = next->depth;
+  ts->depth = 0;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  std::memcpy(ts->stack, next->stack, sizeof(Frame) * depth);
+  ts->overflow = next->overflow;
+  ts->switched = next->switched;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  ts->depth = depth;
+  next->used = 0;
+  emit(ts, trace::EventType::context, time, ts->context, to, static_cast<uint16_t>(depth),
+       left ? 0 : 1);
+  ts->context = to;
+  ts->path = ts->path == Path::ignore ? Path::ignore : fast_or_general(ts);
+  return before;
+}
+
 void on_unwind(uint64_t func) {
   // An exception out of a handler that interrupted the tracer.
   if (tracer_held(detail::stack_pointer())) return;

@@ -79,6 +79,16 @@ uint64_t graph_exit(uint64_t* ctx);
 void reported_entry(uint64_t func, uint64_t sp, uint64_t caller);
 void reported_exit(uint64_t func, uint64_t sp);
 
+// Execution stacks (graph.cpp, "Context switches"), told by the agent's swapcontext,
+// setcontext and makecontext. A stack is named by the ucontext_t it is saved to.
+// new_context: `ucp` was made (makecontext) to run on a stack of its own, from its
+// start. switch_context: the thread leaves its stack, which is named `from` from now on
+// (0: it keeps its name), for the stack named `to`; nothing happens when `to` names no
+// stack the thread knows (a context saved by getcontext on the same stack: a jump the
+// longjmp detection sees). Returns the name the left stack had before.
+void new_context(uint64_t ucp);
+uint64_t switch_context(uint64_t from, uint64_t to);
+
 // Called by the image personality when an exception unwinds through the frame of
 // `func` on this thread.
 void on_unwind(uint64_t func);

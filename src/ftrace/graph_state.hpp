@@ -61,6 +61,28 @@ struct ThreadTrace {
   static constexpr uint32_t kMaxReturns = 256;
   uint32_t nrets = 0;
   Return rets[kMaxReturns];
+  // Execution stacks (swapcontext coroutines: graph.cpp, "Context switches"). `stack`
+  // holds the frames of the stack the thread runs on, named `context` (the ucontext_t
+  // it will be saved to; 0 until the first switch); the others are parked in
+  // `contexts`, mapped on the first switch.
+  uint64_t context = 0;
+  struct Contexts* contexts = nullptr;
+};
+
+// The frames of execution stacks the thread switched away from, by name (a ucontext_t
+// address). Slots are mapped once per thread (MAP_NORESERVE: only the pages of frames
+// actually parked are touched) and never freed: a switch neither allocates nor locks.
+inline constexpr uint32_t kMaxContexts = 64;
+struct Contexts {
+  struct Parked {
+    uint64_t key;        // the stack's name
+    uint32_t used;       // 0: a free slot
+    uint32_t depth;      // as ThreadTrace's
+    uint32_t switched;
+    uint64_t overflow;
+    Frame stack[kMaxStack];
+  };
+  Parked slot[kMaxContexts];
 };
 
 // Read by the fast path; set by configure() before any site is attached.

@@ -6,8 +6,8 @@
 
 namespace utramp::trace {
 
-// 2: `leaf` events (an entry and its exit in one record).
-inline constexpr uint32_t kFormatVersion = 2;
+// 2: `leaf` events (an entry and its exit in one record); 3: `context` events.
+inline constexpr uint32_t kFormatVersion = 3;
 
 enum class EventType : uint8_t {
   none = 0,
@@ -26,6 +26,10 @@ enum class EventType : uint8_t {
   depth_overrun = 9, // calls deeper than the depth limit were not recorded: data = count
   leaf = 10,         // an entry and its exit, no event between them: time = the entry's,
                      // data = the exit's time (readers see an entry and an exit)
+  context = 11,      // the thread switched execution stacks (swapcontext): addr = the
+                     // name the stack left is kept under, data = the name of the stack
+                     // it runs on now, depth = that stack's open calls; flags bit 0:
+                     // the stack left could not be kept (too many), its calls end here
 };
 
 // Value formats for arg/exit data (aux low byte).

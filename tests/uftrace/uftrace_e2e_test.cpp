@@ -145,6 +145,34 @@ TEST(UftraceMcount, ArgumentsAndReturnValues) {
   }
 }
 
+// Coroutines beyond the execution stacks a thread keeps (64): the program runs as
+// untraced, and what the tracer could not follow is said in the replay where it
+// happened — the stacks made with every slot taken (six of seventy), and the one not
+// started yet whose slot main's stack took at its first switch — instead of being
+// misnested silently. Main keeps its calls; the calls of the coroutines not followed
+// nest under the stack that switched to them (and are closed as left by longjmp when it
+// goes on elsewhere).
+TEST(UftraceContexts, MoreStacksThanKeptAreReported) {
+  const std::string exe = std::string(UTRAMP_UFT_DIR) + "/uft_manycontexts";
+  if (!std::filesystem::exists(exe)) GTEST_SKIP() << exe << " not built: gcc not found";
+  utramp::test::TempDir tmp("utramp-uftrace-test");
+  const std::string dir = tmp.path + "/trace";
+  const RunResult plain = run_in({exe}, tmp.path);
+  const RunResult rec = run_in({UTRAMP_CLI, "record", "-o", dir, "--no-libcall", "--", exe}, tmp.path);
+  ASSERT_EQ(rec.exit_code, plain.exit_code) << rec.err;
+  EXPECT_EQ(rec.out, plain.out);
+  const RunResult replay = run_in({UTRAMP_CLI, "replay", dir}, tmp.path);
+  ASSERT_EQ(replay.exit_code, 0) << replay.err;
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = replay.out.find(what); at != std::string::npos; at = replay.out.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("not followed: more execution stacks than the tracer keeps"), 7u) << replay.out;
+  EXPECT_EQ(count("the stack left was not kept"), 0u) << replay.out;
+  EXPECT_EQ(count("} /* main */"), 1u) << replay.out;  // main's stack kept, closed normally
+}
+
 INSTANTIATE_TEST_SUITE_P(Builds, Uftrace, ::testing::ValuesIn(kPrograms),
                          [](const ::testing::TestParamInfo<Program>& i) {
                            std::string n = i.param.file;

@@ -103,6 +103,8 @@ class Chrome final : public Walker::Handler {
       name = fmt::format("lost {} events", e.data);
     else if (e.type == static_cast<uint8_t>(EventType::fork))
       name = fmt::format("fork: child {}", e.data);
+    else if (e.type == static_cast<uint8_t>(EventType::context))
+      name = context_text(t, e);
     else
       name = fmt::format("{} calls below the depth limit not recorded", e.data);
     emit(fmt::format(R"({{"name":{},"ph":"i","s":"t","pid":{},"tid":{},"ts":{}}})", jstr(name),
@@ -211,6 +213,8 @@ const char* type_name(uint8_t t) {
       return "depth_overrun";
     case EventType::leaf:  // readers hand it out as entry + exit; kept for completeness
       return "leaf";
+    case EventType::context:
+      return "context";
   }
   return "unknown";
 }

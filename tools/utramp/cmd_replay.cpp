@@ -246,6 +246,10 @@ class Replay final : public Walker::Handler {
         text = fmt::format("/* {} call{} below the depth limit not recorded */", e.data,
                            e.data == 1 ? "" : "s");
         break;
+      case trace::EventType::context:
+        if (!inside) return;
+        text = "/* " + context_text(t, e) + " */";
+        break;
       default:
         return;
     }

@@ -143,13 +143,39 @@ bool Names::matches(uint32_t pid, uint64_t addr, const symbols::Globs& globs, ui
 
 WalkThread& Walker::thread(uint32_t pid, uint32_t tid) {
   const uint64_t key = (uint64_t{pid} << 32) | tid;
-  auto [it, fresh] = threads_.try_emplace(key);
+  auto [it, fresh] = stacks_.try_emplace({key, current_[key]});
   if (fresh) {
-    it->second.pid = pid;
-    it->second.tid = tid;
-    it->second.index = threads_.size() - 1;
+    it->second = std::make_unique<WalkThread>();
+    it->second->pid = pid;
+    it->second->tid = tid;
+    it->second->index = next_index_++;
+    it->second->context = contexts_[key]++;
   }
-  return it->second;
+  return *it->second;
+}
+
+// A `context` event on T's thread: T, the stack left, takes the name it is kept under
+// (replacing a stale stack of that name, whose calls end here), and the thread goes on
+// with the stack named `data`.
+WalkThread& Walker::switch_stack(WalkThread& t, const Event& e) {
+  const uint64_t key = (uint64_t{t.pid} << 32) | t.tid;
+  const uint64_t name = current_[key];
+  if (name != e.addr) {
+    auto stale = stacks_.find({key, e.addr});
+    if (stale != stacks_.end()) {
+      close_to(*stale->second, 0, e.time);
+      retired_.push_back(std::move(stale->second));
+      stacks_.erase(stale);
+    }
+    auto node = stacks_.extract({key, name});
+    node.key() = {key, e.addr};
+    stacks_.insert(std::move(node));
+  }
+  if (e.flags & 1) close_to(t, 0, e.time);  // not kept by the tracer
+  current_[key] = e.data;
+  WalkThread& n = thread(t.pid, t.tid);
+  n.last_time = e.time;
+  return n;
 }
 
 namespace {
@@ -294,11 +320,27 @@ void Walker::feed(uint32_t pid, uint32_t tid, const Event& e) {
     case EventType::depth_overrun:
       h_.marker(t, e);
       break;
+    case EventType::context:
+      if (flat_) break;
+      if (e.flags & 2) {  // no switch: a stack the tracer will not follow
+        h_.marker(t, e);
+        break;
+      }
+      h_.marker(switch_stack(t, e), e);
+      return;
     default:
       h_.corrupt(t, fmt::format("event #{}: unknown type {}", t.events - 1, e.type));
       return;
   }
   t.last_time = e.time;
+}
+
+std::string context_text(const WalkThread& t, const Event& e) {
+  if (e.flags & 2)
+    return fmt::format("stack of context {:#x} not followed: more execution stacks than the tracer keeps",
+                       e.addr);
+  return fmt::format("switch to context {}{}", t.context,
+                     e.flags & 1 ? " (the stack left was not kept: more execution stacks than the tracer keeps)" : "");
 }
 
 void Walker::finish_thread(WalkThread& t) {
@@ -314,7 +356,7 @@ void Walker::finish_thread(WalkThread& t) {
 void Walker::finish() {
   flush();
   std::vector<WalkThread*> order;
-  for (auto& [k, t] : threads_) order.push_back(&t);
+  for (auto& [k, t] : stacks_) order.push_back(t.get());
   std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->index < b->index; });
   for (WalkThread* t : order) finish_thread(*t);
 }

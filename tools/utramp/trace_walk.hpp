@@ -68,6 +68,10 @@ struct WalkThread {
   uint64_t last_time = 0;
   uint64_t index = 0;       // order of first appearance
   bool after_loss = false;  // the last event was a loss: orphan args are expected
+  // Which execution stack of its thread this is (`context` events: swapcontext): 0 the
+  // thread's first, then 1, 2... in order of appearance. Each stack is a WalkThread of
+  // its own (its own call stack) with the thread's pid and tid.
+  uint32_t context = 0;
 };
 
 // Rebuilds call stacks from a stream of events of any number of threads (merged or one
@@ -113,10 +117,19 @@ class Walker {
   void flush();
   void close_to(WalkThread& t, size_t keep, uint64_t time);
   WalkThread& thread(uint32_t pid, uint32_t tid);
+  WalkThread& switch_stack(WalkThread& t, const trace::Event& e);
 
   Handler& h_;
   bool flat_;
-  std::map<uint64_t, WalkThread> threads_;
+  // Every thread's execution stacks, by (pid << 32 | tid, the stack's name: the
+  // ucontext_t it is saved to, 0 before the first switch), and the one each thread runs
+  // on. A stack replaced by another of its name is kept in `retired_` (handlers hold
+  // its address).
+  std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<WalkThread>> stacks_;
+  std::map<uint64_t, uint64_t> current_;
+  std::map<uint64_t, uint32_t> contexts_;  // stacks seen per thread
+  std::vector<std::unique_ptr<WalkThread>> retired_;
+  uint64_t next_index_ = 0;
   // An entry or exit waiting for the arg/string events that follow it.
   enum class Pending { none, entry, exit, call } pending_ = Pending::none;
   WalkThread* pending_thread_ = nullptr;
@@ -149,6 +162,11 @@ class Names {
   symbols::Style style_;
   std::map<std::pair<const trace::SymbolTable*, uint64_t>, Entry> cache_;
 };
+
+// What a `context` event says, on the stack T the thread runs on after it: "switch to
+// context 1"; "... (the stack left was not kept: too many)"; "context at 0x5610... not
+// followed: too many".
+std::string context_text(const WalkThread& t, const trace::Event& e);
 
 // Durations: "  1.234 us" (10 columns), unit chosen so the number is below 1000, or the
 // fixed one ("ns", "us", "ms", "s"). Empty unit means auto.
