@@ -3,8 +3,9 @@
 // dispatchers written for libbpf do. The handlers are bare SEC("uprobe") programs
 // named only by the map's initialiser: they are loaded and put in their slots, never
 // attached. Slot 3 is left empty: its calls fall through to the dispatcher's next line.
-// Slot 2's handler tail-calls itself, so each of its calls runs it 34 times: once, then
-// 33 tail calls, the most one invocation may take; the 34th call falls through.
+// Slot 2's handler tail-calls itself: with the dispatcher's, an invocation takes 33 tail
+// calls, the most it may (the kernel's limit), so the handler runs 33 times per
+// emit() and its 33rd call, the invocation's 34th, falls through.
 //
 //   utramp run tail_dispatch.bpf.o -- ./events_target emit 1 100
 #include <linux/bpf.h>

@@ -709,6 +709,9 @@ uint32_t bloom_hashes(uint64_t map_extra) { return map_extra & 0xf ? static_cast
 }  // namespace
 
 void complete_map_spec(MapSpec& s) {
+  // A prog_array declared with __array(values, ...) gives no value size: libbpf makes it
+  // 4 (a program's fd), as the kernel requires.
+  if (s.type == uint32_t(MapType::prog_array) && s.value_size == 0) s.value_size = 4;
   if (s.type != uint32_t(MapType::perf_event_array)) return;
   if (s.max_entries == 0) s.max_entries = possible_cpus();
   if (s.key_size == 0) s.key_size = 4;

@@ -568,7 +568,7 @@ TEST(RunE2E, TailCallsDispatchPerCase) {
     const std::map<uint64_t, uint64_t> want = {
         {0, 500},       // case0
         {1, 500},       // case1
-        {2, 500 * 34},  // case2 runs: itself and 33 tail calls per emit()
+        {2, 500 * 33},  // case2 runs: the dispatcher's tail call and 32 of its own per emit()
         {3, 500},       // case2's 34th tail call, refused
         {4, 500},       // slot 3: no handler, the dispatcher goes on
         {5, v_sum}};    // case0 read emit's v from the dispatcher's context
