@@ -127,10 +127,8 @@ TEST_P(TailCalls, JumpsWithTheContextAndFallsThroughWhenNoProgram) {
   EXPECT_EQ(run(*d, 3, 0), 3000u);
 }
 
-// A program that counts its runs in `counts` and tail-calls slot 0, itself: 1 run + 33
-// tail calls, then the 34th call falls through (returns 7) and is counted in the map.
-constexpr const char* kSelf =
-    "mov %r6, %r1\n"
+// Adds 1 to `counts` (r1-r5 and r0 clobbered; the context kept by the caller in r6-r9).
+constexpr const char* kCountRun =
     "stw [%r10-4], 0\n"
     "lddw %r1, map:counts\n"
     "mov %r2, %r10\n"
@@ -138,13 +136,17 @@ constexpr const char* kSelf =
     "call 1\n"
     "jeq %r0, 0, +2\n"
     "mov %r1, 1\n"
-    "lock add [%r0+0], %r1\n"
-    "mov %r1, %r6\n"
-    "lddw %r2, map:jt\n"
-    "mov %r3, 0\n"
-    "call 12\n"
-    "mov %r0, 7\n"
-    "exit\n";
+    "lock add [%r0+0], %r1\n";
+
+// A program that counts its runs and tail-calls slot 0, itself: 1 run + 33 tail calls,
+// then the 34th call falls through (returns 7) and is counted in the map.
+const std::string kSelf = std::string("mov %r6, %r1\n") + kCountRun +
+                          "mov %r1, %r6\n"
+                          "lddw %r2, map:jt\n"
+                          "mov %r3, 0\n"
+                          "call 12\n"
+                          "mov %r0, 7\n"
+                          "exit\n";
 
 TEST_P(TailCalls, AtMost33PerInvocation) {
   const Executable* self = add("self", kSelf);
@@ -175,22 +177,13 @@ TEST_P(TailCalls, ChainOfDifferentPrograms) {
                             "exit\n"
                             "mov %r0, 3\n"
                             "exit\n");
-  const Executable* b = add("b",
-                            "mov %r7, %r1\n"
-                            "stw [%r10-4], 0\n"
-                            "lddw %r1, map:counts\n"
-                            "mov %r2, %r10\n"
-                            "add %r2, -4\n"
-                            "call 1\n"
-                            "jeq %r0, 0, +2\n"
-                            "mov %r1, 1\n"
-                            "lock add [%r0+0], %r1\n"
-                            "mov %r1, %r7\n"
-                            "lddw %r2, map:jt\n"
-                            "mov %r3, 0\n"
-                            "call 12\n"
-                            "ldxdw %r0, [%r7+104]\n"
-                            "exit\n");
+  const Executable* b = add("b", std::string("mov %r7, %r1\n") + kCountRun +
+                                     "mov %r1, %r7\n"
+                                     "lddw %r2, map:jt\n"
+                                     "mov %r3, 0\n"
+                                     "call 12\n"
+                                     "ldxdw %r0, [%r7+104]\n"
+                                     "exit\n");
   ASSERT_TRUE(a && b);
   set(0, 0, a);
   set(1, 1, b);
