@@ -175,7 +175,7 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
             // The same context, a fresh top frame; the replaced program's local-call
             // frames go with it (the verifier allows tail calls in main functions only).
             const Executable* t = tail_call_target(r[2], r[3], &tail_calls);
-            if (!t) break;  // falls through; r1-r5 are clobbered as by any call
+            if (!t) break;  // falls through (r0-r5 as they are: the verifier makes them unusable)
             if (env->publish_run) leave_run(&rs);
             prog = &t->program();
             env = &t->env();
