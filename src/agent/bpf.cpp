@@ -206,11 +206,14 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
             return make_error(Errc::io, fmt::format("{}: USDT spec {}: map update failed ({})", path, id, rc));
         }
     }
+    const size_t obj_maps = map_base;
     map_base += obj->maps.size();
+    std::vector<const ebpf::Executable*> by_index(obj->programs.size());  // for the prog_arrays
     for (size_t pi = 0; pi < obj->programs.size(); ++pi) {
       ebpf::LoadedProgram& p = obj->programs[pi];
       sites::Site* s = nullptr;
-      if (p.kind != ebpf::ProgKind::usdt) {
+      const bool tail_only = ebpf::tail_call_only(*obj, pi);  // loaded, never attached
+      if (p.kind != ebpf::ProgKind::usdt && !tail_only) {
         s = table.find_name(p.target);
         if (!s)
           return make_error(Errc::not_found, fmt::format("{}: program '{}' ({}): no function '{}' in the target",
@@ -220,7 +223,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
                             fmt::format("{}: program '{}' ({}): offset {:#x} is beyond {} ({} bytes)", path, p.name,
                                         p.section, p.offset, p.target, s->info.size));
       }
-      auto types = ebpf::TargetTypes::open(s ? s->object : main_elf->path());
+      auto types = ebpf::TargetTypes::open(s ? s->object : main_elf ? main_elf->path() : "/proc/self/exe");
       if (auto c = ebpf::apply_core(p, obj->local_btf.get(), types ? types->get() : nullptr); !c)
         return make_error(c.error().code, fmt::format("{}: {}", path, c.error().message));
       std::optional<abi::Signature> sig;
@@ -230,6 +233,11 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       if (sig) UTRAMP_TRY(ebpf::check_prototype(p, sg));
       UTRAMP_TRY(ebpf::check_override(p));
       const bool overrides = ebpf::calls_helper(p, ebpf::kOverrideReturnHelper);
+      if (overrides && tail_only)
+        return make_error(Errc::invalid_argument,
+                          fmt::format("{}: program '{}' ({}) calls bpf_override_return, but it is a tail-call target "
+                                      "only: no probe of its own to return for the function",
+                                      path, p.name, p.section));
       if (overrides && !s->error_injectable && !cfg.bpf_allow_override)
         return make_error(Errc::invalid_argument,
                           fmt::format("{}: program '{}' ({}) calls bpf_override_return, but {} is not marked with "
@@ -246,7 +254,10 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       if (!ex) return make_error(ex.error().code, fmt::format("{}: program '{}': {}", path, p.name, ex.error().message));
       const std::string w = fmt::format("{} ({} {}{})", p.name, prog_kind_name(p.kind), p.target,
                                         p.offset ? fmt::format("+{:#x}", p.offset) : "");
-      if (p.kind == ebpf::ProgKind::usdt) {
+      by_index[pi] = ex->get();
+      if (tail_only) {
+        // Reached by bpf_tail_call only.
+      } else if (p.kind == ebpf::ProgKind::usdt) {
         const auto plan = std::find_if(usdt.begin(), usdt.end(), [&](const ebpf::UsdtPlan& u) { return u.prog == pi; });
         for (size_t k = 0; k < plan->sites.size(); ++k) {
           const ebpf::UsdtSite& site = plan->sites[k];
@@ -284,6 +295,14 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       }
       st->progs.push_back(std::move(*ex));
     }
+    // The prog_arrays' initialisers, before anything is attached: a program's first run
+    // finds its tail-call targets in place.
+    for (size_t i = 0; i < obj->maps.size(); ++i)
+      for (const ebpf::MapSpec::ProgSlotInit& ps : obj->maps[i].prog_slots)
+        if (const int64_t rc = ebpf::prog_array_set(maps.header(obj_maps + i), ps.slot, ps.prog, by_index[ps.prog]);
+            rc != 0)
+          return make_error(Errc::io, fmt::format("{}: prog_array '{}' slot {}: cannot set program '{}' ({})", path,
+                                                  obj->maps[i].name, ps.slot, ps.name, rc));
   }
   // Trampolines want canonical sites (a NOP sled made one 5-byte NOP while no thread can
   // be inside it: before main). The probe layer compares code with the file, so the

@@ -42,6 +42,10 @@ struct BpfJitCode {
   uint32_t native_entry = 0;
   // uint64_t full(void* ctx, uint64_t len, ebpf::RunStatus* status).
   uint32_t full_entry = 0;
+  // Where a tail call jumps (ebpf::Executable::tail_entry): the full entry's arguments
+  // (status 0: default_status) and rax = the invocation's tail calls so far, with the
+  // caller's frame gone (the return address of the chain's first caller at rsp).
+  uint32_t tail_entry = 0;
 };
 
 // The code as it must be placed at `base`.

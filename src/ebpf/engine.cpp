@@ -7,6 +7,7 @@
 #include "ebpf/check.hpp"
 #include "ebpf/interpreter.hpp"
 #include "ebpf/jit.hpp"
+#include "ebpf/maps.hpp"
 
 namespace utramp::ebpf {
 
@@ -19,6 +20,11 @@ Result<uint64_t> Executable::execute(void* ctx, uint64_t len) const {
   return make_error(Errc::invalid_argument,
                     fmt::format("{}: {}", program_.name.empty() ? "program" : program_.name,
                                 describe_fault(program_.insns, st.kind(), st.insn(), st.addr())));
+}
+
+extern "C" uint64_t utramp_ebpf_tail_entry(uint64_t map, uint64_t index, uint64_t* count) noexcept {
+  const Executable* t = tail_call_target(map, index, count);
+  return t ? t->tail_entry() : 0;
 }
 
 Result<std::unique_ptr<Executable>> load(Program program, const ExecOptions& options, EngineKind kind) {

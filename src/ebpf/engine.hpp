@@ -81,13 +81,23 @@ class Executable {
 
   const Program& program() const { return program_; }
   const RunEnv& env() const { return env_; }
+  // Where a JIT'd tail call into this program jumps (0: not JIT code). The bytes there
+  // expect rdi = the context, rsi = its length, rdx = a RunStatus* or 0 (the target's
+  // own), rax = the tail calls made so far in the invocation (src/arch/bpf_jit.hpp).
+  uint64_t tail_entry() const { return tail_entry_; }
 
  protected:
   Executable(Program p, RunEnv env) : program_(std::move(p)), env_(std::move(env)) {}
   Program program_;
   RunEnv env_;
   mutable RunStatus default_status_;
+  uint64_t tail_entry_ = 0;
 };
+
+// A tail call (helper 12) of JIT code: the tail entry of program `index` of prog_array
+// `map`, or 0 to fall through (maps.hpp tail_call_target, which counts in *count; a
+// target that is not JIT code falls through too).
+extern "C" uint64_t utramp_ebpf_tail_entry(uint64_t map, uint64_t index, uint64_t* count) noexcept;
 
 // Checks the program (check.hpp), proves it safe (verifier.hpp; unless
 // options.unverified) and prepares it for `kind`. A refusal names the program and

@@ -581,6 +581,11 @@ u64 h_override_return(u64 ctx, u64 rc, u64, u64, u64) {
   return 0;
 }
 
+// What helper 12's table entry points to. No engine calls it (helpers.hpp,
+// kTailCallHelper: they run tail calls themselves and make_env leaves its callx slot
+// empty); were one to, the call falls through as a failed tail call does.
+uint64_t h_tail_call(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t) { return uint64_t(-EOPNOTSUPP); }
+
 constexpr uint32_t type_bit(MapType t) { return 1u << static_cast<uint32_t>(t); }
 constexpr uint32_t kKeyedMaps = type_bit(MapType::hash) | type_bit(MapType::array) | type_bit(MapType::percpu_hash) |
                                 type_bit(MapType::percpu_array) | type_bit(MapType::lru_hash) |
@@ -622,6 +627,8 @@ HelperTable make_runtime() {
       h_printk<true>);
   add(7, h_prandom, false, proto(Ret::scalar, {}));
   add(8, h_cpu, false, proto(Ret::scalar, {}));
+  add(kTailCallHelper, h_tail_call, false,
+      proto(Ret::none, {A::ctx, A::map, A::scalar}, type_bit(MapType::prog_array)));
   add(14, h_pid_tgid, false, proto(Ret::scalar, {}));
   add(16, h_comm<false>, true, proto(Ret::scalar, {A::mem_uninit, A::size}), h_comm<true>);
   add(25, h_perf_output<false>, true,

@@ -110,6 +110,15 @@ std::string_view kernel_helper_name(uint32_t id);
 // read them and through os::safe_read otherwise.
 const HelperTable& runtime_helpers();
 
+// bpf_tail_call(ctx, prog_array, index) (helper 12) is not a function: both engines run
+// it themselves (interpreter.cpp, the JIT's call sequence in src/arch/x86_64/bpf_jit.cpp):
+// the slot's program replaces the running one with the same context, and nothing
+// returns; a missing program, an index beyond the map or the 34th tail call of an
+// invocation falls through (maps.hpp tail_call_target). Its table entry gives the
+// prototype; its callx slot is empty (make_env), so a callx of it faults unverified and
+// is refused by the verifier.
+inline constexpr uint32_t kTailCallHelper = 12;
+
 // bpf_override_return(ctx, rc) (helper 58) only notes, for this thread, that the run of
 // context `ctx` asked to return rc without running the probed function; the uprobe
 // handler that may honour it (a uprobe at a function's entry the loader allowed:

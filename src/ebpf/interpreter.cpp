@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "ebpf/alu.hpp"
+#include "ebpf/maps.hpp"
 
 namespace utramp::ebpf {
 
@@ -66,7 +67,11 @@ Result<std::unique_ptr<Interpreter>> Interpreter::create(Program program, const 
 uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
   // Frames are 16-byte aligned as the JIT's are, so both see the same atomics aligned.
   alignas(16) uint8_t stack[kStackBytes];
-  const Insn* const p = program_.insns.data();
+  // The running program: this one, then each a tail call jumps to.
+  const Insn* p = program_.insns.data();
+  const Program* prog = &program_;
+  const RunEnv* env = &env_;
+  uint64_t tail_calls = 0;
   if (env_.no_ctx) ctx = nullptr, len = 0;  // as the proof assumed (RunEnv::no_ctx)
   const uint64_t ctx_len = env_.ctx_size ? env_.ctx_size : len;
   RunState rs{};
@@ -75,10 +80,10 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
   rs.stack_lo = reinterpret_cast<uint64_t>(stack);
   rs.stack_hi = rs.stack_lo + kStackBytes;
   rs.min_fp = rs.stack_lo + kStackSize;
-  rs.budget = env_.loop_budget;
-  rs.env = &env_;
+  rs.budget = env->loop_budget;
+  rs.env = env;
   rs.status = status;
-  if (env_.publish_run) enter_run(&rs);
+  if (env->publish_run) enter_run(&rs);
 
   uint64_t r[kNumRegs] = {};
   r[1] = rs.ctx_lo;
@@ -87,14 +92,13 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
   Frame frames[kMaxFrames];
   unsigned depth = 0;
   size_t pc = 0;
-  const bool budget = env_.loop_budget != 0;
 
   auto fault = [&](FaultKind k, size_t at, uint64_t addr) {
     rs.fault_kind = static_cast<uint32_t>(k);
     rs.fault_insn = static_cast<uint32_t>(at);
     rs.fault_addr = addr;
     utramp_ebpf_report(&rs);
-    if (env_.publish_run) leave_run(&rs);
+    if (env->publish_run) leave_run(&rs);
     return uint64_t(0);
   };
   // Direct inside the stack or the context (the common cases, checked inline), else the
@@ -149,7 +153,7 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
         const uint8_t o = jmp_op(c);
         if (c == kExitOp) {
           if (depth == 0) {
-            if (env_.publish_run) leave_run(&rs);
+            if (env->publish_run) leave_run(&rs);
             return r[0];
           }
           const Frame& f = frames[--depth];
@@ -167,15 +171,36 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
             pc = at + 1 + static_cast<int64_t>(i.imm);
             break;
           }
-          const auto fn = reinterpret_cast<HelperFn>(env_.callx[static_cast<uint32_t>(i.imm)]);
+          if (static_cast<uint32_t>(i.imm) == kTailCallHelper) {
+            // The same context, a fresh top frame; the replaced program's local-call
+            // frames go with it (the verifier allows tail calls in main functions only).
+            const Executable* t = tail_call_target(r[2], r[3], &tail_calls);
+            if (!t) break;  // falls through (r0-r5 as they are: the verifier makes them unusable)
+            if (env->publish_run) leave_run(&rs);
+            prog = &t->program();
+            env = &t->env();
+            p = prog->insns.data();
+            rs.env = env;
+            rs.budget = env->loop_budget;
+            if (env->publish_run) enter_run(&rs);
+            const uint64_t c = r[1];
+            std::memset(r, 0, sizeof r);
+            r[1] = c;
+            r[2] = rs.ctx_len;
+            r[kFp] = rs.stack_hi;
+            depth = 0;
+            pc = 0;
+            break;
+          }
+          const auto fn = reinterpret_cast<HelperFn>(env->callx[static_cast<uint32_t>(i.imm)]);
           r[0] = fn(r[1], r[2], r[3], r[4], r[5]);
           break;
         }
         if (c == kCallxOp) {
           const uint64_t id = r[i.dst];
-          if (id >= env_.callx.size() || env_.callx[id] == 0)
+          if (id >= env->callx.size() || env->callx[id] == 0)
             return fault(FaultKind::unknown_helper, at, id);
-          r[0] = reinterpret_cast<HelperFn>(env_.callx[id])(r[1], r[2], r[3], r[4], r[5]);
+          r[0] = reinterpret_cast<HelperFn>(env->callx[id])(r[1], r[2], r[3], r[4], r[5]);
           break;
         }
         if (o != kJa) {
@@ -190,7 +215,7 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
           if (!taken) break;
         }
         const int64_t target = jump_target(at, i);
-        if (target <= static_cast<int64_t>(at) && budget) {  // backward
+        if (target <= static_cast<int64_t>(at) && env->loop_budget != 0) {  // backward
           if (rs.budget == 0) return fault(FaultKind::loop_budget, at, 0);
           --rs.budget;
         }
@@ -198,13 +223,13 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
         break;
       }
       case kLd:  // lddw (the only LD the checker lets through)
-        r[i.dst] = imm64({p, program_.insns.size()}, at);
+        r[i.dst] = imm64({p, prog->insns.size()}, at);
         ++pc;
         break;
       case kLdx: {
         const unsigned n = size_bytes(c);
         const uint64_t addr = r[i.src] + static_cast<int64_t>(i.off);
-        if (env_.strict_memory && (!run_allows(&rs, addr, n, false) || !in_frame(addr, n)))
+        if (env->strict_memory && (!run_allows(&rs, addr, n, false) || !in_frame(addr, n)))
           return fault(FaultKind::wild_load, at, addr);
         const uint64_t v = load(addr, n);
         r[i.dst] = mode(c) == kMemSx ? sign_extend(v, int(n * 8)) : v;
@@ -218,7 +243,7 @@ uint64_t Interpreter::run(void* ctx, uint64_t len, RunStatus* status) const {
           return fault(FaultKind::misaligned_atomic, at, addr);
         if (!(addr - rs.stack_lo <= kStackBytes - n) && !utramp_ebpf_store_ok(&rs, addr, n))
           return fault(FaultKind::bad_store, at, addr);
-        if (env_.strict_memory && !in_frame(addr, n)) return fault(FaultKind::bad_store, at, addr);
+        if (env->strict_memory && !in_frame(addr, n)) return fault(FaultKind::bad_store, at, addr);
         if (mode(c) != kAtomic) {
           store_direct(addr, n, cls(c) == kSt ? static_cast<uint64_t>(static_cast<int64_t>(i.imm)) : r[i.src]);
           break;

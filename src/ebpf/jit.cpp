@@ -48,6 +48,7 @@ Result<void> JitProgram::build(const Proof* proof) {
   code_size_ = code->code.size();
   full_ = reinterpret_cast<FullFn>(block_.addr + code->full_entry);
   native_ = reinterpret_cast<NativeFn>(block_.addr + code->native_entry);
+  tail_entry_ = block_.addr + code->tail_entry;
   return {};
 }
 

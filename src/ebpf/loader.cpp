@@ -59,6 +59,7 @@ class Parser {
   Result<void> read_maps();
   Result<void> read_kconfig();
   Result<void> read_programs();
+  Result<void> read_prog_slots();
   Result<void> relocate(size_t sec, uint64_t lo, uint64_t hi, size_t base, LoadedProgram& p,
                         bool* needs_text);
   std::optional<Prototype> prototype(const std::string& fn) const;
@@ -82,6 +83,7 @@ class Parser {
   // Line info records by section index: (byte offset of the instruction, line).
   std::map<size_t, std::vector<std::pair<uint64_t, LineInfo>>> lines_;
   std::map<std::string, size_t> maps_by_sym_;  // .maps symbol -> map index
+  std::map<size_t, uint32_t> values_off_;      // map index -> byte offset of its `values` member
   std::map<std::string, uint64_t> kconfig_off_;  // __kconfig extern -> offset in map kconfig_map_
   int kconfig_map_ = -1;
   int maps_sec_ = -1, text_sec_ = -1;
@@ -403,6 +405,7 @@ Result<void> Parser::read_maps() {
     m.name = sym.name;
     const btf_member* mem = btf_members(st);
     std::string unknown_field;  // reported after the type: an unsupported type is the real reason
+    std::optional<uint32_t> values_off;  // __array(values, ...): a prog_array's initialiser
     for (uint16_t k = 0; k < btf_vlen(st); ++k) {
       const char* mn = btf__name_by_offset(btf_.get(), mem[k].name_off);
       const std::string field = mn ? mn : "";
@@ -431,10 +434,13 @@ Result<void> Parser::read_maps() {
       else if (field == "key") UTRAMP_TRY(type_size(&m.key_size));
       else if (field == "value") UTRAMP_TRY(type_size(&m.value_size));
       else if (field == "pinning" || field == "numa_node") continue;
+      else if (field == "values") values_off = btf_member_bit_offset(st, k) / 8;
       else if (unknown_field.empty())
         unknown_field = field;
     }
     complete_map_spec(m);
+    if (values_off && m.type != uint32_t(MapType::prog_array) && unknown_field.empty()) unknown_field = "values";
+    if (values_off) values_off_[obj_.maps.size()] = *values_off;
     if (!unknown_field.empty() && map_type_supported(m.type))
       return err(Errc::unsupported, fmt::format("{}: unsupported map field '{}'", where, unknown_field));
     if (auto r = check_map_spec(m); !r) return err(r.error().code, r.error().message);
@@ -814,6 +820,63 @@ Result<void> Parser::read_programs() {
   return {};
 }
 
+// A prog_array's `.values = { [i] = &prog }` is, as libbpf reads it, a relocation in
+// .rel.maps at the map's symbol + the `values` member + 8 * i, against the program's
+// function symbol. Then the tail-call rule of loader.hpp: pt_regs contexts only.
+Result<void> Parser::read_prog_slots() {
+  if (maps_sec_ >= 0) {
+    if (auto it = rel_for_.find(static_cast<size_t>(maps_sec_)); it != rel_for_.end()) {
+      const auto rd = secs_[it->second].data;
+      for (size_t k = 0; k < rd.size() / sizeof(Elf64_Rel); ++k) {
+        Elf64_Rel r;
+        std::memcpy(&r, rd.data() + k * sizeof r, sizeof r);
+        const std::string where = fmt::format("section '.maps' offset {:#x}", r.r_offset);
+        const Sym* map_sym = nullptr;
+        for (const Sym& m : syms_)
+          if (m.shndx == maps_sec_ && m.type != STT_SECTION && !m.name.empty() && r.r_offset >= m.value &&
+              r.r_offset < m.value + m.size)
+            map_sym = &m;
+        if (!map_sym) return err(Errc::bad_format, where + ": a relocation inside no map");
+        const size_t mi = maps_by_sym_.at(map_sym->name);
+        MapSpec& m = obj_.maps[mi];
+        auto vo = values_off_.find(mi);
+        if (m.type != uint32_t(MapType::prog_array) || vo == values_off_.end() ||
+            r.r_offset < map_sym->value + vo->second)
+          return err(Errc::unsupported, fmt::format("map '{}' ({}): {}: an initialiser that is not a prog_array's "
+                                                    "__array(values, ...) is not supported",
+                                                    m.name, map_type_name(m.type), where));
+        const uint64_t at = r.r_offset - map_sym->value - vo->second;
+        if (at % 8 || at / 8 >= m.max_entries)
+          return err(Errc::bad_format, fmt::format("map '{}': {}: slot {} of the initialiser is beyond its {} "
+                                                   "entries",
+                                                   m.name, where, at / 8, m.max_entries));
+        const size_t si = ELF64_R_SYM(r.r_info);
+        if (si >= syms_.size()) return err(Errc::bad_format, fmt::format("{}: symbol {} out of range", where, si));
+        const std::string& fn = syms_[si].name;
+        auto p = std::find_if(obj_.programs.begin(), obj_.programs.end(),
+                              [&](const LoadedProgram& lp) { return lp.name == fn; });
+        if (p == obj_.programs.end())
+          return err(Errc::invalid_argument, fmt::format("map '{}': slot {} is '{}', which is not a program of the "
+                                                         "object",
+                                                         m.name, at / 8, fn));
+        m.prog_slots.push_back({static_cast<uint32_t>(at / 8), static_cast<uint32_t>(p - obj_.programs.begin()), fn});
+      }
+    }
+  }
+  for (size_t i = 0; i < obj_.programs.size(); ++i) {
+    const LoadedProgram& p = obj_.programs[i];
+    const bool slot = in_prog_array(obj_, i), calls = calls_helper(p, kTailCallHelper);
+    if ((slot || calls) && !is_uprobe(p.kind))
+      return err(Errc::unsupported,
+                 fmt::format("program '{}' (section '{}') {}: tail calls are supported between programs of the "
+                             "struct pt_regs context only (uprobe, uretprobe, usdt, kprobe sections), whose "
+                             "context is the same for every program; a {} program's depends on its function",
+                             p.name, p.section, slot ? "is in a prog_array" : "calls bpf_tail_call",
+                             prog_kind_name(p.kind)));
+  }
+  return {};
+}
+
 Result<Object> Parser::run() {
   // libbpf would print its own diagnostics on stderr; ours carry the evidence.
   static const bool quiet = [] {
@@ -836,6 +899,7 @@ Result<Object> Parser::run() {
   UTRAMP_TRY(read_line_info());
   UTRAMP_TRY(read_maps());
   UTRAMP_TRY(read_programs());
+  UTRAMP_TRY(read_prog_slots());
   obj_.path = name_;
   obj_.local_btf = btf_;
   return std::move(obj_);
@@ -965,8 +1029,9 @@ Result<void> apply_attach(Object& obj, std::span<const AttachSpec> specs) {
     p.target = a.func;
     p.offset = a.offset;
   }
-  for (const LoadedProgram& p : obj.programs) {
-    if (!p.target.empty()) continue;
+  for (size_t i = 0; i < obj.programs.size(); ++i) {
+    const LoadedProgram& p = obj.programs[i];
+    if (!p.target.empty() || tail_call_only(obj, i)) continue;
     const bool probe = is_uprobe(p.kind);
     if (p.kind == ProgKind::usdt)
       return make_error(Errc::invalid_argument,
@@ -980,6 +1045,17 @@ Result<void> apply_attach(Object& obj, std::span<const AttachSpec> specs) {
                                   p.kind == ProgKind::uprobe ? "[+OFFSET]" : ""));
   }
   return {};
+}
+
+bool in_prog_array(const Object& obj, size_t prog) {
+  for (const MapSpec& m : obj.maps)
+    for (const MapSpec::ProgSlotInit& s : m.prog_slots)
+      if (s.prog == prog) return true;
+  return false;
+}
+
+bool tail_call_only(const Object& obj, size_t prog) {
+  return obj.programs[prog].target.empty() && in_prog_array(obj, prog);
 }
 
 Result<Object> parse_object(std::span<const uint8_t> bytes, const std::string& name, const HelperTable& helpers) {

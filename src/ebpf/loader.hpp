@@ -18,7 +18,10 @@
 //   .text                   BPF-to-BPF callees: appended to each program that calls
 //                           them (calls relocated), their own relocations applied too
 //   .maps                   BTF-defined maps (__uint(type, ...), __type(key, ...) ...),
-//                           read with libbpf's BTF API from .BTF
+//                           read with libbpf's BTF API from .BTF; a prog_array's
+//                           `__array(values, ...)` initialiser (`.values = { [1] =
+//                           &handler }`): the .rel.maps relocations against programs,
+//                           kept as the map's prog_slots
 //   .data* .rodata* .bss*   global data: one-entry array maps whose value is the section
 //   .kconfig externs        `extern ... __kconfig` (usdt.bpf.h's LINUX_HAS_BPF_COOKIE):
 //                           a read-only global-data map ".kconfig" holding what this
@@ -98,8 +101,19 @@ struct LoadedProgram {
   std::vector<LineInfo> lines;  // .BTF.ext line info, by instruction (may be empty)
 };
 
+struct Object;
 // The kinds whose context is struct pt_regs: uprobe, uretprobe, usdt.
 bool is_uprobe(ProgKind k);
+
+// Tail calls (bpf_tail_call, helper 12). A program in a prog_array's initialiser whose
+// section names no function (a bare `SEC("uprobe")`, libbpf's way for handlers) and no
+// --attach completes is a tail-call target only: loaded, verified and put in its slots,
+// never attached. Every program in a slot and every program that calls bpf_tail_call
+// must have the struct pt_regs context (uprobe, uretprobe, usdt, kprobe sections), so
+// that a tail call always gives its target the context it was verified for; a tracing
+// context (fentry...) differs per function and is refused for tail calls.
+bool in_prog_array(const Object& obj, size_t prog);
+bool tail_call_only(const Object& obj, size_t prog);
 
 // bpf_override_return (helper 58): the probed function returns the program's value
 // without running. A program that calls it must be a uprobe at a function's entry

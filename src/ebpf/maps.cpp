@@ -21,7 +21,7 @@ namespace {
 
 constexpr uint64_t kFileMagic = 0x314d504642525455ull;  // "UTRBPFM1"
 constexpr uint32_t kMapMagic = 0x4d415042;              // "BPAM"
-constexpr uint32_t kVersion = 4;  // 3: perf event arrays, queues, stacks, bloom filters; 4: LPM tries
+constexpr uint32_t kVersion = 5;  // 3: perf event arrays, queues, stacks, bloom filters; 4: LPM tries; 5: prog arrays
 constexpr size_t kPage = 4096;
 constexpr uint32_t kBusy = 1u << 31, kDiscard = 1u << 30;
 constexpr uint32_t kLruWindow = 32;
@@ -60,7 +60,8 @@ struct MapHeader {
   uint64_t count;        // live entries (hash)
   uint64_t clock;        // LRU stamps
   uint64_t lru_hand;
-  uint64_t dropped;      // ringbuf, perf_event_array: records refused (full)
+  uint64_t dropped;      // ringbuf, perf_event_array: records refused (full); prog_array:
+                         // tail calls refused at kMaxTailCalls
   uint64_t seq;          // perf_event_array: the last record stamp given
 };
 static_assert(sizeof(MapHeader) <= 256);
@@ -97,6 +98,12 @@ struct QueueCtl {
 };
 constexpr size_t kQueueCtl = 64;
 static_assert(sizeof(QueueCtl) <= kQueueCtl);
+// A program array's slot (prog_array_set).
+struct ProgSlot {
+  uint32_t prog;  // the program's index in its object + 1; 0: empty
+  uint32_t pad;
+  uint64_t exe;   // const Executable* in the agent's address space
+};
 
 
 size_t round8(size_t v) { return (v + 7) & ~size_t{7}; }
@@ -618,6 +625,7 @@ const char* map_type_name(uint32_t type) {
     case MapType::stack: return "stack";
     case MapType::bloom_filter: return "bloom_filter";
     case MapType::lpm_trie: return "lpm_trie";
+    case MapType::prog_array: return "prog_array";
   }
   return "";
 }
@@ -632,7 +640,7 @@ Result<void> check_map_spec(const MapSpec& s) {
     return make_error(Errc::unsupported,
                       fmt::format("map '{}': map type {}{} is not supported (supported: hash, array, "
                                   "percpu_hash, percpu_array, lru_hash, ringbuf, perf_event_array, queue, "
-                                  "stack, bloom_filter, lpm_trie)",
+                                  "stack, bloom_filter, lpm_trie, prog_array)",
                                   s.name, s.type, kernel_map_type(s.type)));
   if (s.name.size() > kMapNameMax) return bad(fmt::format("name longer than {} bytes", kMapNameMax));
   if (s.max_entries == 0) return bad("max_entries is 0");
@@ -654,6 +662,13 @@ Result<void> check_map_spec(const MapSpec& s) {
     if (!std::has_single_bit(rb) || rb < kPage || rb > (1u << 30))
       return bad(fmt::format("ring size {} is not a power of two of a page to 1 GiB", rb));
     if (uint64_t(s.max_entries) * rb > (1ull << 32)) return bad("rings larger than 4 GiB in all");
+    return {};
+  }
+  if (s.type == uint32_t(MapType::prog_array)) {
+    if (s.key_size != 4 || s.value_size != 4)
+      return bad(fmt::format("key size {} and value size {} (a program array has 4 and 4)", s.key_size,
+                             s.value_size));
+    if (s.max_entries > (1u << 20)) return bad("more than 2^20 programs");
     return {};
   }
   if (s.value_size == 0 || s.value_size > (1u << 20)) return bad(fmt::format("value size {}", s.value_size));
@@ -694,6 +709,9 @@ uint32_t bloom_hashes(uint64_t map_extra) { return map_extra & 0xf ? static_cast
 }  // namespace
 
 void complete_map_spec(MapSpec& s) {
+  // A prog_array declared with __array(values, ...) gives no value size: libbpf makes it
+  // 4 (a program's fd), as the kernel requires.
+  if (s.type == uint32_t(MapType::prog_array) && s.value_size == 0) s.value_size = 4;
   if (s.type != uint32_t(MapType::perf_event_array)) return;
   if (s.max_entries == 0) s.max_entries = possible_cpus();
   if (s.key_size == 0) s.key_size = 4;
@@ -787,6 +805,8 @@ Result<MapFile> MapFile::create(const std::string& path, const std::vector<MapSp
       bytes = size_t(s.max_entries) * (kRingCtl + h.ring_bytes);
     } else if (is_queue(s.type)) {
       bytes = kQueueCtl + (size_t(s.max_entries) + 1) * h.stride;
+    } else if (s.type == uint32_t(MapType::prog_array)) {
+      bytes = size_t(s.max_entries) * sizeof(ProgSlot);
     } else if (s.type == uint32_t(MapType::bloom_filter)) {
       h.nhash = bloom_hashes(s.map_extra);
       h.nbits = bloom_bits(s.max_entries, h.nhash);
@@ -1321,6 +1341,20 @@ std::vector<MapEntry> MapFile::entries(size_t i) const {
       }
       if (locked) aref(b.lock).store(0, std::memory_order_release);  // not on this thread's stack
     }
+  } else if (L.type == uint32_t(MapType::prog_array)) {
+    // The set slots: the program's index in its object, as a u32 value.
+    const auto* slots = reinterpret_cast<const ProgSlot*>(d);
+    for (uint32_t k = 0; k < L.max_entries; ++k) {
+      const uint32_t prog = aref(const_cast<ProgSlot&>(slots[k]).prog).load(std::memory_order_relaxed);
+      if (prog == 0) continue;
+      MapEntry e;
+      e.key.resize(4);
+      std::memcpy(e.key.data(), &k, 4);
+      e.values.emplace_back(4);
+      const uint32_t v = prog - 1;
+      std::memcpy(e.values[0].data(), &v, 4);
+      out.push_back(std::move(e));
+    }
   } else if (is_queue(L.type)) {
     auto* q = reinterpret_cast<QueueCtl*>(d);
     const uint32_t n = L.max_entries + 1;
@@ -1502,6 +1536,29 @@ size_t MapFile::consume_perf(size_t i, const std::function<void(uint32_t, std::s
       aref(c->consumer).store(ring_pos_[i][r], std::memory_order_release);
   }
   return take.size();
+}
+
+int64_t prog_array_set(MapHeader* m, uint32_t index, uint32_t prog, const Executable* exe) noexcept {
+  if (m->type != uint32_t(MapType::prog_array)) return -EINVAL;
+  if (index >= m->max_entries) return -E2BIG;
+  auto* slot = reinterpret_cast<ProgSlot*>(data_of(m)) + index;
+  aref(slot->prog).store(exe ? prog + 1 : 0, std::memory_order_relaxed);
+  aref(slot->exe).store(reinterpret_cast<uint64_t>(exe), std::memory_order_release);  // pairs with tail_call_target
+  return 0;
+}
+
+const Executable* tail_call_target(uint64_t map, uint64_t index, uint64_t* count) noexcept {
+  MapHeader* m = map_from_addr(map);
+  if (!m || m->type != uint32_t(MapType::prog_array)) return nullptr;
+  const uint32_t i = static_cast<uint32_t>(index);  // the kernel compares the index as a u32
+  if (i >= m->max_entries) return nullptr;
+  if (*count >= kMaxTailCalls) {
+    aref(m->dropped).fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  ++*count;  // counted before the slot is read, as the kernel counts
+  auto* slot = reinterpret_cast<ProgSlot*>(data_of(m)) + i;
+  return reinterpret_cast<const Executable*>(aref(slot->exe).load(std::memory_order_acquire));
 }
 
 uint64_t MapFile::ring_dropped(size_t i) const {

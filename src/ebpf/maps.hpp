@@ -29,6 +29,9 @@
 //   lpm_trie       LpmCtl (lock, root, free list, count), then 2 * max_entries nodes
 //                  (children, prefix length, flags, the key's data bytes), then
 //                  value[2 * max_entries] apart from them (a node's value by its index)
+//   prog_array     ProgSlot[max_entries]: the program's index in its object + 1 (0:
+//                  empty; what the CLI prints) and the agent's Executable of it (an
+//                  address in the agent's mapping only: the CLI never reads it)
 //
 // Concurrency. Hash maps take a per-bucket spinlock (a word in the file) for lookups
 // and changes, and one map-wide spinlock for the free list of preallocated entries.
@@ -92,6 +95,7 @@ enum class MapType : uint32_t {
   ringbuf = 27,
   lpm_trie = 11,
   bloom_filter = 30,
+  prog_array = 3,
 };
 // BPF_F_NO_PREALLOC: an LPM trie must be created with it, as the kernel requires.
 inline constexpr uint32_t kMapNoPrealloc = 1;
@@ -125,6 +129,14 @@ struct MapSpec {
   bool global_data = false;   // .data/.rodata/.bss (not printed as a user map)
   bool readonly = false;      // .rodata: programs may not store into it
   std::vector<GlobalVar> vars;  // global data: its named variables, by offset (not in the file)
+  // prog_array: the slots libbpf's `__array(values, ...)` initialiser sets; the agent
+  // fills them before any program runs.
+  struct ProgSlotInit {
+    uint32_t slot = 0;
+    uint32_t prog = 0;   // the program's index in its object
+    std::string name;    // its name, for printing
+  };
+  std::vector<ProgSlotInit> prog_slots;
 };
 
 // Checks a spec's sizes against its type; the message names the map.
@@ -263,6 +275,20 @@ int64_t ringbuf_output(MapHeader* m, const void* data, uint64_t size) noexcept;
 void* perf_reserve(MapHeader* m, uint64_t flags, uint64_t size, int64_t* err) noexcept;
 void perf_commit(void* rec, bool discard) noexcept;
 int64_t perf_output(MapHeader* m, uint64_t flags, const void* data, uint64_t size) noexcept;
+
+// Program arrays (bpf_tail_call). A slot holds a program of the object: `prog` its
+// index among the object's programs, `exe` what runs it (this process's; null empties
+// the slot). Set by the loader before any program runs (libbpf's `__array(values, ...)`
+// initialisers); -E2BIG for an index beyond the map, -EINVAL for another map type.
+// `exe` is stored with release, and read with acquire by tail_call_target (pairs).
+class Executable;
+inline constexpr uint64_t kMaxTailCalls = 33;  // the kernel's MAX_TAIL_CALL_CNT
+int64_t prog_array_set(MapHeader* m, uint32_t index, uint32_t prog, const Executable* exe) noexcept;
+// bpf_tail_call's lookup, in the kernel's order: `map` must be a registered prog_array
+// (else null); an index (as u32) >= max_entries: null; `*count` tail calls already made
+// by this invocation >= kMaxTailCalls: null, counted in the map (ring_dropped()); else
+// ++*count and the slot's program, null when empty. Async-signal-safe, lock-free.
+const Executable* tail_call_target(uint64_t map, uint64_t index, uint64_t* count) noexcept;
 
 // Queues, stacks (value_size bytes per element) and bloom filters. push: flags BPF_ANY
 // or BPF_EXIST (queue/stack: when full, drop the oldest element to make room; without

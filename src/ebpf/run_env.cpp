@@ -22,6 +22,8 @@ RunEnv make_env(const ExecOptions& o, std::span<const Insn> insns, bool trusted)
     env.callx.assign(o.helpers->id_limit(), 0);
     for (const HelperInfo& h : o.helpers->all())
       env.callx[h.id] = reinterpret_cast<uint64_t>(trusted ? h.trusted_fn() : h.fn);
+    // The engines run tail calls themselves: no function for a callx to reach.
+    if (kTailCallHelper < env.callx.size()) env.callx[kTailCallHelper] = 0;
     // Trusted helpers check nothing against the run: nothing to publish.
     if (trusted) return env;
     bool any_needs_run = false;

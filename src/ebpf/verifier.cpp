@@ -793,6 +793,9 @@ bool Verifier::jump(Work& w, const Insn& n, bool* ended) {
                               : nullptr;
     if (!h || !h->fn)
       return fail(w, fmt::format("callx r{}: r{} is {}, not the number of a helper", n.dst, n.dst, reg_str(r)));
+    if (h->id == kTailCallHelper)
+      return fail(w, fmt::format("callx r{}: bpf_tail_call ({}) is called by number only (call {})", n.dst,
+                                 kTailCallHelper, kTailCallHelper));
     const int32_t id = static_cast<int32_t>(h->id);
     if (proof_.callx[pc] >= 0 && proof_.callx[pc] != id)
       return fail(w, fmt::format("callx r{} calls helper {} here and helper {} on another path", n.dst, id,
@@ -1188,6 +1191,23 @@ bool Verifier::helper_mem(Work& w, unsigned regno, uint64_t min_size, uint64_t m
 bool Verifier::call_helper(Work& w, uint32_t id) {
   const HelperInfo* h = env_.helpers->find(id);  // there (check_program)
   const HelperProto& pr = h->proto;
+  if (id == kTailCallHelper) {
+    // A tail call replaces the running program: from a BPF-to-BPF function the kernel
+    // returns the target's value to that function's caller and limits each frame to 256
+    // bytes for the stack the chain may hold; here tail calls are taken in the main
+    // function only, so a chain holds one program's frames at a time (512 bytes each,
+    // 8 deep) and nothing returns into a replaced program.
+    if (w.st.frames.size() > 1)
+      return fail(w, fmt::format("bpf_tail_call in a BPF-to-BPF function (frame {}): tail calls are taken only in "
+                                 "the program's main function here",
+                                 w.st.frames.size() - 1));
+    // The replaced program cannot release what it holds (the kernel's "tail_call would
+    // lead to reference leak").
+    if (!w.st.refs.empty())
+      return fail(w, fmt::format("bpf_tail_call with the ring buffer record reserved at insn {} not yet submitted or "
+                                 "discarded: the program it jumps to could not release it",
+                                 w.st.refs.front().insn));
+  }
   int map = -1;
   uint64_t alloc = 0;
   uint32_t release = 0;

@@ -485,6 +485,38 @@ TEST(LoaderBad, UnsupportedMapTypeBeforeUnknownField) {
   EXPECT_NE(e.find("map 'outer': map type 13 (hash_of_maps) is not supported"), std::string::npos) << e;
 }
 
+// A prog_array's `__array(values, ...)` initialiser: its slots, by program; handlers
+// in bare sections are tail-call targets only (apply_attach asks no --attach for them),
+// the dispatcher is attached as its section says.
+TEST(Loader, ProgArrayInitialiser) {
+  auto obj = load_object_file(example("tail_dispatch"), runtime_helpers());
+  ASSERT_TRUE(obj) << obj.error().message;
+  auto m = std::find_if(obj->maps.begin(), obj->maps.end(), [](const MapSpec& s) { return s.name == "handlers"; });
+  ASSERT_NE(m, obj->maps.end());
+  EXPECT_EQ(m->type, uint32_t(MapType::prog_array));
+  std::vector<std::pair<uint32_t, std::string>> slots;
+  for (const auto& ps : m->prog_slots) {
+    slots.emplace_back(ps.slot, ps.name);
+    EXPECT_EQ(obj->programs.at(ps.prog).name, ps.name);
+    EXPECT_TRUE(tail_call_only(*obj, ps.prog));
+  }
+  EXPECT_EQ(slots, (std::vector<std::pair<uint32_t, std::string>>{{0, "case0"}, {1, "case1"}, {2, "case2"}}));
+  ASSERT_TRUE(apply_attach(*obj, {}));
+  for (size_t i = 0; i < obj->programs.size(); ++i)
+    if (obj->programs[i].name == "dispatch") {
+      EXPECT_FALSE(tail_call_only(*obj, i));
+      EXPECT_EQ(obj->programs[i].target, "emit");
+    }
+}
+
+// Tail calls between programs whose contexts may differ (fentry) are refused.
+TEST(LoaderBad, TailCallsNeedThePtRegsContext) {
+  const std::string e = error_of(load_object_file(bad("tail_call_fentry"), runtime_helpers()));
+  EXPECT_NE(e.find("tail calls are supported between programs of the struct pt_regs context only"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("a fentry program's depends on its function"), std::string::npos) << e;
+}
+
 // A refused helper is named with its number, and a hint given where there is a way.
 TEST(LoaderBad, RefusedHelperNamedWithAHint) {
   auto call = [](int32_t id) {

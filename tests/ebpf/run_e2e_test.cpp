@@ -549,6 +549,41 @@ TEST(RunE2E, QueueStackAndBloomFilterCountsAcrossThreads) {
   EXPECT_EQ(m["first"]["entries"].size(), 64u);
 }
 
+// Tail calls (examples/bpf/tail_dispatch.bpf.c): a dispatcher on emit(i, v) jumps to
+// the handler of i % 4 through a prog_array its initialiser fills; the handlers are
+// bare uprobe sections, attached by nothing. Counted against what the target did: two
+// threads x 1000 emit() calls, their values from its own formula (value_of).
+TEST(RunE2E, TailCallsDispatchPerCase) {
+  for (const std::string& target : kEventsTargets) {
+    SCOPED_TRACE(target);
+    const auto r = test::run_program({UTRAMP_CLI, "run", example("tail_dispatch"), "--json", "--", target, "emit",
+                                      "2", "1000"},
+                                     {.timeout_s = 120});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("calls 1000 chain"), std::string::npos) << r.err;
+    uint64_t v_sum = 0;
+    for (uint64_t t = 0; t < 2; ++t)
+      for (uint64_t i = 0; i < 1000; i += 4) v_sum += (t << 32) + i * 2654435761ul % 1000003ul * 2 + 1;
+    auto m = maps_of(r.out);
+    const std::map<uint64_t, uint64_t> want = {
+        {0, 500},       // case0
+        {1, 500},       // case1
+        {2, 500 * 33},  // case2 runs: the dispatcher's tail call and 32 of its own per emit()
+        {3, 500},       // case2's 34th tail call, refused
+        {4, 500},       // slot 3: no handler, the dispatcher goes on
+        {5, v_sum}};    // case0 read emit's v from the dispatcher's context
+    EXPECT_EQ(entries(m["stats"]), want);
+    EXPECT_EQ(m["handlers"]["map_type"], "prog_array");
+    std::vector<std::pair<uint64_t, std::string>> slots;
+    for (const auto& e : m["handlers"]["entries"]) slots.emplace_back(e["key"], e["program"]);
+    EXPECT_EQ(slots, (std::vector<std::pair<uint64_t, std::string>>{{0, "case0"}, {1, "case1"}, {2, "case2"}}));
+    EXPECT_NE(r.out.find(R"({"count":500,"map":"handlers","type":"tail_call_limit"})"), std::string::npos) << r.out;
+    EXPECT_NE(r.err.find("prog_array 'handlers': 500 tail call(s) fell through at the limit of 33"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 // An LPM trie as a routing table: each route() is counted under the route the target
 // itself chose (the longest prefix, before and after two routes are deleted), and the
 // trie printed is the table left, in get_next_key order (more specific prefixes first).

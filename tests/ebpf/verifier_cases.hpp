@@ -74,6 +74,8 @@ class Sandbox {
   std::vector<Insn> resolve(std::vector<Insn> insns, const std::vector<MapRef>& refs) const;
   void add_regions(ExecOptions& o) const;
   void* ctx() { return ctx_.data() + 3; }  // after the header words (cookie, ip, count)
+  MapHeader* map(size_t i) const { return maps_.header(i); }
+  uint64_t dropped(size_t i) const { return maps_.ring_dropped(i); }
   uint64_t ctx_len() const { return size_; }
 
  private:

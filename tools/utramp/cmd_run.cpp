@@ -285,6 +285,26 @@ void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs
         ebpf::is_usdt_internal_map(s.name))
       continue;  // streamed, or nothing to show (a bloom filter's bits, usdt.bpf.h's specs)
     const auto entries = mf.entries(i);
+    if (s.type == uint32_t(ebpf::MapType::prog_array)) {  // the slots set: programs by name
+      auto name_of = [&](const ebpf::MapEntry& e) {
+        const uint32_t prog = static_cast<uint32_t>(as_u64(e.values.at(0)));
+        if (i < specs.size())
+          for (const auto& ps : specs[i].prog_slots)
+            if (ps.prog == prog) return ps.name;
+        return fmt::format("program {}", prog);
+      };
+      if (o.json) {
+        json es = json::array();
+        for (const auto& e : entries) es.push_back({{"key", as_u64(e.key)}, {"program", name_of(e)}});
+        fmt::print(o.f, "{}\n", json{{"type", "map"}, {"name", s.name}, {"map_type", "prog_array"}, {"entries", es}}
+                                      .dump());
+        continue;
+      }
+      for (const auto& e : entries) fmt::print(o.f, "@{}[{}]: {}\n", s.name, as_u64(e.key), name_of(e));
+      if (entries.empty()) fmt::print(o.f, "@{}: (empty)\n", s.name);
+      fmt::print(o.f, "\n");
+      continue;
+    }
     const bool array = s.type == uint32_t(ebpf::MapType::array) || s.type == uint32_t(ebpf::MapType::percpu_array);
     const bool lpm = s.type == uint32_t(ebpf::MapType::lpm_trie) && s.key_size > 4;
     if (o.json) {
@@ -415,9 +435,17 @@ void report_lost(const ebpf::MapFile& mf, const Output& o) {
   for (size_t i = 0; i < mf.count(); ++i) {
     const ebpf::MapSpec s = mf.spec(i);
     const bool perf = s.type == uint32_t(ebpf::MapType::perf_event_array);
-    if (!perf && s.type != uint32_t(ebpf::MapType::ringbuf)) continue;
+    const bool progs = s.type == uint32_t(ebpf::MapType::prog_array);
+    if (!perf && !progs && s.type != uint32_t(ebpf::MapType::ringbuf)) continue;
     const uint64_t lost = mf.ring_dropped(i);
     if (!lost) continue;
+    if (progs) {  // tail calls refused at the limit: they fell through
+      if (o.json)
+        fmt::print(o.f, "{}\n", json{{"type", "tail_call_limit"}, {"map", s.name}, {"count", lost}}.dump());
+      fmt::print(stderr, "{}: prog_array '{}': {} tail call(s) fell through at the limit of {} per invocation\n",
+                 o.me, s.name, lost, ebpf::kMaxTailCalls);
+      continue;
+    }
     if (o.json)
       fmt::print(o.f, "{}\n", json{{"type", "lost"}, {"map", s.name}, {"map_type", ebpf::map_type_name(s.type)},
                                    {"count", lost}}
@@ -596,7 +624,9 @@ int run(const RunFlags& f) {
       fmt::print(stderr, "{}: {}: {}\n", me, path, a.error().message);
       return 2;
     }
-    for (auto& p : obj->programs) {
+    for (size_t pi = 0; pi < obj->programs.size(); ++pi) {
+      ebpf::LoadedProgram& p = obj->programs[pi];
+      const bool tail_only = ebpf::tail_call_only(*obj, pi);  // no function: its context is pt_regs
       const auto* fn = [&]() -> const sites::SiteInfo* {
         for (const auto& x : target->functions)
           if (x.name == p.target) return &x;
@@ -606,7 +636,7 @@ int run(const RunFlags& f) {
         fmt::print(stderr, "{}: {}: program '{}' (section '{}'): {}\n", me, path, p.name, p.section, why);
         return 2;
       }
-      if (!fn && p.kind != ebpf::ProgKind::usdt) {
+      if (!fn && p.kind != ebpf::ProgKind::usdt && !tail_only) {
         fmt::print(stderr, "{}: {}: program '{}' (section '{}'): no function '{}' in {}\n", me, path, p.name,
                    p.section, p.target, prog);
         return 2;

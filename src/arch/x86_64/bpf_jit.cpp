@@ -57,6 +57,28 @@
 // A fault stores its kind, instruction and address in the run state and jumps to one
 // exit that resets rsp to r12 (dropping local-call frames), reports it and returns 0.
 //
+// Tail calls (`call 12`, bpf_tail_call). The count of tail calls taken in the invocation
+// lives in the frame of a program that makes them (the run state's padding, r12+88, or
+// in a lean program a 16-byte slot at the bottom of its frame, [rsp] in its main
+// function, where tail calls are taken). The sequence, r1-r3 = ctx, map, index:
+//
+//   lea  rcx, COUNT
+//   push rdi; push rdi                    ; the context, kept (twice: rsp stays aligned)
+//   mov  rdi, rsi; mov rsi, rdx; mov rdx, rcx
+//   call utramp_ebpf_tail_entry           ; the target's tail entry, or 0 (++COUNT)
+//   pop  rdi; pop rdi
+//   test rax, rax; jz fall_through
+//   mov  r10, rax; mov rax, COUNT
+//   mov  rsi, LEN; mov rdx, STATUS        ; the run's context length and status (lean: 0)
+//   <the epilogue without its ret>        ; this program's frame and saved registers gone
+//   jmp  r10
+//
+// so the target starts as if the chain's caller had called it, with rax = the count.
+// Its entries: native and full start the count at 0 (xor eax, eax) when it makes tail
+// calls itself; the tail entry skips that, and (full layout) takes its default status
+// when rdx is 0. The replaced program's whole native frame goes, so a chain of 33 tail
+// calls uses the stack of one program.
+//
 // Lean programs. A program that cannot fault and calls nothing (no memory access but
 // [r10+off] inside its frame, no atomics, no call of any kind, no backward jump under a
 // loop budget) never reads its run state: it gets no RunState, no BPF stack beyond its
@@ -98,6 +120,8 @@
 
 #include "arch/arch.hpp"
 #include "arch/x86_64/asm_util.hpp"
+#include "ebpf/engine.hpp"
+#include "ebpf/helpers.hpp"
 #include "ebpf/memory.hpp"
 
 namespace utramp::arch {
@@ -117,9 +141,10 @@ const ax::Gp kReg[ebpf::kNumRegs] = {ax::rax, ax::rdi, ax::rsi, ax::rdx, ax::rcx
 const ax::Gp kState = ax::r12;
 
 constexpr int32_t kStateBytes = 96;  // RunState (88) rounded to 16
+constexpr int32_t kTailCount = 88;   // the run state's padding: the tail-call count
 constexpr int32_t kBpfStack = static_cast<int32_t>(ebpf::kStackBytes);
 constexpr int32_t kFrameBytes = kStateBytes + kBpfStack + 8;
-static_assert(sizeof(ebpf::RunState) <= kStateBytes);
+static_assert(sizeof(ebpf::RunState) <= kTailCount && kTailCount + 8 <= kStateBytes);
 static_assert(kFrameBytes % 16 == 8, "six pushes + return address + frame keep rsp 16-aligned");
 
 ax::Mem st(int32_t off, uint32_t size = 8) { return ax::ptr(kState, off, size); }
@@ -129,7 +154,7 @@ class Emitter {
   Emitter(ax::Assembler& a, const BpfJitSpec& s, uint64_t base, bool far)
       : a_(a), s_(s), base_(base), far_(far), n_(s.insns.size()) {}
 
-  void emit(Label native_entry, Label full_entry);
+  void emit(Label native_entry, Label full_entry, Label tail_entry);
   // Whether the program is lean (above): decided before emitting.
   bool lean() const;
   Error error;  // set by checks that are not asmjit's
@@ -163,6 +188,11 @@ class Emitter {
   void jump(size_t i, const Insn& n);
   void jump_to(size_t i, std::function<void(Label)> jcc, std::function<void(Label)> jncc);
   void call(size_t i, const Insn& n);
+  void tail_call(size_t i);
+  // The epilogue up to its ret (the frame and saved registers gone).
+  void unwind_frame();
+  // Where the tail-call count is (see the file's comment).
+  ax::Mem tail_count() const { return lean_ ? ax::qword_ptr(ax::rsp) : st(kTailCount); }
   // r11 = base+off, then to `direct` if inside the stack (or context); else to the
   // returned out-of-line label's code (the caller fills it).
   void check_inline(uint8_t base, int16_t off, unsigned size, bool ctx_ok, Label direct, Label slow);
@@ -181,6 +211,7 @@ class Emitter {
   std::vector<Label> L_;
   Label exit_main_, fault_common_, load_stub_, store_stub_;
   bool lean_ = false;
+  bool tail_calls_ = false;  // the program makes tail calls (keeps their count)
   std::vector<ax::Gp> lean_saved_;  // pushed in this order
   int32_t lean_frame_ = 0;          // bytes below the pushes
   std::vector<std::function<void()>> deferred_;
@@ -208,7 +239,10 @@ void Emitter::call_abs(uint64_t target) {
 //           mov  [r12+ctx_lo], rdi ... (the run state's fields)
 //           lea  rbp, [r12+96+4096]
 //           xor  r0, r3-r9
-void Emitter::emit(Label native_entry, Label full_entry) {
+void Emitter::emit(Label native_entry, Label full_entry, Label tail_entry) {
+  for (const Insn& n : s_.insns)
+    tail_calls_ |= n.code == op::kCallOp && n.src == op::kCallHelper &&
+                   static_cast<uint32_t>(n.imm) == ebpf::kTailCallHelper;
   L_.resize(n_);
   for (auto& l : L_) l = a_.newLabel();
   exit_main_ = a_.newLabel();
@@ -234,16 +268,20 @@ void Emitter::emit(Label native_entry, Label full_entry) {
       if (used[r]) lean_saved_.push_back(R(r));
     a_.bind(native_entry);
     a_.bind(full_entry);
+    if (tail_calls_) a_.xor_(ax::eax, ax::eax);  // no tail call taken yet
+    a_.bind(tail_entry);
     for (const ax::Gp& r : lean_saved_) a_.push(r);
     const uint32_t frames = s_.proof ? s_.proof->frames : 1;
     const int32_t stack = static_cast<int32_t>(ebpf::kStackSize * frames);
+    const int32_t count_slot = tail_calls_ ? 16 : 0;  // [rsp]: the count, then padding
     if (used[ebpf::kFp] || calls) {
       // rsp is 8 mod 16 at entry; r10 = rsp + stack after the sub, and rsp itself (at
       // helper calls), must be 0 mod 16.
-      lean_frame_ = (used[ebpf::kFp] ? stack : 0) + (lean_saved_.size() % 2 ? 0 : 8);
+      lean_frame_ = (used[ebpf::kFp] ? stack : 0) + count_slot + (lean_saved_.size() % 2 ? 0 : 8);
       if (lean_frame_) a_.sub(ax::rsp, Imm(lean_frame_));
-      if (used[ebpf::kFp]) a_.lea(ax::rbp, ax::ptr(ax::rsp, stack));
+      if (used[ebpf::kFp]) a_.lea(ax::rbp, ax::ptr(ax::rsp, stack + count_slot));
     }
+    if (tail_calls_) a_.mov(tail_count(), ax::rax);
     if (s_.no_ctx && used[1]) a_.xor_(ax::edi, ax::edi);
     if (s_.no_ctx && used[2]) a_.xor_(ax::esi, ax::esi);
     if (s_.ctx_size && used[2]) a_.mov(ax::rsi, Imm(s_.ctx_size));
@@ -253,9 +291,21 @@ void Emitter::emit(Label native_entry, Label full_entry) {
     a_.bind(native_entry);
     a_.mov(ax::rdx, Imm(s_.default_status));
     a_.bind(full_entry);
+    if (tail_calls_) a_.xor_(ax::eax, ax::eax);  // no tail call taken yet
+    Label body = a_.newLabel();
+    a_.bind(body);
+    // The tail entry: status 0 is this program's own.
+    defer([this, tail_entry, body] {
+      a_.bind(tail_entry);
+      a_.test(ax::rdx, ax::rdx);
+      a_.jnz(body);
+      a_.mov(ax::rdx, Imm(s_.default_status));
+      a_.jmp(body);
+    });
     for (const ax::Gp& r : {ax::rbp, ax::rbx, ax::r12, ax::r13, ax::r14, ax::r15}) a_.push(r);
     a_.sub(ax::rsp, Imm(kFrameBytes));
     a_.mov(kState, ax::rsp);
+    if (tail_calls_) a_.mov(tail_count(), ax::rax);
     if (s_.no_ctx) a_.xor_(ax::edi, ax::edi);
     if (s_.no_ctx) a_.xor_(ax::esi, ax::esi);
     if (s_.ctx_size) a_.mov(ax::rsi, Imm(s_.ctx_size));
@@ -347,12 +397,10 @@ bool Emitter::lean() const {
   return true;
 }
 
-void Emitter::epilogue_and_stubs() {
-  a_.bind(exit_main_);
+void Emitter::unwind_frame() {
   if (lean_) {
     if (lean_frame_) a_.add(ax::rsp, Imm(lean_frame_));
     for (size_t k = lean_saved_.size(); k-- > 0;) a_.pop(lean_saved_[k]);
-    a_.ret();
     return;
   }
   if (s_.publish_run) {
@@ -361,7 +409,13 @@ void Emitter::epilogue_and_stubs() {
   }
   a_.add(ax::rsp, Imm(kFrameBytes));
   for (const ax::Gp& r : {ax::r15, ax::r14, ax::r13, ax::r12, ax::rbx, ax::rbp}) a_.pop(r);
+}
+
+void Emitter::epilogue_and_stubs() {
+  a_.bind(exit_main_);
+  unwind_frame();
   a_.ret();
+  if (lean_) return;
 
   a_.bind(fault_common_);
   a_.mov(ax::rsp, kState);
@@ -663,6 +717,7 @@ void Emitter::call(size_t i, const Insn& n) {
     return;
   }
   const uint32_t id = static_cast<uint32_t>(n.imm);
+  if (id == ebpf::kTailCallHelper) return tail_call(i);
   const uint64_t fn = id < s_.helper_count ? s_.helpers[id] : 0;
   if (!fn) {
     failed = true;
@@ -670,6 +725,45 @@ void Emitter::call(size_t i, const Insn& n) {
     return;
   }
   call_abs(fn);
+}
+
+// The sequence in the file's comment. In the full layout a tail call from a local
+// function (an unverified program only: the verifier takes them in main functions
+// only) drops the local-call frames with the rest (mov rsp, r12), as the interpreter
+// does.
+void Emitter::tail_call(size_t i) {
+  if (lean_ && !s_.ctx_size && !s_.no_ctx) {
+    failed = true;
+    error = make_error(Errc::unsupported,
+                       fmt::format("insn {}: bpf_tail_call needs a context of a fixed size (the target's length)", i));
+    return;
+  }
+  Label fall = a_.newLabel();
+  a_.lea(ax::rcx, tail_count());
+  a_.push(ax::rdi);
+  a_.push(ax::rdi);
+  a_.mov(ax::rdi, ax::rsi);
+  a_.mov(ax::rsi, ax::rdx);
+  a_.mov(ax::rdx, ax::rcx);
+  call_abs(reinterpret_cast<uint64_t>(&ebpf::utramp_ebpf_tail_entry));
+  a_.pop(ax::rdi);
+  a_.pop(ax::rdi);
+  a_.test(ax::rax, ax::rax);
+  a_.jz(fall);
+  a_.mov(ax::r10, ax::rax);
+  a_.mov(ax::rax, tail_count());
+  if (lean_) {
+    if (s_.ctx_size) a_.mov(ax::rsi, Imm(s_.ctx_size));
+    else a_.xor_(ax::esi, ax::esi);
+    a_.xor_(ax::edx, ax::edx);
+  } else {
+    a_.mov(ax::rsi, st(rs::kCtxLen));
+    a_.mov(ax::rdx, st(rs::kStatus));
+    a_.mov(ax::rsp, kState);
+  }
+  unwind_frame();
+  a_.jmp(ax::r10);
+  a_.bind(fall);
 }
 
 void Emitter::check_inline(uint8_t base, int16_t off, unsigned size, bool ctx_ok, Label direct,
@@ -836,20 +930,22 @@ Result<BpfJitCode> emit_at(const BpfJitSpec& spec, uint64_t base, bool far) {
   BpfJitCode out;
   Error emit_error{};
   bool emit_failed = false;
-  Label native, full;
+  Label native, full, tail;
   auto bytes = x86::assemble(
       base, fmt::format("the code of a {}-instruction eBPF program", spec.insns.size()),
       [&](ax::Assembler& a) {
         native = a.newLabel();
         full = a.newLabel();
+        tail = a.newLabel();
         Emitter e(a, spec, base, far);
-        e.emit(native, full);
+        e.emit(native, full, tail);
         emit_failed = e.failed;
         if (e.failed) emit_error = e.error;
       },
       [&](asmjit::CodeHolder& code) {
         out.native_entry = static_cast<uint32_t>(code.labelOffset(native));
         out.full_entry = static_cast<uint32_t>(code.labelOffset(full));
+        out.tail_entry = static_cast<uint32_t>(code.labelOffset(tail));
       });
   if (emit_failed) return emit_error;
   if (!bytes) return std::move(bytes).error();
