@@ -125,7 +125,7 @@ constexpr const char* kUntouched = "ok: 8 workers, calls made\n";
 
 // The library's constructor runs in the target; every thread is let go, none stays
 // traced; the blocked read and the thread in its signal handler carry on; the
-// program's results and output are those of an untouched run. Twenty times in a row
+// program's results and output are those of an untouched run. Ten times in a row
 // (the second and later dlopens find the library loaded: each still stops every
 // thread and puts each back).
 TEST(Inject, LoadsALibraryIntoARunningMultiThreadedProcess) {
