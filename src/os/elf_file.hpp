@@ -46,10 +46,6 @@ class ElfFile {
   bool has_dynamic() const { return has_dynamic_; }  // PT_DYNAMIC: dynamically linked
   // The program interpreter (PT_INTERP, the dynamic loader), "" if none.
   const std::string& interp() const { return interp_; }
-  // PT_TLS's memory size: the thread-local storage every thread gets for this object
-  // (0: none). An object loaded by dlopen with initial-exec TLS takes it from the small
-  // static reserve the C library set aside at start-up.
-  uint64_t tls_size() const { return tls_size_; }
   // The virtual address the file's first byte is mapped at (the PT_LOAD of file offset
   // 0, page-aligned): a process's mapping of offset 0, less this, is the load bias.
   uint64_t first_load_vaddr() const { return first_load_vaddr_; }
@@ -80,7 +76,7 @@ class ElfFile {
   std::vector<uint8_t> image_;
   bool is_dyn_ = false, has_symtab_ = false, has_interp_ = false, has_dynamic_ = false;
   std::string interp_;
-  uint64_t tls_size_ = 0, first_load_vaddr_ = 0;
+  uint64_t first_load_vaddr_ = 0;
   std::vector<ElfSection> sections_;
   std::vector<ElfSymbol> symbols_;
   std::map<uint64_t, uint64_t> relative_;

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "launch.hpp"
-#include "os/elf_file.hpp"
 #include "os/inject.hpp"
 
 namespace utramp::cli {
@@ -20,11 +19,6 @@ int run_record_attach(pid_t pid, const RecordOptions& o) {
     return 2;
   }
   const std::string agent = agent_library();
-  auto elf = os::ElfFile::open(agent);
-  if (!elf) {
-    fmt::print(stderr, "utramp record: the agent library {}: {}\n", agent, elf.error().message);
-    return 2;
-  }
   auto loaded = os::inject_library(pid, agent);
   if (!loaded) {
     fmt::print(stderr, "utramp record: cannot attach to process {}: {}\n", pid, loaded.error().message);
@@ -40,11 +34,10 @@ int run_record_attach(pid_t pid, const RecordOptions& o) {
                "utramp record: cannot attach to process {}: its dynamic loader refused the agent: "
                "{}{}; the process was paused {:.2f} ms ({} threads) and runs on unchanged\n",
                pid, loaded->error,
-               tls ? fmt::format(" (the agent needs {} bytes of initial-exec thread-local storage; "
-                                 "a library loaded into a running process gets it only from the "
-                                 "C library's small static reserve: docs/attach.md, \"Status\")",
-                                 (*elf)->tls_size())
-                   : std::string(),
+               tls ? " (the agent's initial-exec thread-local storage, about 21 KB, does not fit in "
+                     "the C library's small static reserve for libraries loaded into a running "
+                     "process: docs/attach.md, \"Status\")"
+                   : "",
                static_cast<double>(loaded->pause_ns) / 1e6, loaded->threads);
     return 2;
   }
