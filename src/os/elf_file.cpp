@@ -81,6 +81,7 @@ Result<void> ElfFile::load() {
     GElf_Phdr ph;
     if (!gelf_getphdr(E(elf_), static_cast<int>(i), &ph)) continue;
     if (ph.p_type == PT_DYNAMIC) has_dynamic_ = true;
+    if (ph.p_type == PT_LOAD && ph.p_offset == 0) first_load_vaddr_ = ph.p_vaddr & ~uint64_t{0xfff};
     if (ph.p_type != PT_INTERP) continue;
     has_interp_ = true;
     if (ph.p_offset < image_.size() && ph.p_filesz <= image_.size() - ph.p_offset) {

@@ -46,6 +46,9 @@ class ElfFile {
   bool has_dynamic() const { return has_dynamic_; }  // PT_DYNAMIC: dynamically linked
   // The program interpreter (PT_INTERP, the dynamic loader), "" if none.
   const std::string& interp() const { return interp_; }
+  // The virtual address the file's first byte is mapped at (the PT_LOAD of file offset
+  // 0, page-aligned): a process's mapping of offset 0, less this, is the load bias.
+  uint64_t first_load_vaddr() const { return first_load_vaddr_; }
   const std::vector<ElfSection>& sections() const { return sections_; }
   const ElfSection* section(std::string_view name) const;
   // Functions from .symtab where present, .dynsym otherwise (both merged, de-duplicated).
@@ -73,6 +76,7 @@ class ElfFile {
   std::vector<uint8_t> image_;
   bool is_dyn_ = false, has_symtab_ = false, has_interp_ = false, has_dynamic_ = false;
   std::string interp_;
+  uint64_t first_load_vaddr_ = 0;
   std::vector<ElfSection> sections_;
   std::vector<ElfSymbol> symbols_;
   std::map<uint64_t, uint64_t> relative_;

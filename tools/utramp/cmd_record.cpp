@@ -8,6 +8,7 @@
 
 #include "commands.hpp"
 #include "agent/config.hpp"
+#include "attach.hpp"
 #include "record_run.hpp"
 
 namespace utramp::cli {
@@ -141,8 +142,13 @@ void add_record(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("record", "Run a program and record its function calls");
   auto f = add_record_options(sub);
   sub->add_flag("-q,--quiet", f->rec.quiet, "no summary line at the end");
-  sub->callback([f] {
+  // -p PID instead of a program: attach to a running process (docs/attach.md).
+  auto pid = std::make_shared<int>(0);
+  sub->add_option("-p,--pid", *pid, "attach to the running process PID instead of starting a program");
+  sub->get_option("command")->required(false);  // run_record says when neither is given
+  sub->callback([f, pid] {
     if (!finish_record_flags(*f, "record")) std::exit(2);
+    if (*pid) std::exit(run_record_attach(*pid, f->rec));
     RecordResult r;
     std::exit(run_record(f->rec, &r));
   });

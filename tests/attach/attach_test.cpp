@@ -1,0 +1,295 @@
+// Attaching to a running process: the ptrace injector (os/inject.hpp) on a target with
+// 8 worker threads, one blocked in read() and one inside a signal handler; and
+// `utramp record -p` with each refusal, the process left running unchanged each time.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_runner.hpp"
+#include "os/inject.hpp"
+#include "second_user.hpp"
+#include "temp_dir.hpp"
+
+namespace {
+
+using utramp::test::run_cli;
+using utramp::test::TempDir;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// attach_target (or another program that speaks its protocol) as a child: its stdin a
+// pipe the test writes "q" into, its stdout a pipe read for "ready PID" and its result.
+class Target {
+ public:
+  Target(const std::string& program, int workers, const std::vector<std::string>& env = {}) {
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
+      const std::string n = std::to_string(workers);
+      execl(program.c_str(), program.c_str(), n.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    in_ = in[1];
+    out_ = out[0];
+    ready_ = read_line().starts_with("ready ");
+  }
+  ~Target() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      reap();
+    }
+    if (in_ >= 0) close(in_);
+    if (out_ >= 0) close(out_);
+  }
+  Target(const Target&) = delete;
+  Target& operator=(const Target&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool ready() const { return ready_; }
+  bool running() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+
+  // Tells it to end; what it printed after "ready", and its exit code.
+  std::pair<std::string, int> finish() {
+    (void)!write(in_, "q", 1);
+    close(in_);
+    in_ = -1;
+    std::string rest;
+    char buf[512];
+    ssize_t n;
+    while ((n = read(out_, buf, sizeof buf)) > 0) rest.append(buf, static_cast<size_t>(n));
+    const int code = reap();
+    return {rest, code};
+  }
+
+ private:
+  std::string read_line() {
+    std::string line;
+    char c;
+    while (read(out_, &c, 1) == 1 && c != '\n') line += c;
+    return line;
+  }
+  int reap() {
+    int st = 0;
+    while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1;
+  bool ready_ = false;
+};
+
+// No thread of PID is traced any more.
+bool no_tracer_left(pid_t pid) {
+  for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid))) {
+    std::ifstream in(e.path() / "status");
+    for (std::string line; std::getline(in, line);)
+      if (line.starts_with("TracerPid:") && std::atoi(line.c_str() + 10) != 0) return false;
+  }
+  return true;
+}
+
+bool maps_name(pid_t pid, const std::string& what) {
+  return read_file(fmt::format("/proc/{}/maps", pid)).find(what) != std::string::npos;
+}
+
+constexpr const char* kUntouched = "ok: 8 workers, calls made\n";
+
+// The library's constructor runs in the target; every thread is let go, none stays
+// traced; the blocked read and the thread in its signal handler carry on; the
+// program's results and output are those of an untouched run. Ten times in a row
+// (the second and later dlopens find the library loaded: each still stops every
+// thread and puts each back).
+TEST(Inject, LoadsALibraryIntoARunningMultiThreadedProcess) {
+  TempDir dir("utramp-attach");
+  const std::string marker = dir.path + "/marker";
+  Target t(ATTACH_TARGET, 8, {"ATTACH_MARKER=" + marker});
+  ASSERT_TRUE(t.ready());
+  for (int i = 0; i < 10; ++i) {
+    auto r = utramp::os::inject_library(t.pid(), ATTACH_MARKER_LIB);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_NE(r->handle, 0u) << r->error;
+    EXPECT_GE(r->threads, 10u);  // main, 8 workers, the handler's
+    ASSERT_TRUE(t.running());
+    EXPECT_TRUE(no_tracer_left(t.pid()));
+  }
+  EXPECT_EQ(read_file(marker), fmt::format("loaded {}\n", t.pid()));  // one constructor run
+  EXPECT_TRUE(maps_name(t.pid(), "attach_marker"));
+  auto [out, code] = t.finish();
+  EXPECT_EQ(out, kUntouched);
+  EXPECT_EQ(code, 0);
+}
+
+// The loader's refusal comes back with its message (the target's dlerror()), and the
+// process runs on.
+TEST(Inject, ReportsTheLoadersMessage) {
+  Target t(ATTACH_TARGET, 8);
+  ASSERT_TRUE(t.ready());
+  auto r = utramp::os::inject_library(t.pid(), "/nonexistent/libnothing.so");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->handle, 0u);
+  EXPECT_NE(r->error.find("No such file"), std::string::npos) << r->error;
+  EXPECT_TRUE(no_tracer_left(t.pid()));
+  auto [out, code] = t.finish();
+  EXPECT_EQ(out, kUntouched);
+  EXPECT_EQ(code, 0);
+}
+
+// `utramp record -p`: a refusal says why, exits 2, and leaves the process as it was
+// (still running, nothing of utramp mapped, no tracer, the same output at the end).
+void expect_refused(Target& t, const std::vector<std::string>& args, const std::string& why) {
+  auto r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
+  ASSERT_TRUE(t.running());
+  EXPECT_FALSE(maps_name(t.pid(), "libutramp"));
+  EXPECT_TRUE(no_tracer_left(t.pid()));
+}
+
+TEST(RecordPid, NoSuchProcess) {
+  const pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  waitpid(gone, nullptr, 0);
+  auto r = run_cli({"record", "-p", std::to_string(gone)});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(fmt::format("no process {}", gone)), std::string::npos) << r.err;
+}
+
+TEST(RecordPid, Zombie) {
+  const pid_t z = fork();
+  if (z == 0) _exit(0);
+  // Not reaped: a zombie until waited for.
+  for (int i = 0; i < 1000 && read_file(fmt::format("/proc/{}/stat", z)).find(") Z") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto r = run_cli({"record", "-p", std::to_string(z)});
+  waitpid(z, nullptr, 0);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("is a zombie"), std::string::npos) << r.err;
+}
+
+TEST(RecordPid, AnotherTracer) {
+  Target t(ATTACH_TARGET, 8);
+  ASSERT_TRUE(t.ready());
+  // This test is the other tracer (as gdb or strace would be).
+  ASSERT_EQ(ptrace(PTRACE_SEIZE, t.pid(), nullptr, nullptr), 0) << strerror(errno);
+  auto r = run_cli({"record", "-p", std::to_string(t.pid())});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(fmt::format("is already traced by process {}", getpid())), std::string::npos) << r.err;
+  EXPECT_FALSE(maps_name(t.pid(), "libutramp"));
+  // Let it go: interrupted, then detached (a running tracee cannot be detached).
+  ASSERT_EQ(ptrace(PTRACE_INTERRUPT, t.pid(), nullptr, nullptr), 0);
+  waitpid(t.pid(), nullptr, __WALL);
+  ASSERT_EQ(ptrace(PTRACE_DETACH, t.pid(), nullptr, nullptr), 0);
+  auto [out, code] = t.finish();
+  EXPECT_EQ(out, kUntouched);
+  EXPECT_EQ(code, 0);
+}
+
+TEST(RecordPid, Lockdown) {
+  Target t(ATTACH_TARGET, 8, {"UTRAMP_LOCKDOWN=1"});
+  ASSERT_TRUE(t.ready());
+  expect_refused(t, {"record", "-p", std::to_string(t.pid())}, "started with UTRAMP_LOCKDOWN=1");
+  auto [out, code] = t.finish();
+  EXPECT_EQ(out, kUntouched);
+}
+
+TEST(RecordPid, StaticProgram) {
+  Target t(ATTACH_STATIC, 8);
+  ASSERT_TRUE(t.ready());
+  expect_refused(t, {"record", "-p", std::to_string(t.pid())}, "is statically linked");
+  auto [out, code] = t.finish();
+  EXPECT_EQ(out, kUntouched);
+}
+
+TEST(RecordPid, AnotherUser) {
+  if (auto why = utramp::test::no_second_user(); !why.empty()) GTEST_SKIP() << why;
+  if (access(UTRAMP_CLI, X_OK) != 0) GTEST_SKIP() << "the CLI cannot be run";
+  Target t(ATTACH_TARGET, 8);
+  ASSERT_TRUE(t.ready());
+  // The CLI run as nobody; its stderr through a pipe.
+  int err[2];
+  ASSERT_EQ(pipe(err), 0);
+  const std::string pid = std::to_string(t.pid());
+  const pid_t cli = fork();
+  if (cli == 0) {
+    dup2(err[1], 2);
+    close(err[0]);
+    if (setgroups(0, nullptr) != 0 || setresgid(utramp::test::kNobody, utramp::test::kNobody, utramp::test::kNobody) != 0 ||
+        setresuid(utramp::test::kNobody, utramp::test::kNobody, utramp::test::kNobody) != 0)
+      _exit(126);
+    execl(UTRAMP_CLI, UTRAMP_CLI, "record", "-p", pid.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(err[1]);
+  std::string text;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(err[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  close(err[0]);
+  int st = 0;
+  waitpid(cli, &st, 0);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 127) GTEST_SKIP() << "nobody cannot execute " << UTRAMP_CLI;
+  EXPECT_EQ(WEXITSTATUS(st), 2) << text;
+  EXPECT_NE(text.find(fmt::format("runs as uid 0 (effective 0), this utramp as uid {}", utramp::test::kNobody)),
+            std::string::npos)
+      << text;
+  ASSERT_TRUE(t.running());
+  EXPECT_FALSE(maps_name(t.pid(), "libutramp"));
+  auto [out, code] = t.finish();
+  EXPECT_EQ(out, kUntouched);
+}
+
+// Today's agent cannot be loaded into a running process: its dynamic loader says why,
+// and the CLI says so with the size it needed. The process was paused and runs on
+// unchanged: nothing of the agent (or the libraries it needs) stays mapped.
+TEST(RecordPid, AgentRefusedByTheLoaderLeavesNothing) {
+  Target t(ATTACH_TARGET, 8);
+  ASSERT_TRUE(t.ready());
+  auto r = run_cli({"record", "-p", std::to_string(t.pid())});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("its dynamic loader refused the agent"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("runs on unchanged"), std::string::npos) << r.err;
+  ASSERT_TRUE(t.running());
+  EXPECT_TRUE(no_tracer_left(t.pid()));
+  EXPECT_FALSE(maps_name(t.pid(), "libutramp"));
+  EXPECT_FALSE(maps_name(t.pid(), "libZydis"));
+  auto [out, code] = t.finish();
+  EXPECT_EQ(out, kUntouched);
+  EXPECT_EQ(code, 0);
+}
+
+TEST(RecordPid, ProgramAndPidTogether) {
+  auto r = run_cli({"record", "-p", "1", "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("give no program as well"), std::string::npos) << r.err;
+}
+
+}  // namespace
