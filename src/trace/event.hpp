@@ -6,8 +6,9 @@
 
 namespace utramp::trace {
 
-// 2: `leaf` events (an entry and its exit in one record).
-inline constexpr uint32_t kFormatVersion = 2;
+// 2: `leaf` events (an entry and its exit in one record). 3: events files may be zstd
+// frames (the header's flags say so; a version-2 reader would take them for records).
+inline constexpr uint32_t kFormatVersion = 3;
 
 enum class EventType : uint8_t {
   none = 0,
