@@ -1,9 +1,9 @@
 // A -pg program that execs itself (the second time with "child"), as a gmon-profiled
 // program that runs another does. The profiling timer (ITIMER_PROF) survives the exec and
 // SIGPROF's handler does not: the new image dies of SIGPROF unless gmon's start-up in it
-// installs a handler first. Here the timer is set to expire after 3 ms of CPU time just
-// before the exec: untraced, the new image's start-up before gmon's takes well under
-// that, and it lives.
+// installs a handler first. Here the timer is set to expire after 5 ms of CPU time (half a
+// gmon period) just before the exec: untraced, the new image's start-up before gmon's takes
+// far less, and it lives.
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   }
   printf("parent %d\n", pg_exec_work(2));
   fflush(stdout);
-  const struct itimerval soon = {{0, 10000}, {0, 3000}};
+  const struct itimerval soon = {{0, 10000}, {0, 5000}};
   setitimer(ITIMER_PROF, &soon, NULL);
   execl("/proc/self/exe", argv[0], "child", (char*)NULL);
   perror("execl");
