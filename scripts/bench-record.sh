@@ -12,7 +12,9 @@
 #   overhead/call = ((traced(N) - traced(0)) - (untraced(N) - untraced(0))) / N
 #
 # Wall time, best of REPEATS, traces written to a scratch directory on the same disk
-# as /tmp. uftrace is installed from Debian (apt-get) if missing; XRay is measured when
+# as /tmp. "B/call" is what the trace takes on disk per call: (size(N) - size(0)) / N,
+# the trace directory as the tracer left it (utramp's events files plain, or zstd frames
+# in the --compress zstd row). uftrace is installed from Debian (apt-get) if missing; XRay is measured when
 # clang can link its runtime (libclang-rt-14-dev). Not a test: never run by ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,6 +62,7 @@ best_ns() {
     if [ "$best" = 0 ] || [ "$d" -lt "$best" ]; then best=$d; fi
     lost=$(grep -Eo '[0-9]+ events lost' "$WORK/last.err" | head -1 | grep -Eo '^[0-9]+' || true)
     if [ -n "$lost" ] && [ "$lost" -gt "$max_lost" ]; then max_lost=$lost; fi
+    du -sb "$WORK/out" | cut -f1 >"$WORK/bytes"  # the trace's size (runs differ little)
   done
   echo "$max_lost" >"$WORK/lost"
   echo "$best"
@@ -70,28 +73,33 @@ ms() { awk -v x="$1" 'BEGIN { printf "%.1f", x / 1e6 }'; }
 declare -A per_call lost_of
 row() {  # row NAME BUILD TRACED-CMD-PREFIX...
   local name=$1 bin=$2; shift 2
-  local u0 uN t0 tN
+  local u0 uN t0 tN b0 bN
   u0=$(best_ns "$bin" 0); uN=$(best_ns "$bin" "$N")
-  t0=$(best_ns "$@" "$bin" 0); tN=$(best_ns "$@" "$bin" "$N")
+  t0=$(best_ns "$@" "$bin" 0); b0=$(cat "$WORK/bytes")
+  tN=$(best_ns "$@" "$bin" "$N"); bN=$(cat "$WORK/bytes")
   lost_of[$name]=$(cat "$WORK/lost")
   local extra=""
   [ "${lost_of[$name]}" != 0 ] && extra="LOST ${lost_of[$name]} events in a run: not a cost"
   per_call[$name]=$(awk -v a="$tN" -v b="$t0" -v c="$uN" -v d="$u0" -v n="$N" \
                       'BEGIN { printf "%.1f", ((a - b) - (c - d)) / n }')
-  printf "%-28s %12s %12s %12s %12s %12s  %s\n" "$name" "$(ms "$u0")" "$(ms "$uN")" \
-    "$(ms "$t0")" "$(ms "$tN")" "${per_call[$name]}" "$extra"
+  printf "%-28s %12s %12s %12s %12s %12s %8s  %s\n" "$name" "$(ms "$u0")" "$(ms "$uN")" \
+    "$(ms "$t0")" "$(ms "$tN")" "${per_call[$name]}" \
+    "$(awk -v a="$bN" -v b="$b0" -v n="$N" 'BEGIN { printf "%.2f", (a - b) / n }')" "$extra"
 }
 
 echo "# utramp record vs uftrace record vs XRay: per-call overhead, $N calls, best of $REPEATS"
 echo "# CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) CPUs"
 echo "# kernel: $(uname -r); $("$UT" --version 2>/dev/null | head -1 || echo utramp)"
-printf "%-28s %12s %12s %12s %12s %12s\n" "tracer (build)" "plain 0 ms" "plain N ms" \
-  "traced 0 ms" "traced N ms" "ns/call"
+printf "%-28s %12s %12s %12s %12s %12s %8s\n" "tracer (build)" "plain 0 ms" "plain N ms" \
+  "traced 0 ms" "traced N ms" "ns/call" "B/call"
 # The default ring (256 Ki records per thread), then a 4x larger one that absorbs the
 # drain's hiccups when the machine is busy. Not a ring for the whole run: fresh pages
 # cost microseconds each in a VM (a 1 GiB ring's first lap alone added ~35 ns per call
 # here), which is not what a recording costs once its ring is warm.
 row "utramp record (pfe)" "$WORK/t_pfe" "$UT" record -o "$WORK/out/utramp.data" --
+# The same with the events files compressed by the recorder (zstd frames).
+row "utramp record --compress zstd" "$WORK/t_pfe" "$UT" record -o "$WORK/out/utramp.data" \
+  --compress zstd --
 row "utramp record, 1 Mi ring" "$WORK/t_pfe" "$UT" record -o "$WORK/out/utramp.data" \
   --buffer-size 1048576 --max-threads 2 --
 # Nothing lost by construction: the traced thread waits for the recorder when its ring

@@ -54,7 +54,7 @@ trap cleanup EXIT
 # python3 CHECK DIR REPORT_DIR COMPLETE: prints one line per violation (none: ok).
 # COMPLETE=1: the recording ran to its end and the target's reports are there.
 cat > "$WORK/check.py" << 'EOF'
-import json, os, re, struct, sys
+import json, os, re, struct, subprocess, sys
 
 trace, reports, complete = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 LEAF, LOST, FORK = 10, 7, 8
@@ -68,6 +68,9 @@ for name in os.listdir(trace):
     if len(data) < 32 or data[:8] != b"UTRTHR01":
         print(f"{name}: no events file header")
         continue
+    if struct.unpack_from("<I", data, 24)[0] & 1:  # zstd frames (record --compress zstd)
+        data = data[:32] + subprocess.run(["zstd", "-dcq"], input=data[32:], stdout=subprocess.PIPE,
+                                          check=True).stdout
     ev = forks = lost = 0
     for off in range(32, len(data) - len(data[32:]) % 32, 32):
         typ = data[off + 26]

@@ -7,18 +7,22 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <link.h>
+#include <alloca.h>
 #include <signal.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/bpf.hpp"
@@ -331,7 +335,110 @@ void atfork_child() {
   log_error(g_agent->files.forked());
 }
 
+// ---- The CPU-time timers stand still while the agent starts ----------------------------
+//
+// ITIMER_PROF and ITIMER_VIRTUAL count the process's CPU time and survive exec, while a
+// SIGPROF or SIGVTALRM handler does not: a `-pg` program's gmon timer (ITIMER_PROF, 10 ms)
+// keeps running in the program it execs, which dies of SIGPROF unless it installs a
+// handler (a `-pg` one does, in its start-up) before the timer expires. Untraced, what
+// runs before that is the program's own start-up; under --follow-exec the loader first
+// loads the agent and its libraries, and the agent starts (milliseconds of CPU), and the
+// timer expired there: the program died where untraced it lives. So the agent's CPU time
+// does not count:
+//   - the exec functions (interposed below) stop both timers just before the exec and
+//     hand what they had left to the new image in UTRAMP_CPU_TIMERS (added to the
+//     environment passed, on the stack: a vfork child may be the caller); an exec that
+//     fails sets them again;
+//   - in the new image the agent's first constructor takes them from there (and removes
+//     the variable), or, in an image started otherwise, stops what is running;
+//   - the end of the agent's start-up sets them again with what they had left.
+// The program's CPU time counts as untraced; the exec system call's own does not. (A
+// program exec'd where the agent does not start, a static or set-user-ID one, keeps them
+// stopped. ITIMER_REAL counts wall time, which the agent cannot hide: left alone.)
+constexpr const char kCpuTimersVar[] = "UTRAMP_CPU_TIMERS=";
+constexpr int kCpuTimers[2] = {ITIMER_PROF, ITIMER_VIRTUAL};
+
+struct StoppedTimers {
+  itimerval left[2]{};
+  bool armed[2]{};
+};
+StoppedTimers g_stopped;  // from the first constructor to the end of agent_init
+
+bool running(const itimerval& t) { return t.it_value.tv_sec || t.it_value.tv_usec; }
+
+StoppedTimers stop_cpu_timers_now() {
+  StoppedTimers s;
+  const itimerval off{};
+  for (int i = 0; i < 2; ++i)
+    s.armed[i] = getitimer(kCpuTimers[i], &s.left[i]) == 0 && running(s.left[i]) &&
+                 setitimer(kCpuTimers[i], &off, nullptr) == 0;
+  return s;
+}
+
+void restart_cpu_timers(StoppedTimers* s) {
+  for (int i = 0; i < 2; ++i)
+    if (s->armed[i]) {
+      setitimer(kCpuTimers[i], &s->left[i], nullptr);
+      s->armed[i] = false;
+    }
+}
+
+// "UTRAMP_CPU_TIMERS=" then per timer "sec.usec/sec.usec," (left, interval), with no
+// allocation and no stdio (a vfork child may be formatting it).
+char* put_number(char* p, uint64_t v) {
+  char digits[24];
+  int n = 0;
+  do digits[n++] = static_cast<char>('0' + v % 10); while ((v /= 10) != 0);
+  while (n) *p++ = digits[--n];
+  return p;
+}
+void format_cpu_timers(const StoppedTimers& s, char* out) {  // out: 160 bytes
+  char* p = out;
+  for (char c : std::string_view(kCpuTimersVar)) *p++ = c;
+  for (int i = 0; i < 2; ++i) {
+    const itimerval& t = s.armed[i] ? s.left[i] : itimerval{};
+    p = put_number(p, static_cast<uint64_t>(t.it_value.tv_sec));
+    *p++ = '.';
+    p = put_number(p, static_cast<uint64_t>(t.it_value.tv_usec));
+    *p++ = '/';
+    p = put_number(p, static_cast<uint64_t>(t.it_interval.tv_sec));
+    *p++ = '.';
+    p = put_number(p, static_cast<uint64_t>(t.it_interval.tv_usec));
+    *p++ = ',';
+  }
+  *p = 0;
+}
+bool parse_cpu_timers(const char* text, StoppedTimers* s) {
+  for (int i = 0; i < 2; ++i) {
+    unsigned long long v[4];
+    int used = 0;
+    if (sscanf(text, "%llu.%llu/%llu.%llu,%n", &v[0], &v[1], &v[2], &v[3], &used) != 4 || used == 0 ||
+        v[1] >= 1000000 || v[3] >= 1000000)
+      return false;
+    text += used;
+    s->left[i].it_value = {static_cast<time_t>(v[0]), static_cast<suseconds_t>(v[1])};
+    s->left[i].it_interval = {static_cast<time_t>(v[2]), static_cast<suseconds_t>(v[3])};
+    s->armed[i] = running(s->left[i]);
+  }
+  return *text == 0;
+}
+
+__attribute__((constructor(UTRAMP_INIT_GLUE))) void stop_cpu_timers() {
+  if (const char* handed = getenv("UTRAMP_CPU_TIMERS")) {
+    StoppedTimers s;
+    if (parse_cpu_timers(handed, &s)) g_stopped = s;
+    unsetenv("UTRAMP_CPU_TIMERS");  // the program's environment is as it was
+    return;
+  }
+  g_stopped = stop_cpu_timers_now();
+}
+
+struct RestartCpuTimers {
+  ~RestartCpuTimers() { restart_cpu_timers(&g_stopped); }
+};
+
 __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
+  const RestartCpuTimers restart;  // however start-up ends (UTRAMP_INIT_GLUE stopped them)
   const char* path = getenv("UTRAMP_AGENT");
   if (!path || !*path) return;
   // A configuration that cannot be trusted is refused whole: the agent then reads, maps
@@ -608,6 +715,116 @@ pid_t fork(void) {
   const pid_t pid = real();
   if (pid > 0 && utramp::agent::g_agent) utramp::ftrace::record_fork(static_cast<uint32_t>(pid));
   return pid;
+}
+
+}  // extern "C"
+
+// Interposed: the exec functions stop the CPU-time timers for the agent's start-up in
+// the new image ("The CPU-time timers stand still", above). Every exec function the C
+// library exports comes here (the library's own calls of its execve, in execl or
+// execvp, do not go through the PLT); processes made by posix_spawn, system or popen
+// are new processes, which start with no timer.
+namespace utramp::agent::exec {
+namespace {
+
+using ExecveFn = int (*)(const char*, char* const[], char* const[]);
+using FexecveFn = int (*)(int, char* const[], char* const[]);
+ExecveFn g_execve, g_execvpe;
+FexecveFn g_fexecve;
+
+// Resolved at load, never in the exec path (a vfork child may be calling it).
+__attribute__((constructor(UTRAMP_INIT_GLUE))) void resolve_exec() {
+  g_execve = reinterpret_cast<ExecveFn>(dlsym(RTLD_NEXT, "execve"));
+  g_execvpe = reinterpret_cast<ExecveFn>(dlsym(RTLD_NEXT, "execvpe"));
+  g_fexecve = reinterpret_cast<FexecveFn>(dlsym(RTLD_NEXT, "fexecve"));
+}
+
+// Calls EXEC with ENVP and UTRAMP_CPU_TIMERS added when the timers run and the new
+// image will start the agent (--follow-exec: without it the agent removed itself from
+// the environment and the new image runs untraced, timers and all).
+template <class Exec>
+int with_timers_handed(char* const envp[], Exec exec) {
+  if (!g_agent || !g_agent->cfg.follow_exec) return exec(envp);
+  StoppedTimers stopped = stop_cpu_timers_now();
+  if (!stopped.armed[0] && !stopped.armed[1]) return exec(envp);
+  char var[160];
+  format_cpu_timers(stopped, var);
+  size_t n = 0;
+  while (envp && envp[n]) ++n;
+  char** env = static_cast<char**>(alloca((n + 2) * sizeof(char*)));
+  size_t k = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (strncmp(envp[i], kCpuTimersVar, sizeof kCpuTimersVar - 1) != 0) env[k++] = envp[i];
+  env[k++] = var;
+  env[k] = nullptr;
+  const int r = exec(env);
+  const int err = errno;  // the exec failed: the timers run on in this image
+  restart_cpu_timers(&stopped);
+  errno = err;
+  return r;
+}
+
+// execl's arguments (FIRST, then up to a null pointer) as an argv on the stack; with
+// ENVP_OUT (execle), the environment after the null pointer.
+#define UTRAMP_COLLECT_ARGS(first, argv, envp_out)                        \
+  size_t count = 1;                                                       \
+  {                                                                       \
+    va_list ap;                                                           \
+    va_start(ap, first);                                                  \
+    while (va_arg(ap, char*)) ++count;                                    \
+    va_end(ap);                                                           \
+  }                                                                       \
+  char** argv = static_cast<char**>(alloca((count + 1) * sizeof(char*))); \
+  {                                                                       \
+    va_list ap;                                                           \
+    va_start(ap, first);                                                  \
+    argv[0] = const_cast<char*>(first);                                   \
+    for (size_t i = 1; i <= count; ++i) argv[i] = va_arg(ap, char*);      \
+    if (envp_out) *envp_out = va_arg(ap, char* const*);                   \
+    va_end(ap);                                                           \
+  }
+
+}  // namespace
+}  // namespace utramp::agent::exec
+
+extern "C" {
+
+int execve(const char* path, char* const argv[], char* const envp[]) {
+  using namespace utramp::agent::exec;
+  return with_timers_handed(envp, [&](char* const* env) { return g_execve(path, argv, env); });
+}
+
+int execvpe(const char* file, char* const argv[], char* const envp[]) {
+  using namespace utramp::agent::exec;
+  return with_timers_handed(envp, [&](char* const* env) { return g_execvpe(file, argv, env); });
+}
+
+int fexecve(int fd, char* const argv[], char* const envp[]) {
+  using namespace utramp::agent::exec;
+  return with_timers_handed(envp, [&](char* const* env) { return g_fexecve(fd, argv, env); });
+}
+
+int execv(const char* path, char* const argv[]) { return execve(path, argv, environ); }
+
+int execvp(const char* file, char* const argv[]) { return execvpe(file, argv, environ); }
+
+int execl(const char* path, const char* arg, ...) {
+  char* const** no_env = nullptr;
+  UTRAMP_COLLECT_ARGS(arg, argv, no_env);
+  return execve(path, argv, environ);
+}
+
+int execlp(const char* file, const char* arg, ...) {
+  char* const** no_env = nullptr;
+  UTRAMP_COLLECT_ARGS(arg, argv, no_env);
+  return execvpe(file, argv, environ);
+}
+
+int execle(const char* path, const char* arg, ...) {
+  char* const* envp = nullptr;
+  char* const** want_env = &envp;
+  UTRAMP_COLLECT_ARGS(arg, argv, want_env);
+  return execve(path, argv, envp);
 }
 
 }  // extern "C"

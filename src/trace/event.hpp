@@ -6,8 +6,10 @@
 
 namespace utramp::trace {
 
-// 2: `leaf` events (an entry and its exit in one record); 3: `context` events.
-inline constexpr uint32_t kFormatVersion = 3;
+// 2: `leaf` events (an entry and its exit in one record); 3: `context` events; 4: events
+// files may be zstd frames (the header's flags say so; a version-3 reader would take them
+// for records).
+inline constexpr uint32_t kFormatVersion = 4;
 
 enum class EventType : uint8_t {
   none = 0,

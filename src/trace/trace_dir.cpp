@@ -1,6 +1,7 @@
 // The trace directory: writer (record) and streaming reader (replay, report, dump).
 // The format is docs/trace-format.md; keep the two in step.
 #include "trace/trace_dir.hpp"
+#include "trace/zstd_frames.hpp"
 
 #include "os/elf_file.hpp"
 #include "os/file.hpp"
@@ -136,6 +137,7 @@ json to_json(const TraceInfo& info) {
               {"ticks_per_ns", info.ticks_per_ns},
               {"start_time", info.start_time},
               {"buffer_mode", info.buffer_mode},
+              {"compression", info.compression},
               {"exit", info.exit},
               {"exit_code", info.exit_code},
               {"unclaimed_threads", info.unclaimed_threads},
@@ -169,6 +171,7 @@ TraceInfo info_from_json(const json& j, std::string* problem) {
   get("ticks_per_ns", info.ticks_per_ns);
   get("start_time", info.start_time);
   get("buffer_mode", info.buffer_mode);
+  get("compression", info.compression);
   get("exit", info.exit);
   get("exit_code", info.exit_code);
   get("unclaimed_threads", info.unclaimed_threads);
@@ -430,8 +433,9 @@ struct TraceWriter::Impl {
   struct File {
     int fd = -1;
     bool started = false;  // the file exists with its header
-    uint64_t bytes = 0;    // its size: the header and whole records
+    uint64_t bytes = 0;    // its size: the header and whole records (or frames)
     ThreadInfo info;
+    std::vector<Event> pending;  // zstd: events not written yet (less than a frame)
     std::list<uint64_t>::iterator lru;
   };
   std::string dir;
@@ -442,8 +446,12 @@ struct TraceWriter::Impl {
   std::unordered_map<uint64_t, File> files;
   std::vector<uint64_t> order;   // threads in order of first appearance
   std::list<uint64_t> open_lru;  // most recently used first
+  Compression compression = Compression::none;
+  std::unique_ptr<ZstdFrameWriter> zstd;
+  size_t pending_total = 0;  // events held in every File::pending
 
   ~Impl() {
+    (void)flush_all();  // what a writer dropped without finish() held: saved if it can be
     close_all();
     release_reserve();
     if (dirfd >= 0) ::close(dirfd);
@@ -467,6 +475,60 @@ struct TraceWriter::Impl {
     cut_reason = std::move(reason);
     cut_time = time;
     close_all();  // nothing more is written: no descriptor kept for it
+    // What was held for frames will not be written either.
+    for (auto& [k, f] : files) {
+      f.info.unsaved += events_in(f.pending);
+      f.pending.clear();
+      f.pending.shrink_to_fit();
+    }
+    pending_total = 0;
+  }
+  // Writes F's pending events as one zstd frame.
+  Result<void> write_frame(File& f) {
+    if (f.pending.empty()) return {};
+    std::vector<Event> events;
+    events.swap(f.pending);
+    pending_total -= events.size();
+    auto r = write_events(f, events);
+    events.clear();
+    if (f.pending.empty()) f.pending.swap(events);  // its capacity, for the next frame
+    return r;
+  }
+  // EVENTS as one zstd frame of F. A frame written in part is cut off (a reader would
+  // take the part for a damaged frame) and cuts the trace.
+  Result<void> write_events(File& f, std::vector<Event>& events) {
+    if (!cut_reason.empty()) {
+      f.info.unsaved += events_in(events);
+      return {};
+    }
+    auto fd = open_file(f);
+    std::string why;
+    if (fd) {
+      const std::span<const char> frame = zstd->compress(events, &why);
+      if (why.empty()) {
+        const size_t done = os::write_some(*fd, frame.data(), frame.size());
+        if (done == frame.size()) {
+          f.bytes += frame.size();
+          f.info.events += events_in(events);
+          return {};
+        }
+        const int err = errno;
+        if (done != 0) (void)!::ftruncate(*fd, static_cast<off_t>(f.bytes));
+        why = errno_text(err);
+      }
+      why = dir + "/" + events_name(f.info.pid, f.info.tid) + ": " + why;
+    } else {
+      why = fd.error().message;
+    }
+    f.info.unsaved += events_in(events);
+    cut(why, first_time(events, 0));
+    return make_error(Errc::io, why);
+  }
+  Result<void> flush_all() {
+    Result<void> first;
+    for (uint64_t k : order)
+      if (auto r = write_frame(files.at(k)); !r && first) first = std::move(r);
+    return first;
   }
   File& file(uint32_t pid, uint32_t tid) {
     const uint64_t k = thread_key(pid, tid);
@@ -509,6 +571,7 @@ struct TraceWriter::Impl {
       h.record_size = sizeof(Event);
       h.pid = f.info.pid;
       h.tid = f.info.tid;
+      h.flags = compression == Compression::zstd ? kEventFileZstd : 0;
       auto r = os::create_with_head_at(dirfd, dir, name,
                                        std::string_view(reinterpret_cast<const char*>(&h), sizeof h));
       if (r) return *r;
@@ -535,12 +598,14 @@ struct TraceWriter::Impl {
   }
 };
 
-Result<TraceWriter> TraceWriter::create(const std::string& dir) {
+Result<TraceWriter> TraceWriter::create(const std::string& dir, Compression compression) {
   if (dir.empty()) return make_error(Errc::invalid_argument, "empty trace directory name");
   auto opened = open_trace_dir(dir);
   if (!opened) return std::move(opened).error();
   auto impl = std::make_unique<Impl>();
   impl->dir = dir;
+  impl->compression = compression;
+  if (compression == Compression::zstd) impl->zstd = std::make_unique<ZstdFrameWriter>();
   impl->dirfd = *opened;
   const int fd = *opened;
   // One writer at a time, and the lock before anything is removed. Where the file system
@@ -603,6 +668,24 @@ Result<void> TraceWriter::append(uint32_t pid, uint32_t tid, std::span<const Eve
     f.info.unsaved += events_in(events);
     return {};
   }
+  if (impl_->compression == Compression::zstd) {
+    // Frames of kZstdFrameEvents (256 KiB a thread); what is held in all stays bounded
+    // (thousands of threads with part of a frame each): past it, every thread's is written.
+    constexpr size_t kMaxPending = 1u << 20;  // events: 32 MiB
+    while (!events.empty()) {
+      const size_t take = std::min(events.size(), kZstdFrameEvents - f.pending.size());
+      f.pending.insert(f.pending.end(), events.begin(), events.begin() + static_cast<ptrdiff_t>(take));
+      impl_->pending_total += take;
+      events = events.subspan(take);
+      if (f.pending.size() == kZstdFrameEvents)
+        if (auto r = impl_->write_frame(f); !r) {
+          f.info.unsaved += events_in(events);
+          return r;
+        }
+    }
+    if (impl_->pending_total > kMaxPending) return impl_->flush_all();
+    return {};
+  }
   auto fd = impl_->open_file(f);
   if (!fd) {
     impl_->cut(fd.error().message, first_time(events, 0));
@@ -636,6 +719,7 @@ Result<void> TraceWriter::write_info(const TraceInfo& info) {
 
 Result<void> TraceWriter::finish(const TraceInfo& info) {
   if (!impl_) return make_error(Errc::invalid_argument, "trace writer not created");
+  (void)impl_->flush_all();  // a failure cuts the trace: said by the state below
   impl_->close_all();
   impl_->release_reserve();
   TraceInfo copy = info;
@@ -660,9 +744,16 @@ const std::string& TraceWriter::cut_reason() const {
 
 uint64_t TraceWriter::cut_time() const { return impl_ ? impl_->cut_time : 0; }
 
+Result<void> TraceWriter::flush() {
+  if (!impl_) return {};
+  return impl_->flush_all();
+}
+
 Result<void> TraceWriter::close() {
-  if (impl_) impl_->close_all();
-  return {};
+  if (!impl_) return {};
+  auto r = impl_->flush_all();
+  impl_->close_all();
+  return r;
 }
 
 const std::string& TraceWriter::dir() const {
@@ -721,20 +812,22 @@ struct CutEnd {
   uint64_t unsaved = 0, lost = 0;  // of info.json's entry for the thread
 };
 
-// One events file, read a chunk at a time with pread. With many threads merged, the
-// file is opened per chunk so that a trace of thousands of threads needs no more
-// descriptors than one.
+// One events file, read a chunk at a time with pread (a compressed one: a frame at a
+// time). With many threads merged, the file is opened per chunk so that a trace of
+// thousands of threads needs no more descriptors than one.
 class FileStream final : public EventStream {
  public:
   FileStream(std::string path, uint32_t pid, uint32_t tid, uint64_t records, size_t chunk,
-             bool keep_open, CutEnd cut)
+             bool keep_open, bool zstd, CutEnd cut)
       : path_(std::move(path)),
         pid_(pid),
         tid_(tid),
         records_(records),
         chunk_(chunk),
         keep_open_(keep_open),
-        cut_(cut) {}
+        cut_(cut) {
+    if (zstd) frames_ = std::make_unique<ZstdFrameReader>(sizeof(EventFileHeader));
+  }
   ~FileStream() override {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -789,6 +882,7 @@ class FileStream final : public EventStream {
       records_ = done_;  // vanished under us: the end
       return false;
     }
+    if (frames_) return refill_frame();
     buf_.resize(want);
     size_t got = 0;
     const size_t bytes = want * sizeof(Event);
@@ -810,11 +904,26 @@ class FileStream final : public EventStream {
     return !buf_.empty();
   }
 
+  // The next frame, up to records_ (what open() found readable: a damaged frame ends it).
+  bool refill_frame() {
+    while (buf_.empty() && frames_->next(fd_, &buf_)) {
+    }
+    if (!keep_open_) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+    if (buf_.size() > records_ - done_) buf_.resize(records_ - done_);
+    done_ += buf_.size();
+    if (buf_.empty()) records_ = done_;
+    return !buf_.empty();
+  }
+
   std::string path_;
   uint32_t pid_, tid_;
   uint64_t records_;
   size_t chunk_;
   bool keep_open_;
+  std::unique_ptr<ZstdFrameReader> frames_;  // a compressed file's frames
   int fd_ = -1;
   uint64_t done_ = 0;
   std::vector<Event> buf_;
@@ -900,7 +1009,8 @@ struct TraceReader::Impl {
     uint32_t pid, tid;
     std::string path;
     uint64_t records;
-    bool truncated;  // the file ends with part of a record
+    bool truncated;  // the file ends with part of a record (or a bad frame)
+    bool zstd;       // its records are zstd frames
   };
   std::string dir;
   TraceInfo info;
@@ -1083,20 +1193,42 @@ Result<TraceReader> TraceReader::open(const std::string& dir) {
         warn.push_back(name + ": not a utramp events file (bad magic); skipped");
         continue;
       }
-      if (h.version > kFormatVersion || h.record_size != sizeof(Event)) {
+      if (h.version > kFormatVersion || h.record_size != sizeof(Event) ||
+          (h.flags & ~kEventFileZstd) != 0) {
         warn.push_back(name + ": format version " + std::to_string(h.version) + ", record size " +
-                       std::to_string(h.record_size) + " not readable by this utramp; skipped");
+                       std::to_string(h.record_size) + ", flags " + std::to_string(h.flags) +
+                       " not readable by this utramp; skipped");
         continue;
       }
       if (h.pid != a || h.tid != b)
         warn.push_back(name + ": header names thread " + std::to_string(h.pid) + "/" +
                        std::to_string(h.tid) + "; using the file name");
+      if (h.flags & kEventFileZstd) {
+        // Compressed: its events are counted by reading it through once (zstd decodes
+        // far faster than a reader walks the events); a damaged or cut frame ends it
+        // there, with every event before it readable.
+        uint64_t records = 0;
+        ZstdFrameReader frames(sizeof h);
+        std::vector<Event> chunk;
+        const int zfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (zfd < 0) {
+          warn.push_back(name + ": " + errno_text(errno));
+          continue;
+        }
+        while (frames.next(zfd, &chunk)) records += chunk.size();
+        ::close(zfd);
+        if (!frames.error().empty())
+          warn.push_back(name + ": " + frames.error() + "; the " + std::to_string(records) +
+                         " events before it are read");
+        impl->threads.push_back({a, b, path, records, !frames.error().empty(), true});
+        continue;
+      }
       const uint64_t body = size - sizeof h;
       const uint64_t records = body / sizeof(Event);
       if (body % sizeof(Event))
         warn.push_back(name + ": truncated after " + std::to_string(records) +
                        " events (last record " + std::to_string(body % sizeof(Event)) + " bytes)");
-      impl->threads.push_back({a, b, path, records, body % sizeof(Event) != 0});
+      impl->threads.push_back({a, b, path, records, body % sizeof(Event) != 0, false});
     } else if (parse_name(name, "functions-", ".tsv", false, &a, nullptr)) {
       load_functions(path, &impl->symbols[a], &warn, name);
     } else if (parse_name(name, "functions-", ".tsv", true, &a, &b)) {
@@ -1182,7 +1314,7 @@ CutEnd cut_end(const TraceInfo& info, uint32_t pid, uint32_t tid) {
 std::unique_ptr<EventStream> TraceReader::stream(uint32_t pid, uint32_t tid) const {
   for (const auto& t : impl_->threads)
     if (t.pid == pid && t.tid == tid)
-      return std::make_unique<FileStream>(t.path, t.pid, t.tid, t.records, 4096, true,
+      return std::make_unique<FileStream>(t.path, t.pid, t.tid, t.records, 4096, true, t.zstd,
                                           cut_end(impl_->info, t.pid, t.tid));
   return nullptr;
 }
@@ -1196,7 +1328,7 @@ std::unique_ptr<EventStream> TraceReader::merged() const {
   std::vector<std::unique_ptr<EventStream>> streams;
   for (const auto& t : impl_->threads)
     streams.push_back(std::make_unique<FileStream>(t.path, t.pid, t.tid, t.records, chunk, keep_open,
-                                                   cut_end(impl_->info, t.pid, t.tid)));
+                                                   t.zstd, cut_end(impl_->info, t.pid, t.tid)));
   return std::make_unique<MergedStream>(std::move(streams));
 }
 

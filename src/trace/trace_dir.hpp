@@ -50,6 +50,7 @@ struct TraceInfo {
   double ticks_per_ns = 1.0;      // for "tsc"
   uint64_t start_time = 0;        // in time_unit
   std::string buffer_mode = "discard";
+  std::string compression = "none";  // of the events files: "none" or "zstd" (record --compress)
   std::string exit;               // "exited 0", "killed by SIGSEGV", ...
   int exit_code = 0;
   uint64_t unclaimed_threads = 0; // threads that got no buffer
@@ -69,16 +70,22 @@ struct TraceInfo {
   std::vector<std::string> rings_overwritten;
 };
 
-// The first 32 bytes of every events-PID-TID.bin.
+// The first 32 bytes of every events-PID-TID.bin, never compressed.
 struct EventFileHeader {
   char magic[8];           // "UTRTHR01"
   uint32_t version;        // kFormatVersion
   uint32_t record_size;    // sizeof(Event)
   uint32_t pid, tid;
-  uint64_t reserved;
+  uint32_t flags;          // kEventFile* (0 in version 2, where flags and reserved were
+  uint32_t reserved;       // one u64 "reserved")
 };
 static_assert(sizeof(EventFileHeader) == 32);
 inline constexpr char kEventFileMagic[8] = {'U', 'T', 'R', 'T', 'H', 'R', '0', '1'};
+// flags: the records after the header are zstd frames (zstd_frames.hpp), not plain.
+inline constexpr uint32_t kEventFileZstd = 1;
+
+// How `record` writes the events files (record --compress).
+enum class Compression { none, zstd };
 
 struct Function {
   uint64_t addr = 0, size = 0;
@@ -156,9 +163,15 @@ Result<void> keep_image_files(int dirfd, const std::string& dir, uint32_t pid, u
 // A write that fails (a full disk) cuts the trace there: every events file keeps its
 // whole records, later events are counted as unsaved (ThreadInfo::unsaved) and not
 // written, and finish() says where and why (TraceInfo::state "cut").
+//
+// With Compression::zstd, each thread's events are kept in memory until they fill a frame
+// (kZstdFrameEvents), or until flush(), and written as one zstd frame: a recorder that
+// dies loses what it held (flush() now and then bounds that), a disk that fills keeps
+// whole frames.
 class TraceWriter {
  public:
-  static Result<TraceWriter> create(const std::string& dir);  // creates or empties DIR
+  // Creates or empties DIR.
+  static Result<TraceWriter> create(const std::string& dir, Compression compression = Compression::none);
   TraceWriter() = default;
   TraceWriter(TraceWriter&&) noexcept;
   TraceWriter& operator=(TraceWriter&&) noexcept;
@@ -178,6 +191,8 @@ class TraceWriter {
   // Where the trace was cut (empty reason: it was not).
   const std::string& cut_reason() const;
   uint64_t cut_time() const;
+  // Writes what is held in memory (compressed files: the frames not yet full).
+  Result<void> flush();
   // Flushes and closes every events file (the destructor does too).
   Result<void> close();
   const std::string& dir() const;

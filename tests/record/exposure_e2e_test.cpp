@@ -187,4 +187,26 @@ TEST(Exposure, FollowExecKeepsTheNamesBeforeAndAfterExec) {
   EXPECT_NE(slurp(dir + "/functions-" + pid + ".tsv").find("second_image_work"), std::string::npos);
 }
 
+// A -pg program that execs (gmon's profiling timer running) under --follow-exec lives
+// as it does untraced: the agent's start-up in the new image does not count against the
+// timer the exec kept (agent.cpp, "The CPU-time timers stand still").
+TEST(Exposure, FollowExecOfAProfiledProgramIsNotKilledBySigprof) {
+  const std::string prog = kDir + "/pg_exec";
+  TempDir tmp("utramp-exposure");
+  RunOptions in_tmp;  // gmon.out goes there
+  in_tmp.cwd = tmp.path;
+  const auto untraced = run_program({prog}, in_tmp);
+  ASSERT_EQ(untraced.exit_code, 0) << untraced.err;
+  ASSERT_EQ(untraced.out, "parent 6\nchild 21\n");
+  for (int i = 0; i < 3; ++i) {
+    const std::string dir = tmp.path + "/t" + std::to_string(i);
+    auto r = run_cli({"record", "--follow-exec", "-o", dir, "--", prog}, in_tmp);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, untraced.out);
+    auto replay = run_cli({"replay", dir});
+    ASSERT_EQ(replay.exit_code, 0) << replay.err;
+    EXPECT_NE(replay.out.find("pg_exec_work"), std::string::npos) << replay.out;
+  }
+}
+
 }  // namespace

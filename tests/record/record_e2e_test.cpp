@@ -820,9 +820,34 @@ TEST(BadInput, NoSitesRelocated) {
 }
 
 // A damaged trace directory: replay says what is wrong and shows what it can.
+// record --compress zstd: replay and report read the compressed events files as they
+// read plain ones (the same text), and the files say they are compressed.
+TEST(Compress, ZstdFilesReadAsPlainOnes) {
+  REQUIRE_FIXTURE(kMain);
+  Recording plain(kMain, {"--compress", "none"}, {"basic"});
+  Recording zstd(kMain, {"--compress", "zstd"}, {"basic"});
+  ASSERT_EQ(plain.record().exit_code, 0);
+  ASSERT_EQ(zstd.record().exit_code, 0);
+  // The command lines differ only in the trace directory, which mask() hides.
+  EXPECT_EQ(zstd.mask(zstd.cli({"replay"})), plain.mask(plain.cli({"replay"})));
+  EXPECT_EQ(zstd.mask(zstd.cli({"report", "--sort", "name"})),
+            plain.mask(plain.cli({"report", "--sort", "name"})));
+  auto reader = utramp::trace::TraceReader::open(zstd.dir());
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  EXPECT_EQ(reader->info().compression, "zstd");
+  EXPECT_TRUE(reader->warnings().empty());
+  for (const auto& e : fs::directory_iterator(zstd.dir()))
+    if (e.path().filename().string().starts_with("events-")) {
+      utramp::trace::EventFileHeader h{};
+      std::ifstream(e.path(), std::ios::binary).read(reinterpret_cast<char*>(&h), sizeof h);
+      EXPECT_EQ(h.flags, utramp::trace::kEventFileZstd) << e.path();
+    }
+}
+
 TEST(BadInput, CorruptTraceDir) {
   REQUIRE_FIXTURE(kMain);
-  Recording r(kMain, {}, {"basic"});
+  // Plain records, cut in the middle of one (compressed files: unit_trace_dir, TraceDirZstd).
+  Recording r(kMain, {"--compress", "none"}, {"basic"});
   ASSERT_EQ(r.record().exit_code, 0);
   std::string events;
   for (const auto& e : fs::directory_iterator(r.dir()))

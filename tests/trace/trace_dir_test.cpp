@@ -17,9 +17,11 @@
 #include <sstream>
 
 #include "ring_util.hpp"
+#include "trace/zstd_frames.hpp"
 
 using namespace utramp;
 using namespace utramp::trace;
+using test::intact;
 using test::seq_event;
 using test::TempDir;
 
@@ -643,3 +645,163 @@ TEST(TraceDir, EachProgramOfAProcessKeepsItsFunctions) {
   ASSERT_TRUE(TraceWriter::create(dir).ok());
   EXPECT_TRUE(std::filesystem::is_empty(dir));
 }
+
+// ---- Compressed events files (Compression::zstd) -------------------------------------
+
+namespace {
+
+std::vector<Event> seq_events(uint64_t from, uint64_t n, uint32_t owner = 0) {
+  std::vector<Event> out;
+  for (uint64_t s = from; s < from + n; ++s) out.push_back(seq_event(s, owner));
+  return out;
+}
+
+EventFileHeader header_of(const std::string& path) {
+  EventFileHeader h{};
+  std::ifstream f(path, std::ios::binary);
+  f.read(reinterpret_cast<char*>(&h), sizeof h);
+  return h;
+}
+
+}  // namespace
+
+// Every event back, in order, whatever the appends' sizes against the frames'; the
+// header says the body is zstd; counts are of what was written; a trace of few
+// functions (a real one) takes a fraction of its plain size.
+TEST(TraceDirZstd, RoundTripAcrossFrames) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  const std::vector<Event> a = seq_events(0, 3 * kZstdFrameEvents + 1000, 1);
+  const std::vector<Event> b = seq_events(0, 7, 2);
+  {
+    auto w = TraceWriter::create(dir, Compression::zstd);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    const std::span all(a);
+    ASSERT_TRUE(w->append(10, 10, all.subspan(0, 1)).ok());
+    ASSERT_TRUE(w->append(10, 11, b).ok());
+    ASSERT_TRUE(w->append(10, 10, all.subspan(1, kZstdFrameEvents + 5)).ok());
+    EXPECT_EQ(w->threads()[0].events, kZstdFrameEvents);  // one frame written, the rest held
+    EXPECT_EQ(w->threads()[1].events, 0u);
+    ASSERT_TRUE(w->flush().ok());
+    EXPECT_EQ(w->threads()[0].events, kZstdFrameEvents + 6);
+    EXPECT_EQ(w->threads()[1].events, 7u);
+    ASSERT_TRUE(w->append(10, 10, all.subspan(kZstdFrameEvents + 6)).ok());
+    ASSERT_TRUE(w->finish(TraceInfo{}).ok());
+    EXPECT_EQ(w->threads()[0].events, a.size());
+  }
+  const EventFileHeader h = header_of(dir + "/events-10-10.bin");
+  EXPECT_EQ(h.flags, kEventFileZstd);
+  EXPECT_EQ(h.version, kFormatVersion);
+  auto r = TraceReader::open(dir);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->warnings().empty()) << all_warnings(*r);
+  EXPECT_EQ(r->event_count(10, 10), a.size());
+  EXPECT_FALSE(r->truncated(10, 10));
+  const auto got = read_all(*r->stream(10, 10));
+  ASSERT_EQ(got.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(same(got[i], a[i])) << "event " << i;
+  EXPECT_EQ(read_all(*r->merged()).size(), a.size() + b.size());
+
+  // Calls of a few functions, as a recording holds them: far smaller than plain.
+  const std::string small = tmp / "s";
+  {
+    auto w = TraceWriter::create(small, Compression::zstd);
+    ASSERT_TRUE(w.ok());
+    std::vector<Event> calls;
+    for (uint64_t i = 0; i < 100000; ++i)
+      calls.push_back(ev(EventType::leaf, 1000 + 37 * i, 0x401000 + 0x40 * (i % 5), 1, 1020 + 37 * i));
+    ASSERT_TRUE(w->append(1, 1, calls).ok());
+    ASSERT_TRUE(w->close().ok());
+  }
+  EXPECT_LT(std::filesystem::file_size(small + "/events-1-1.bin"), 100000u * sizeof(Event) / 4);
+  EXPECT_EQ(read_all(*TraceReader::open(small)->stream(1, 1)).size(), 200000u);  // leaves: two each
+}
+
+// A damaged frame, or one the file ends inside, ends that thread's events there: every
+// event of the frames before it is read, none of it, and the warning names the file and
+// the frame's byte offset.
+TEST(TraceDirZstd, ADamagedOrCutFrameEndsTheThreadAfterTheFramesBeforeIt) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  const std::string f = dir + "/events-1-1.bin";
+  uint64_t end1 = 0, end2 = 0;  // where frames 1 and 2 end
+  {
+    auto w = TraceWriter::create(dir, Compression::zstd);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->append(1, 1, seq_events(0, kZstdFrameEvents)).ok());
+    end1 = std::filesystem::file_size(f);
+    ASSERT_TRUE(w->append(1, 1, seq_events(kZstdFrameEvents, kZstdFrameEvents)).ok());
+    end2 = std::filesystem::file_size(f);
+    ASSERT_TRUE(w->append(1, 1, seq_events(2 * kZstdFrameEvents, 100)).ok());
+    ASSERT_TRUE(w->finish(TraceInfo{}).ok());
+  }
+  ASSERT_GT(end2, end1);
+  ASSERT_GT(std::filesystem::file_size(f), end2);
+  {  // one byte changed in the middle of frame 2
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>((end1 + end2) / 2);
+    io.seekg(at);
+    char c = 0;
+    io.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    io.seekp(at);
+    io.write(&c, 1);
+  }
+  auto check = [&](const std::string& warning) {
+    auto r = TraceReader::open(dir);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(has_warning(*r, warning)) << all_warnings(*r);
+    EXPECT_TRUE(r->truncated(1, 1));
+    EXPECT_EQ(r->event_count(1, 1), kZstdFrameEvents);
+    const auto got = read_all(*r->stream(1, 1));
+    ASSERT_EQ(got.size(), kZstdFrameEvents);
+    for (const Event& e : got) ASSERT_TRUE(intact(e)) << e.time;
+    EXPECT_EQ(got.back().time, kZstdFrameEvents - 1);
+    EXPECT_EQ(read_all(*r->merged()).size(), kZstdFrameEvents);
+  };
+  check("events-1-1.bin: corrupt: the zstd frame at byte " + std::to_string(end1) + ": ");
+  check("; the " + std::to_string(kZstdFrameEvents) + " events before it are read");
+  // Cut 10 bytes into frame 2.
+  ASSERT_EQ(truncate(f.c_str(), static_cast<off_t>(end1 + 10)), 0);
+  check("events-1-1.bin: truncated: the zstd frame at byte " + std::to_string(end1) +
+        " ends with the file at byte " + std::to_string(end1 + 10));
+}
+
+// A write that fails cuts the trace at a frame's end: the part of the frame written is
+// taken back, its events and those after it are counted as unsaved.
+TEST(TraceDirZstd, AFailedWriteKeepsWholeFrames) {
+  TempDir tmp;
+  uint64_t frame1 = 0;  // compression is deterministic: the first frame's size, learnt
+  {
+    auto w = TraceWriter::create(tmp / "probe", Compression::zstd);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->append(1, 2, seq_events(0, kZstdFrameEvents)).ok());
+    frame1 = std::filesystem::file_size(tmp / "probe" + "/events-1-2.bin");
+  }
+  const std::string dir = tmp / "t";
+  auto w = TraceWriter::create(dir, Compression::zstd);
+  ASSERT_TRUE(w.ok());
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto old_xfsz = signal(SIGXFSZ, SIG_IGN);
+  const rlimit small{frame1 + 100, old.rlim_max};  // frame 1 and part of frame 2
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  auto cut = w->append(1, 2, seq_events(0, 2 * kZstdFrameEvents + 50));
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, old_xfsz);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.error().message.find("events-1-2.bin: File too large"), std::string::npos) << cut.error().message;
+  EXPECT_EQ(w->cut_time(), kZstdFrameEvents);  // the first event not saved
+  ASSERT_TRUE(w->finish(TraceInfo{}).ok());
+  EXPECT_EQ(std::filesystem::file_size(dir + "/events-1-2.bin"), frame1);
+  auto r = TraceReader::open(dir);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->warnings().size() == 1 && has_warning(*r, "the recording was cut")) << all_warnings(*r);
+  EXPECT_EQ(r->info().threads[0].events, kZstdFrameEvents);
+  EXPECT_EQ(r->info().threads[0].unsaved, kZstdFrameEvents + 50);
+  const auto events = read_all(*r->stream(1, 2));
+  ASSERT_EQ(events.size(), kZstdFrameEvents + 1);
+  EXPECT_EQ(events.back().type, static_cast<uint8_t>(EventType::lost));
+  EXPECT_EQ(events.back().data, kZstdFrameEvents + 50);
+}
+

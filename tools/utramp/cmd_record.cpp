@@ -105,6 +105,10 @@ std::shared_ptr<RecordFlags> add_record_options(CLI::App* sub) {
                   "discard (default: a full buffer drops new events), block (the program waits for "
                   "room: nothing lost while the recorder drains) or overwrite (flight recorder)")
       ->check(CLI::IsMember({"discard", "block", "overwrite"}));
+  sub->add_option("--compress", f->compress,
+                  "the events files: none (default: plain 32-byte records) or zstd (compressed "
+                  "by the recorder, not the program: a tenth of the size)")
+      ->check(CLI::IsMember({"none", "zstd"}));
   sub->add_flag("--follow-exec", f->rec.agent.follow_exec, "keep tracing across exec");
   sub->add_option("--wait-children", f->wait_children,
                   "once the program ended, wait this long for the traced processes it started "
@@ -135,6 +139,7 @@ bool finish_record_flags(RecordFlags& f, const char* cmd) {
   f.rec.mode = f.mode == "overwrite" ? trace::BufferMode::overwrite
                : f.mode == "block"   ? trace::BufferMode::block
                                      : trace::BufferMode::discard;
+  f.rec.compression = f.compress == "none" ? trace::Compression::none : trace::Compression::zstd;
   return true;
 }
 

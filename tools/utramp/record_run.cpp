@@ -325,7 +325,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
 
   // DIR: created 0700 or checked to be the user's, locked against a second recording,
   // emptied of an older trace (TraceWriter).
-  auto writer = trace::TraceWriter::create(o.output);
+  auto writer = trace::TraceWriter::create(o.output, o.compression);
   if (!writer) {
     fmt::print(stderr, "utramp record: {}\n", writer.error().message);
     return 2;
@@ -372,6 +372,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   info.buffer_mode = o.mode == trace::BufferMode::overwrite ? "overwrite"
                      : o.mode == trace::BufferMode::block  ? "block"
                                                            : "discard";
+  info.compression = o.compression == trace::Compression::zstd ? "zstd" : "none";
   info.tracer = cfg.tracer;
   info.state = "recording";
   info.recorder_pid = static_cast<uint32_t>(getpid());
@@ -412,11 +413,20 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   };
   // Every millisecond, or back to back while a ring had a batch waiting
   // (trace::drain_again_at(): why not closer, and why not a share of the ring).
+  // Compressed files: frames not yet full are written every second, so that a recorder
+  // killed loses little of what it drained (a write that fails cuts the trace: said at
+  // the end).
   const uint64_t again_at = trace::drain_again_at(sc.events_per_buffer);
+  uint64_t next_flush = mono_ns() + 1'000'000'000;
   const Ended ended = launch->wait(
       [&] {
         drain();
-        return shm->largest_backlog() >= again_at;
+        if (shm->largest_backlog() >= again_at) return true;
+        if (const uint64_t now = mono_ns(); now >= next_flush) {
+          (void)writer->flush();
+          next_flush = now + 1'000'000'000;
+        }
+        return false;
       },
       1);
   const uint64_t child_end = arch::cycles();  // when it was seen gone, in the trace's time base
