@@ -1,5 +1,6 @@
 // utramp run --metrics (tools/utramp/metrics.hpp): the text exposition format written
-// for maps of every shape, with BTF types built here as clang would describe them.
+// for maps of every shape, with BTF types built here as clang would describe them; the
+// endpoint's address rules and server (metrics_server.hpp).
 #include <bpf/btf.h>
 #include <gtest/gtest.h>
 
@@ -7,7 +8,11 @@
 #include <memory>
 #include <vector>
 
+#include <fmt/format.h>
+#include <httplib.h>
+
 #include "metrics.hpp"
+#include "metrics_server.hpp"
 
 namespace {
 
@@ -43,6 +48,10 @@ TEST(MetricsText, EscapesLabelValuesAndHelp) {
   EXPECT_EQ(escape_label_value("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
   EXPECT_EQ(escape_label_value("plain {x=1}"), "plain {x=1}");
   EXPECT_EQ(escape_help("say \"hi\"\\\n"), "say \"hi\"\\\\\\n");  // quotes stay in HELP
+  // UTF-8 stays; bytes that are not UTF-8 (a key's char array may hold any) become U+FFFD.
+  EXPECT_EQ(escape_label_value("caf\xc3\xa9 \xe2\x82\xac"), "caf\xc3\xa9 \xe2\x82\xac");
+  EXPECT_EQ(escape_label_value("a\xff" "b\xc3"), "a\xef\xbf\xbd" "b\xef\xbf\xbd");
+  EXPECT_EQ(escape_label_value("\xc0\x80"), "\xef\xbf\xbd\xef\xbf\xbd");  // overlong NUL
   Writer w;
   ASSERT_TRUE(w.family("m", Type::gauge, "line one\nline two \\"));
   w.sample("m", {{"path", "C:\\dir \"x\"\n"}}, uint64_t{3});
@@ -243,6 +252,65 @@ TEST_F(MetricsBtf, SlotsMemberIsAHistogramPerKey) {
   EXPECT_NE(t.find("utramp_map_hists_bucket{pid=\"2\",comm=\"ls\",le=\"7\"} 0\n"), std::string::npos) << t;
   EXPECT_NE(t.find("utramp_map_hists_bucket{pid=\"2\",comm=\"ls\",le=\"15\"} 4\n"), std::string::npos) << t;
   EXPECT_NE(t.find("utramp_map_hists_sum{pid=\"2\",comm=\"ls\"} 32\n"), std::string::npos) << t;
+}
+
+}  // namespace
+
+namespace {
+
+using utramp::cli::MetricsServer;
+using utramp::cli::parse_endpoint;
+
+TEST(MetricsEndpoint, LoopbackIsToldApart) {
+  auto a = parse_endpoint("127.0.0.1:9464");
+  ASSERT_TRUE(a) << a.error().message;
+  EXPECT_EQ(a->host, "127.0.0.1");
+  EXPECT_EQ(a->port, 9464);
+  EXPECT_TRUE(a->loopback);
+  auto b = parse_endpoint("[::1]:0");
+  ASSERT_TRUE(b) << b.error().message;
+  EXPECT_EQ(b->host, "::1");
+  EXPECT_TRUE(b->loopback);
+  EXPECT_TRUE(parse_endpoint("127.1.2.3:1")->loopback);
+  EXPECT_TRUE(parse_endpoint("localhost:1")->loopback);
+  EXPECT_FALSE(parse_endpoint("0.0.0.0:9464")->loopback);
+  EXPECT_FALSE(parse_endpoint("10.0.0.1:9464")->loopback);
+  EXPECT_FALSE(parse_endpoint("[::]:9464")->loopback);
+  for (const char* bad : {"127.0.0.1", "127.0.0.1:", ":9464", "127.0.0.1:65536", "127.0.0.1:9x", "::1:9464",
+                          "[::1]9464", "example.org:80"})
+    EXPECT_FALSE(parse_endpoint(bad)) << bad;
+}
+
+TEST(MetricsEndpoint, ServesTheTextUntilDestroyed) {
+  auto at = parse_endpoint("127.0.0.1:0");
+  ASSERT_TRUE(at);
+  int renders = 0;
+  auto s = MetricsServer::start(*at, [&] {
+    ++renders;
+    return std::string("# HELP x x\n# TYPE x gauge\nx 1\n");
+  });
+  ASSERT_TRUE(s) << s.error().message;
+  const int port = (*s)->port();
+  ASSERT_GT(port, 0);
+  // The port is taken: a second server there is refused, and says where.
+  auto again = MetricsServer::start({"127.0.0.1", port, true}, [] { return std::string(); });
+  ASSERT_FALSE(again);
+  EXPECT_NE(again.error().message.find(fmt::format("127.0.0.1:{}", port)), std::string::npos)
+      << again.error().message;
+  httplib::Client c("127.0.0.1", port);
+  auto r = c.Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_EQ(r->body, "# HELP x x\n# TYPE x gauge\nx 1\n");
+  EXPECT_EQ(renders, 1);
+  auto other = c.Get("/");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  s->reset();
+  httplib::Client gone("127.0.0.1", port);
+  gone.set_connection_timeout(1);
+  EXPECT_FALSE(gone.Get("/metrics"));
 }
 
 }  // namespace

@@ -14,28 +14,55 @@ namespace utramp::cli::metrics {
 
 using ojson = nlohmann::ordered_json;
 
-std::string escape_label_value(std::string_view v) {
+namespace {
+
+// The length of the valid UTF-8 sequence at v[i], or 0 (overlong forms, surrogates and
+// code points past U+10FFFF are invalid, as Prometheus' parser finds them).
+size_t utf8_length(std::string_view v, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<uint8_t>(v[k]); };
+  const uint8_t c = b(i);
+  if (c < 0x80) return 1;
+  size_t n = 0;
+  uint32_t cp = 0, min = 0;
+  if ((c & 0xe0) == 0xc0) n = 2, cp = c & 0x1f, min = 0x80;
+  else if ((c & 0xf0) == 0xe0) n = 3, cp = c & 0x0f, min = 0x800;
+  else if ((c & 0xf8) == 0xf0) n = 4, cp = c & 0x07, min = 0x10000;
+  else return 0;
+  if (i + n > v.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return n;
+}
+
+// `v` with `\` and newline escaped (and `"` when `quote`); bytes that are not UTF-8 (a
+// char array of a key may hold any) as U+FFFD, since a scrape with them is refused whole.
+std::string escape(std::string_view v, bool quote) {
   std::string s;
   s.reserve(v.size());
-  for (const char c : v) {
+  for (size_t i = 0; i < v.size();) {
+    const size_t n = utf8_length(v, i);
+    if (n == 0) {
+      s += "\xef\xbf\xbd";
+      ++i;
+      continue;
+    }
+    const char c = v[i];
     if (c == '\\') s += "\\\\";
-    else if (c == '"') s += "\\\"";
+    else if (c == '"' && quote) s += "\\\"";
     else if (c == '\n') s += "\\n";
-    else s += c;
+    else s.append(v.substr(i, n));
+    i += n;
   }
   return s;
 }
 
-std::string escape_help(std::string_view v) {
-  std::string s;
-  s.reserve(v.size());
-  for (const char c : v) {
-    if (c == '\\') s += "\\\\";
-    else if (c == '\n') s += "\\n";
-    else s += c;
-  }
-  return s;
-}
+}  // namespace
+
+std::string escape_label_value(std::string_view v) { return escape(v, true); }
+std::string escape_help(std::string_view v) { return escape(v, false); }
 
 namespace {
 
@@ -237,10 +264,12 @@ void write_map(Writer& w, const ebpf::MapSpec& s, const btf* b, const std::vecto
     if (is_array(s) && v.is_number() && v == 0) continue;
     rows.emplace_back(key_labels(s, b, e.key), std::move(v));
   }
+  // The families follow the values' shape: nothing to show before the first entry.
+  if (rows.empty()) return;
   const bool counter = is_counter(s, opt);
   const Type t = counter ? Type::counter : Type::gauge;
-  if (rows.empty() || !rows[0].second.is_object()) {
-    if (!rows.empty() && !is_number(rows[0].second)) return;
+  if (!rows[0].second.is_object()) {
+    if (!is_number(rows[0].second)) return;
     const std::string name = map_family(s, "", counter);
     if (!w.family(name, t, what)) return;
     for (const auto& [l, v] : rows) write_number(w, name, l, v);

@@ -50,9 +50,10 @@ struct Label {
 };
 using Labels = std::vector<Label>;
 
-// A label value with `\`, `"` and newline escaped.
+// A label value with `\`, `"` and newline escaped, and any byte that is not part of
+// valid UTF-8 replaced by U+FFFD (Prometheus refuses a scrape with one).
 std::string escape_label_value(std::string_view v);
-// HELP text with `\` and newline escaped.
+// HELP text with `\` and newline escaped (and invalid UTF-8 replaced, as above).
 std::string escape_help(std::string_view v);
 // A valid metric name ([a-zA-Z_:][a-zA-Z0-9_:]*): other characters become '_', a
 // leading digit gets a '_' before it.

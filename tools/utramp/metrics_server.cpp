@@ -1,6 +1,7 @@
 #include "metrics_server.hpp"
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
 #include <fmt/format.h>
 #include <httplib.h>
 
@@ -58,6 +59,13 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint& at,
   // Scrapes come one at a time from a Prometheus server: two workers are plenty (the
   // library's default is one per CPU, at least eight).
   impl->server.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  // The library's default sets SO_REUSEPORT, which lets a second socket of the same
+  // user bind the port too and take a share of the connections, and a bind to a port
+  // another such server holds succeed: SO_REUSEADDR only (a quick restart past TIME_WAIT).
+  impl->server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   impl->server.Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
     res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
   });
