@@ -102,6 +102,7 @@ class Child {
       const pid_t r = waitpid(pid_, &status_, WNOHANG);
       if (r == pid_) {
         reaped_ = true;
+        drain();
         return true;
       }
       if (clock_type::now() >= deadline) return false;
@@ -110,6 +111,21 @@ class Child {
     }
   }
   int status() const { return status_; }
+  // What is left in the pipes once it ended (until EOF, or 2 s: a child of its own
+  // may still hold them).
+  void drain() {
+    const auto deadline = clock_type::now() + std::chrono::seconds(2);
+    for (int* fd : {&out_, &err_}) {
+      char buf[4096];
+      while (clock_type::now() < deadline) {
+        pollfd p{*fd, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0) continue;
+        const ssize_t n = read(*fd, buf, sizeof buf);
+        if (n <= 0) break;
+        (fd == &out_ ? out : err).append(buf, size_t(n));
+      }
+    }
+  }
 
   std::string out, err;
 
@@ -144,6 +160,19 @@ std::optional<double> query(httplib::Client& c, const std::string& q) {
   const auto& res = j["data"]["result"];
   if (!res.is_array() || res.size() != 1) return std::nullopt;
   return std::stod(res[0]["value"][1].get<std::string>());
+}
+
+// Another address than loopback only when asked for: refused before the target starts.
+TEST(PromE2E, PublicAddressNeedsItsFlag) {
+  utramp::test::TempDir dir("utramp-prom");
+  Child run({UTRAMP_CLI, "run", std::string(UTRAMP_BPF_BAD_DIR) + "/metrics_prom.bpf.o", "--metrics", "0.0.0.0:0",
+             "--", UTRAMP_METRICS_TARGET, "1", dir.path + "/stop"});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for(30));
+  EXPECT_TRUE(WIFEXITED(run.status()) && WEXITSTATUS(run.status()) == 2);
+  EXPECT_NE(run.err.find("--metrics 0.0.0.0:0: 0.0.0.0 is not a loopback address"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("--metrics-public"), std::string::npos) << run.err;
+  EXPECT_EQ(run.out.find("calls"), std::string::npos) << "the target ran: " << run.out;
 }
 
 TEST(PromE2E, PrometheusScrapesWhatTheTargetDid) {
