@@ -254,6 +254,26 @@ TEST_F(MetricsBtf, SlotsMemberIsAHistogramPerKey) {
   EXPECT_NE(t.find("utramp_map_hists_sum{pid=\"2\",comm=\"ls\"} 32\n"), std::string::npos) << t;
 }
 
+// Prometheus keeps `_total` for counters (promtool's lint refuses a gauge so named): a
+// global or a struct member whose family ends so is a counter.
+TEST_F(MetricsBtf, FamiliesNamedTotalAreCounters) {
+  MapSpec data = spec(".bss", MapType::array, 4, 16);
+  data.global_data = true;
+  using utramp::ebpf::GlobalVar;
+  data.vars = {{"total", 0, 8, GlobalVar::Kind::signed_int, uint32_t(s64_)},
+               {"level", 8, 8, GlobalVar::Kind::signed_int, uint32_t(s64_)}};
+  std::vector<uint8_t> bytes(16, 0);
+  bytes[0] = 7;
+  bytes[8] = 3;
+  Writer w;
+  write_globals(w, data, b_.get(), bytes);
+  EXPECT_EQ(w.text(),
+            "# HELP utramp_global_total global variable 'total' (.bss)\n# TYPE utramp_global_total counter\n"
+            "utramp_global_total 7\n"
+            "# HELP utramp_global_level global variable 'level' (.bss)\n# TYPE utramp_global_level gauge\n"
+            "utramp_global_level 3\n");
+}
+
 }  // namespace
 
 namespace {

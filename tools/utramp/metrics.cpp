@@ -175,15 +175,17 @@ bool btf_integer(const btf* b, uint32_t type) {
   return t && (btf_is_int(t) || btf_is_any_enum(t));
 }
 
-bool is_counter(const ebpf::MapSpec& s, const MapOptions& opt) {
-  return opt.counter.count(s.name) || s.name.ends_with("_total");
-}
+bool is_counter(const ebpf::MapSpec& s, const MapOptions& opt) { return opt.counter.count(s.name) != 0; }
 
 std::string map_family(const ebpf::MapSpec& s, std::string_view field, bool counter) {
   std::string n = metric_name(fmt::format("utramp_map_{}{}{}", s.name, field.empty() ? "" : "_", field));
   if (counter && !n.ends_with("_total")) n += "_total";
   return n;
 }
+
+// Prometheus keeps the `_total` suffix for counters: a family named so is one (a map
+// or global named `total`, a member `bytes_total`), the others gauges.
+Type number_type(const std::string& family) { return family.ends_with("_total") ? Type::counter : Type::gauge; }
 
 // "hash map 'name', key struct k, value u64"
 std::string describe(const ebpf::MapSpec& s, const btf* b) {
@@ -267,11 +269,10 @@ void write_map(Writer& w, const ebpf::MapSpec& s, const btf* b, const std::vecto
   // The families follow the values' shape: nothing to show before the first entry.
   if (rows.empty()) return;
   const bool counter = is_counter(s, opt);
-  const Type t = counter ? Type::counter : Type::gauge;
   if (!rows[0].second.is_object()) {
     if (!is_number(rows[0].second)) return;
     const std::string name = map_family(s, "", counter);
-    if (!w.family(name, t, what)) return;
+    if (!w.family(name, number_type(name), what)) return;
     for (const auto& [l, v] : rows) write_number(w, name, l, v);
     return;
   }
@@ -288,7 +289,7 @@ void write_map(Writer& w, const ebpf::MapSpec& s, const btf* b, const std::vecto
     }
     if (!is_number(col.value())) continue;
     const std::string name = map_family(s, field, counter);
-    if (!w.family(name, t, fmt::format("member '{}' of {}", field, what))) continue;
+    if (!w.family(name, number_type(name), fmt::format("member '{}' of {}", field, what))) continue;
     for (const auto& [l, v] : rows)
       if (v.contains(field)) write_number(w, name, l, v[field]);
   }
@@ -302,7 +303,7 @@ void write_globals(Writer& w, const ebpf::MapSpec& s, const btf* b, std::span<co
     const ojson v = ebpf::btf_value(b, g.type_id, data.subspan(g.offset, g.size));
     if (!is_number(v)) continue;
     const std::string name = metric_name("utramp_global_" + g.name);
-    if (w.family(name, Type::gauge, fmt::format("global variable '{}' ({})", g.name, s.name)))
+    if (w.family(name, number_type(name), fmt::format("global variable '{}' ({})", g.name, s.name)))
       write_number(w, name, {}, v);
   }
 }

@@ -12,8 +12,9 @@
 // What becomes what (one family per map, per numeric field of a struct value):
 //   utramp_map_NAME[_FIELD]   an array or hash map of integers (or of structs: one family
 //                             per integer field); a gauge, or a counter named
-//                             ..._total when the map's name ends in `_total` or the user
-//                             named it (--metrics-counter MAP). Per-CPU maps: the sum over
+//                             ..._total when the user named the map (--metrics-counter
+//                             MAP) or the family's name ends in `_total` (Prometheus
+//                             keeps that suffix for counters). Per-CPU maps: the sum over
 //                             CPUs. Labels: a struct key's fields (decoded with the
 //                             object's BTF, one label per field), any other key as `key`.
 //                             Arrays: non-zero entries only (as printed).
@@ -24,7 +25,8 @@
 //                             integers in [2^i, 2^(i+1)) (slot 0: 0 and 1), cumulative;
 //                             _sum is a lower bound (each value counted as its slot's
 //                             least), as the map keeps no values.
-//   utramp_global_NAME        an integer global variable (.data/.bss), a gauge.
+//   utramp_global_NAME        an integer global variable (.data/.bss), a gauge (a
+//                             counter when the name ends in `_total`, as above).
 // and utramp's own: utramp_map_entries{map}, utramp_ring_records_total{map},
 // utramp_ring_lost_total{map}, utramp_printk_lines_total, utramp_prog_* (metrics_progs).
 #pragma once
