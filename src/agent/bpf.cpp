@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <ctime>
+#include <span>
 #include <map>
 #include <memory>
 #include <vector>
@@ -32,6 +35,12 @@ namespace utramp::agent {
 
 namespace {
 
+// The map file's record of a program's counters, as the trampoline's images count them.
+static_assert(sizeof(tramp::ProgStats) == 2 * sizeof(uint64_t) &&
+              offsetof(ebpf::ProgStatsRecord, run_ns) - offsetof(ebpf::ProgStatsRecord, run_cnt) ==
+                  offsetof(tramp::ProgStats, run_ns) - offsetof(tramp::ProgStats, run_cnt));
+static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) && std::atomic<uint64_t>::is_always_lock_free);
+
 // What a uprobe's handler needs: the program, what bpf_get_func_ip and
 // bpf_get_attach_cookie say.
 struct UprobeProg {
@@ -41,7 +50,15 @@ struct UprobeProg {
   // A uprobe at a function's entry whose program calls bpf_override_return, on a
   // function it may skip (bpf_start: ebpf::check_override and the injection rule).
   bool may_override = false;
+  // Its counters in the map file (utramp run --metrics), or null: not counted.
+  ebpf::ProgStatsRecord* stats = nullptr;
 };
+
+uint64_t monotonic_ns() {  // the vDSO's clock: no system call, async-signal-safe
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
 
 // Live for the whole process: programs may run until exit (images are not torn down).
 struct BpfState {
@@ -93,7 +110,12 @@ int run_uprobe(arch::PtRegs* r, uint64_t cookie) {
               r->r8,  r->rax, r->rcx, r->rdx, r->rsi, r->rdi, ~0ull,  r->rip, kUserCs, r->eflags, r->rsp,
               kUserSs};
   if (u->may_override) ebpf::clear_override();
+  const uint64_t begin = u->stats ? monotonic_ns() : 0;
   (void)u->fn(&c.r15);
+  if (u->stats) {  // read by the CLI from the map file, while the target runs
+    __atomic_fetch_add(&u->stats->run_cnt, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&u->stats->run_ns, monotonic_ns() - begin, __ATOMIC_RELAXED);
+  }
   uint64_t rc = 0, ret = 0;
   if (!u->may_override || !ebpf::take_override(reinterpret_cast<uint64_t>(&c.r15), &rc) ||
       !os::safe_read(&ret, r->rsp, 8))
@@ -140,8 +162,21 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   if (!mf) return std::move(mf).error();
   st->maps = std::move(*mf);
   const ebpf::MapFile& maps = st->maps;
-  for (size_t i = 0; i < maps.count(); ++i)
+  // The programs' counters (ebpf::kProgStatsMap), when the CLI asked for them.
+  std::span<ebpf::ProgStatsRecord> prog_stats;
+  for (size_t i = 0; i < maps.count(); ++i) {
     if (maps.spec(i).name == ".printk") ebpf::set_printk_ring(maps.header(i));
+    if (maps.spec(i).name == ebpf::kProgStatsMap) {
+      const auto v = maps.values(i);
+      if (reinterpret_cast<uintptr_t>(v.data()) % alignof(ebpf::ProgStatsRecord))
+        return make_error(Errc::bad_format, "the map file's program counters are not aligned");
+      prog_stats = {reinterpret_cast<ebpf::ProgStatsRecord*>(v.data()), v.size() / sizeof(ebpf::ProgStatsRecord)};
+    }
+  }
+  // The images call the statistics hooks only while they are on (tramp::Manager::set_stats),
+  // as the kernel counts run time only under bpf_stats_enabled: on before anything is attached.
+  if (!prog_stats.empty()) tramp::Manager::instance().set_stats(true);
+  size_t prog_index = 0;  // the program's record: in load order over the objects
 
   auto& table = sites::SiteTable::instance();
   if (auto r = table.discover(); !r) return std::move(r).error();
@@ -209,8 +244,9 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
     const size_t obj_maps = map_base;
     map_base += obj->maps.size();
     std::vector<const ebpf::Executable*> by_index(obj->programs.size());  // for the prog_arrays
-    for (size_t pi = 0; pi < obj->programs.size(); ++pi) {
+    for (size_t pi = 0; pi < obj->programs.size(); ++pi, ++prog_index) {
       ebpf::LoadedProgram& p = obj->programs[pi];
+      ebpf::ProgStatsRecord* counters = prog_index < prog_stats.size() ? &prog_stats[prog_index] : nullptr;
       sites::Site* s = nullptr;
       const bool tail_only = ebpf::tail_call_only(*obj, pi);  // loaded, never attached
       if (p.kind != ebpf::ProgKind::usdt && !tail_only) {
@@ -265,6 +301,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
           u->fn = (*ex)->native();
           u->ip = site.pc + bias;
           u->cookie = plan->first_spec + k;
+          u->stats = counters;
           uprobes.push_back({u->ip, run_uprobe, nullptr, reinterpret_cast<uint64_t>(u.get()), false});
           uprobe_what.push_back(fmt::format("{} (usdt {} at {:#x})", p.name, p.target, site.pc));
           if (site.semaphore) semaphores.push_back(site.semaphore + bias);
@@ -275,6 +312,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
         u->fn = (*ex)->native();
         u->ip = s->info.func + p.offset;
         u->may_override = overrides;
+        u->stats = counters;
         const uint64_t cookie = reinterpret_cast<uint64_t>(u.get());
         if (p.kind == ebpf::ProgKind::uprobe) {
           uprobes.push_back({u->ip, run_uprobe, nullptr, cookie, false});
@@ -290,6 +328,10 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
         st->uprobes.push_back(std::move(u));
       } else {
         tramp::AttachOptions ao;
+        if (counters) {
+          ao.stats_at = reinterpret_cast<tramp::ProgStats*>(&counters->run_cnt);
+          ao.misses_at = reinterpret_cast<std::atomic<uint64_t>*>(&counters->misses);
+        }
         reqs.push_back({s->info.func, attach_type(p.kind), reinterpret_cast<uint64_t>((*ex)->native()), ao});
         what.push_back(w);
       }

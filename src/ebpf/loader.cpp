@@ -415,10 +415,11 @@ Result<void> Parser::read_maps() {
         *out = *n;
         return {};
       };
-      auto type_size = [&](uint32_t* out) -> Result<void> {
+      auto type_size = [&](uint32_t* out, uint32_t* type) -> Result<void> {
         auto n = btf_pointee_size(btf_.get(), mem[k].type);
         if (!n) return err(Errc::bad_format, fmt::format("{}: field '{}' is not __type(...)", where, field));
         *out = *n;
+        *type = btf__type_by_id(btf_.get(), mem[k].type)->type;  // the pointer's target
         return {};
       };
       if (field == "type") UTRAMP_TRY(num(&m.type));
@@ -431,8 +432,8 @@ Result<void> Parser::read_maps() {
         UTRAMP_TRY(num(&x));
         m.map_extra = x;
       }
-      else if (field == "key") UTRAMP_TRY(type_size(&m.key_size));
-      else if (field == "value") UTRAMP_TRY(type_size(&m.value_size));
+      else if (field == "key") UTRAMP_TRY(type_size(&m.key_size, &m.key_type));
+      else if (field == "value") UTRAMP_TRY(type_size(&m.value_size, &m.value_type));
       else if (field == "pinning" || field == "numa_node") continue;
       else if (field == "values") values_off = btf_member_bit_offset(st, k) / 8;
       else if (unknown_field.empty())

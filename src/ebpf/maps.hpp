@@ -137,6 +137,10 @@ struct MapSpec {
     std::string name;    // its name, for printing
   };
   std::vector<ProgSlotInit> prog_slots;
+  // The object's BTF types of a key and a value (`__type(key, ...)`, `__type(value, ...)`
+  // in .maps); 0 when the map gives only sizes (not in the file).
+  uint32_t key_type = 0;
+  uint32_t value_type = 0;
 };
 
 // Checks a spec's sizes against its type; the message names the map.
@@ -148,6 +152,18 @@ void complete_map_spec(MapSpec& s);
 inline constexpr uint32_t kDefaultPerfRingBytes = 64 * 4096;
 
 inline constexpr uint32_t kMapNameMax = 63;
+
+// `utramp run --metrics`: the CLI adds a global data map of this name to the map file,
+// one ProgStatsRecord per program of its objects, in load order (each object's programs
+// in its order; a USDT program's sites share one); the agent has its programs count
+// there (tramp::AttachOptions::stats_at/misses_at for fentry, fexit and fmod_ret; the
+// uprobe handler for uprobes, uretprobes and USDT probes) and turns the statistics on.
+inline constexpr const char* kProgStatsMap = ".progstats";
+struct ProgStatsRecord {
+  uint64_t run_cnt;  // runs
+  uint64_t run_ns;   // time in them, in ns
+  uint64_t misses;   // runs skipped (the program was already running on the thread)
+};
 
 struct MapHeader;  // in the file; opaque outside maps.cpp
 

@@ -504,8 +504,8 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     std::vector<std::pair<uint64_t, uint64_t>> runs;  // link id, program: in run order
     auto add = [&](std::vector<arch::ImageProg>& v, Link* l) {
       v.push_back({l->prog->fn, l->prog->guard, l->cookie,
-                   reinterpret_cast<uint64_t>(&l->prog->misses),
-                   stats ? reinterpret_cast<uint64_t>(&l->prog->stats) : 0});
+                   reinterpret_cast<uint64_t>(l->prog->misses_at),
+                   stats ? reinterpret_cast<uint64_t>(l->prog->stats_at) : 0});
       runs.push_back({l->id, l->prog->fn});
     };
     for (Link* l : fentry) add(spec.fentry, l);
@@ -741,6 +741,8 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
     auto np = std::make_unique<Prog>();
     np->fn = prog;
     np->guard = *g;
+    if (opts.stats_at) np->stats_at = opts.stats_at;
+    if (opts.misses_at) np->misses_at = opts.misses_at;
     progs_.push_back(std::move(np));
     p = progs_.back().get();
   }
@@ -1084,9 +1086,9 @@ LinkInfo info_of(const Link& l) {
           l.cookie,
           l.tramp->func,
           l.tramp->name.c_str(),
-          p ? p->stats.run_cnt.load(std::memory_order_relaxed) : 0,
-          p ? p->stats.run_ns.load(std::memory_order_relaxed) : 0,
-          p ? p->misses.load(std::memory_order_relaxed) : 0};
+          p ? p->stats_at->run_cnt.load(std::memory_order_relaxed) : 0,
+          p ? p->stats_at->run_ns.load(std::memory_order_relaxed) : 0,
+          p ? p->misses_at->load(std::memory_order_relaxed) : 0};
 }
 
 }  // namespace

@@ -51,6 +51,10 @@ struct Prog {
   uint32_t guard = 0;
   std::atomic<uint64_t> misses{0};
   ProgStats stats;
+  // Where the images count: these two, or what the program's first link asked for
+  // (AttachOptions::stats_at, misses_at).
+  ProgStats* stats_at = &stats;
+  std::atomic<uint64_t>* misses_at = &misses;
   int links = 0;
 };
 
@@ -74,6 +78,11 @@ struct AttachOptions {
   // The program reads ctx[-4], the caller's return address (utramp's extension): the
   // image stores it only when one of its links asks (two instructions per call).
   bool caller = false;
+  // Where the program's counters live when not in the Prog: memory another process
+  // reads (utramp run --metrics: the map file). Taken from the program's first link;
+  // its later links count where that one does. Null: in the Prog.
+  ProgStats* stats_at = nullptr;
+  std::atomic<uint64_t>* misses_at = nullptr;
 };
 
 // A live link as the read side reports it. The counters are its program's: links of one

@@ -43,6 +43,8 @@
 // {"type":"lost","map":...,"map_type":...,"count":N}, {"type":"map","name":...,"map_type":...,
 // "entries":[{"key":K,"value":V[,"percpu":[...]]}...]} (histograms add "hist":[counts]),
 // {"type":"global","name":...,"section":".bss","value":V} (V as btf_value gives it).
+// --metrics HOST:PORT serves all of it (maps, integer globals, ring counts and losses,
+// each program's runs) as Prometheus metrics while the target runs: metrics.hpp.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <fcntl.h>
@@ -58,6 +60,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -81,6 +84,9 @@
 #include "os/dwarf.hpp"
 #include "probe/sigtrap_mask.hpp"
 #include "launch.hpp"
+#include "map_values.hpp"
+#include "metrics.hpp"
+#include "metrics_server.hpp"
 #include "sites/object.hpp"
 
 namespace utramp::cli {
@@ -103,21 +109,10 @@ struct RunFlags {
   std::string output;                     // -o FILE
   bool verifier_log = false;
   uint32_t perf_pages = ebpf::kDefaultPerfRingBytes / 4096;
+  std::string metrics;                  // --metrics HOST:PORT
+  bool metrics_public = false;          // --metrics-public
+  std::vector<std::string> metrics_hist, metrics_counter;  // --metrics-hist MAP, --metrics-counter MAP
 };
-
-bool is_int_size(size_t n) { return n == 1 || n == 2 || n == 4 || n == 8; }
-
-uint64_t as_u64(const std::vector<uint8_t>& b) {
-  uint64_t v = 0;
-  std::memcpy(&v, b.data(), std::min<size_t>(b.size(), 8));
-  return v;
-}
-
-std::string hex(std::span<const uint8_t> b, const char* sep = " ") {
-  std::string s;
-  for (size_t i = 0; i < b.size(); ++i) s += fmt::format("{}{:02x}", i ? sep : "", b[i]);
-  return s;
-}
 
 // Where and how `run` prints: stdout or -o FILE (kept apart from the target's own
 // output), text or --json, and the types records and globals are decoded with.
@@ -178,38 +173,6 @@ std::string show(const std::vector<uint8_t>& b) {
 json jshow(const std::vector<uint8_t>& b) {
   if (is_int_size(b.size())) return as_u64(b);
   return hex(b, "");
-}
-
-// The sum over CPUs of an integer value; the first CPU's bytes otherwise.
-std::vector<uint8_t> combined(const ebpf::MapEntry& e) {
-  if (e.values.size() == 1 || !is_int_size(e.values[0].size())) return e.values[0];
-  uint64_t sum = 0;
-  for (const auto& v : e.values) sum += as_u64(v);
-  std::vector<uint8_t> out(e.values[0].size());
-  std::memcpy(out.data(), &sum, out.size());
-  return out;
-}
-
-// An LPM trie's key as its prefix: the data as an IPv4 address (4 bytes) or in 16-bit
-// hex groups (IPv6, 16 bytes), other sizes as hex bytes; then "/" and the prefix length.
-std::string lpm_key(const std::vector<uint8_t>& k) {
-  uint32_t len = 0;
-  std::memcpy(&len, k.data(), 4);
-  const std::span<const uint8_t> d(k.data() + 4, k.size() - 4);
-  std::string text;
-  if (d.size() == 4) {
-    text = fmt::format("{}.{}.{}.{}", d[0], d[1], d[2], d[3]);
-  } else if (d.size() == 16) {
-    for (size_t i = 0; i < 16; i += 2) text += fmt::format("{}{:x}", i ? ":" : "", (d[i] << 8) | d[i + 1]);
-  } else {
-    text = hex(d, "");
-  }
-  return fmt::format("{}/{}", text, len);
-}
-
-bool is_hist(const ebpf::MapSpec& s) {
-  return (s.type == uint32_t(ebpf::MapType::array) || s.type == uint32_t(ebpf::MapType::percpu_array)) &&
-         s.key_size == 4 && s.value_size == 8 && s.name.find("hist") != std::string::npos;
 }
 
 // bpftrace's bounds: 1K = 1024...
@@ -305,8 +268,8 @@ void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs
       fmt::print(o.f, "\n");
       continue;
     }
-    const bool array = s.type == uint32_t(ebpf::MapType::array) || s.type == uint32_t(ebpf::MapType::percpu_array);
-    const bool lpm = s.type == uint32_t(ebpf::MapType::lpm_trie) && s.key_size > 4;
+    const bool array = is_array(s);
+    const bool lpm = is_lpm(s);
     if (o.json) {
       json j{{"type", "map"}, {"name", s.name}, {"map_type", ebpf::map_type_name(s.type)}};
       json es = json::array();
@@ -405,24 +368,30 @@ void print_printk(const Output& o, std::span<const uint8_t> rec) {
     fmt::print(o.f, "{} {}/{}: {}\n", comm.empty() ? "<...>" : comm, h.pid, h.tid, msg);
 }
 
-// Prints what the ring buffers and perf event arrays hold; returns how many records.
+// Prints what the ring buffers and perf event arrays hold; returns how many records
+// (and adds each ring's to `counted`, by map index).
 // `final`: the target has ended, every submitted perf record can go (consume_perf).
-size_t drain_rings(ebpf::MapFile& mf, const Output& o, bool final = false) {
+size_t drain_rings(ebpf::MapFile& mf, const Output& o, metrics::RunCounts& counted, bool final = false) {
   size_t n = 0;
+  counted.records.resize(mf.count());
   for (size_t i = 0; i < mf.count(); ++i) {
     const ebpf::MapSpec s = mf.spec(i);
     if (s.type == uint32_t(ebpf::MapType::perf_event_array)) {
-      n += mf.consume_perf(
+      const size_t k = mf.consume_perf(
           i, [&](uint32_t cpu, std::span<const uint8_t> rec) { print_record(o, i, s.name, rec, "perf", cpu); },
           final);
+      counted.records[i] += k;
+      n += k;
       continue;
     }
     if (s.type != uint32_t(ebpf::MapType::ringbuf)) continue;
     const bool printk = s.name == ".printk";
-    n += mf.consume_ring(i, [&](std::span<const uint8_t> rec) {
+    const size_t k = mf.consume_ring(i, [&](std::span<const uint8_t> rec) {
       if (printk) print_printk(o, rec);
       else print_record(o, i, s.name, rec, "ringbuf", -1);
     });
+    counted.records[i] += k;
+    n += k;
   }
   if (n) std::fflush(o.f);
   return n;
@@ -582,6 +551,25 @@ int run(const RunFlags& f) {
     return 2;
   }
   const std::string prog = resolved->binary;
+  std::optional<Endpoint> metrics_at;
+  if (!f.metrics.empty()) {
+    auto e = parse_endpoint(f.metrics);
+    if (!e) {
+      fmt::print(stderr, "{}: --metrics {}\n", me, e.error().message);
+      return 2;
+    }
+    if (!e->loopback && !f.metrics_public) {
+      fmt::print(stderr,
+                 "{}: --metrics {}: {} is not a loopback address: the metrics (map contents, function names) "
+                 "would be open to the network; add --metrics-public to serve them there\n",
+                 me, f.metrics, e->host);
+      return 2;
+    }
+    metrics_at = *e;
+  } else if (f.metrics_public || !f.metrics_hist.empty() || !f.metrics_counter.empty()) {
+    fmt::print(stderr, "{}: --metrics-public, --metrics-hist and --metrics-counter go with --metrics HOST:PORT\n", me);
+    return 2;
+  }
   auto target = sites::analyse_file(prog);
   if (!target) {
     fmt::print(stderr, "{}: {}: {}\n", me, prog, target.error().message);
@@ -614,6 +602,7 @@ int run(const RunFlags& f) {
   std::vector<ebpf::MapSpec> specs;
   std::vector<std::shared_ptr<const btf>> btfs;  // keeps out.spec_btf's types alive
   std::vector<std::string> abs_objects;
+  std::vector<metrics::ProgCounters> progs;  // names, in load order (ebpf::kProgStatsMap)
   for (const std::string& path : f.objects) {
     auto obj = ebpf::load_object_file(path, ebpf::runtime_helpers());
     if (!obj) {
@@ -627,6 +616,7 @@ int run(const RunFlags& f) {
     for (size_t pi = 0; pi < obj->programs.size(); ++pi) {
       ebpf::LoadedProgram& p = obj->programs[pi];
       const bool tail_only = ebpf::tail_call_only(*obj, pi);  // no function: its context is pt_regs
+      progs.push_back({p.name, p.section});
       const auto* fn = [&]() -> const sites::SiteInfo* {
         for (const auto& x : target->functions)
           if (x.name == p.target) return &x;
@@ -723,6 +713,19 @@ int run(const RunFlags& f) {
       fmt::print(stderr, "{}: {}: cannot read {} for its USDT notes: {}\n", me, path, prog, elf.error().message);
       return 2;
     }
+    for (const std::string& m : f.metrics_hist) {
+      const auto it = std::find_if(obj->maps.begin(), obj->maps.end(), [&](const ebpf::MapSpec& x) { return x.name == m; });
+      if (it == obj->maps.end() || !is_hist(*it, true)) {
+        fmt::print(stderr, "{}: --metrics-hist {}: {} has no array or per-CPU array '{}' of u32 keys and u64 values "
+                           "(a log2 histogram's slots)\n", me, m, path, m);
+        return 2;
+      }
+    }
+    for (const std::string& m : f.metrics_counter)
+      if (std::none_of(obj->maps.begin(), obj->maps.end(), [&](const ebpf::MapSpec& x) { return x.name == m; })) {
+        fmt::print(stderr, "{}: --metrics-counter {}: {} has no map '{}'\n", me, m, path, m);
+        return 2;
+      }
     specs.insert(specs.end(), obj->maps.begin(), obj->maps.end());
     out.spec_btf.resize(specs.size(), types);
     char* rp = realpath(path.c_str(), nullptr);
@@ -738,6 +741,18 @@ int run(const RunFlags& f) {
   printk.max_entries = 1u << 20;
   printk.global_data = true;
   specs.push_back(printk);
+  // --metrics: the programs count their runs there (the agent finds it by name).
+  const size_t prog_stats_map = specs.size();
+  if (metrics_at) {
+    ebpf::MapSpec ps;
+    ps.name = ebpf::kProgStatsMap;
+    ps.type = uint32_t(ebpf::MapType::array);
+    ps.key_size = 4;
+    ps.value_size = static_cast<uint32_t>(std::max<size_t>(1, progs.size()) * sizeof(ebpf::ProgStatsRecord));
+    ps.max_entries = 1;
+    ps.global_data = true;
+    specs.push_back(ps);
+  }
   out.spec_btf.resize(specs.size());
   // -o FILE: what run prints goes there, apart from the target's stdout (which stays the
   // terminal's); created 0600 like everything utramp writes.
@@ -773,6 +788,40 @@ int run(const RunFlags& f) {
     fmt::print(stderr, "{}: {}\n", me, mf.error().message);
     return 2;
   }
+  // The maps are read by the main loop (rings drained, maps printed) and by the metrics
+  // server's thread: one at a time.
+  std::mutex mf_lock;
+  metrics::RunCounts counts;
+  std::unique_ptr<MetricsServer> server;
+  if (metrics_at) {
+    std::vector<const btf*> spec_btfs;
+    for (size_t i = 0; i < specs.size(); ++i) spec_btfs.push_back(out.globals_btf(i));
+    metrics::MapOptions mo;
+    mo.hist.insert(f.metrics_hist.begin(), f.metrics_hist.end());
+    mo.counter.insert(f.metrics_counter.begin(), f.metrics_counter.end());
+    auto srv = MetricsServer::start(*metrics_at, [&, spec_btfs, mo, prog_stats_map] {
+      std::lock_guard<std::mutex> g(mf_lock);
+      // Each program's counters as the target's threads left them (whole words).
+      std::vector<metrics::ProgCounters> now = progs;
+      const auto recs = mf->data(prog_stats_map);
+      for (size_t k = 0; k < now.size() && (k + 1) * sizeof(ebpf::ProgStatsRecord) <= recs.size(); ++k) {
+        ebpf::ProgStatsRecord r;
+        std::memcpy(&r, recs.data() + k * sizeof r, sizeof r);
+        now[k].run_cnt = r.run_cnt;
+        now[k].run_ns = r.run_ns;
+        now[k].misses = r.misses;
+      }
+      return metrics::render(*mf, specs, spec_btfs, mo, counts, now);
+    });
+    if (!srv) {
+      fmt::print(stderr, "{}: --metrics: {}\n", me, srv.error().message);
+      return 2;
+    }
+    server = std::move(*srv);
+    const bool v6 = metrics_at->host.find(':') != std::string::npos;
+    fmt::print(stderr, "{}: metrics at http://{}{}{}:{}/metrics\n", me, v6 ? "[" : "", metrics_at->host,
+               v6 ? "]" : "", server->port());
+  }
   auto launch = Launch::start(*resolved, f.command, cfg, dir + "/agent.json");
   if (!launch) {
     fmt::print(stderr, "{}: {}\n", me, launch.error().message);
@@ -793,7 +842,8 @@ int run(const RunFlags& f) {
           scratch->remove();
         }
         watch.look(me);
-        const bool any = drain_rings(*mf, out) != 0;
+        std::lock_guard<std::mutex> g(mf_lock);
+        const bool any = drain_rings(*mf, out, counts) != 0;
         if (f.interval > 0 && clock::now() >= next_print) {
           print_maps(*mf, specs, out);
           next_print += std::chrono::duration<double>(f.interval);
@@ -801,6 +851,7 @@ int run(const RunFlags& f) {
         return any;
       },
       5);
+  server.reset();  // served while the target ran
   if (st.empty()) {
     (void)watch.read_status();
     st = watch.status();
@@ -818,7 +869,7 @@ int run(const RunFlags& f) {
       return 2;
     }
   }
-  drain_rings(*mf, out, true);
+  drain_rings(*mf, out, counts, true);
   print_maps(*mf, specs, out);
   report_lost(*mf, out);
   if (ended.signaled) fmt::print(stderr, "{}: target {}\n", me, ended.how);
@@ -863,6 +914,17 @@ void add_run(CLI::App& app) {
   sub->add_option("--perf-pages", f->perf_pages,
                   "pages of each CPU's ring of a perf event array (a power of two; default 64)")
       ->check(CLI::Range(1u, 1u << 18));
+  sub->add_option("--metrics", f->metrics,
+                  "HOST:PORT: serve the maps and counters as Prometheus metrics at http://HOST:PORT/metrics "
+                  "while the target runs (loopback only unless --metrics-public; port 0: any free port, printed)");
+  sub->add_flag("--metrics-public", f->metrics_public, "let --metrics listen on an address other than loopback");
+  sub->add_option("--metrics-hist", f->metrics_hist,
+                  "MAP: an array of u64 log2 slots served as a histogram (maps named *hist* are; repeatable)")
+      ->allow_extra_args(false);
+  sub->add_option("--metrics-counter", f->metrics_counter,
+                  "MAP: the map's values only grow: served as counters (NAME_total; maps named *_total are; "
+                  "repeatable)")
+      ->allow_extra_args(false);
   sub->add_option("command", f->command, "-- PROGRAM [ARGS]");
   sub->callback([f] {
     if (!std::isfinite(f->interval)) {  // CLI::Range lets NaN through
