@@ -390,6 +390,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
           if (prog_index < misses_n) u->misses = misses + prog_index;
           uprobes.push_back({u->ip, run_uprobe, nullptr, reinterpret_cast<uint64_t>(u.get()), false});
           uprobe_what.push_back(fmt::format("{} (usdt {} at {:#x})", p.name, p.target, site.pc));
+          uprobe_lib.push_back(0);
           if (site.semaphore) semaphores.push_back(site.semaphore + bias);
           st->uprobes.push_back(std::move(u));
         }

@@ -375,8 +375,8 @@ TEST(RunE2E, UprobeBadInputNeverStartsTheTarget) {
   expect_refused(bad("uprobe_beyond"),
                  "program 'beyond' (section 'uprobe/may_fail+0x10000'): offset 0x10000 is beyond may_fail");
   expect_refused(bad("uprobe_other_binary"),
-                 "program 'other' (section 'uprobe/not_the_target:work'): binary 'not_the_target' is not the "
-                 "traced program");
+                 "program 'other' (section 'uprobe/not_the_target:work'): binary 'not_the_target' is neither "
+                 "the traced program");
   expect_refused(bad("uprobe_unknown_func"),
                  "program 'unknown' (section 'uretprobe/no_such_function'): no function 'no_such_function' in");
 }
