@@ -312,7 +312,11 @@ void trace_library_calls() {
 // picked up by the discovery already under way or the next one.
 void on_loader_event(sites::LoaderState state) {
   if (state != sites::LoaderState::consistent || !g_agent || t_inside) return;
-  discover_and_attach(true);
+  if (!g_agent->cfg.bpf_objects.empty()) {  // `utramp run`: programs on libraries
+    Inside in;
+    bpf_loader_changed();
+  }
+  if (g_agent->cfg.tracer != "none") discover_and_attach(true);
 }
 
 // fork() while another thread is inside the agent: the child must not inherit the
@@ -459,7 +463,18 @@ __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
     unsetenv("UTRAMP_AGENT");
   }
   if (!g_agent->cfg.bpf_objects.empty()) {  // `utramp run`
-    bpf_start_or_exit(g_agent->cfg, g_agent->dir);
+    {
+      // Its own allocations and copies are not the program's calls of probed library
+      // functions (agent/bpf.cpp, the recursion rule).
+      Inside in;
+      bpf_start_or_exit(g_agent->cfg, g_agent->dir);
+      // Programs on libraries loaded later (dlopen) are attached when the loader says
+      // so, and detached when it unloads them.
+      if (g_agent->cfg.tracer == "none" && bpf_has_library_programs())
+        if (auto w = sites::watch_loader(&on_loader_event); !w)
+          fmt::print(stderr, "utramp run: programs on libraries loaded later (dlopen) will not be attached: {}\n",
+                     w.error().message);
+    }
     if (g_agent->cfg.tracer == "none") return;
   }
   // The ring buffers are outside the trace directory (/dev/shm): mapped only when they

@@ -7,8 +7,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <stdlib.h>
+#include <string.h>
+
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <cstddef>
 #include <ctime>
 #include <span>
@@ -23,7 +27,9 @@
 #include "ebpf/helpers.hpp"
 #include "ebpf/loader.hpp"
 #include "ebpf/maps.hpp"
+#include "ebpf/uprobe_binary.hpp"
 #include "ebpf/usdt.hpp"
+#include "ftrace/graph.hpp"
 #include "os/elf_file.hpp"
 #include "os/dwarf.hpp"
 #include "os/safe_copy.hpp"
@@ -52,6 +58,23 @@ struct UprobeProg {
   bool may_override = false;
   // Its counters in the map file (utramp run --metrics), or null: not counted.
   ebpf::ProgStatsRecord* stats = nullptr;
+  // Runs skipped by the recursion rule (run_uprobe), counted in this program's word of
+  // the map file's `.misses` map, which the CLI reports at the end (null: no such word).
+  uint64_t* misses = nullptr;
+};
+
+// A uprobe or uretprobe program on a function of a shared library: attached while the
+// library is loaded (at start-up, or by the loader's announcement after a dlopen),
+// detached when it is unloaded, and attached again if it is loaded again.
+struct LibProbe {
+  ebpf::UprobeBinary lib;
+  std::string func;
+  uint64_t offset = 0;
+  bool ret = false;     // a uretprobe
+  UprobeProg* u = nullptr;
+  std::string what;     // "PROG (uprobe FUNC+0x4)", for messages
+  std::string object;   // "path@bias" of the loaded object it is attached in; "" waiting
+  probe::Probe* probe = nullptr;
 };
 
 uint64_t monotonic_ns() {  // the vDSO's clock: no system call, async-signal-safe
@@ -65,6 +88,7 @@ struct BpfState {
   ebpf::MapFile maps;
   std::vector<std::unique_ptr<ebpf::Executable>> progs;
   std::vector<std::unique_ptr<UprobeProg>> uprobes;
+  std::vector<LibProbe> lib;
 };
 BpfState* g_bpf = nullptr;
 
@@ -104,8 +128,20 @@ constexpr uint64_t kUserCs = 0x33, kUserSs = 0x2b;  // the x86-64 user segment s
 // resumes there instead of running the function (a pre-handler that changed rip and
 // returns non-zero: probe/probe.hpp). A return address that cannot be read (a corrupt
 // stack) leaves the function to run.
+//
+// The recursion rule: a hit on a thread where utramp is at work (ftrace::at_work: the
+// agent attaching, before main or on a dlopen, and utramp's own threads) is utramp's own
+// call of a library function the program probes (malloc, memcpy, pthread_mutex_lock...),
+// not the program's: the program does not run, and the run is counted as missed, as the
+// kernel counts a program kept from recursing (bpf_prog_inc_misses_counter). A hit inside
+// this handler (a helper's memcpy, say) is the probe layer's re-entrance: no handler
+// runs, the probe counts a miss (docs/probes.md).
 int run_uprobe(arch::PtRegs* r, uint64_t cookie) {
   const auto* u = reinterpret_cast<const UprobeProg*>(cookie);
+  if (ftrace::at_work()) {
+    if (u->misses) __atomic_fetch_add(u->misses, 1, __ATOMIC_RELAXED);
+    return 0;
+  }
   UprobeCtx c{u->cookie, u->ip, 0,      r->r15, r->r14, r->r13, r->r12, r->rbp, r->rbx, r->r11, r->r10, r->r9,
               r->r8,  r->rax, r->rcx, r->rdx, r->rsi, r->rdi, ~0ull,  r->rip, kUserCs, r->eflags, r->rsp,
               kUserSs};
@@ -150,6 +186,68 @@ uint64_t main_bias() {
   return bias;
 }
 
+struct Loaded {
+  std::string path;  // as the loader names it (the site table's Site::object)
+  std::string key;   // "path@bias": one load of it
+};
+
+// The shared objects loaded now (not the main program, nor the vDSO).
+std::vector<Loaded> loaded_libraries() {
+  std::vector<Loaded> out;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        const char* n = info->dlpi_name;
+        if (n && *n && strncmp(n, "linux-vdso", 10) != 0)
+          static_cast<std::vector<Loaded>*>(data)->push_back({n, fmt::format("{}@{:#x}", n, info->dlpi_addr)});
+        return 0;
+      },
+      &out);
+  return out;
+}
+
+const Loaded* loaded_as(const std::vector<Loaded>& objs, const ebpf::UprobeBinary& lib) {
+  for (const Loaded& o : objs)
+    if (ebpf::is_library(lib, o.path)) return &o;
+  return nullptr;
+}
+
+// Where a library probe goes in `obj` (loaded): FUNC's site there, checked as the CLI
+// checked the file (the offset inside the function).
+Result<uint64_t> lib_probe_addr(const LibProbe& l, const Loaded& obj) {
+  sites::Site* s = sites::SiteTable::instance().find_name(l.func, obj.path);
+  if (!s)
+    return make_error(Errc::not_found, fmt::format("{}: no function '{}' in {}", l.what, l.func, obj.path));
+  if (s->info.size && l.offset >= s->info.size)
+    return make_error(Errc::out_of_range, fmt::format("{}: offset {:#x} is beyond {} ({} bytes)", l.what, l.offset,
+                                                      l.func, s->info.size));
+  return s->info.func + l.offset;
+}
+
+// Attaches a waiting library probe at `addr` (its object `obj` loaded). The program's
+// ip is set first: no handler of it can run before the probe is published.
+Result<void> attach_lib_probe(LibProbe& l, const Loaded& obj, uint64_t addr) {
+  auto& pm = probe::Manager::instance();
+  l.u->ip = addr;
+  Result<probe::Probe*> p = make_error(Errc::invalid_argument, "");
+  if (l.ret) {
+    probe::RetprobeSpec rs;
+    rs.func = addr;
+    rs.ret = run_uprobe;
+    rs.cookie = reinterpret_cast<uint64_t>(l.u);
+    p = pm.attach_retprobe(rs);
+  } else {
+    const probe::ProbeSpec spec{addr, run_uprobe, nullptr, reinterpret_cast<uint64_t>(l.u), false};
+    auto b = pm.attach_batch(std::span(&spec, 1));
+    if (b) p = b->front();
+    else p = std::move(b).error();
+  }
+  if (!p) return make_error(p.error().code, fmt::format("cannot attach {} in {}: {}", l.what, obj.path,
+                                                        p.error().message));
+  l.probe = *p;
+  l.object = obj.key;
+  return {};
+}
+
 }  // namespace
 
 Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std::string>* int3s) {
@@ -190,6 +288,24 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   // USDT semaphores (live addresses) raised once everything is attached.
   std::vector<uint64_t> semaphores;
   const uint64_t bias = main_bias();
+  std::string exe;
+  if (char* e = realpath("/proc/self/exe", nullptr)) {
+    exe = e;
+    free(e);
+  }
+  // The CLI's `.misses` map: one u64 per program of every object, in order.
+  uint64_t* misses = nullptr;
+  size_t misses_n = 0, prog_index = 0;
+  for (size_t i = 0; i < maps.count(); ++i)
+    if (maps.spec(i).name == ".misses") {
+      auto v = maps.values(i);
+      misses = reinterpret_cast<uint64_t*>(v.data());
+      misses_n = v.size() / 8;
+    }
+  const std::vector<Loaded> libs_now = loaded_libraries();
+  // Library probes: at start-up those of libraries loaded now are in the batches below
+  // (all or none with the rest); the others wait for their library.
+  std::vector<size_t> uprobe_lib, uretprobe_lib;  // per spec: index in st->lib + 1, 0: none
   std::unique_ptr<os::ElfFile> main_elf;  // opened when an object has usdt programs
   // The CLI checked the specs (and applied them to the same object) before the start.
   std::vector<ebpf::AttachSpec> specs;
@@ -249,8 +365,25 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       ebpf::ProgStatsRecord* counters = prog_index < prog_stats.size() ? &prog_stats[prog_index] : nullptr;
       sites::Site* s = nullptr;
       const bool tail_only = ebpf::tail_call_only(*obj, pi);  // loaded, never attached
-      if (p.kind != ebpf::ProgKind::usdt && !tail_only) {
-        s = table.find_name(p.target);
+      std::optional<ebpf::UprobeBinary> lib;
+      if (!tail_only && (p.kind == ebpf::ProgKind::uprobe || p.kind == ebpf::ProgKind::uretprobe)) {
+        // The CLI checked BINARY against the program as it named it (a symbolic link,
+        // say): anything but a library is the program here.
+        auto b = ebpf::resolve_uprobe_binary(p.binary, exe);
+        if (!b && b.error().code == Errc::not_found)
+          return make_error(b.error().code, fmt::format("{}: program '{}' ({}): {}", path, p.name, p.section,
+                                                        b.error().message));
+        if (b && b->library) lib = std::move(*b);
+      }
+      const Loaded* lib_obj = lib ? loaded_as(libs_now, *lib) : nullptr;
+      if (lib) {
+        if (lib_obj) s = table.find_name(p.target, lib_obj->path);
+        if (lib_obj && !s)
+          return make_error(Errc::not_found, fmt::format("{}: program '{}' ({}): no function '{}' in {}", path, p.name,
+                                                         p.section, p.target, lib_obj->path));
+      } else if (p.kind != ebpf::ProgKind::usdt && !tail_only) {
+        s = table.find_name(p.target, exe);
+        if (!s) s = table.find_name(p.target);  // the program's name for itself may differ
         if (!s)
           return make_error(Errc::not_found, fmt::format("{}: program '{}' ({}): no function '{}' in the target",
                                                          path, p.name, p.section, p.target));
@@ -259,7 +392,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
                             fmt::format("{}: program '{}' ({}): offset {:#x} is beyond {} ({} bytes)", path, p.name,
                                         p.section, p.offset, p.target, s->info.size));
       }
-      auto types = ebpf::TargetTypes::open(s ? s->object : main_elf ? main_elf->path() : "/proc/self/exe");
+      auto types = ebpf::TargetTypes::open(s ? s->object : lib ? lib->path : main_elf ? main_elf->path() : exe);
       if (auto c = ebpf::apply_core(p, obj->local_btf.get(), types ? types->get() : nullptr); !c)
         return make_error(c.error().code, fmt::format("{}: {}", path, c.error().message));
       std::optional<abi::Signature> sig;
@@ -274,7 +407,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
                           fmt::format("{}: program '{}' ({}) calls bpf_override_return, but it is a tail-call target "
                                       "only: no probe of its own to return for the function",
                                       path, p.name, p.section));
-      if (overrides && !s->error_injectable && !cfg.bpf_allow_override)
+      if (overrides && !(s && s->error_injectable) && !cfg.bpf_allow_override)
         return make_error(Errc::invalid_argument,
                           fmt::format("{}: program '{}' ({}) calls bpf_override_return, but {} is not marked with "
                                       "UTRAMP_ALLOW_ERROR_INJECTION({}) (the rule of fmod_ret); `utramp run "
@@ -302,28 +435,48 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
           u->ip = site.pc + bias;
           u->cookie = plan->first_spec + k;
           u->stats = counters;
+          if (prog_index < misses_n) u->misses = misses + prog_index;
           uprobes.push_back({u->ip, run_uprobe, nullptr, reinterpret_cast<uint64_t>(u.get()), false});
           uprobe_what.push_back(fmt::format("{} (usdt {} at {:#x})", p.name, p.target, site.pc));
+          uprobe_lib.push_back(0);
           if (site.semaphore) semaphores.push_back(site.semaphore + bias);
           st->uprobes.push_back(std::move(u));
         }
       } else if (ebpf::is_uprobe(p.kind)) {
         auto u = std::make_unique<UprobeProg>();
         u->fn = (*ex)->native();
-        u->ip = s->info.func + p.offset;
         u->may_override = overrides;
         u->stats = counters;
-        const uint64_t cookie = reinterpret_cast<uint64_t>(u.get());
-        if (p.kind == ebpf::ProgKind::uprobe) {
-          uprobes.push_back({u->ip, run_uprobe, nullptr, cookie, false});
-          uprobe_what.push_back(w);
-        } else {
-          probe::RetprobeSpec rs;
-          rs.func = s->info.func;
-          rs.ret = run_uprobe;
-          rs.cookie = cookie;
-          uretprobes.push_back(rs);
-          uretprobe_what.push_back(w);
+        if (prog_index < misses_n) u->misses = misses + prog_index;
+        // A library's: kept to be attached at each load of it (LibProbe).
+        const size_t lib_index = lib ? st->lib.size() + 1 : 0;
+        if (lib) {
+          LibProbe l;
+          l.lib = *lib;
+          l.func = p.target;
+          l.offset = p.offset;
+          l.ret = p.kind == ebpf::ProgKind::uretprobe;
+          l.u = u.get();
+          l.what = w;
+          if (s) l.object = lib_obj->key;
+          st->lib.push_back(std::move(l));
+        }
+        if (s) {  // in the program, or in a library loaded now: attached below with the rest
+          u->ip = s->info.func + p.offset;
+          const uint64_t cookie = reinterpret_cast<uint64_t>(u.get());
+          if (p.kind == ebpf::ProgKind::uprobe) {
+            uprobes.push_back({u->ip, run_uprobe, nullptr, cookie, false});
+            uprobe_what.push_back(w);
+            uprobe_lib.push_back(lib_index);
+          } else {
+            probe::RetprobeSpec rs;
+            rs.func = s->info.func;
+            rs.ret = run_uprobe;
+            rs.cookie = cookie;
+            uretprobes.push_back(rs);
+            uretprobe_what.push_back(w);
+            uretprobe_lib.push_back(lib_index);
+          }
         }
         st->uprobes.push_back(std::move(u));
       } else {
@@ -367,6 +520,8 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       return make_error(b.error().code, fmt::format("cannot attach {}: {}", names, b.error().message));
     }
     probes = std::move(*b);
+    for (size_t i = 0; i < probes.size(); ++i)
+      if (uprobe_lib[i]) st->lib[uprobe_lib[i] - 1].probe = probes[i];
   }
   for (size_t i = 0; i < uretprobes.size(); ++i) {
     auto r = pm.attach_retprobe(uretprobes[i]);
@@ -375,6 +530,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       return make_error(r.error().code, fmt::format("cannot attach {}: {}", uretprobe_what[i], r.error().message));
     }
     probes.push_back(*r);
+    if (uretprobe_lib[i]) st->lib[uretprobe_lib[i] - 1].probe = *r;
   }
   auto& mgr = tramp::Manager::instance();
   auto res = mgr.attach_many(reqs);
@@ -404,6 +560,49 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   for (const uint64_t sem : semaphores) __atomic_fetch_add(reinterpret_cast<uint16_t*>(sem), 1, __ATOMIC_SEQ_CST);
   g_bpf = st.release();
   return {};
+}
+
+bool bpf_has_library_programs() { return g_bpf && !g_bpf->lib.empty(); }
+
+void bpf_loader_changed() {
+  BpfState* st = g_bpf;
+  if (!st || st->lib.empty()) return;
+  const std::vector<Loaded> objs = loaded_libraries();
+  auto& pm = probe::Manager::instance();
+  // Unloaded (dlclose announces after the unmapping): its probes go, their code with it
+  // (the probe layer restores nothing in unmapped code), before another object can be
+  // mapped there (the loader's lock is held).
+  std::vector<probe::Probe*> gone;
+  for (LibProbe& l : st->lib) {
+    if (l.object.empty()) continue;
+    if (std::any_of(objs.begin(), objs.end(), [&](const Loaded& o) { return o.key == l.object; })) continue;
+    if (l.probe) gone.push_back(l.probe);
+    l.probe = nullptr;
+    l.object.clear();
+  }
+  if (!gone.empty())
+    if (auto r = pm.detach_batch(gone); !r)
+      fmt::print(stderr, "utramp run: detaching the probes of an unloaded library: {}\n", r.error().message);
+  // Loaded (the announcement comes after the mapping, before any of its code runs).
+  bool discovered = false;
+  for (LibProbe& l : st->lib) {
+    if (!l.object.empty()) continue;
+    const Loaded* obj = loaded_as(objs, l.lib);
+    if (!obj) continue;
+    if (!discovered) {
+      if (auto n = sites::SiteTable::instance().discover(); !n)
+        fmt::print(stderr, "utramp run: {}\n", n.error().message);
+      discovered = true;
+    }
+    // Said once per load: a probe that cannot go in is not tried again until the
+    // library is loaded anew.
+    auto addr = lib_probe_addr(l, *obj);
+    Result<void> r = addr ? attach_lib_probe(l, *obj, *addr) : Result<void>(std::move(addr).error());
+    if (!r) {
+      fmt::print(stderr, "utramp run: {}\n", r.error().message);
+      l.object = obj->key;
+    }
+  }
 }
 
 void bpf_start_or_exit(const Config& cfg, const TrustedDir& dir) {

@@ -25,4 +25,13 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
 // main runs (never started).
 void bpf_start_or_exit(const Config& cfg, const TrustedDir& dir);
 
+// The loader's announcement that its list of objects changed (sites/loader_watch.hpp),
+// on the loading thread with the loader's locks held (which also serialise these
+// calls): attaches the programs of libraries that have just been loaded, and detaches
+// those of libraries that were unloaded (dlclose). The caller marks the thread at work.
+void bpf_loader_changed();
+// Whether bpf_start left programs on libraries (loaded or not): the loader's
+// announcements are then watched.
+bool bpf_has_library_programs();
+
 }  // namespace utramp::agent

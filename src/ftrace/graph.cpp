@@ -310,6 +310,8 @@ void close_left_handler(ThreadTrace* ts, uint64_t sp, uint64_t time) {
 
 uint64_t now() noexcept { return arch::cycles(); }
 
+bool at_work() noexcept { return t_in_tracer == detail::kAtWork || tramp::t_utramp_thread; }
+
 AtWork::AtWork() noexcept : saved_(t_in_tracer) {
   t_in_tracer = detail::kAtWork;
   std::atomic_signal_fence(std::memory_order_seq_cst);  // before any call it covers

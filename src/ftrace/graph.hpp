@@ -115,6 +115,13 @@ class AtWork {
   uint64_t saved_;
 };
 
+// Whether the calling thread is utramp's own now: inside an AtWork scope, or a thread
+// utramp started for itself (tramp::t_utramp_thread). The one recursion rule of every
+// handler that runs a user's program on a probed library function (agent/bpf.cpp): a
+// hit on such a thread is utramp's own call (an allocation while attaching, say), not
+// the program's, and runs nothing. Async-signal-safe: two thread-local reads.
+bool at_work() noexcept;
+
 // The time source of events (TSC ticks).
 uint64_t now() noexcept;
 

@@ -284,7 +284,7 @@ Result<Function> Analysis::function_at(uint64_t addr) {
 
 Result<void> Analysis::check_function(const Function& f, uint64_t addr) {
   const sites::Site* s = sites::SiteTable::instance().find(f.start);
-  if (s && s->blacklisted)
+  if (s && s->blacklisted && !s->probes_allowed)
     return make_error(Errc::invalid_argument,
                       fmt::format("{} is blacklisted: {} ({}); a probe there would recurse",
                                   label(addr), s->blacklist_reason, f.name));
@@ -507,6 +507,8 @@ bool Analysis::gprs_only(uint64_t fn) {
 }
 
 bool Analysis::executable(uint64_t addr, uint64_t len) {
+  // A view older than the last unmapping (dlclose) may still list the code.
+  if (!refresh_maps()) return false;
   if (os::range_executable(maps_, addr, len)) return true;
   if (!refresh_maps(true)) return false;
   return os::range_executable(maps_, addr, len);

@@ -419,6 +419,9 @@ Result<void> Manager::Impl::commit(const Changes& changes) {
   };
   std::vector<patch::PatchOp> ops;
   for (const Span& g : regions) {
+    // Code unloaded since (dlclose) has nothing to restore, and must not be read; a probe
+    // cannot be placed there (prepare checked the mapping).
+    if (!an.executable(g.lo, g.hi - g.lo)) continue;
     patch::PatchOp op;
     op.addr = g.lo;
     op.expected.assign(reinterpret_cast<const uint8_t*>(g.lo), reinterpret_cast<const uint8_t*>(g.hi));
@@ -447,9 +450,6 @@ Result<void> Manager::Impl::commit(const Changes& changes) {
       }
     }
     if (image == op.expected) continue;
-    // Code unloaded since (dlclose) has nothing to restore; a probe cannot be placed
-    // there (prepare checked the mapping).
-    if (!an.executable(g.lo, g.hi - g.lo)) continue;
     op.replacement = std::move(image);
     SiteRec& head = *sites.at(g.lo);
     // A thread trapping on the region's first byte mid-batch: through the detour the old

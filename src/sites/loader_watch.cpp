@@ -12,6 +12,7 @@
 #include "arch/arch.hpp"
 #include "common/hex.hpp"
 #include "os/exec_memory.hpp"
+#include "os/maps.hpp"
 #include "patch/patcher.hpp"
 
 namespace utramp::sites {
@@ -24,10 +25,20 @@ bool g_installed = false;    // under the patcher's serialisation (install is ra
 
 // Jumped to by the patched r_brk, as r_brk itself: called by the loader, returns to it.
 // errno is the loader's to keep.
+// A removal (RT_DELETE, then the unmapping, then RT_CONSISTENT) makes cached views of
+// the mappings stale: the generation they compare (os::unmap_generation) moves before
+// the callback hears of the end of it, since the loader's own count of removals
+// (dlpi_subs) may not have moved yet. Announcements are serialised by the loader's lock.
+bool g_removing = false;
 extern "C" void utramp_loader_brk() {
   const int saved = errno;
-  if (LoaderCallback cb = g_callback.load(std::memory_order_acquire))
-    cb(static_cast<LoaderState>(g_debug->r_state));
+  const auto state = static_cast<LoaderState>(g_debug->r_state);
+  if (state == LoaderState::remove) g_removing = true;
+  if (state == LoaderState::consistent && g_removing) {
+    g_removing = false;
+    os::bump_unmap_generation();
+  }
+  if (LoaderCallback cb = g_callback.load(std::memory_order_acquire)) cb(state);
   errno = saved;
 }
 

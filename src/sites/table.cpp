@@ -23,19 +23,35 @@ namespace utramp::sites {
 
 namespace {
 
-// Functions the patch path itself runs: patching them would trap inside the patcher.
-bool on_patch_path(std::string_view name) {
+// Functions the patcher calls while it patches (writes, barriers, its allocations and
+// locks). A trampoline there is refused: its attach would patch the code it runs. A probe
+// may go there: the trap and hit paths call none of them (probe/hit.hpp), a thread that
+// traps on one mid-batch is sent on by the batch's emulation or the armed probe, and a
+// hit on utramp's own call runs no program (ftrace::at_work).
+bool patcher_calls(std::string_view name) {
   static constexpr std::string_view kNames[] = {
       "pwrite", "pwrite64", "__pwrite64", "syscall", "membarrier", "memcpy", "memmove", "memcmp",
       "memset", "sigaction", "__sigaction", "__libc_sigaction", "raise", "open", "open64",
-      "__open64", "__libc_open64", "__restore_rt", "pthread_mutex_lock", "pthread_mutex_unlock",
+      "__open64", "__libc_open64", "pthread_mutex_lock", "pthread_mutex_unlock",
       "__pthread_mutex_lock", "__pthread_mutex_unlock", "malloc", "free", "__libc_malloc",
-      "__libc_free", "_dl_runtime_resolve_xsave", "_dl_runtime_resolve_xsavec",
-      "_dl_runtime_resolve_fxsave", "_dl_fixup"};
+      "__libc_free"};
   for (auto n : kNames)
     if (name == n) return true;
   return name.starts_with("__memcpy_") || name.starts_with("__memmove_") ||
          name.starts_with("__memset_") || name.starts_with("__memcmp_");
+}
+
+// Functions the trap path itself may run before any guard: the signal return trampoline
+// every trap returns through, and the loader's lazy binding (a first call through a PLT
+// slot not bound yet). Never patched, never probed: a probe there would trap inside its
+// own trap.
+bool on_trap_path(std::string_view name) {
+  static constexpr std::string_view kNames[] = {"__restore_rt", "_dl_runtime_resolve_xsave",
+                                                "_dl_runtime_resolve_xsavec",
+                                                "_dl_runtime_resolve_fxsave", "_dl_fixup"};
+  for (auto n : kNames)
+    if (name == n) return true;
+  return false;
 }
 
 // This copy of the runtime's object, found once at load: dladdr takes the loader's lock,
@@ -175,9 +191,13 @@ Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& 
                                  arch::kNop5.end())) ||
                      info.kind == SiteKind::prologue ||
                      info.kind == SiteKind::mcount;  // its call stays until attached
-      if (on_patch_path(info.name)) {
+      if (on_trap_path(info.name)) {
         s->blacklisted = true;
-        s->blacklist_reason = "used by the patcher itself";
+        s->blacklist_reason = "run by the SIGTRAP path itself (signal return, lazy binding)";
+      } else if (patcher_calls(info.name)) {
+        s->blacklisted = true;
+        s->probes_allowed = true;
+        s->blacklist_reason = "used by the patcher itself (a probe may go here, a trampoline not)";
       }
       s->error_injectable =
           std::find(injectable.begin(), injectable.end(), info.func) != injectable.end();
@@ -258,10 +278,10 @@ Site* SiteTable::find(uint64_t addr) {
   return it == by_addr_.end() ? nullptr : it->second;
 }
 
-Site* SiteTable::find_name(std::string_view name) {
+Site* SiteTable::find_name(std::string_view name, std::string_view object) {
   std::lock_guard lock(mu_);
   for (auto& s : sites_)
-    if (s->info.name == name && !s->unloaded) return s.get();
+    if (s->info.name == name && !s->unloaded && (object.empty() || s->object == object)) return s.get();
   return nullptr;
 }
 

@@ -45,6 +45,10 @@ struct Site {
   bool error_injectable = false;    // marked with UTRAMP_ALLOW_ERROR_INJECTION
   bool unloaded = false;            // its object was dlclose'd: never patched again
   bool blacklisted = false;         // runtime code or on the patch path: never patched
+  // Blacklisted for trampolines only: a function the patcher calls (malloc, memcpy,
+  // pwrite, ...). Probes may go there (probe/analysis.cpp): the trap and hit paths call
+  // none of them, and a hit on utramp's own call runs no program (ftrace::at_work).
+  bool probes_allowed = false;
   bool reports_calls = false;       // its object is built with -finstrument-functions
                                     // (sites/object.hpp): a tracer needs no site here
   std::string blacklist_reason;
@@ -80,7 +84,8 @@ class SiteTable {
   // it is: an instruction boundary inside symbol+off, the middle of an instruction,
   // unknown memory, or memory that is not executable.
   Result<Site*> resolve(uint64_t addr);
-  Site* find_name(std::string_view name);
+  // The first function of that name; with `object`, only in the object of that path.
+  Site* find_name(std::string_view name, std::string_view object = {});
   std::vector<Site*> match(std::string_view glob);
   std::vector<Site*> all();
 

@@ -375,8 +375,8 @@ TEST(RunE2E, UprobeBadInputNeverStartsTheTarget) {
   expect_refused(bad("uprobe_beyond"),
                  "program 'beyond' (section 'uprobe/may_fail+0x10000'): offset 0x10000 is beyond may_fail");
   expect_refused(bad("uprobe_other_binary"),
-                 "program 'other' (section 'uprobe/not_the_target:work'): binary 'not_the_target' is not the "
-                 "traced program");
+                 "program 'other' (section 'uprobe/not_the_target:work'): binary 'not_the_target' is neither "
+                 "the traced program");
   expect_refused(bad("uprobe_unknown_func"),
                  "program 'unknown' (section 'uretprobe/no_such_function'): no function 'no_such_function' in");
 }
@@ -751,11 +751,12 @@ TEST(RunE2E, AttachSpecRefusalsNeverStartTheTarget) {
   const std::string sum = example("uprobe_sum");
   expect_adder_refused(sum, {}, "program 'sum_add' (section 'uprobe') names no function: attach it with --attach "
                                 "sum_add=uprobe:BINARY:FUNC[+OFFSET]");
-  expect_adder_refused(sum, {"sum_add=uprobe:libc.so.6:malloc", "sum_add_ret=uretprobe:adder:uprobed_add"},
-                       "program 'sum_add' (section 'uprobe'): binary 'libc.so.6' is a shared library: uprobes in "
-                       "shared libraries are not supported yet");
+  expect_adder_refused(sum, {"sum_add=uprobe:libc.so.6:no_such_fn", "sum_add_ret=uretprobe:adder:uprobed_add"},
+                       "program 'sum_add' (section 'uprobe'): no function 'no_such_fn' in /");
+  expect_adder_refused(sum, {"sum_add=uprobe:libnot_here.so.1:f", "sum_add_ret=uretprobe:adder:uprobed_add"},
+                       "shared library 'libnot_here.so.1' not found in LD_LIBRARY_PATH or the library directories");
   expect_adder_refused(sum, {"sum_add=uprobe:other:uprobed_add", "sum_add_ret=uretprobe:adder:uprobed_add"},
-                       "binary 'other' is not the traced program");
+                       "binary 'other' is neither the traced program");
   expect_adder_refused(sum, {"sum_add=usdt:adder:p:n", "sum_add_ret=uretprobe:adder:uprobed_add"},
                        "usdt programs but no map '__bpf_usdt_specs': include <bpf/usdt.bpf.h>");
   expect_adder_refused(sum, {"sum_add=uprobe:adder:no_such", "sum_add_ret=uretprobe:adder:uprobed_add"},

@@ -80,6 +80,7 @@
 #include "ebpf/maps.hpp"
 #include "ebpf/object_dwarf.hpp"
 #include "os/file.hpp"
+#include "ebpf/uprobe_binary.hpp"
 #include "ebpf/usdt.hpp"
 #include "os/dwarf.hpp"
 #include "probe/sigtrap_mask.hpp"
@@ -432,25 +433,45 @@ void report_lost(const ebpf::MapFile& mf, const Output& o) {
   std::fflush(o.f);
 }
 
-// A uprobe's binary (BINARY:FUNC, from the section or --attach): the traced program
-// (its path, its file name, /proc/self/exe as libbpf-bootstrap names it, or *). A shared
-// library is named as such: uprobes (USDT probes are uprobes) in libraries are not
-// supported yet.
-std::string check_binary(const std::string& binary, const std::string& prog, ebpf::ProgKind kind) {
-  const auto base = [](const std::string& x) { return x.substr(x.rfind('/') + 1); };
-  if (binary.empty() || binary == "*" || binary == "/proc/self/exe" || binary == prog || base(binary) == base(prog))
-    return {};
-  const std::string b = base(binary);
-  if (b.ends_with(".so") || b.find(".so.") != std::string::npos)
-    return kind == ebpf::ProgKind::usdt
-               ? fmt::format("binary '{}' is a shared library: USDT probes in shared libraries are not supported yet "
-                             "(they are uprobes; only the probes of the traced program {})",
-                             binary, prog)
-               : fmt::format("binary '{}' is a shared library: uprobes in shared libraries are not supported yet "
-                             "(only functions of the traced program {})",
-                             binary, prog);
-  return fmt::format("binary '{}' is not the traced program {} (name it, /proc/self/exe, or *)", binary, prog);
+// Runs the recursion rule skipped (the `.misses` map: agent/bpf.cpp), per program: said
+// on stderr, and with --json as {"type":"misses","prog":...,"count":N} too.
+void report_misses(const ebpf::MapFile& mf, const std::vector<std::string>& progs, const Output& o) {
+  for (size_t i = 0; i < mf.count(); ++i) {
+    if (mf.spec(i).name != ".misses") continue;
+    const auto v = mf.values(i);
+    for (size_t k = 0; k < progs.size() && 8 * (k + 1) <= v.size(); ++k) {
+      uint64_t n = 0;
+      std::memcpy(&n, v.data() + 8 * k, 8);
+      if (!n) continue;
+      if (o.json)
+        fmt::print(o.f, "{}\n", json{{"type", "misses"}, {"prog", progs[k]}, {"count", n}}.dump());
+      fmt::print(stderr, "{}: program '{}': {} run(s) skipped: its probe was hit by utramp's own work in the "
+                         "target (a library function the agent calls), not by the program's calls\n",
+                 o.me, progs[k], n);
+    }
+  }
+  std::fflush(o.f);
 }
+
+// USDT probes in a shared library are not supported yet: a usdt program's binary is the
+// traced program (ebpf/uprobe_binary.hpp's rules); "" when it is.
+std::string check_usdt_binary(const std::string& binary, const std::string& prog) {
+  auto b = ebpf::resolve_uprobe_binary(binary, prog);
+  if (!b) return b.error().message;
+  if (b->library)
+    return fmt::format("binary '{}' is a shared library: USDT probes in shared libraries are not supported yet "
+                       "(only the probes of the traced program {})",
+                       binary, prog);
+  return {};
+}
+
+// A uprobe's library, analysed once per file: its functions and its ELF (to prove an
+// offset is an instruction boundary) and its types (CO-RE).
+struct LibraryFile {
+  std::vector<sites::SiteInfo> functions;
+  std::unique_ptr<os::ElfFile> elf;
+  std::shared_ptr<ebpf::TargetTypes> types;
+};
 
 // A uprobe's place (its binary is checked first: check_binary): FUNC+OFFSET is an
 // instruction boundary inside FUNC, proven by decoding FUNC from its start in the file.
@@ -600,6 +621,8 @@ int run(const RunFlags& f) {
     out.record_type[rt.substr(0, eq)] = rt.substr(eq + 1);
   }
   std::vector<ebpf::MapSpec> specs;
+  std::vector<std::string> prog_names;  // every program of every object, in order (the .misses map's index)
+  std::map<std::string, LibraryFile> libraries;  // by the file found
   std::vector<std::shared_ptr<const btf>> btfs;  // keeps out.spec_btf's types alive
   std::vector<std::string> abs_objects;
   std::vector<metrics::ProgCounters> progs;  // names, in load order (ebpf::kProgStatsMap)
@@ -617,18 +640,54 @@ int run(const RunFlags& f) {
       ebpf::LoadedProgram& p = obj->programs[pi];
       const bool tail_only = ebpf::tail_call_only(*obj, pi);  // no function: its context is pt_regs
       progs.push_back({p.name, p.section});
+      prog_names.push_back(p.name);
+      // A uprobe's function: in the traced program, or in the library its binary names.
+      const std::vector<sites::SiteInfo>* funcs = &target->functions;
+      const os::ElfFile* code = elf ? elf->get() : nullptr;
+      const ebpf::TargetTypes* core_types = types ? types->get() : nullptr;
+      std::string in = prog;
+      if (p.kind == ebpf::ProgKind::usdt) {
+        if (auto why = check_usdt_binary(p.binary, prog); !why.empty()) {
+          fmt::print(stderr, "{}: {}: program '{}' (section '{}'): {}\n", me, path, p.name, p.section, why);
+          return 2;
+        }
+      } else if (ebpf::is_uprobe(p.kind) && !tail_only) {
+        auto b = ebpf::resolve_uprobe_binary(p.binary, prog);
+        if (!b) {
+          fmt::print(stderr, "{}: {}: program '{}' (section '{}'): {}\n", me, path, p.name, p.section,
+                     b.error().message);
+          return 2;
+        }
+        if (b->library) {
+          auto it = libraries.find(b->path);
+          if (it == libraries.end()) {
+            LibraryFile lf;
+            auto a = sites::analyse_file(b->path);
+            auto e = os::ElfFile::open(b->path);
+            if (!a || !e) {
+              fmt::print(stderr, "{}: {}: program '{}' (section '{}'): {}: {}\n", me, path, p.name, p.section,
+                         b->path, !a ? a.error().message : e.error().message);
+              return 2;
+            }
+            lf.functions = std::move(a->functions);
+            lf.elf = std::move(*e);
+            if (auto t = ebpf::TargetTypes::open(b->path)) lf.types = std::move(*t);
+            it = libraries.emplace(b->path, std::move(lf)).first;
+          }
+          funcs = &it->second.functions;
+          code = it->second.elf.get();
+          core_types = it->second.types.get();
+          in = b->path;
+        }
+      }
       const auto* fn = [&]() -> const sites::SiteInfo* {
-        for (const auto& x : target->functions)
+        for (const auto& x : *funcs)
           if (x.name == p.target) return &x;
         return nullptr;
       }();
-      if (auto why = ebpf::is_uprobe(p.kind) ? check_binary(p.binary, prog, p.kind) : std::string(); !why.empty()) {
-        fmt::print(stderr, "{}: {}: program '{}' (section '{}'): {}\n", me, path, p.name, p.section, why);
-        return 2;
-      }
       if (!fn && p.kind != ebpf::ProgKind::usdt && !tail_only) {
         fmt::print(stderr, "{}: {}: program '{}' (section '{}'): no function '{}' in {}\n", me, path, p.name,
-                   p.section, p.target, prog);
+                   p.section, p.target, in);
         return 2;
       }
       if (auto o = ebpf::check_override(p); !o) {
@@ -636,17 +695,17 @@ int run(const RunFlags& f) {
         return 2;
       }
       if (ebpf::is_uprobe(p.kind) && fn) {
-        if (auto why = check_uprobe(p, *fn, elf ? elf->get() : nullptr); !why.empty()) {
+        if (auto why = check_uprobe(p, *fn, code); !why.empty()) {
           fmt::print(stderr, "{}: {}: program '{}' (section '{}'): {}\n", me, path, p.name, p.section, why);
           return 2;
         }
       }
-      if (auto c = ebpf::apply_core(p, obj->local_btf.get(), types ? types->get() : nullptr); !c) {
+      if (auto c = ebpf::apply_core(p, obj->local_btf.get(), core_types); !c) {
         fmt::print(stderr, "{}: {}: {}\n", me, path, c.error().message);
         return 2;
       }
       std::optional<abi::Signature> sig;
-      if (fn)
+      if (fn && in == prog)
         if (auto r = os::signature_from_dwarf(prog, p.target)) sig = *r;
       if (sig) {
         if (auto c = ebpf::check_prototype(p, *sig); !c) {
@@ -753,6 +812,16 @@ int run(const RunFlags& f) {
     ps.global_data = true;
     specs.push_back(ps);
   }
+  // One u64 per program: the runs the agent skipped by the recursion rule (a probe hit
+  // on utramp's own call of a probed library function: agent/bpf.cpp), said at the end.
+  ebpf::MapSpec misses;
+  misses.name = ".misses";
+  misses.type = uint32_t(ebpf::MapType::array);
+  misses.key_size = 4;
+  misses.value_size = 8;
+  misses.max_entries = static_cast<uint32_t>(std::max<size_t>(1, prog_names.size()));
+  misses.global_data = true;
+  specs.push_back(misses);
   out.spec_btf.resize(specs.size());
   // -o FILE: what run prints goes there, apart from the target's stdout (which stays the
   // terminal's); created 0600 like everything utramp writes.
@@ -872,6 +941,7 @@ int run(const RunFlags& f) {
   drain_rings(*mf, out, counts, true);
   print_maps(*mf, specs, out);
   report_lost(*mf, out);
+  report_misses(*mf, prog_names, out);
   if (ended.signaled) fmt::print(stderr, "{}: target {}\n", me, ended.how);
   if (ended.signaled && WTERMSIG(ended.status) == SIGTRAP) watch.killed_by_sigtrap(me);
   if (mf->unlocked_reads())
