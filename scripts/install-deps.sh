@@ -13,4 +13,5 @@ $SUDO apt-get install -y --no-install-recommends \
   libelf-dev libdw-dev libbpf-dev systemtap-sdt-dev \
   libcli11-dev libfmt-dev nlohmann-json3-dev \
   libgtest-dev libgmock-dev libbenchmark-dev \
-  binutils file gdb libclang-rt-14-dev
+  binutils file gdb libclang-rt-14-dev \
+  chromium
