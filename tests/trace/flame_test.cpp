@@ -1,13 +1,18 @@
 // The flame graph's layout and drawing (tools/utramp/flame.*) on call trees made by
-// hand, and the call tree built from a synthetic trace (tools/utramp/call_tree.*).
+// hand, the call tree built from a synthetic trace (tools/utramp/call_tree.*), and the
+// options of `dump --flamegraph` through the CLI. Drawn in a browser:
+// tests/record/flame_e2e_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "call_tree.hpp"
+#include "cli_runner.hpp"
 #include "flame.hpp"
 #include "synth_trace.hpp"
 #include "ring_util.hpp"
@@ -274,6 +279,64 @@ TEST(CallTree, BuiltFromATrace) {
   walker.run(*r, false);
   ASSERT_EQ(root.children.size(), 1u);
   EXPECT_EQ(root.children[0]->name, "worker");
+}
+
+// The CLI's options: what goes together, per-thread stacks, the inverted graph.
+TEST(FlameCli, OptionsAndGrouping) {
+  test::TempDir tmp;
+  test::Synth s;
+  const uint32_t p = s.id(1), w = s.id(2);
+  s.thread(p, p).in(0, "main", 0).leaf(10, 40, "work", 1).out(100, "main", 0);
+  s.thread(p, w).in(0, "worker", 0).leaf(10, 30, "work", 1).out(50, "worker", 0);
+  const std::string dir = tmp / "t";
+  s.write(dir);
+  auto refused = [&](std::vector<std::string> args, const std::string& why) {
+    args.push_back(dir);
+    const auto r = test::run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << args[1];
+    EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty());
+  };
+  refused({"dump", "--flamegraph", "--by", "self", "--count"}, "not with --count");
+  refused({"dump", "--flamegraph", "--by", "calls"}, "unknown --by 'calls'");
+  refused({"dump", "--per-thread"}, "go with --folded or --flamegraph");
+  refused({"dump", "--chrome", "--flamegraph"}, "--chrome and --flamegraph exclude each other");
+  refused({"dump", "--folded", "--icicle"}, "go with --flamegraph");
+  refused({"dump", "--flamegraph", "--per-thread", "--per-process"}, "exclude each other");
+  refused({"report", "--html", "--hist", "main"}, "--html and --hist exclude each other");
+
+  // Folded stacks per thread: the thread first, self times in ns.
+  const auto folded = test::run_cli({"dump", "--folded", "--per-thread", dir});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  const std::string t1 = std::to_string(p) + "/" + std::to_string(p) + " (app)";
+  const std::string t2 = std::to_string(p) + "/" + std::to_string(w) + " (app)";
+  EXPECT_EQ(folded.out, t1 + ";main 70\n" + t1 + ";main;work 30\n" + t2 + ";worker 30\n" + t2 +
+                            ";worker;work 20\n");
+  // Only the second thread.
+  const auto one = test::run_cli({"dump", "--folded", "--tid", std::to_string(w), dir});
+  EXPECT_EQ(one.out, "worker 30\nworker;work 20\n");
+  // A thread with no calls: no graph, and why.
+  const auto none = test::run_cli({"dump", "--flamegraph", "--tid", "1", dir});
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find("no timed calls in the threads chosen"), std::string::npos) << none.err;
+  // Inverted: work's self time (50) at the bottom with main and worker above it.
+  const auto inv = test::run_cli({"dump", "--flamegraph", "--by", "self", dir});
+  ASSERT_EQ(inv.exit_code, 0) << inv.err;
+  const std::regex frame_re(R"re(<g class="f" data-d="(\d+)" data-x="[^"]*" data-w="([^"]*)" data-p="-?\d+" data-n="([^"]*)")re");
+  std::vector<std::tuple<int, double, std::string>> frames;
+  for (auto it = std::sregex_iterator(inv.out.begin(), inv.out.end(), frame_re);
+       it != std::sregex_iterator(); ++it)
+    frames.emplace_back(std::stoi((*it)[1]), std::stod((*it)[2]), (*it)[3]);
+  using F = std::tuple<int, double, std::string>;
+  const std::vector<F> expected = {F{0, 1.0, "all"},          F{1, 70.0 / 150, "main"},
+                                   F{1, 50.0 / 150, "work"},  F{2, 30.0 / 150, "main"},
+                                   F{2, 20.0 / 150, "worker"}, F{1, 30.0 / 150, "worker"}};
+  ASSERT_EQ(frames.size(), expected.size()) << inv.out;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    EXPECT_EQ(std::get<0>(frames[i]), std::get<0>(expected[i])) << i;
+    EXPECT_NEAR(std::get<1>(frames[i]), std::get<1>(expected[i]), 1e-9) << i;
+    EXPECT_EQ(std::get<2>(frames[i]), std::get<2>(expected[i])) << i;
+  }
 }
 
 }  // namespace
