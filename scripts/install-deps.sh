@@ -14,4 +14,4 @@ $SUDO apt-get install -y --no-install-recommends \
   libcli11-dev libfmt-dev nlohmann-json3-dev libcpp-httplib-dev \
   libgtest-dev libgmock-dev libbenchmark-dev \
   binutils file gdb libclang-rt-14-dev \
-  prometheus
+  prometheus chromium

@@ -3,9 +3,11 @@
 //              and chrome://tracing;
 //   --folded   folded stacks "main;foo;bar 1234" (self time in ns, or calls with
 //              --count), for flamegraph.pl, inferno, speedscope;
+//   --flamegraph  an interactive SVG flame graph of the same tree (flame.hpp);
 //   (none)     every event as recorded, one per line, for debugging a trace.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "call_tree.hpp"
 #include "commands.hpp"
+#include "flame.hpp"
 #include "trace_walk.hpp"
 
 namespace utramp::cli {
@@ -28,7 +32,16 @@ using trace::EventType;
 
 struct Options {
   std::string dir = "utramp.data";
-  bool chrome = false, folded = false, count = false, no_merge = false;
+  bool chrome = false, folded = false, flamegraph = false, count = false, no_merge = false;
+  // --folded and --flamegraph
+  std::vector<uint32_t> tids, pids;
+  bool per_thread = false, per_process = false;
+  // --flamegraph
+  std::string by = "total";
+  bool icicle = false;
+  std::string title;
+  int width = 1200;
+  double min_width = 0.1;  // pixels
   std::string demangle = "simple";
   symbols::Style names = symbols::Style::simple;  // from `demangle`
 };
@@ -145,47 +158,63 @@ class Chrome final : public Walker::Handler {
 };
 
 // ---------------------------------------------------------------------------------
-// Folded stacks: one line per distinct stack, weighted by the self time of the calls
-// that ended there (or their number).
+// Folded stacks and flame graphs: the call tree (call_tree.hpp) of the threads chosen.
 
-class Folded final : public Walker::Handler {
- public:
-  Folded(const trace::TraceReader& r, const Options& o) : r_(r), o_(o), names_(r, o.names) {}
-  void enter(WalkThread&, const Frame&) override {}
-  void exit(WalkThread& t, const Frame& f, const Exit& x) override {
-    if (f.synthetic) return;
-    uint64_t weight = 1;
-    if (!o_.count) {
-      if (!x.timed || x.time < f.entry) return;
-      const uint64_t ticks = x.time - f.entry;
-      weight = static_cast<uint64_t>(
-          std::llround(r_.to_ns(ticks > f.child_ticks ? ticks - f.child_ticks : 0)));
-      if (weight == 0) return;
-    }
-    std::string key;
-    for (const Frame& g : t.stack) {
-      if (!key.empty()) key += ';';
-      key += names_.get(t.pid, g.addr, g.entry);
-    }
-    stacks_[key] += weight;
-  }
-  // The function tracer knows only caller -> callee: two-frame stacks, by count.
-  void call(WalkThread& t, const Frame& f) override {
-    std::string key = f.caller ? names_.containing(t.pid, f.caller, f.entry) + ";" : std::string();
-    stacks_[key + names_.get(t.pid, f.addr, f.entry)] += 1;
-  }
-  void marker(WalkThread&, const Event&) override {}
-  void corrupt(WalkThread&, const std::string&) override {}
-  void print() {
-    for (const auto& [k, v] : stacks_) fmt::print("{} {}\n", k, v);
-  }
+std::unique_ptr<CallNode> call_tree(const trace::TraceReader& r, const Options& o, bool flat) {
+  auto root = std::make_unique<CallNode>();
+  root->name = "all";
+  Names names(r, o.names);
+  const ThreadSelection selection(o.tids, o.pids);
+  const Grouping g = o.per_thread    ? Grouping::thread
+                     : o.per_process ? Grouping::process
+                                     : Grouping::none;
+  CallTreeBuilder b(r, names, grouped_root(*root, r, selection, g));
+  Walker w(b, flat);
+  w.run(r, false);
+  return root;
+}
 
- private:
-  const trace::TraceReader& r_;
-  const Options& o_;
-  Names names_;
-  std::map<std::string, uint64_t> stacks_;
-};
+// One line per path, "main;foo;bar 1234", weighted by the self time (ns) of the calls
+// that ended there (or their number), in the order of the lines.
+void print_folded(const CallNode& root, bool count) {
+  std::vector<std::pair<std::string, uint64_t>> lines;
+  std::string path;
+  auto walk = [&](auto& self, const CallNode& n) -> void {
+    const size_t len = path.size();
+    path += (path.empty() ? "" : ";") + n.name;
+    const uint64_t weight = count ? n.calls : static_cast<uint64_t>(std::llround(n.self_ns));
+    if (weight) lines.emplace_back(path, weight);
+    for (const auto& c : n.children) self(self, *c);
+    path.resize(len);
+  };
+  for (const auto& c : root.children) walk(walk, *c);
+  std::sort(lines.begin(), lines.end());
+  for (const auto& [k, v] : lines) fmt::print("{} {}\n", k, v);
+}
+
+int flamegraph(const trace::TraceReader& r, const Options& o, bool flat) {
+  std::unique_ptr<CallNode> tree = call_tree(r, o, flat);
+  if (o.by == "self") tree = inverted(*tree);
+  FlameOptions fo;
+  fo.weight = o.count ? FlameWeight::calls : FlameWeight::time;
+  fo.inverted = o.by == "self";
+  fo.icicle = o.icicle;
+  fo.width = o.width;
+  fo.title = !o.title.empty() ? o.title
+             : fo.inverted    ? "Self time, callers above"
+             : o.count        ? "Calls"
+                              : "Total time";
+  for (const auto& w : r.info().command) fo.subtitle += (fo.subtitle.empty() ? "" : " ") + w;
+  const FlameLayout l = layout_flame(*tree, fo.weight, o.min_width / (o.width - 20.0));
+  if (l.total <= 0) {
+    fmt::print(stderr, "utramp dump: {}: no {} in the threads chosen: no flame graph\n", r.dir(),
+               o.count ? "calls" : "timed calls");
+    return 1;
+  }
+  const std::string svg = flame_svg_document(l, fo);
+  std::fwrite(svg.data(), 1, svg.size(), stdout);
+  return 0;
+}
 
 // ---------------------------------------------------------------------------------
 
@@ -244,12 +273,39 @@ int raw(const trace::TraceReader& r, const Options& o) {
 }
 
 int run(const Options& o) {
-  if (o.chrome && o.folded) {
-    fmt::print(stderr, "utramp dump: --chrome and --folded exclude each other\n");
+  if (o.chrome + o.folded + o.flamegraph > 1) {
+    fmt::print(stderr, "utramp dump: {} exclude each other\n",
+               o.flamegraph ? (o.chrome ? "--chrome and --flamegraph" : "--folded and --flamegraph")
+                            : "--chrome and --folded");
     return 2;
   }
-  if (o.count && !o.folded) {
-    fmt::print(stderr, "utramp dump: --count goes with --folded\n");
+  if (o.count && !o.folded && !o.flamegraph) {
+    fmt::print(stderr, "utramp dump: --count goes with --folded or --flamegraph\n");
+    return 2;
+  }
+  if ((!o.tids.empty() || !o.pids.empty() || o.per_thread || o.per_process) && !o.folded &&
+      !o.flamegraph) {
+    fmt::print(stderr, "utramp dump: --tid, --pid, --per-thread and --per-process go with --folded or --flamegraph\n");
+    return 2;
+  }
+  if (o.per_thread && o.per_process) {
+    fmt::print(stderr, "utramp dump: --per-thread and --per-process exclude each other\n");
+    return 2;
+  }
+  if ((o.icicle || o.by != "total" || !o.title.empty()) && !o.flamegraph) {
+    fmt::print(stderr, "utramp dump: --icicle, --by and --title go with --flamegraph\n");
+    return 2;
+  }
+  if (o.by != "total" && o.by != "self") {
+    fmt::print(stderr, "utramp dump: unknown --by '{}' (total, self)\n", o.by);
+    return 2;
+  }
+  if (o.by == "self" && o.count) {
+    fmt::print(stderr, "utramp dump: --by self weighs by self time: not with --count\n");
+    return 2;
+  }
+  if (o.width < 200 || o.width > 100000 || !(o.min_width >= 0)) {
+    fmt::print(stderr, "utramp dump: --width is 200 to 100000 pixels, --min-width 0 or more\n");
     return 2;
   }
   auto r = open_trace("dump", o.dir);
@@ -263,17 +319,17 @@ int run(const Options& o) {
     c.end();
     return 0;
   }
-  if (o.folded) {
+  if (o.folded || o.flamegraph) {
     if (flat && !o.count) {
-      fmt::print(stderr,
-                 "utramp dump: a `function` tracer trace has no durations: use --folded --count\n");
+      fmt::print(stderr, "utramp dump: a `function` tracer trace has no durations: use {} --count\n",
+                 o.folded ? "--folded" : "--flamegraph");
       return 2;
     }
-    Folded f(*r, o);
-    Walker w(f, flat);
-    w.run(*r, false);
-    f.print();
-    return 0;
+    if (o.folded) {
+      print_folded(*call_tree(*r, o, flat), o.count);
+      return 0;
+    }
+    return flamegraph(*r, o, flat);
   }
   return raw(*r, o);
 }
@@ -289,7 +345,27 @@ void add_dump(CLI::App& app) {
                 "Chrome trace-event JSON (open in ui.perfetto.dev or chrome://tracing)");
   sub->add_flag("--folded", o->folded,
                 "folded stacks for flame graphs, weighted by self time in ns");
-  sub->add_flag("--count", o->count, "with --folded: weight by number of calls");
+  sub->add_flag("--flamegraph", o->flamegraph,
+                "an interactive SVG flame graph (zoom on click, search, tooltips)");
+  sub->add_flag("--count", o->count, "with --folded or --flamegraph: weight by number of calls");
+  sub->add_option("--tid", o->tids, "with --folded or --flamegraph: only these threads, by id")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  sub->add_option("--pid", o->pids,
+                  "with --folded or --flamegraph: only the threads of these processes, by id")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  sub->add_flag("--per-thread", o->per_thread, "with --folded or --flamegraph: a stack per thread");
+  sub->add_flag("--per-process", o->per_process,
+                "with --folded or --flamegraph: a stack per process");
+  sub->add_option("--by", o->by,
+                  "flame graph of total time (default), or self: where the time was spent, its "
+                  "callers above");
+  sub->add_flag("--icicle", o->icicle, "flame graph upside down: the outermost calls at the top");
+  sub->add_option("--title", o->title, "flame graph title");
+  sub->add_option("--width", o->width, "flame graph width in pixels (default 1200)");
+  sub->add_option("--min-width", o->min_width,
+                  "flame graph: leave out frames narrower than this, in pixels (default 0.1)");
   sub->add_flag("--no-merge", o->no_merge, "raw events: one thread after the other");
   add_name_options(sub, &o->demangle);
   sub->callback([o] {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "call_tree.hpp"
 #include "commands.hpp"
 #include "symbols/glob.hpp"
 #include "trace_walk.hpp"
@@ -25,48 +26,21 @@ namespace utramp::cli {
 
 namespace {
 
-struct Node {
-  std::string name;
-  uint64_t calls = 0;
-  double ns = 0;
-  bool timed = true;  // every call's exit was recorded
-  std::vector<std::unique_ptr<Node>> children;
-  Node* child(const std::string& n) {
-    for (auto& c : children)
-      if (c->name == n) return c.get();
-    children.push_back(std::make_unique<Node>());
-    children.back()->name = n;
-    return children.back().get();
-  }
-};
-
-class Graph final : public Walker::Handler {
+// The calls of FUNC not inside another, and everything below them (call_tree.hpp).
+class Graph {
  public:
   Graph(const trace::TraceReader& r, const std::string& glob, symbols::Style style)
       : r_(r), names_(r, style), globs_({glob}) {}
 
-  void enter(WalkThread& t, const Frame& f) override {
-    auto& stack = stacks_[&t];
-    Node* parent = stack.empty() ? nullptr : stack.back();
-    Node* n = nullptr;
-    if (parent) n = parent->child(names_.get(t.pid, f.addr, f.entry));
-    else if (names_.matches(t.pid, f.addr, globs_, f.entry)) n = root_.child(names_.get(t.pid, f.addr, f.entry));
-    if (n) ++n->calls;
-    stack.push_back(n);
+  void run() {
+    CallTreeBuilder b(
+        r_, names_, [this](const WalkThread&) { return &root_; },
+        [this](const WalkThread& t, const Frame& f) {
+          return names_.matches(t.pid, f.addr, globs_, f.entry);
+        });
+    Walker w(b);
+    w.run(r_, true);
   }
-
-  void exit(WalkThread& t, const Frame& f, const Exit& x) override {
-    if (f.synthetic) return;
-    auto& stack = stacks_[&t];
-    Node* n = stack.back();
-    stack.pop_back();
-    if (!n) return;
-    if (x.timed && x.time >= f.entry) n->ns += r_.to_ns(x.time - f.entry);
-    else n->timed = false;
-  }
-
-  void marker(WalkThread&, const trace::Event&) override {}
-  void corrupt(WalkThread&, const std::string&) override {}
 
   bool empty() const { return root_.children.empty(); }
 
@@ -76,19 +50,18 @@ class Graph final : public Walker::Handler {
   }
 
  private:
-  void print(const Node& n, int depth, const std::string& unit) const {
+  void print(const CallNode& n, int depth, const std::string& unit) const {
     // A call whose exit is missing (longjmp, a crash, the end of the trace) adds no
     // time: the total is marked as a lower bound.
-    fmt::print("{:>10}{} {:>9}  {:{}}{}\n", format_duration(n.ns, unit), n.timed ? " " : "+", n.calls, "",
-               2 * depth, n.name);
+    fmt::print("{:>10}{} {:>9}  {:{}}{}\n", format_duration(n.total_ns, unit), n.timed ? " " : "+",
+               n.calls, "", 2 * depth, n.name);
     for (const auto& c : n.children) print(*c, depth + 1, unit);
   }
 
   const trace::TraceReader& r_;
   Names names_;
   symbols::Globs globs_;
-  Node root_;
-  std::map<const WalkThread*, std::vector<Node*>> stacks_;
+  CallNode root_;
 };
 
 struct Options {
@@ -113,8 +86,7 @@ int graph(const Options& o) {
     return 1;
   }
   Graph g(*r, o.func, style);
-  Walker w(g);
-  w.run(*r, true);
+  g.run();
   if (g.empty()) {
     fmt::print(stderr, "utramp graph: no call of a function matching '{}' in {}\n", o.func, o.dir);
     return 1;

@@ -1,13 +1,11 @@
-// utramp report [DIR]: per function, calls and time, as uftrace report.
-//
-//   Total time: wall time inside the function, a recursive function counted once per
-//   outermost call. Self time: minus the time of the traced calls it made. Average and
-//   Max: of one call, callees included. Calls whose exit is not in the trace count as
-//   calls but have no time.
+// utramp report [DIR]: per function, calls and time, as uftrace report (the numbers:
+// function_stats.hpp); --html: the same with a flame graph, timelines and the
+// recording's metadata in one page (html_report.hpp).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -17,6 +15,8 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "function_stats.hpp"
+#include "html_report.hpp"
 #include "hist_print.hpp"
 #include "trace_walk.hpp"
 
@@ -33,115 +33,65 @@ struct Options {
   symbols::Style names = symbols::Style::simple;  // from `demangle`
   std::vector<std::string> hist;
   std::string hist_unit = "nsecs";
+  bool html = false;
 };
 
-struct Stat {
-  uint64_t calls = 0, timed = 0;
-  double total = 0, self = 0, sum = 0, max = 0;  // ns
-};
+// Sorted as --sort says: the largest first, ties by name.
+std::vector<std::pair<std::string, FunctionStat>> sorted_rows(
+    const std::map<std::string, FunctionStat>& stats, const std::string& sort) {
+  std::vector<std::pair<std::string, FunctionStat>> rows(stats.begin(), stats.end());
+  auto key = [&](const FunctionStat& s) -> double {
+    if (sort == "self") return s.self;
+    if (sort == "calls") return static_cast<double>(s.calls);
+    if (sort == "avg") return s.avg();
+    if (sort == "max") return s.max;
+    return s.total;
+  };
+  std::stable_sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) {
+    if (sort == "name") return a.first < b.first;
+    const double ka = key(a.second), kb = key(b.second);
+    return ka != kb ? ka > kb : a.first < b.first;
+  });
+  return rows;
+}
 
-class Report final : public Walker::Handler {
- public:
-  Report(const trace::TraceReader& r, const Options& o)
-      : r_(r), names_(r, o.names), selection_(o.tids, o.pids) {}
-  void enter(WalkThread& t, const Frame& f) override {
-    if (selected(t)) ++stats_[names_.get(t.pid, f.addr, f.entry)].calls;
-  }
-  void exit(WalkThread& t, const Frame& f, const Exit& x) override {
-    if (!selected(t) || f.synthetic) return;
-    if (!x.timed || x.time < f.entry) {
-      ++untimed_;
-      return;
-    }
-    Stat& s = stats_[names_.get(t.pid, f.addr, f.entry)];
-    const uint64_t ticks = x.time - f.entry;
-    const double d = r_.to_ns(ticks);
-    ++s.timed;
-    s.sum += d;
-    s.max = std::max(s.max, d);
-    s.self += r_.to_ns(ticks >= f.child_ticks ? ticks - f.child_ticks : 0);
-    // A recursive call's time is inside its outermost call's already.
-    bool nested = false;
-    for (size_t i = 0; i + 1 < t.stack.size() && !nested; ++i)
-      nested = t.stack[i].addr == f.addr && !t.stack[i].synthetic;
-    if (!nested) s.total += d;
-  }
-  void call(WalkThread& t, const Frame& f) override {
-    if (selected(t)) ++stats_[names_.get(t.pid, f.addr, f.entry)].calls;
-  }
-  void marker(WalkThread& t, const trace::Event& e) override {
-    if (!selected(t)) return;
-    if (e.type == static_cast<uint8_t>(trace::EventType::lost)) lost_[{t.pid, t.tid}] += e.data;
-    if (e.type == static_cast<uint8_t>(trace::EventType::depth_overrun)) overruns_ += e.data;
-  }
-  void corrupt(WalkThread&, const std::string&) override { ++corrupt_; }
-
-  void print(const Options& o, bool flat) {
-    std::vector<std::pair<std::string, Stat>> rows(stats_.begin(), stats_.end());
-    auto avg = [](const Stat& s) { return s.timed ? s.sum / static_cast<double>(s.timed) : 0.0; };
-    auto key = [&](const Stat& s) -> double {
-      if (o.sort == "self") return s.self;
-      if (o.sort == "calls") return static_cast<double>(s.calls);
-      if (o.sort == "avg") return avg(s);
-      if (o.sort == "max") return s.max;
-      return s.total;
+void print(const trace::TraceReader& r, const FunctionStats& st, const Options& o, bool flat) {
+  const auto rows = sorted_rows(st.stats(), o.sort);
+  if (flat) {
+    // The function tracer records calls, not durations.
+    fmt::print("{:>12}  {}\n{:>12}  {}\n", "Calls", "Function",
+               "==========", "====================");
+    for (const auto& [name, s] : rows) fmt::print(" {:>11}  {}\n", s.calls, name);
+  } else {
+    fmt::print("{:>12}{:>12}{:>12}{:>12}{:>12}  {}\n", "Total time", "Self time", "Average",
+               "Max", "Calls", "Function");
+    fmt::print("{0:>12}{0:>12}{0:>12}{0:>12}{0:>12}  {1}\n",
+               "==========", "====================");
+    // A space always separates columns, even when a fixed unit makes numbers wide.
+    auto col = [&](double ns, const FunctionStat& s) {
+      return fmt::format(" {:>11}", s.timed ? format_duration(ns, o.unit) : std::string("-"));
     };
-    std::stable_sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) {
-      if (o.sort == "name") return a.first < b.first;
-      const double ka = key(a.second), kb = key(b.second);
-      return ka != kb ? ka > kb : a.first < b.first;
-    });
-    if (flat) {
-      // The function tracer records calls, not durations.
-      fmt::print("{:>12}  {}\n{:>12}  {}\n", "Calls", "Function",
-                 "==========", "====================");
-      for (const auto& [name, s] : rows) fmt::print(" {:>11}  {}\n", s.calls, name);
-    } else {
-      fmt::print("{:>12}{:>12}{:>12}{:>12}{:>12}  {}\n", "Total time", "Self time", "Average",
-                 "Max", "Calls", "Function");
-      fmt::print("{0:>12}{0:>12}{0:>12}{0:>12}{0:>12}  {1}\n",
-                 "==========", "====================");
-      // A space always separates columns, even when a fixed unit makes numbers wide.
-      auto col = [&](double ns, const Stat& s) {
-        return fmt::format(" {:>11}", s.timed ? format_duration(ns, o.unit) : std::string("-"));
-      };
-      for (const auto& [name, s] : rows)
-        fmt::print("{}{}{}{} {:>11}  {}\n", col(s.total, s), col(s.self, s), col(avg(s), s),
-                   col(s.max, s), s.calls, name);
-    }
-
-    // Per thread: what its events say, or the recorder's count (info.json) when more
-    // (what a cut trace did not save, losses after its last event).
-    std::map<std::pair<uint32_t, uint32_t>, uint64_t> lost = lost_;
-    for (const auto& t : r_.info().threads)
-      if (selection_(t.pid, t.tid)) lost[{t.pid, t.tid}] = std::max(lost[{t.pid, t.tid}], t.lost);
-    uint64_t total = 0;
-    for (const auto& [who, n] : lost) total += n;
-    if (total) {
-      fmt::print("\n# lost events: {}\n", total);
-      for (const auto& [who, n] : lost)
-        if (n) fmt::print("#   thread {}/{}: {}\n", who.first, who.second, n);
-    }
-    if (overruns_) fmt::print("# calls below the depth limit, not recorded: {}\n", overruns_);
-    if (untimed_) fmt::print("# calls without a recorded exit (not timed): {}\n", untimed_);
-    if (r_.info().unclaimed_threads)
-      fmt::print("# threads not traced for lack of a buffer: {}\n", r_.info().unclaimed_threads);
-    if (corrupt_)
-      fmt::print(stderr, "utramp report: {}: {} malformed event(s) ignored (see utramp replay)\n",
-                 r_.dir(), corrupt_);
+    for (const auto& [name, s] : rows)
+      fmt::print("{}{}{}{} {:>11}  {}\n", col(s.total, s), col(s.self, s), col(s.avg(), s),
+                 col(s.max, s), s.calls, name);
   }
 
- private:
-  bool selected(const WalkThread& t) const {
-    return selection_(t.pid, t.tid);
+  const auto lost = st.lost();
+  uint64_t total = 0;
+  for (const auto& [who, n] : lost) total += n;
+  if (total) {
+    fmt::print("\n# lost events: {}\n", total);
+    for (const auto& [who, n] : lost)
+      if (n) fmt::print("#   thread {}/{}: {}\n", who.first, who.second, n);
   }
-  const trace::TraceReader& r_;
-  Names names_;
-  ThreadSelection selection_;
-  std::map<std::string, Stat> stats_;
-  std::map<std::pair<uint32_t, uint32_t>, uint64_t> lost_;  // (pid, tid): lost events marked
-  uint64_t overruns_ = 0, untimed_ = 0, corrupt_ = 0;
-};
+  if (st.overruns()) fmt::print("# calls below the depth limit, not recorded: {}\n", st.overruns());
+  if (st.untimed()) fmt::print("# calls without a recorded exit (not timed): {}\n", st.untimed());
+  if (r.info().unclaimed_threads)
+    fmt::print("# threads not traced for lack of a buffer: {}\n", r.info().unclaimed_threads);
+  if (st.corrupt())
+    fmt::print(stderr, "utramp report: {}: {} malformed event(s) ignored (see utramp replay)\n",
+               r.dir(), st.corrupt());
+}
 
 int run(const Options& o) {
   static const std::set<std::string> sorts{"total", "self", "calls", "avg", "max", "name"};
@@ -160,8 +110,17 @@ int run(const Options& o) {
                o.hist_unit);
     return 2;
   }
+  if (o.html && !o.hist.empty()) {
+    fmt::print(stderr, "utramp report: --html and --hist exclude each other\n");
+    return 2;
+  }
   auto r = open_trace("report", o.dir);
   if (!r) return 1;
+  if (o.html) {
+    const std::string page = html_report(*r, ThreadSelection(o.tids, o.pids), o.names);
+    std::fwrite(page.data(), 1, page.size(), stdout);
+    return 0;
+  }
   if (!o.hist.empty()) {
     const auto durations = function_durations(*r, symbols::Globs(o.hist));
     if (durations.empty()) {
@@ -179,12 +138,14 @@ int run(const Options& o) {
         "utramp report: a `function` tracer trace has no durations: sort by calls or name\n");
     return 2;
   }
-  Report rep(*r, o);
-  Walker w(rep, flat);
+  Names names(*r, o.names);
+  const ThreadSelection selection(o.tids, o.pids);
+  FunctionStats st(*r, names, selection);
+  Walker w(st, flat);
   w.run(*r, false);
   Options shown = o;
   if (flat && shown.sort == "total") shown.sort = "calls";
-  rep.print(shown, flat);
+  print(*r, st, shown, flat);
   return 0;
 }
 
@@ -208,6 +169,9 @@ void add_report(CLI::App& app) {
                   "instead: a log2 histogram of the durations of these functions (glob)")
       ->allow_extra_args(false);
   sub->add_option("--hist-unit", o->hist_unit, "histogram unit: nsecs (default), usecs, msecs");
+  sub->add_flag("--html", o->html,
+                "instead: one self-contained HTML page with this table (sortable), a flame "
+                "graph, per-thread timelines, losses and the recording's metadata");
   sub->callback([o] {
     if (!name_style("report", o->demangle, &o->names)) std::exit(2);
     std::exit(run(*o));

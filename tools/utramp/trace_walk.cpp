@@ -379,6 +379,38 @@ void Walker::run(const trace::TraceReader& r, bool merge) {
 
 // ---------------------------------------------------------------------------------
 
+std::vector<std::pair<std::string, std::string>> recording_summary(const trace::TraceReader& r) {
+  const trace::TraceInfo& in = r.info();
+  uint64_t events = 0, lost = 0, unsaved = 0;
+  for (const auto& t : in.threads) {
+    events += t.events;
+    lost += t.lost;
+    unsaved += t.unsaved;
+  }
+  auto known = [](const std::string& v) { return v.empty() ? std::string("(not recorded)") : v; };
+  std::string command;
+  for (const auto& w : in.command) command += (command.empty() ? "" : " ") + w;
+  // The root process's end, from its process file: how long the recording ran.
+  uint64_t end = 0;
+  for (const auto& [pid, p] : r.processes())
+    if (p.parent == 0) end = std::max(end, p.end_time);
+  return {
+      {"command line", command},
+      {"binary", known(in.binary)},
+      {"build id", known(in.build_id)},
+      {"recorded", known(in.date)},
+      {"tracer", in.tracer + ", " + in.buffer_mode + " mode"},
+      {"state", in.state + (in.cut_reason.empty() ? "" : ": " + in.cut_reason)},
+      {"exit status", known(in.exit)},
+      {"elapsed time",
+       end > in.start_time ? format_duration(r.to_ns(end - in.start_time)) : "(unknown)"},
+      {"events", fmt::format("{} saved, {} lost{}", events, lost,
+                             unsaved ? fmt::format(", {} not saved (cut)", unsaved) : "")},
+      {"processes", std::to_string(std::max<size_t>(r.processes().size(), 1))},
+      {"threads", std::to_string(in.threads.size())},
+  };
+}
+
 std::string end_note(const trace::TraceReader& r, uint32_t pid, uint32_t tid) {
   std::string how;
   if (r.truncated(pid, tid)) {

@@ -180,6 +180,11 @@ bool valid_unit(const std::string& unit);
 // thread's file was cut short (its exit may be in what is missing).
 std::string end_note(const trace::TraceReader& r, uint32_t pid, uint32_t tid);
 
+// What `utramp info` shows of a recording, as (what, value) rows: the command line,
+// binary, build id, date, tracer, state, exit status, elapsed time, events, processes
+// and the number of threads.
+std::vector<std::pair<std::string, std::string>> recording_summary(const trace::TraceReader& r);
+
 // Durations in ns of every completed call of a function the globs name (the data of
 // `utramp hist` and `report --hist`).
 std::vector<uint64_t> function_durations(const trace::TraceReader& r, const symbols::Globs& globs);
