@@ -295,7 +295,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   }
   // The CLI's `.misses` map: one u64 per program of every object, in order.
   uint64_t* misses = nullptr;
-  size_t misses_n = 0, prog_index = 0;
+  size_t misses_n = 0;
   for (size_t i = 0; i < maps.count(); ++i)
     if (maps.spec(i).name == ".misses") {
       auto v = maps.values(i);
