@@ -165,7 +165,9 @@ TEST(Rings, ALargerRingIsNeverDrainedLessEagerly) {
     SCOPED_TRACE(n);
     EXPECT_LE(drain_again_at(n), n / 4);
     EXPECT_GT(drain_again_at(n), 0u);
-    if (n >= (1u << 18)) EXPECT_LE(drain_again_at(n * 2), drain_again_at(n));
+    if (n >= (1u << 18)) {
+      EXPECT_LE(drain_again_at(n * 2), drain_again_at(n));
+    }
   }
 }
 
