@@ -70,7 +70,9 @@ TEST(ProbeArch, EachInstructionRunsFromTheSlotOrIsEmulated) {
     ASSERT_TRUE(p) << p.error().message;
     EXPECT_EQ(p->insn.text(), c.text);
     EXPECT_EQ(p->kind, c.kind);
-    if (c.kind == K::emulate) EXPECT_EQ(p->emu.kind, c.emu);
+    if (c.kind == K::emulate) {
+      EXPECT_EQ(p->emu.kind, c.emu);
+    }
   }
 }
 
