@@ -138,8 +138,9 @@ constexpr uint64_t kUserCs = 0x33, kUserSs = 0x2b;  // the x86-64 user segment s
 // runs, the probe counts a miss (docs/probes.md).
 int run_uprobe(arch::PtRegs* r, uint64_t cookie) {
   const auto* u = reinterpret_cast<const UprobeProg*>(cookie);
-  if (ftrace::at_work()) {
+  if (ftrace::at_work()) {  // one miss, said at the end and in --metrics alike
     if (u->misses) __atomic_fetch_add(u->misses, 1, __ATOMIC_RELAXED);
+    if (u->stats) __atomic_fetch_add(&u->stats->misses, 1, __ATOMIC_RELAXED);
     return 0;
   }
   UprobeCtx c{u->cookie, u->ip, 0,      r->r15, r->r14, r->r13, r->r12, r->rbp, r->rbx, r->r11, r->r10, r->r9,

@@ -162,7 +162,7 @@ inline constexpr const char* kProgStatsMap = ".progstats";
 struct ProgStatsRecord {
   uint64_t run_cnt;  // runs
   uint64_t run_ns;   // time in them, in ns
-  uint64_t misses;   // runs skipped (the program was already running on the thread)
+  uint64_t misses;   // runs skipped (already running on the thread; a uprobe's: utramp's own call)
 };
 
 struct MapHeader;  // in the file; opaque outside maps.cpp
