@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,11 +36,13 @@
 #include "ftrace/graph.hpp"
 #include "ftrace/libcall.hpp"
 #include "os/dwarf.hpp"
+#include "os/elf_file.hpp"
 #include "os/file.hpp"
 #include "os/signal_stack.hpp"
 #include "patch/patcher.hpp"
 #include "sites/imports.hpp"
 #include "sites/loader_watch.hpp"
+#include "sites/object.hpp"
 #include "sites/table.hpp"
 #include "symbols/glob.hpp"
 #include "trace/shm_buffers.hpp"
@@ -144,6 +147,27 @@ ftrace::FuncRecord* record_for(const symbols::Name& name, const sites::Site& sit
   return g_agent->records.back().get();
 }
 
+// Whether the tracer traces the functions of the object at `path`: the program's, and
+// a library's when it was built to be traced (compiler sites or -finstrument-functions:
+// a -pg plugin opened with dlopen, as uftrace traces it) or with --libs every one.
+// Judged once per object from its outline (sites::built_for_tracing); call with
+// g_agent->mu held.
+bool traced_object(std::string_view path) {
+  if (path == g_agent->exe || g_agent->cfg.libraries) return true;
+  // Never freed: the agent's state lives as long as the process.
+  static auto* judged = new std::map<std::string, bool, std::less<>>();
+  if (auto it = judged->find(path); it != judged->end()) return it->second;
+  bool yes = false;
+  if (path.empty() || path.starts_with("[") || own_object(std::string(path))) {
+    yes = false;
+  } else if (auto outline = os::read_outline(std::string(path))) {
+    yes = sites::built_for_tracing(*outline);
+    if (yes) logf("traced: %.*s was built to be traced", static_cast<int>(path.size()), path.data());
+  }
+  judged->emplace(std::string(path), yes);
+  return yes;
+}
+
 // Attaches the tracer to every selected function not traced yet.
 void attach_new_sites() {
   auto& table = sites::SiteTable::instance();
@@ -160,7 +184,7 @@ void attach_new_sites() {
     if (s->traced_by_agent) continue;
     s->traced_by_agent = true;
     if (own_object(s->object)) continue;
-    if (!cfg.libraries && s->object != g_agent->exe) continue;
+    if (!traced_object(s->object)) continue;
     if (noise(s->info.name)) continue;
     const symbols::Name name(s->info.name);
     if (notrace.matches(name)) continue;
@@ -250,7 +274,7 @@ void discover_and_attach(bool fresh) {
   // Without --libs only the program's own functions are traced: the libraries are not
   // even analysed (most of the start-up cost otherwise).
   std::function<bool(std::string_view)> want;
-  if (!g_agent->cfg.libraries) want = [](std::string_view path) { return path == g_agent->exe; };
+  if (!g_agent->cfg.libraries) want = [](std::string_view path) { return traced_object(path); };
   std::vector<std::string> added;
   if (auto r = table.discover(want, &added); !r) logf("discover: %s", r.error().message.c_str());
   if (fresh)
@@ -282,7 +306,10 @@ void trace_library_calls() {
   std::vector<ftrace::ImportRequest> reqs;
   for (const sites::ObjectImports& o : objects)
     for (const sites::ImportSlot& slot : o.slots) {
-      if (ftrace::import_kind(slot.name) == ftrace::ImportKind::untraced || noise(slot.name)) continue;
+      const ftrace::ImportKind kind = ftrace::import_kind(slot.name);
+      if (kind == ftrace::ImportKind::untraced || noise(slot.name)) continue;
+      // dlopen, dlsym...: from the program's own slots only (ftrace/libcall.hpp).
+      if (kind == ftrace::ImportKind::caller && !o.path.empty()) continue;
       const symbols::Name name(slot.name);
       if (notrace.matches(name)) continue;
       if (!filters.empty() && !filters.matches(name)) continue;

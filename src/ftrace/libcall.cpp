@@ -1,6 +1,7 @@
 // Library calls through the GOT: the hooks and their stubs (libcall.hpp says how).
 #include "ftrace/libcall.hpp"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <sys/syscall.h>
 
@@ -28,37 +29,53 @@ using detail::ThreadTrace;
 ImportKind import_kind(std::string_view s) noexcept {
   // Return twice, or keep their return address for later (a context, a jmp_buf), or a
   // child that shares the stack (vfork): their return address must stay as it is.
-  // Look at their caller's address (dlsym's RTLD_NEXT, dlopen's $ORIGIN and RUNPATH).
+  // The loader's internal entry points (caller-sensitive, and called by libc itself).
   // The C library's start-up (never returns: everything would nest under it) and glue.
   static constexpr std::string_view kUntraced[] = {
       "setjmp", "_setjmp", "__setjmp", "sigsetjmp", "__sigsetjmp", "savectx", "vfork", "__vfork",
-      "getcontext", "swapcontext", "clone", "clone3", "dlopen", "dlmopen", "dlsym", "dlvsym",
-      "__libc_dlopen_mode", "__libc_dlsym", "__tls_get_addr", "__libc_start_main",
+      "getcontext", "swapcontext", "clone", "clone3", "__libc_dlopen_mode", "__libc_dlsym", "__tls_get_addr", "__libc_start_main",
       "__libc_start_main_impl", "__cxa_finalize", "__gmon_start__", "_ITM_registerTMCloneTable",
-      "_ITM_deregisterTMCloneTable", "_Jv_RegisterClasses"};
+      "_ITM_deregisterTMCloneTable", "_Jv_RegisterClasses",
+      // The compiler's instrumentation, not calls the program wrote: -finstrument-
+      // functions reports (recorded as the calls they report), -pg's entry calls.
+      "__cyg_profile_func_enter", "__cyg_profile_func_exit", "mcount", "_mcount", "__fentry__"};
   // Walk their caller's stack with the unwinder.
   static constexpr std::string_view kUnwinds[] = {
       "pthread_exit", "__cxa_throw", "__cxa_rethrow", "_Unwind_RaiseException", "_Unwind_Resume",
       "_Unwind_Resume_or_Rethrow", "_Unwind_ForcedUnwind", "_Unwind_Backtrace",
       "_ZSt17rethrow_exceptionNSt15__exception_ptr13exception_ptrE", "backtrace"};
+  // Look at their caller's address (libcall.hpp: traced from the program only).
+  static constexpr std::string_view kCaller[] = {"dlopen", "dlmopen", "dlsym", "dlvsym"};
   for (std::string_view u : kUntraced)
     if (s == u) return ImportKind::untraced;
+  for (std::string_view u : kCaller)
+    if (s == u) return ImportKind::caller;
   for (std::string_view u : kUnwinds)
     if (s == u) return ImportKind::unwinds;
   return ImportKind::traced;
 }
 
+namespace {
+
+// The return pad of the caller-sensitive functions (libcall.hpp): `jmp
+// utramp_libcall_return` in anonymous executable memory, made by the first
+// hook_imports; 0 until then.
+std::atomic<uint64_t> g_return_pad{0};
+
+}  // namespace
+
 void restore_return_addresses() noexcept {
   ThreadTrace* ts = t_trace;
   if (!ts) return;
   const uint64_t hooked = reinterpret_cast<uint64_t>(&utramp_libcall_return);
+  const uint64_t pad = g_return_pad.load(std::memory_order_acquire);
   // Newest first: an entry left by a longjmp may name the same stack word as a newer
   // call's, which it no longer holds once that call's address is back. A left entry's
   // word may be in memory that is gone (a freed signal stack): read without faulting.
   for (uint32_t i = ts->nrets; i > 0; --i) {
     const ThreadTrace::Return& r = ts->rets[i - 1];
     uint64_t word = 0;
-    if (os::safe_read(&word, r.slot, sizeof word) && word == hooked)
+    if (os::safe_read(&word, r.slot, sizeof word) && (word == hooked || (pad && word == pad)))
       *reinterpret_cast<uint64_t*>(r.slot) = r.ret;
   }
   std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -94,14 +111,32 @@ std::vector<trace::Function> hook_imports(const std::vector<ImportRequest>& reqs
     return done;
   }
   const uint64_t entry = reinterpret_cast<uint64_t>(&utramp_libcall_entry);
+  if (!g_return_pad.load(std::memory_order_acquire)) {
+    // Once per process (hook_imports calls are serialised by the agent).
+    constexpr size_t kPadSize = 16;
+    auto pad = arena.allocate(kPadSize, 0x10000, 0x7fffffffe000);
+    Result<std::vector<uint8_t>> code =
+        pad ? arch::encode_jump_anywhere(pad->addr, reinterpret_cast<uint64_t>(&utramp_libcall_return))
+            : Result<std::vector<uint8_t>>(std::move(pad).error());
+    if (code) {
+      if (auto w = arena.write(*pad, 0, *code); !w) code = std::move(w).error();
+    }
+    if (code) g_return_pad.store(pad->addr, std::memory_order_release);
+    else errors->push_back(fmt::format("no return pad for dlopen, dlsym and the like: {}", code.error().message));
+  }
+  const uint64_t pad = g_return_pad.load(std::memory_order_acquire);
   for (size_t i = 0; i < reqs.size(); ++i) {
     const ImportRequest& r = reqs[i];
+    const ImportKind kind = import_kind(r.name);
+    if (kind == ImportKind::caller && !pad) continue;  // said once above
     // Published (the stub written, the hook filled in) before the slot points to it.
     auto* h = new ImportHook();
     h->got = reinterpret_cast<uint64_t*>(r.got);
     h->stub = block->addr + i * kStride;
     h->lazy = r.lazy;
-    h->unwinds = import_kind(r.name) == ImportKind::unwinds;
+    h->unwinds = kind == ImportKind::unwinds;
+    h->caller = kind == ImportKind::caller;
+    h->next = r.name == "dlsym" || r.name == "dlvsym";
     auto code = arch::emit_import_stub(h->stub, reinterpret_cast<uint64_t>(h), entry);
     if (code) {
       if (auto w = arena.write(*block, i * kStride, *code); !w) code = std::move(w).error();
@@ -142,8 +177,10 @@ using utramp::ftrace::detail::ThreadTrace;
 // The entry hook, from utramp_libcall_entry with every argument register saved: records
 // the call's entry and replaces its return address. Returns where the call goes.
 extern "C" __attribute__((visibility("hidden"))) uint64_t utramp_libcall_enter(ImportHook* h,
-                                                                               uint64_t* ret_slot) {
+                                                                               uint64_t* ret_slot,
+                                                                               uint64_t arg1) {
   const uint64_t target = h->target.load(std::memory_order_acquire);
+  if (h->next && arg1 == reinterpret_cast<uint64_t>(RTLD_NEXT)) return target;  // libcall.hpp
   if (h->unwinds) {
     utramp::ftrace::restore_return_addresses();
     return target;
@@ -164,7 +201,8 @@ extern "C" __attribute__((visibility("hidden"))) uint64_t utramp_libcall_enter(I
   r.hook = reinterpret_cast<uint64_t>(h);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   ++ts->nrets;
-  *ret_slot = reinterpret_cast<uint64_t>(&utramp_libcall_return);
+  *ret_slot = h->caller ? utramp::ftrace::g_return_pad.load(std::memory_order_relaxed)
+                        : reinterpret_cast<uint64_t>(&utramp_libcall_return);
   return target;
 }
 
@@ -199,7 +237,8 @@ extern "C" __attribute__((visibility("hidden"))) uint64_t utramp_libcall_exit(ui
 // utramp_libcall_entry: reached by jmp from a stub, r11 = the ImportHook, [rsp] = the
 // call's return address, every argument register as the caller set it (rdi, rsi, rdx,
 // rcx, r8, r9, xmm0-7, al for variadic calls; r10 kept too). Saves them, calls the entry
-// hook, restores them and jumps to the target (r11: free at a call through the GOT).
+// hook (with the call's first argument), restores them and jumps to the target (r11:
+// free at a call through the GOT).
 //
 //   [rbp + 8]   the call's return address (rbp: this frame)
 //   [rbp]       saved rbp
@@ -228,6 +267,7 @@ asm(".text\n"
     "movdqu %xmm2, 32(%rsp)\n movdqu %xmm3, 48(%rsp)\n"
     "movdqu %xmm4, 64(%rsp)\n movdqu %xmm5, 80(%rsp)\n"
     "movdqu %xmm6, 96(%rsp)\n movdqu %xmm7, 112(%rsp)\n"
+    "mov %rdi, %rdx\n"
     "mov %r11, %rdi\n"
     "lea 8(%rbp), %rsi\n"
     "call utramp_libcall_enter\n"

@@ -21,10 +21,17 @@
 // GLOB_DAT) are written once, through os::write_text when they are in RELRO, which
 // leaves the page's protection as it was.
 //
+// Functions that look at their caller's address (dlopen and dlmopen: the caller's
+// RUNPATH, $ORIGIN and namespace; dlsym and dlvsym: RTLD_NEXT and RTLD_DEFAULT's
+// scope) are traced from the program's own slots only, and return through a pad in
+// anonymous memory instead of utramp_libcall_return: the loader, finding no object at
+// that address, takes the call for the main program's — which it is. (Seen from the
+// agent's text they would resolve against the agent's RUNPATH and scope.) A library's
+// calls of them go straight on, and so does dlsym(RTLD_NEXT, ...): the loader refuses
+// RTLD_NEXT from an address outside the main program's mapping.
+//
 // Not traced (the call goes straight on): functions that return twice or save their
-// return address for later (setjmp, vfork, getcontext...), functions that look at
-// their caller's address (dlopen, dlsym: RTLD_NEXT and $ORIGIN would see the hook), the
-// C library's start-up. Functions that unwind the stack they are called on
+// return address for later (setjmp, vfork, getcontext...), the C library's start-up. Functions that unwind the stack they are called on
 // (pthread_exit, and through the agent the unwinder's entry points:
 // agent.cpp) first put back every return address of the thread's open library calls:
 // the unwinder must see the real callers. Those calls then return straight to their
@@ -50,6 +57,8 @@ struct ImportHook {
   uint64_t stub = 0;                // what the slot holds while hooked; the function's id
   bool lazy = false;                // the resolver may still write the slot
   bool unwinds = false;             // unwinds its caller's stack: no exit to catch
+  bool caller = false;              // looks at its caller's address: returns via the pad
+  bool next = false;                // dlsym, dlvsym: not traced when asked for RTLD_NEXT
 };
 
 struct ImportRequest {
@@ -60,8 +69,9 @@ struct ImportRequest {
   bool relro = false;   // the slot is in its object's RELRO (read-only)
 };
 
-// How a function reached through a GOT slot is treated, by its symbol.
-enum class ImportKind : uint8_t { traced, untraced, unwinds };
+// How a function reached through a GOT slot is treated, by its symbol. `caller`: looks
+// at its caller's address; traced from the main program's slots only.
+enum class ImportKind : uint8_t { traced, untraced, unwinds, caller };
 ImportKind import_kind(std::string_view symbol) noexcept;
 
 // Hooks the slots of `reqs` (one stub each, then the slot); call while the slots'

@@ -21,6 +21,41 @@ namespace {
 Elf* E(void* p) { return static_cast<Elf*>(p); }
 }  // namespace
 
+Result<ElfOutline> read_outline(const std::string& path) {
+  auto fd = open_regular(path);
+  if (!fd) return std::move(fd).error();
+  elf_version(EV_CURRENT);
+  Elf* elf = elf_begin(*fd, ELF_C_READ_MMAP, nullptr);
+  struct Closer {
+    Elf* elf;
+    int fd;
+    ~Closer() {
+      if (elf) elf_end(elf);
+      ::close(fd);
+    }
+  } closer{elf, *fd};
+  size_t shstrndx = 0;
+  if (!elf || elf_kind(elf) != ELF_K_ELF || elf_getshdrstrndx(elf, &shstrndx) != 0)
+    return make_error(Errc::bad_format, fmt::format("{}: not an ELF file: {}", path, elf_errmsg(-1)));
+  ElfOutline out;
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh)) continue;
+    if (const char* name = elf_strptr(elf, shstrndx, sh.sh_name)) out.sections.emplace_back(name);
+    if (sh.sh_type != SHT_DYNSYM || sh.sh_entsize == 0) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (!data) continue;
+    const size_t n = sh.sh_size / sh.sh_entsize;
+    for (size_t i = 1; i < n; ++i) {
+      GElf_Sym sym;
+      if (!gelf_getsym(data, static_cast<int>(i), &sym) || sym.st_shndx != SHN_UNDEF) continue;
+      if (const char* name = elf_strptr(elf, sh.sh_link, sym.st_name); name && *name)
+        out.undefined_dynamic.emplace_back(name);
+    }
+  }
+  return out;
+}
+
 Result<std::unique_ptr<ElfFile>> ElfFile::open(const std::string& path) {
   std::unique_ptr<ElfFile> f(new ElfFile());
   f->path_ = path;

@@ -32,6 +32,15 @@ struct ElfSymbol {
   bool dynamic = false;  // from .dynsym
 };
 
+// What a file's section headers and dynamic symbol table say, read without the rest of
+// the file (libelf maps it and touches only those): cheap enough to ask of every
+// library a process loads.
+struct ElfOutline {
+  std::vector<std::string> sections;           // section names
+  std::vector<std::string> undefined_dynamic;  // .dynsym symbols the file imports
+};
+Result<ElfOutline> read_outline(const std::string& path);
+
 class ElfFile {
  public:
   static Result<std::unique_ptr<ElfFile>> open(const std::string& path);

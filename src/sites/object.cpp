@@ -16,6 +16,11 @@ bool is_fentry_name(const std::string& n) { return n == "__fentry__"; }
 // glibc's profiling entry is `mcount` (`_mcount` an alias); `__mcount` is the BSDs'.
 bool is_mcount_name(const std::string& n) { return n == "mcount" || n == "_mcount" || n == "__mcount"; }
 
+constexpr std::string_view kPatchableEntries = "__patchable_function_entries";
+constexpr std::string_view kMcountLoc = "__mcount_loc";
+constexpr std::string_view kXrayMap = "xray_instr_map";
+constexpr std::string_view kCygEnter = "__cyg_profile_func_enter";
+
 // PLT stubs that jump to a function `wanted` names: every stub is an indirect jump
 // through a GOT slot (after endbr64/bnd where present); the slot's relocation names it.
 std::set<uint64_t> plt_stubs_of(const os::ElfFile& elf, uint64_t bias,
@@ -52,13 +57,13 @@ ObjectSites analyse_object(const os::ElfFile& elf, uint64_t bias, const CodeRead
   obj.bias = bias;
   obj.stripped = !elf.has_symtab();
   std::set<uint64_t> listed;
-  for (uint64_t a : elf.address_table("__patchable_function_entries")) listed.insert(a + bias);
+  for (uint64_t a : elf.address_table(kPatchableEntries)) listed.insert(a + bias);
   obj.has_patchable_entries = !listed.empty();
-  auto mcount = elf.address_table("__mcount_loc");
+  auto mcount = elf.address_table(kMcountLoc);
   obj.has_mcount_loc = !mcount.empty();
   for (uint64_t a : mcount) listed.insert(a + bias);
-  obj.has_xray = elf.section("xray_instr_map") != nullptr;
-  obj.reports_calls = elf.imports("__cyg_profile_func_enter");
+  obj.has_xray = elf.section(kXrayMap) != nullptr;
+  obj.reports_calls = elf.imports(kCygEnter);
 
   std::set<uint64_t> fentry_targets = plt_stubs_of(elf, bias, is_fentry_name);
   std::set<uint64_t> mcount_targets = plt_stubs_of(elf, bias, is_mcount_name);
@@ -106,6 +111,14 @@ ObjectSites analyse_object(const os::ElfFile& elf, uint64_t bias, const CodeRead
   std::sort(obj.functions.begin(), obj.functions.end(),
             [](const SiteInfo& a, const SiteInfo& b) { return a.func < b.func; });
   return obj;
+}
+
+bool built_for_tracing(const os::ElfOutline& outline) {
+  for (const std::string& s : outline.sections)
+    if (s == kPatchableEntries || s == kMcountLoc || s == kXrayMap) return true;
+  for (const std::string& s : outline.undefined_dynamic)
+    if (is_fentry_name(s) || is_mcount_name(s) || s == kCygEnter) return true;
+  return false;
 }
 
 Result<ObjectSites> analyse_file(const std::string& path) {

@@ -31,6 +31,13 @@ using CodeReader = std::function<std::span<const uint8_t>(uint64_t addr, uint64_
 // (the file image for static listing, live memory for a running process).
 ObjectSites analyse_object(const os::ElfFile& elf, uint64_t bias, const CodeReader& read);
 
+// Whether an object was built to be traced — compiler-planted entry sites
+// (-fpatchable-function-entry, -pg with or without -mfentry, -mrecord-mcount, XRay) or
+// -finstrument-functions reports — judged from its outline alone (cheap: no code is
+// read). A tracer traces such a library by default, as uftrace does; the others only
+// when asked (--libs).
+bool built_for_tracing(const os::ElfOutline& outline);
+
 // Static analysis of a file on disk, as `utramp list` shows it.
 Result<ObjectSites> analyse_file(const std::string& path);
 

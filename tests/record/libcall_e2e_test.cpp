@@ -155,6 +155,28 @@ TEST(LibCallOptions, OffFilteredAndDepthLimited) {
   }
 }
 
+// dlopen and dlsym look at their caller's address: traced, they must still take the
+// program for the caller ($ORIGIN is the program's directory, RTLD_NEXT searches after
+// the program), and they show in the call graph as uftrace shows them — but for
+// dlsym(RTLD_NEXT), which goes untraced (ftrace/libcall.hpp says why).
+TEST(LibCallCaller, DlopenAndDlsymSeeTheProgram) {
+  for (const char* binding : {"lazy", "noplt"}) {
+    const std::string exe = std::string(UTRAMP_REC_DIR) + "/libcall_caller_" + binding;
+    if (!std::filesystem::exists(exe)) GTEST_SKIP() << exe << " not built: gcc not found";
+    Recorded r({}, {exe});
+    EXPECT_EQ(r.traced.out, "dep 42, next 1\n") << binding;
+    EXPECT_EQ(r.traced.exit_code, 0) << binding;
+    auto calls = report_calls(r.dir);
+    const std::map<std::string, long> want = {{"open_dep", 1}, {"next_getpid", 1}, {"dlopen", 1},
+                                              {"dlsym", 1},    {"dlclose", 1},     {"getpid", 1}};
+    for (const auto& [name, n] : want) EXPECT_EQ(calls[name], n) << binding << ": " << name;
+    const RunResult replay = utramp::test::run_cli({"replay", r.dir});
+    ASSERT_EQ(replay.exit_code, 0) << replay.err;
+    EXPECT_NE(replay.out.find("|   open_dep() {\n"), std::string::npos) << replay.out;
+    EXPECT_NE(replay.out.find("|     dlopen();\n"), std::string::npos) << replay.out;
+  }
+}
+
 // Debian's programs (stripped, built by someone else), lazily bound PIEs: the output is
 // the untraced one, and the calls show.
 TEST(LibCallDebian, LsAndSort) {
