@@ -53,8 +53,9 @@ std::string mask_replay(const std::string& text, const std::string& dir) {
   return std::regex_replace(std::regex_replace(t, col, "[ $1]"), child, "child $1");
 }
 
-// Processes run at once (a forked child and its parent): each one's lines in their
-// order, the processes one after the other (in order of their first line).
+// Processes or threads run at once (a forked child and its parent, a thread and the one
+// waiting for it): each one's lines in their order, one after the other (in order of
+// their first line).
 std::string by_thread(const std::string& text) {
   std::vector<std::string> order;
   std::map<std::string, std::string> lines;
@@ -71,7 +72,15 @@ std::string by_thread(const std::string& text) {
     lines[m[1]] += line + "\n";
   }
   for (const auto& t : order) head += lines[t];
-  return head;
+  // A call whose entry and exit are adjacent in its own thread is shown as `f() {`, `}`
+  // or as `f();` depending on whether another process's line fell between them in time:
+  // one form here.
+  // Likewise replay names the function at a closing brace far from its opening line,
+  // which other threads' lines can make far.
+  static const std::regex named(R"(\} /\* [A-Za-z_][A-Za-z0-9_:~]* \*/\n)");
+  head = std::regex_replace(head, named, "}\n");
+  static const std::regex split(R"( *\[ (T\d+)\] \|( +)(\S+)\(\) \{\n  #\.### \?s \[ \1\] \|\2\}[^\n]*\n)");
+  return std::regex_replace(head, split, "  #.### ?s [ $1] |$2$3();\n");
 }
 
 class Uftrace : public ::testing::TestWithParam<Program> {
@@ -81,19 +90,30 @@ class Uftrace : public ::testing::TestWithParam<Program> {
   }
 };
 
-TEST_P(Uftrace, ReplayIsTheProgramsExpectedText) {
-  const Program& p = GetParam();
+// Records the program (with its library calls or without), checks that it ran as
+// untraced, and compares the replay with the expected text GOLDEN (a -finstrument-
+// functions build of `exception` has its own: see below).
+void record_and_compare(const Program& p, bool libcalls) {
   utramp::test::TempDir tmp("utramp-uftrace-test");
   const std::string exe = std::string(UTRAMP_UFT_DIR) + "/" + p.file;
   const std::string dir = tmp.path + "/trace";
   const RunResult plain = run_in({exe}, tmp.path);
   // atexit: gcrt1 (-pg) registers its gmon.out writer with it, and it is linked into
-  // the program (libc_nonshared.a): not the program's own call. Library calls differ
-  // between compilers and levels (printf or puts, inlined or not): one expected text
-  // per program holds the program's own calls only (--no-libcall); tests/record's
-  // e2e_libcall checks library calls.
-  const RunResult rec =
-      run_in({UTRAMP_CLI, "record", "-o", dir, "--no-libcall", "-N", "atexit", "--", exe}, tmp.path);
+  // the program (libc_nonshared.a): not the program's own call. Nor are the -pg start-up
+  // and exit's profiling calls (__monstartup, __cxa_atexit for it, _mcleanup), which
+  // uftrace shows too, before and after main: left out so that every build has one text.
+  std::vector<std::string> cmd = {UTRAMP_CLI, "record", "-o", dir, "-N", "atexit"};
+  if (libcalls)
+    cmd.insert(cmd.end(), {"-N", "__monstartup", "-N", "__cxa_atexit", "-N", "_mcleanup"});
+  else
+    cmd.push_back("--no-libcall");
+  // The programs that run themselves again in a new process (exec after vfork,
+  // posix_spawn): as uftrace follows them by default, so does this record.
+  const std::string program = p.program;
+  const bool execs = program == "vfork" || program == "spawn";
+  if (execs) cmd.push_back("--follow-exec");
+  cmd.insert(cmd.end(), {"--", exe});
+  const RunResult rec = run_in(cmd, tmp.path);
   ASSERT_EQ(rec.exit_code, plain.exit_code) << rec.err;
   EXPECT_EQ(rec.out, plain.out);
   EXPECT_NE(rec.err.find("events recorded"), std::string::npos) << rec.err;
@@ -117,8 +137,21 @@ TEST_P(Uftrace, ReplayIsTheProgramsExpectedText) {
   const RunResult replay = run_in({UTRAMP_CLI, "replay", dir}, tmp.path);
   ASSERT_EQ(replay.exit_code, 0) << replay.err;
   const std::string shown = mask_replay(replay.out, dir);
-  utramp::test::expect_golden(p.program, std::string(p.program) == "fork" ? by_thread(shown) : shown);
+  // -finstrument-functions reports the exits of the frames an exception unwinds itself
+  // (its cleanups call __cyg_profile_func_exit): they are closed as returns, not as
+  // "unwound by exception" — a text of its own.
+  std::string golden = program == "exception" && flavour == "cyg" ? "exception_cyg" : program;
+  if (libcalls) golden += ".libcall";
+  const bool processes = program == "fork" || program == "thread" || execs;
+  utramp::test::expect_golden(golden, processes ? by_thread(shown) : shown);
 }
+
+// The program's own calls (--no-libcall).
+TEST_P(Uftrace, ReplayIsTheProgramsExpectedText) { record_and_compare(GetParam(), false); }
+
+// With the library calls, as uftrace records by default: the same expected text for
+// every build (the programs print nothing a compiler would turn into another call).
+TEST_P(Uftrace, WithLibraryCalls) { record_and_compare(GetParam(), true); }
 
 // Arguments and return values at an mcount site: the stub undoes the frame, so the
 // arguments are read from their registers as at an entry site, and the return value
