@@ -314,8 +314,8 @@ TEST(RunE2E, BadObjectsNeverStartTheTarget) {
   expect_refused(bad("missing_target"), "program 'prog' (section 'fentry/no_such_function'): no function "
                                         "'no_such_function' in");
   expect_refused(bad("unknown_section"), "section 'tracepoint/syscalls/sys_enter_write': unknown program type");
-  expect_refused(bad("unsupported_map"), "map type 7 (stack_trace) is not supported");
-  expect_refused(bad("unknown_helper"), "unknown helper 27 (bpf_get_stackid)");
+  expect_refused(bad("unsupported_map"), "map type 8 (cgroup_array) is not supported");
+  expect_refused(bad("unknown_helper"), "unknown helper 35 (bpf_get_current_task)");
   expect_refused(bad("proto_mismatch"), "program 'typed' declares (long a, long b) but work is (i32) -> i32");
   expect_refused(bad("proto_inlined_mismatch"),
                  "program 'typed' declares (long a, long b) but work is (i32) -> i32 (1 argument)");
