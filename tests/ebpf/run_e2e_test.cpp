@@ -972,5 +972,32 @@ TEST(RunE2E, MallocStacksPrintedAsBpftracePrintsUstack) {
   EXPECT_NE(r.out.find("@stacks["), std::string::npos);
 }
 
+// Return probes on two frames of the stack (uretprobes on path_a2 and path_a1) put the
+// return trampoline in their return address slots while they run: the stack malloc's
+// program takes still names their real callers, and each probe still returns.
+TEST(RunE2E, UserStacksThroughReturnProbesNameTheRealCallers) {
+  const std::string target = std::string(UTRAMP_STACK_TARGETS_DIR) + "/stack_target_gcc_O2_nofp";
+  const auto r = test::run_program({UTRAMP_CLI, "run", bad("ustack_retprobe"), "--json", "--", target, "7"},
+                                   {.timeout_s = 120});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("stack_target: 7 calls of path_a (1000 bytes), 14 of path_b (2000 bytes)"), std::string::npos);
+  auto m = maps_of(r.out);
+  ASSERT_TRUE(m.count("stack_calls")) << r.out;
+  uint64_t path_a = 0;
+  for (const auto& e : m["stack_calls"]["entries"]) {
+    if (!e.contains("ustack")) continue;
+    std::vector<std::string> fs;
+    for (const auto& f : e["ustack"]) fs.push_back(frame_function(f.get<std::string>()));
+    if (fs.size() < 3 || fs[2] != "path_a3") continue;
+    ASSERT_GE(fs.size(), 6u) << e.dump();
+    EXPECT_EQ(std::vector<std::string>(fs.begin(), fs.begin() + 6),
+              (std::vector<std::string>{"malloc", "alloc_leaf", "path_a3", "path_a2", "path_a1", "main"}))
+        << e.dump();
+    path_a += e["value"].get<uint64_t>();
+  }
+  EXPECT_EQ(path_a, 7u) << m["stack_calls"].dump();
+  EXPECT_EQ(globals_of(r.out)["returns"]["value"], 7);
+}
+
 }  // namespace
 }  // namespace utramp
