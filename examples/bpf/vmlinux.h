@@ -65,6 +65,15 @@ enum {
 	BPF_F_LOCK = 4,
 };
 
+/* bpf_get_stackid and bpf_get_stack flags (include/uapi/linux/bpf.h). */
+enum {
+	BPF_F_SKIP_FIELD_MASK = 255,
+	BPF_F_USER_STACK = 256,
+	BPF_F_FAST_STACK_CMP = 512,
+	BPF_F_REUSE_STACKID = 1024,
+	BPF_F_USER_BUILD_ID = 2048,
+};
+
 /* The kernel's x86-64 register frame (arch/x86/include/asm/ptrace.h). */
 struct pt_regs {
 	long unsigned int r15;

@@ -10,7 +10,10 @@
 //   ctx[-1]          bits 0..31: number of argument slots n (the kernel's, for
 //                    bpf_get_func_arg_cnt); bit 32: set while the return slot ctx[n] is
 //                    valid (fmod_ret and fexit programs; the kernel's verifier refuses
-//                    bpf_get_func_ret in fentry programs, utramp says -EOPNOTSUPP)
+//                    bpf_get_func_ret in fentry programs, utramp says -EOPNOTSUPP);
+//                    bit 33: the context is a uprobe's struct pt_regs (utramp's: the
+//                    agent's uprobe handler sets it; the stack helpers read the
+//                    registers there)
 //   ctx[0..n-1]      arguments, each widened to u64; an argument of 9..16 bytes passed in
 //                    registers (a struct, __int128) takes two slots; an argument passed in
 //                    memory (a struct larger than 16 bytes, long double) takes one slot
@@ -35,6 +38,7 @@ inline constexpr int kCtxHeaderSlots = 4;  // ctx[-4..-1]
 // ctx[kCtxArgCount]: the argument count in the low half, flags in the high half.
 inline constexpr uint64_t kCtxArgCountMask = 0xffffffffull;
 inline constexpr uint64_t kCtxRetValid = 1ull << 32;
+inline constexpr uint64_t kCtxPtRegs = 1ull << 33;
 
 inline uint64_t ctx_arg_count(const uint64_t* ctx) noexcept { return ctx[kCtxArgCount] & kCtxArgCountMask; }
 inline bool ctx_ret_valid(const uint64_t* ctx) noexcept { return (ctx[kCtxArgCount] & kCtxRetValid) != 0; }

@@ -86,6 +86,8 @@ uint64_t monotonic_ns() {  // the vDSO's clock: no system call, async-signal-saf
 // Live for the whole process: programs may run until exit (images are not torn down).
 struct BpfState {
   ebpf::MapFile maps;
+  std::span<uint8_t> objects;  // ebpf::kObjectsMap's value, when the CLI made one
+  std::string exe;             // the program's path there
   std::vector<std::unique_ptr<ebpf::Executable>> progs;
   std::vector<std::unique_ptr<UprobeProg>> uprobes;
   std::vector<LibProbe> lib;
@@ -96,7 +98,7 @@ BpfState* g_bpf = nullptr;
 // PT_REGS_PARM1..6, PT_REGS_RC, PT_REGS_IP and PT_REGS_SP read), preceded by the words
 // the helpers find below a tracing context (helpers.cpp): ctx[-3] the attach cookie
 // (a USDT site's spec id, else 0), ctx[-2] the function IP, ctx[-1] the argument count (0: a pt_regs program has
-// none for bpf_get_func_arg).
+// none for bpf_get_func_arg) and abi::kCtxPtRegs (the stack helpers read the registers).
 struct UprobeCtx {
   uint64_t cookie, func_ip, nargs;
   uint64_t r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
@@ -143,7 +145,7 @@ int run_uprobe(arch::PtRegs* r, uint64_t cookie) {
     if (u->stats) __atomic_fetch_add(&u->stats->misses, 1, __ATOMIC_RELAXED);
     return 0;
   }
-  UprobeCtx c{u->cookie, u->ip, 0,      r->r15, r->r14, r->r13, r->r12, r->rbp, r->rbx, r->r11, r->r10, r->r9,
+  UprobeCtx c{u->cookie, u->ip, abi::kCtxPtRegs, r->r15, r->r14, r->r13, r->r12, r->rbp, r->rbx, r->r11, r->r10, r->r9,
               r->r8,  r->rax, r->rcx, r->rdx, r->rsi, r->rdi, ~0ull,  r->rip, kUserCs, r->eflags, r->rsp,
               kUserSs};
   if (u->may_override) ebpf::clear_override();
@@ -191,6 +193,32 @@ struct Loaded {
   std::string path;  // as the loader names it (the site table's Site::object)
   std::string key;   // "path@bias": one load of it
 };
+
+// The executable segments of every object loaded now (the program first, as
+// dl_iterate_phdr lists it, named by its path), for the CLI's symbols of stacks.
+std::vector<ebpf::LoadedRange> loaded_ranges(const std::string& exe) {
+  struct Acc {
+    std::vector<ebpf::LoadedRange> out;
+    const std::string* exe;
+    bool first = true;
+  } acc{{}, &exe};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* a = static_cast<Acc*>(data);
+        std::string path = a->first ? *a->exe : std::string(info->dlpi_name ? info->dlpi_name : "");
+        a->first = false;
+        if (path.empty()) return 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+          const uint64_t lo = info->dlpi_addr + ph.p_vaddr;
+          a->out.push_back({lo, lo + ph.p_memsz, info->dlpi_addr, path});
+        }
+        return 0;
+      },
+      &acc);
+  return std::move(acc.out);
+}
 
 // The shared objects loaded now (not the main program, nor the vDSO).
 std::vector<Loaded> loaded_libraries() {
@@ -272,6 +300,11 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       prog_stats = {reinterpret_cast<ebpf::ProgStatsRecord*>(v.data()), v.size() / sizeof(ebpf::ProgStatsRecord)};
     }
   }
+  for (size_t i = 0; i < maps.count(); ++i)
+    if (maps.spec(i).name == ebpf::kObjectsMap) st->objects = maps.values(i);
+  // Stacks a program takes (bpf_get_stack) show the real callers of frames whose return
+  // address a uretprobe replaced.
+  ebpf::set_return_address_fix(&probe::real_return_address);
   // The images call the statistics hooks only while they are on (tramp::Manager::set_stats),
   // as the kernel counts run time only under bpf_stats_enabled: on before anything is attached.
   if (!prog_stats.empty()) tramp::Manager::instance().set_stats(true);
@@ -559,6 +592,8 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   // thread of the program reads it yet); the counter is atomic all the same, as a
   // program may raise its own. Programs stay attached until exit: nothing lowers it.
   for (const uint64_t sem : semaphores) __atomic_fetch_add(reinterpret_cast<uint16_t*>(sem), 1, __ATOMIC_SEQ_CST);
+  st->exe = exe;
+  if (!st->objects.empty()) ebpf::write_loaded_ranges(st->objects, loaded_ranges(st->exe));
   g_bpf = st.release();
   return {};
 }
@@ -567,6 +602,7 @@ bool bpf_has_library_programs() { return g_bpf && !g_bpf->lib.empty(); }
 
 void bpf_loader_changed() {
   BpfState* st = g_bpf;
+  if (st && !st->objects.empty()) ebpf::write_loaded_ranges(st->objects, loaded_ranges(st->exe));
   if (!st || st->lib.empty()) return;
   const std::vector<Loaded> objs = loaded_libraries();
   auto& pm = probe::Manager::instance();

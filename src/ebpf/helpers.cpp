@@ -17,6 +17,8 @@
 
 #include "abi/ctx.hpp"
 #include "arch/cpu.hpp"
+#include "arch/unwind.hpp"
+#include "ebpf/loader.hpp"
 #include "ebpf/maps.hpp"
 #include "ebpf/memory.hpp"
 #include "os/safe_copy.hpp"
@@ -581,6 +583,73 @@ u64 h_override_return(u64 ctx, u64 rc, u64, u64, u64) {
   return 0;
 }
 
+// ---- user stacks (bpf_get_stackid, bpf_get_stack) ------------------------------------
+
+std::atomic<arch::ReturnAddressFix> g_ra_fix{nullptr};
+
+// The user stack at the probe whose context is `ctx`, the first `skip` frames left out:
+// up to `max` ips into `out`; the count, or -errno as the kernel's: -EFAULT for a stack
+// that has no frame after the skip (a kernel stack: there is none in user space),
+// -EOPNOTSUPP for a context without registers (fentry, fexit, fmod_ret).
+template <bool kTrusted>
+int64_t user_stack(u64 ctx, u64 flags, u64* out, uint32_t max) {
+  if (!(flags & kStackUser)) return -EFAULT;
+  u64 head = 0;
+  if (!read_ctx<kTrusted>(ctx, abi::kCtxArgCount, &head) || !(head & abi::kCtxPtRegs)) return -EOPNOTSUPP;
+  arch::UnwindRegs regs{};
+  if (!read_ctx<kTrusted>(ctx, pt_regs_offset("ip") / 8, &regs.ip) ||
+      !read_ctx<kTrusted>(ctx, pt_regs_offset("sp") / 8, &regs.sp) ||
+      !read_ctx<kTrusted>(ctx, pt_regs_offset("bp") / 8, &regs.bp))
+    return -EFAULT;
+  const uint32_t skip = static_cast<uint32_t>(flags & kStackSkipMask);
+  u64 ips[kMaxStackFrames];
+  const size_t n = arch::unwind_user(regs, ips, std::min<size_t>(kMaxStackFrames, size_t(skip) + max),
+                                     g_ra_fix.load(std::memory_order_acquire));
+  if (n <= skip) return -EFAULT;
+  std::memcpy(out, ips + skip, (n - skip) * 8);
+  return static_cast<int64_t>(n - skip);
+}
+
+// bpf_get_stackid(ctx, map, flags): the stack's id in a stack trace map (maps.hpp
+// stack_map_put: -EEXIST for another stack in its bucket without BPF_F_REUSE_STACKID).
+template <bool kTrusted>
+u64 h_get_stackid(u64 ctx, u64 map, u64 flags, u64, u64) {
+  MapHeader* m = map_arg<kTrusted>(map);
+  if (!kTrusted && (!m || map_type(m) != uint32_t(MapType::stack_trace))) return neg(EINVAL);
+  if (flags & ~(kStackSkipMask | kStackUser | kStackFastCmp | kStackReuseId)) return neg(EINVAL);
+  u64 ips[kMaxStackFrames];
+  const int64_t n = user_stack<kTrusted>(ctx, flags, ips, map_value_size(m) / 8);
+  if (n < 0) return static_cast<u64>(n);
+  return static_cast<u64>(stack_map_put(m, ips, static_cast<uint32_t>(n), flags));
+}
+
+// bpf_get_stack(ctx, buf, size, flags): the ips into buf, the rest of it zeroed; the
+// bytes written, or -errno with buf zeroed. BPF_F_USER_BUILD_ID: -EOPNOTSUPP (build-id
+// stacks are not provided; utramp run symbolises addresses itself).
+template <bool kTrusted>
+u64 h_get_stack(u64 ctx, u64 buf, u64 size, u64 flags, u64) {
+  if (size && !writable<kTrusted>(buf, size)) return neg(EFAULT);
+  auto* dst = reinterpret_cast<uint8_t*>(buf);
+  int64_t err = -EINVAL;
+  if (!(flags & ~(kStackSkipMask | kStackUser | kStackBuildId)) && size % 8 == 0) {
+    if (flags & kStackBuildId) {
+      err = (flags & kStackUser) ? -EOPNOTSUPP : -EINVAL;
+    } else {
+      u64 ips[kMaxStackFrames];
+      const int64_t n = user_stack<kTrusted>(ctx, flags, ips, static_cast<uint32_t>(std::min<u64>(size / 8, kMaxStackFrames)));
+      if (n >= 0) {
+        const size_t bytes = std::min<size_t>(size_t(n) * 8, size);
+        std::memcpy(dst, ips, bytes);
+        std::memset(dst + bytes, 0, size - bytes);
+        return bytes;
+      }
+      err = n;
+    }
+  }
+  if (size) std::memset(dst, 0, size);
+  return static_cast<u64>(err);
+}
+
 // What helper 12's table entry points to. No engine calls it (helpers.hpp,
 // kTailCallHelper: they run tail calls themselves and make_env leaves its callx slot
 // empty); were one to, the call falls through as a failed tail call does.
@@ -592,6 +661,7 @@ constexpr uint32_t kKeyedMaps = type_bit(MapType::hash) | type_bit(MapType::arra
                                 type_bit(MapType::lpm_trie);
 constexpr uint32_t kRingbufs = type_bit(MapType::ringbuf);
 constexpr uint32_t kPerfArrays = type_bit(MapType::perf_event_array);
+constexpr uint32_t kStackTraces = type_bit(MapType::stack_trace);
 constexpr uint32_t kQueues = type_bit(MapType::queue) | type_bit(MapType::stack);
 constexpr uint32_t kPushPeekMaps = kQueues | type_bit(MapType::bloom_filter);
 
@@ -633,6 +703,10 @@ HelperTable make_runtime() {
   add(16, h_comm<false>, true, proto(Ret::scalar, {A::mem_uninit, A::size}), h_comm<true>);
   add(25, h_perf_output<false>, true,
       proto(Ret::scalar, {A::ctx, A::map, A::scalar, A::mem, A::size_or_zero}, kPerfArrays), h_perf_output<true>);
+  add(27, h_get_stackid<false>, false, proto(Ret::scalar, {A::ctx, A::map, A::scalar}, kStackTraces),
+      h_get_stackid<true>);
+  add(67, h_get_stack<false>, true, proto(Ret::scalar, {A::ctx, A::mem_uninit, A::size_or_zero, A::scalar}),
+      h_get_stack<true>);
   add(45, h_probe_read_str<false>, true, probe_read_str, h_probe_read_str<true>);
   add(58, h_override_return<false>, true, proto(Ret::scalar, {A::ctx, A::scalar}), h_override_return<true>);
   add(112, h_probe_read<false>, true, probe_read, h_probe_read<true>);
@@ -672,6 +746,10 @@ bool take_override(uint64_t ctx, uint64_t* rc) noexcept {
   *rc = t_override.rc;
   t_override.ctx = 0;
   return true;
+}
+
+void set_return_address_fix(uint64_t (*fix)(uint64_t, uint64_t) noexcept) {
+  g_ra_fix.store(fix, std::memory_order_release);
 }
 
 void set_printk_ring(MapHeader* ring) { g_printk.store(ring, std::memory_order_release); }

@@ -127,6 +127,12 @@ inline constexpr uint32_t kTailCallHelper = 12;
 void clear_override() noexcept;
 bool take_override(uint64_t ctx, uint64_t* rc) noexcept;
 
+// bpf_get_stackid (27) and bpf_get_stack (67) unwind the user stack at a uprobe (the
+// registers of its pt_regs context: arch/unwind.hpp). A return address the probe layer
+// replaced (a uretprobe's trampoline) is given to `fix`, which the agent sets to the
+// probe layer's lookup of the real one (the ebpf layer does not call the probe layer).
+void set_return_address_fix(uint64_t (*fix)(uint64_t ra, uint64_t slot) noexcept);
+
 struct MapHeader;
 // Where bpf_trace_printk writes its lines (a ringbuf map of the map file); null: dropped.
 // Each record is a PrintkHead, then the line's text (no NUL, no trailing newline).

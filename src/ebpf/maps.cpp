@@ -12,6 +12,7 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 
@@ -21,7 +22,7 @@ namespace {
 
 constexpr uint64_t kFileMagic = 0x314d504642525455ull;  // "UTRBPFM1"
 constexpr uint32_t kMapMagic = 0x4d415042;              // "BPAM"
-constexpr uint32_t kVersion = 5;  // 3: perf event arrays, queues, stacks, bloom filters; 4: LPM tries; 5: prog arrays
+constexpr uint32_t kVersion = 6;  // 3: perf event arrays, queues, stacks, bloom filters; 4: LPM tries; 5: prog arrays; 6: stack traces
 constexpr size_t kPage = 4096;
 constexpr uint32_t kBusy = 1u << 31, kDiscard = 1u << 30;
 constexpr uint32_t kLruWindow = 32;
@@ -105,6 +106,14 @@ struct ProgSlot {
   uint64_t exe;   // const Executable* in the agent's address space
 };
 
+
+// A stack trace map's bucket; value_size/8 ips follow.
+struct StackBucket {
+  uint32_t lock;
+  uint32_t nr;    // frames held, 0: empty
+  uint32_t hash;
+  uint32_t pad;
+};
 
 size_t round8(size_t v) { return (v + 7) & ~size_t{7}; }
 size_t round_page(size_t v) { return (v + kPage - 1) & ~(kPage - 1); }
@@ -626,6 +635,7 @@ const char* map_type_name(uint32_t type) {
     case MapType::bloom_filter: return "bloom_filter";
     case MapType::lpm_trie: return "lpm_trie";
     case MapType::prog_array: return "prog_array";
+    case MapType::stack_trace: return "stack_trace";
   }
   return "";
 }
@@ -640,7 +650,7 @@ Result<void> check_map_spec(const MapSpec& s) {
     return make_error(Errc::unsupported,
                       fmt::format("map '{}': map type {}{} is not supported (supported: hash, array, "
                                   "percpu_hash, percpu_array, lru_hash, ringbuf, perf_event_array, queue, "
-                                  "stack, bloom_filter, lpm_trie, prog_array)",
+                                  "stack, bloom_filter, lpm_trie, prog_array, stack_trace)",
                                   s.name, s.type, kernel_map_type(s.type)));
   if (s.name.size() > kMapNameMax) return bad(fmt::format("name longer than {} bytes", kMapNameMax));
   if (s.max_entries == 0) return bad("max_entries is 0");
@@ -669,6 +679,19 @@ Result<void> check_map_spec(const MapSpec& s) {
       return bad(fmt::format("key size {} and value size {} (a program array has 4 and 4)", s.key_size,
                              s.value_size));
     if (s.max_entries > (1u << 20)) return bad("more than 2^20 programs");
+    return {};
+  }
+  if (s.type == uint32_t(MapType::stack_trace)) {
+    // The kernel's stack_map_alloc: 4-byte ids, whole u64 frames, at most
+    // perf_event_max_stack of them; the build-id form is not provided here.
+    if (s.flags & kMapStackBuildId)
+      return bad("map_flags BPF_F_STACK_BUILD_ID: build-id stacks are not provided here (values are "
+                 "instruction addresses; utramp run symbolises them itself)");
+    if (s.key_size != 4) return bad(fmt::format("key size {} (a stack id is 4 bytes)", s.key_size));
+    if (s.value_size == 0 || s.value_size % 8 || s.value_size / 8 > kMaxStackFrames)
+      return bad(fmt::format("value size {} (a stack is 8 bytes per frame, 1 to {} frames)", s.value_size,
+                             kMaxStackFrames));
+    if (s.max_entries > (1u << 20)) return bad("more than 2^20 entries");
     return {};
   }
   if (s.value_size == 0 || s.value_size > (1u << 20)) return bad(fmt::format("value size {}", s.value_size));
@@ -807,6 +830,10 @@ Result<MapFile> MapFile::create(const std::string& path, const std::vector<MapSp
       bytes = kQueueCtl + (size_t(s.max_entries) + 1) * h.stride;
     } else if (s.type == uint32_t(MapType::prog_array)) {
       bytes = size_t(s.max_entries) * sizeof(ProgSlot);
+    } else if (s.type == uint32_t(MapType::stack_trace)) {
+      h.nbuckets = std::bit_ceil(s.max_entries);
+      h.entry_size = static_cast<uint32_t>(sizeof(StackBucket) + s.value_size);
+      bytes = size_t(h.nbuckets) * h.entry_size;
     } else if (s.type == uint32_t(MapType::bloom_filter)) {
       h.nhash = bloom_hashes(s.map_extra);
       h.nbits = bloom_bits(s.max_entries, h.nhash);
@@ -982,7 +1009,7 @@ void* map_lookup(MapHeader* m, const void* key) noexcept {
       return entry_value(m, e, m->cpus > 1 ? this_cpu(m) : 0);
     }
     case MapType::lpm_trie: return lpm_lookup(m, static_cast<const uint8_t*>(key));
-    default: return nullptr;
+    default: return nullptr;  // stack traces: read by the CLI (entries()), not by programs
   }
 }
 
@@ -1009,8 +1036,46 @@ int64_t map_update(MapHeader* m, const void* key, const void* value, uint64_t fl
   }
 }
 
+namespace {
+StackBucket* stack_bucket(const MapHeader* m, uint32_t id) {
+  return reinterpret_cast<StackBucket*>(data_of(m) + size_t(id) * m->entry_size);
+}
+uint64_t* stack_ips(StackBucket* b) { return reinterpret_cast<uint64_t*>(b + 1); }
+
+int64_t stack_delete(MapHeader* m, const void* key) {
+  uint32_t id;
+  std::memcpy(&id, key, 4);
+  if (id >= m->nbuckets) return -E2BIG;
+  StackBucket* b = stack_bucket(m, id);
+  Guard g(b->lock);
+  if (!g) return -EBUSY;
+  if (!b->nr) return -ENOENT;
+  aref(b->nr).store(0, std::memory_order_relaxed);
+  return 0;
+}
+}  // namespace
+
+int64_t stack_map_put(MapHeader* m, const uint64_t* ips, uint32_t n, uint64_t flags) noexcept {
+  if (m->type != uint32_t(MapType::stack_trace) || n == 0) return -EINVAL;
+  n = std::min(n, m->value_size / 8);
+  const uint32_t hash = static_cast<uint32_t>(hash_key(ips, n * 8));
+  const uint32_t id = hash & (m->nbuckets - 1);
+  StackBucket* b = stack_bucket(m, id);
+  Guard g(b->lock);
+  if (!g) return -EBUSY;
+  const bool hash_matches = b->nr && b->hash == hash;
+  if (hash_matches && (flags & kStackFastCmp)) return id;
+  if (hash_matches && b->nr == n && std::memcmp(stack_ips(b), ips, n * 8) == 0) return id;
+  if (b->nr && !(flags & kStackReuseId)) return -EEXIST;
+  std::memcpy(stack_ips(b), ips, n * 8);
+  b->hash = hash;
+  aref(b->nr).store(n, std::memory_order_release);
+  return id;
+}
+
 int64_t map_delete(MapHeader* m, const void* key) noexcept {
   if (m->type == uint32_t(MapType::lpm_trie)) return lpm_delete(m, static_cast<const uint8_t*>(key));
+  if (m->type == uint32_t(MapType::stack_trace)) return stack_delete(m, key);
   if (!is_hash(m->type)) return -EINVAL;
   Bucket& b = buckets(m)[hash_key(key, m->key_size) & (m->nbuckets - 1)];
   uint32_t at = 0, prev = 0;
@@ -1266,6 +1331,58 @@ int64_t map_get_next_key(MapHeader* m, const void* key, void* next) noexcept {
   return 0;
 }
 
+// ---- the target's loaded objects (kObjectsMap) ------------------------------------------
+
+void write_loaded_ranges(std::span<uint8_t> value, const std::vector<LoadedRange>& ranges) {
+  if (value.size() < 16) return;
+  auto* seq = reinterpret_cast<uint64_t*>(value.data());
+  std::string text;
+  for (const LoadedRange& r : ranges) {
+    std::string line = fmt::format("{:x} {:x} {:x} {}\n", r.lo, r.hi, r.bias, r.path);
+    if (16 + text.size() + line.size() > value.size()) break;
+    text += line;
+  }
+  const uint64_t s0 = aref(*seq).load(std::memory_order_relaxed);
+  aref(*seq).store(s0 | 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  const uint64_t len = text.size();
+  std::memcpy(value.data() + 8, &len, 8);
+  std::memcpy(value.data() + 16, text.data(), text.size());
+  aref(*seq).store((s0 | 1) + 1, std::memory_order_release);
+}
+
+std::vector<LoadedRange> read_loaded_ranges(std::span<const uint8_t> value) {
+  std::vector<LoadedRange> out;
+  if (value.size() < 16) return out;
+  auto* seq = const_cast<uint64_t*>(reinterpret_cast<const uint64_t*>(value.data()));
+  std::string text;
+  for (int tries = 0;; ++tries) {
+    if (tries == 1000) return out;
+    const uint64_t s1 = aref(*seq).load(std::memory_order_acquire);
+    if (s1 & 1) continue;
+    uint64_t len = 0;
+    std::memcpy(&len, value.data() + 8, 8);
+    len = std::min<uint64_t>(len, value.size() - 16);
+    text.assign(reinterpret_cast<const char*>(value.data()) + 16, len);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (aref(*seq).load(std::memory_order_relaxed) == s1) break;
+  }
+  for (size_t at = 0; at < text.size();) {
+    size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string line = text.substr(at, nl - at);
+    at = nl + 1;
+    LoadedRange r;
+    int used = 0;
+    unsigned long long lo, hi, bias;
+    if (std::sscanf(line.c_str(), "%llx %llx %llx %n", &lo, &hi, &bias, &used) != 3 || used <= 0) continue;
+    r.lo = lo, r.hi = hi, r.bias = bias;
+    r.path = line.substr(static_cast<size_t>(used));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 // ---- reading, for the CLI (MapFile's comment) -------------------------------------------
 
 namespace {
@@ -1340,6 +1457,26 @@ std::vector<MapEntry> MapFile::entries(size_t i) const {
         idx = aref(en->next).load(std::memory_order_acquire);
       }
       if (locked) aref(b.lock).store(0, std::memory_order_release);  // not on this thread's stack
+    }
+  } else if (L.type == uint32_t(MapType::stack_trace)) {
+    // Each bucket that holds a stack: its id, its frames (the rest of the value zero),
+    // copied under the bucket's lock (waited for as a hash bucket's).
+    const uint64_t deadline = now_ns() + kLockWaitNs;
+    for (uint32_t id = 0; id < L.nbuckets; ++id) {
+      auto* b = reinterpret_cast<StackBucket*>(d + size_t(id) * L.entry_size);
+      const bool locked = lock_until(b->lock, deadline);
+      if (!locked) ++unlocked_reads_;
+      const uint32_t nr = aref(b->nr).load(std::memory_order_acquire);
+      std::vector<uint8_t> v(L.value_size, 0);
+      if (nr > L.value_size / 8) ++corrupt_reads_;
+      else if (nr) std::memcpy(v.data(), b + 1, size_t(nr) * 8);
+      if (locked) aref(b->lock).store(0, std::memory_order_release);
+      if (!nr || nr > L.value_size / 8) continue;
+      MapEntry e;
+      e.key.resize(4);
+      std::memcpy(e.key.data(), &id, 4);
+      e.values.push_back(std::move(v));
+      out.push_back(std::move(e));
     }
   } else if (L.type == uint32_t(MapType::prog_array)) {
     // The set slots: the program's index in its object, as a u32 value.

@@ -29,6 +29,9 @@
 //   lpm_trie       LpmCtl (lock, root, free list, count), then 2 * max_entries nodes
 //                  (children, prefix length, flags, the key's data bytes), then
 //                  value[2 * max_entries] apart from them (a node's value by its index)
+//   stack_trace    StackBucket[nb] (nb = power of two >= max_entries): lock, frame
+//                  count (0: empty), hash, then value_size/8 ips; a stack's id is its
+//                  bucket's index
 //   prog_array     ProgSlot[max_entries]: the program's index in its object + 1 (0:
 //                  empty; what the CLI prints) and the agent's Executable of it (an
 //                  address in the agent's mapping only: the CLI never reads it)
@@ -96,6 +99,7 @@ enum class MapType : uint32_t {
   lpm_trie = 11,
   bloom_filter = 30,
   prog_array = 3,
+  stack_trace = 7,
 };
 // BPF_F_NO_PREALLOC: an LPM trie must be created with it, as the kernel requires.
 inline constexpr uint32_t kMapNoPrealloc = 1;
@@ -164,6 +168,24 @@ struct ProgStatsRecord {
   uint64_t run_ns;   // time in them, in ns
   uint64_t misses;   // runs skipped (already running on the thread; a uprobe's: utramp's own call)
 };
+
+// `utramp run` with a stack trace map: the CLI adds a global data map of this name (one
+// value of kObjectsBytes), where the agent keeps the executable ranges of the target's
+// loaded objects (at start-up and at each loader announcement), so that the CLI
+// symbolises stacks after the target has exited. The value: a sequence word (odd while
+// the agent writes), the text's length, then one line per range, "LO HI BIAS PATH" (hex
+// numbers; PATH as the loader names it, the program's own path for the program).
+inline constexpr const char* kObjectsMap = ".objects";
+inline constexpr uint32_t kObjectsBytes = 64 * 1024;
+struct LoadedRange {
+  uint64_t lo = 0, hi = 0;  // [lo, hi): an executable segment
+  uint64_t bias = 0;        // the object's load bias: an address less it is the file's vaddr
+  std::string path;
+};
+// Writes `ranges` into the map's value (those that fit); the reader sees whole lists only.
+void write_loaded_ranges(std::span<uint8_t> value, const std::vector<LoadedRange>& ranges);
+// The list the agent wrote last (empty when none, or when it could not be read whole).
+std::vector<LoadedRange> read_loaded_ranges(std::span<const uint8_t> value);
 
 struct MapHeader;  // in the file; opaque outside maps.cpp
 
@@ -291,6 +313,23 @@ int64_t ringbuf_output(MapHeader* m, const void* data, uint64_t size) noexcept;
 void* perf_reserve(MapHeader* m, uint64_t flags, uint64_t size, int64_t* err) noexcept;
 void perf_commit(void* rec, bool discard) noexcept;
 int64_t perf_output(MapHeader* m, uint64_t flags, const void* data, uint64_t size) noexcept;
+
+// Stack trace maps (bpf_get_stackid), the kernel's stackmap: `ips` (n frames, n >= 1,
+// at most value_size/8: the caller cuts) go into the bucket of their hash, whose index
+// is the stack's id. The bucket already holds the same stack: its id (with
+// kStackFastCmp, the same hash is enough). It holds another: -EEXIST, unless
+// kStackReuseId, which replaces it. -EBUSY for a handler that interrupted its own
+// thread inside an operation on the same bucket. A lookup (map_lookup, the CLI's
+// entries()) gives the frames, the rest of the value zero; map_delete empties a
+// bucket (-ENOENT: empty, -E2BIG: beyond the buckets).
+inline constexpr uint64_t kStackSkipMask = 0xff;      // BPF_F_SKIP_FIELD_MASK
+inline constexpr uint64_t kStackUser = 1ull << 8;     // BPF_F_USER_STACK
+inline constexpr uint64_t kStackFastCmp = 1ull << 9;  // BPF_F_FAST_STACK_CMP
+inline constexpr uint64_t kStackReuseId = 1ull << 10; // BPF_F_REUSE_STACKID
+inline constexpr uint64_t kStackBuildId = 1ull << 11; // BPF_F_USER_BUILD_ID
+inline constexpr uint32_t kMapStackBuildId = 1u << 5; // map_flags BPF_F_STACK_BUILD_ID
+inline constexpr uint32_t kMaxStackFrames = 127;      // the kernel's perf_event_max_stack default
+int64_t stack_map_put(MapHeader* m, const uint64_t* ips, uint32_t n, uint64_t flags) noexcept;
 
 // Program arrays (bpf_tail_call). A slot holds a program of the object: `prog` its
 // index among the object's programs, `exe` what runs it (this process's; null empties

@@ -482,6 +482,17 @@ void srcu_synchronize() {
 
 bool in_probe_handler() noexcept { return t_depth != 0; }
 
+UTRAMP_HIT uint64_t real_return_address(uint64_t ra, uint64_t slot) noexcept {
+  const uint64_t tramp = arch::retprobe_trampoline();
+  if (ra != tramp) return ra;
+  const RetStack& st = t_rs;
+  for (uint32_t k = st.top; k > 0; --k) {
+    const RetEntry& e = st.e[k - 1];
+    if (e.valid && e.sp == slot && e.ra != tramp) return e.ra;
+  }
+  return 0;
+}
+
 UTRAMP_HIT int detour_dispatch(uint64_t site, arch::PtRegs* r) {
   auto* s = reinterpret_cast<ProbeSite*>(site);
   const ReadSide rs = read_lock();

@@ -112,6 +112,14 @@ class Manager {
   Impl* impl_;
 };
 
+// For unwinders (bpf_get_stack): the real return address of the frame whose return
+// address at `slot` reads `ra`. A return probe's trampoline there is replaced by the
+// address its instance on this thread keeps (the first one that is not the trampoline
+// again, when several return probes chained on one frame); 0 when the thread has no
+// instance for that slot. Any other `ra` is given back as it is. Async-signal-safe; reads
+// the thread's return stack and changes nothing.
+uint64_t real_return_address(uint64_t ra, uint64_t slot) noexcept;
+
 // The listing as aligned text: ADDRESS SYMBOL STATE HITS MISSES, one probe per line.
 std::string format_listing(const std::vector<ProbeInfo>& probes);
 

@@ -46,9 +46,9 @@ TEST(Maps, SpecChecks) {
   EXPECT_FALSE(check_map_spec(spec("a", MapType::array, 8, 8, 4)));   // array keys are 4 bytes
   EXPECT_FALSE(check_map_spec(spec("r", MapType::ringbuf, 0, 0, 1000)));  // not a power of two
   EXPECT_FALSE(check_map_spec(spec("h", MapType::hash, 4, 8, 0)));
-  auto r = check_map_spec(spec("st", MapType(7), 4, 8, 4));
+  auto r = check_map_spec(spec("cg", MapType(8), 4, 4, 4));
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("map 'st': map type 7 (stack_trace) is not supported"), std::string::npos);
+  EXPECT_NE(r.error().message.find("map 'cg': map type 8 (cgroup_array) is not supported"), std::string::npos);
 }
 
 TEST(Maps, SpecChecksOfQueuesStacksBloomFiltersAndPerfArrays) {
@@ -84,6 +84,86 @@ TEST(Maps, SpecChecksOfQueuesStacksBloomFiltersAndPerfArrays) {
 // The kernel's queue_stack_maps semantics: max_entries elements; a full map refuses a
 // push (-E2BIG) unless BPF_EXIST, which drops the oldest; empty: -ENOENT; flags other
 // than BPF_ANY/BPF_EXIST: -EINVAL; peek leaves the element.
+TEST(Maps, StackTraceIdsFollowTheKernelsStackmap) {
+  TmpFile f;
+  auto mf = MapFile::create(f.path, {spec("one", MapType::stack_trace, 4, 32, 1),
+                                     spec("three", MapType::stack_trace, 4, 24, 1000)});
+  ASSERT_TRUE(mf);
+  MapHeader* one = mf->header(0);  // one bucket: every stack's id is 0
+  const uint64_t a[] = {0x1000, 0x2000, 0x3000}, b[] = {0x1000, 0x2000, 0x4000};
+  EXPECT_EQ(stack_map_put(one, a, 3, 0), 0);
+  EXPECT_EQ(stack_map_put(one, a, 3, 0), 0);                // the same stack: its id again
+  EXPECT_EQ(stack_map_put(one, b, 3, 0), -EEXIST);          // another stack in its bucket
+  EXPECT_EQ(stack_map_put(one, a, 2, 0), -EEXIST);          // a shorter one too
+  EXPECT_EQ(stack_map_put(one, b, 3, kStackReuseId), 0);    // replaces it
+  EXPECT_EQ(stack_map_put(one, b, 3, kStackFastCmp), 0);    // the same hash is enough
+  EXPECT_EQ(stack_map_put(one, a, 0, 0), -EINVAL);
+  auto es = mf->entries(0);
+  ASSERT_EQ(es.size(), 1u);
+  uint64_t v[4];
+  ASSERT_EQ(es[0].values.at(0).size(), sizeof v);
+  std::memcpy(v, es[0].values[0].data(), sizeof v);
+  EXPECT_EQ(v[0], 0x1000u);
+  EXPECT_EQ(v[2], 0x4000u);
+  EXPECT_EQ(v[3], 0u);  // the rest of the value: zero
+  uint32_t id = 0;
+  EXPECT_EQ(map_lookup(one, &id), nullptr);  // programs do not read stacks (the kernel's -EOPNOTSUPP)
+  EXPECT_EQ(map_delete(one, &id), 0);
+  EXPECT_EQ(map_delete(one, &id), -ENOENT);
+  id = 1;
+  EXPECT_EQ(map_delete(one, &id), -E2BIG);
+  EXPECT_TRUE(mf->entries(0).empty());
+  // Many buckets: distinct stacks get ids below the bucket count, each read back; a
+  // stack longer than the value keeps its first value_size/8 frames.
+  MapHeader* three = mf->header(1);
+  std::map<uint32_t, uint64_t> first;
+  for (uint64_t k = 1; k <= 50; ++k) {
+    const uint64_t s[] = {k, k + 100, k + 200, k + 300};
+    const int64_t got = stack_map_put(three, s, 4, 0);
+    if (got == -EEXIST) continue;  // a collision: the kernel's answer too
+    ASSERT_GE(got, 0);
+    ASSERT_LT(got, 1024);
+    first[uint32_t(got)] = k;
+  }
+  EXPECT_GT(first.size(), 40u);
+  for (const auto& e : mf->entries(1)) {
+    uint32_t k;
+    std::memcpy(&k, e.key.data(), 4);
+    uint64_t w[3];
+    std::memcpy(w, e.values.at(0).data(), sizeof w);
+    ASSERT_TRUE(first.count(k));
+    EXPECT_EQ(w[0], first[k]);
+    EXPECT_EQ(w[2], first[k] + 200);
+  }
+  EXPECT_EQ(mf->entries(1).size(), first.size());
+}
+
+TEST(Maps, StackTraceSpecChecks) {
+  EXPECT_TRUE(check_map_spec(spec("s", MapType::stack_trace, 4, 127 * 8, 16)));
+  EXPECT_FALSE(check_map_spec(spec("s", MapType::stack_trace, 8, 64, 16)));       // ids are 4 bytes
+  EXPECT_FALSE(check_map_spec(spec("s", MapType::stack_trace, 4, 60, 16)));       // whole frames
+  EXPECT_FALSE(check_map_spec(spec("s", MapType::stack_trace, 4, 128 * 8, 16)));  // at most 127
+  MapSpec b = spec("s", MapType::stack_trace, 4, 64, 16);
+  b.flags = kMapStackBuildId;
+  auto r = check_map_spec(b);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("BPF_F_STACK_BUILD_ID"), std::string::npos);
+}
+
+TEST(Maps, LoadedRangesRoundTrip) {
+  std::vector<uint8_t> value(kObjectsBytes);
+  EXPECT_TRUE(read_loaded_ranges(value).empty());
+  write_loaded_ranges(value, {{0x1000, 0x2000, 0, "/usr/bin/a b"}, {0x7f00, 0x8000, 0x7000, "libc.so.6"}});
+  const auto r = read_loaded_ranges(value);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].lo, 0x1000u);
+  EXPECT_EQ(r[0].path, "/usr/bin/a b");
+  EXPECT_EQ(r[1].bias, 0x7000u);
+  EXPECT_EQ(r[1].hi, 0x8000u);
+  write_loaded_ranges(value, {{1, 2, 3, "x"}});  // a newer list replaces the old one
+  ASSERT_EQ(read_loaded_ranges(value).size(), 1u);
+}
+
 TEST(Maps, QueueIsFifoWithKernelErrors) {
   TmpFile f;
   auto mf = MapFile::create(f.path, {spec("q", MapType::queue, 0, 8, 3)});

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -314,8 +315,8 @@ TEST(RunE2E, BadObjectsNeverStartTheTarget) {
   expect_refused(bad("missing_target"), "program 'prog' (section 'fentry/no_such_function'): no function "
                                         "'no_such_function' in");
   expect_refused(bad("unknown_section"), "section 'tracepoint/syscalls/sys_enter_write': unknown program type");
-  expect_refused(bad("unsupported_map"), "map type 7 (stack_trace) is not supported");
-  expect_refused(bad("unknown_helper"), "unknown helper 27 (bpf_get_stackid)");
+  expect_refused(bad("unsupported_map"), "map type 8 (cgroup_array) is not supported");
+  expect_refused(bad("unknown_helper"), "unknown helper 35 (bpf_get_current_task)");
   expect_refused(bad("proto_mismatch"), "program 'typed' declares (long a, long b) but work is (i32) -> i32");
   expect_refused(bad("proto_inlined_mismatch"),
                  "program 'typed' declares (long a, long b) but work is (i32) -> i32 (1 argument)");
@@ -873,6 +874,130 @@ TEST(RunE2E, UsdtRefusalsNeverStartTheTarget) {
           "no USDT probe 'demo:nope' in " + target + " (its probes: demo:args, demo:consts, demo:guarded)");
 }
 #endif
+
+// ---- user stacks: bpf_get_stackid, bpf_get_stack, symbolised output ----------------------
+
+// A frame's function: "path_a3+12" -> "path_a3".
+std::string frame_function(const std::string& f) { return f.substr(0, f.rfind('+')); }
+
+// The globals of a --json run, by name.
+std::map<std::string, json> globals_of(const std::string& out) {
+  std::map<std::string, json> g;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    json j = json::parse(line);
+    if (j["type"] == "global") g[j["name"]] = j;
+  }
+  return g;
+}
+
+// mallocstacks (a uprobe on libc's malloc, bytes and calls by user stack) on
+// stack_target, whose two call paths to malloc are known, built by gcc and clang at -O0
+// and -O2, with and without frame pointers (unwound by the CFI), and without unwind
+// tables (the frame-pointer walk): each path's stack, from malloc to main, exact, with
+// exactly its calls and bytes; bpf_get_stack's first frame is the probed address, a
+// skip shifts the frames, a kernel stack is -EFAULT, a build-id stack -EOPNOTSUPP.
+TEST(RunE2E, MallocBytesByUserStackExactOnEveryBuild) {
+  std::vector<std::string> builds = {"gcc_O2_nocfi"};
+  for (const char* cc : {"gcc", "clang"})
+    for (const char* opt : {"O0", "O2"})
+      for (const char* fp : {"fp", "nofp"}) builds.push_back(fmt::format("{}_{}_{}", cc, opt, fp));
+  const std::vector<std::string> path_a = {"malloc", "alloc_leaf", "path_a3", "path_a2", "path_a1", "main"};
+  const std::vector<std::string> path_b = {"malloc", "alloc_leaf", "path_b1", "main"};
+  for (const std::string& b : builds) {
+    SCOPED_TRACE(b);
+    const std::string target = std::string(UTRAMP_STACK_TARGETS_DIR) + "/stack_target_" + b;
+    const auto r = test::run_program({UTRAMP_CLI, "run", example("mallocstacks"), "--json", "--", target, "40"},
+                                     {.timeout_s = 120});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("stack_target: 40 calls of path_a (1000 bytes), 80 of path_b (2000 bytes)"),
+              std::string::npos);
+    auto m = maps_of(r.out);
+    // The rows whose stack goes through alloc_leaf, each stack cut after main.
+    std::map<std::vector<std::string>, std::pair<uint64_t, uint64_t>> rows;  // calls, bytes
+    for (const char* map : {"stack_calls", "stack_bytes"}) {
+      ASSERT_TRUE(m.count(map)) << r.out;
+      for (const auto& e : m[map]["entries"]) {
+        if (!e.contains("ustack")) continue;
+        std::vector<std::string> fs;
+        for (const auto& f : e["ustack"]) {
+          fs.push_back(frame_function(f.get<std::string>()));
+          if (fs.back() == "main") break;
+        }
+        if (std::find(fs.begin(), fs.end(), "alloc_leaf") == fs.end()) continue;
+        auto& row = rows[fs];
+        (std::string(map) == "stack_calls" ? row.first : row.second) += e["value"].get<uint64_t>();
+      }
+    }
+    const std::map<std::vector<std::string>, std::pair<uint64_t, uint64_t>> want = {
+        {path_a, {40, 40 * 1000}}, {path_b, {80, 80 * 2000}}};
+    EXPECT_EQ(rows, want) << m["stack_calls"].dump();
+    auto g = globals_of(r.out);
+    EXPECT_EQ(g["leaf_calls"]["value"], 120);
+    EXPECT_EQ(g["leaf_first_is_ip"]["value"], 120);
+    EXPECT_EQ(g["leaf_skip1_ok"]["value"], 120);
+    EXPECT_GE(g["leaf_bytes"]["value"].get<int64_t>(), 8 * 4);  // alloc_leaf, path_*, main at least
+    EXPECT_EQ(g["leaf_bytes"]["value"].get<int64_t>() % 8, 0);
+    EXPECT_EQ(g["leaf_skip1_bytes"]["value"].get<int64_t>(), g["leaf_bytes"]["value"].get<int64_t>() - 8);
+    EXPECT_EQ(g["kernel_stack_err"]["value"], -14);  // -EFAULT
+    EXPECT_EQ(g["build_id_err"]["value"], -95);      // -EOPNOTSUPP
+  }
+}
+
+// The text form: bpftrace's `@[ustack]: value`, one frame per line, and the stack trace
+// map itself by id.
+TEST(RunE2E, MallocStacksPrintedAsBpftracePrintsUstack) {
+  const std::string target = std::string(UTRAMP_STACK_TARGETS_DIR) + "/stack_target_gcc_O2_nofp";
+  const auto r = test::run_program({UTRAMP_CLI, "run", example("mallocstacks"), "--", target, "5"}, {.timeout_s = 120});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The row of path_b: 10 calls, its frames from malloc to main.
+  const size_t calls = r.out.find("@stack_calls[\n");
+  ASSERT_NE(calls, std::string::npos) << r.out;
+  const size_t at = r.out.find("        path_b1+", calls);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const size_t begin = r.out.rfind("@stack_calls[\n", at);
+  const size_t end = r.out.find("\n]: ", at);
+  ASSERT_NE(end, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.substr(end, 7), "\n]: 10\n") << r.out.substr(begin, end + 8 - begin);
+  std::vector<std::string> lines;
+  std::istringstream in(r.out.substr(begin, end - begin));
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_GE(lines.size(), 5u);
+  EXPECT_EQ(lines[0], "@stack_calls[");
+  EXPECT_TRUE(lines[1].starts_with("        malloc+0")) << lines[1];
+  EXPECT_TRUE(lines[2].starts_with("        alloc_leaf+")) << lines[2];
+  EXPECT_TRUE(lines[3].starts_with("        path_b1+")) << lines[3];
+  EXPECT_TRUE(lines[4].starts_with("        main+")) << lines[4];
+  EXPECT_NE(r.out.find("@stacks["), std::string::npos);
+}
+
+// Return probes on two frames of the stack (uretprobes on path_a2 and path_a1) put the
+// return trampoline in their return address slots while they run: the stack malloc's
+// program takes still names their real callers, and each probe still returns.
+TEST(RunE2E, UserStacksThroughReturnProbesNameTheRealCallers) {
+  const std::string target = std::string(UTRAMP_STACK_TARGETS_DIR) + "/stack_target_gcc_O2_nofp";
+  const auto r = test::run_program({UTRAMP_CLI, "run", bad("ustack_retprobe"), "--json", "--", target, "7"},
+                                   {.timeout_s = 120});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("stack_target: 7 calls of path_a (1000 bytes), 14 of path_b (2000 bytes)"), std::string::npos);
+  auto m = maps_of(r.out);
+  ASSERT_TRUE(m.count("stack_calls")) << r.out;
+  uint64_t path_a = 0;
+  for (const auto& e : m["stack_calls"]["entries"]) {
+    if (!e.contains("ustack")) continue;
+    std::vector<std::string> fs;
+    for (const auto& f : e["ustack"]) fs.push_back(frame_function(f.get<std::string>()));
+    if (fs.size() < 3 || fs[2] != "path_a3") continue;
+    ASSERT_GE(fs.size(), 6u) << e.dump();
+    EXPECT_EQ(std::vector<std::string>(fs.begin(), fs.begin() + 6),
+              (std::vector<std::string>{"malloc", "alloc_leaf", "path_a3", "path_a2", "path_a1", "main"}))
+        << e.dump();
+    path_a += e["value"].get<uint64_t>();
+  }
+  EXPECT_EQ(path_a, 7u) << m["stack_calls"].dump();
+  EXPECT_EQ(globals_of(r.out)["returns"]["value"], 7);
+}
 
 }  // namespace
 }  // namespace utramp

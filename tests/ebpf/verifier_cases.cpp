@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "abi/ctx.hpp"
 #include "ebpf/asm.hpp"
 #include "ebpf/helpers.hpp"
 
@@ -244,10 +245,12 @@ Result<std::unique_ptr<Sandbox>> Sandbox::create(const std::vector<MapSpec>& map
   auto s = std::make_unique<Sandbox>();
   s->specs_ = maps;
   // A tracing context's header (abi/ctx.hpp): ctx[-3] cookie, ctx[-2] function,
-  // ctx[-1] the argument count; the words themselves are 1, 2, 3...
+  // ctx[-1] the argument count (a uprobe's: abi::kCtxPtRegs, as the agent's handler
+  // gives it, so the stack helpers unwind from the registers, 1, 2, 3... here: no stack
+  // of this process, which they must survive); the words themselves are 1, 2, 3...
   s->size_ = ctx.size;
   s->ctx_.assign(3 + (ctx.size + 7) / 8 + 1, 0);
-  s->ctx_[2] = ctx.kind == CtxKind::tracing ? ctx.size / 8 : 0;
+  s->ctx_[2] = ctx.kind == CtxKind::tracing ? ctx.size / 8 : ctx.kind == CtxKind::pt_regs ? abi::kCtxPtRegs : 0;
   s->ctx_[1] = 0x401000;
   for (size_t i = 3; i < s->ctx_.size(); ++i) s->ctx_[i] = i - 2;
   if (maps.empty()) return s;

@@ -11,3 +11,10 @@ utramp_add_gtest(unit_arch_emit_error unit arch_emit_error_test.cpp)
 target_link_libraries(unit_arch_emit_error PRIVATE asmjit::asmjit)
 # The extended state's save area: sized from the components saved (a CPUID model).
 utramp_add_gtest(unit_arch_xstate unit arch_xstate_test.cpp)
+# The user-stack unwinder (bpf_get_stack): this file's own call chains, built with and
+# without frame pointers, and registers that point nowhere.
+utramp_add_gtest(unit_arch_unwind unit arch_unwind_test.cpp arch_unwind_chain_fp.c arch_unwind_chain_nofp.c)
+set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/arch_unwind_chain_fp.c PROPERTIES
+  COMPILE_OPTIONS "-O2;-fno-omit-frame-pointer")
+set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/arch_unwind_chain_nofp.c PROPERTIES
+  COMPILE_OPTIONS "-O2;-fomit-frame-pointer")

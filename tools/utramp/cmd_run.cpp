@@ -88,6 +88,7 @@
 #include "map_values.hpp"
 #include "metrics.hpp"
 #include "metrics_server.hpp"
+#include "ustack.hpp"
 #include "sites/object.hpp"
 
 namespace utramp::cli {
@@ -241,9 +242,93 @@ void print_globals(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& sp
   if (any) fmt::print(o.f, "\n");
 }
 
+// Stacks (ustack.hpp): a stack trace map's entries, `@name[ID]:` and a frame per line
+// (--json: {"key":ID,"ustack":[frames]}); a hash map keyed by stack ids (ustack.hpp
+// keyed_by_stack) as bpftrace prints `@[ustack] = count`: `@name[`, the frames, then
+// `]: value` (--json: "ustack" beside "key" and "value"); an id not in the stack map (a
+// negative error the program stored, say) as the number. The ids are those of the
+// file's first stack trace map.
+struct Stacks {
+  std::optional<StackSymbols> syms;
+  std::map<int64_t, std::vector<std::string>> by_id;  // the first stack trace map's
+  bool have = false;
+};
+Stacks read_stacks(const ebpf::MapFile& mf) {
+  Stacks st;
+  for (size_t i = 0; i < mf.count(); ++i)
+    if (mf.spec(i).name == ebpf::kObjectsMap) st.syms.emplace(ebpf::read_loaded_ranges(mf.values(i)));
+  if (!st.syms) st.syms.emplace(std::vector<ebpf::LoadedRange>{});
+  for (size_t i = 0; i < mf.count(); ++i) {
+    if (mf.spec(i).type != uint32_t(ebpf::MapType::stack_trace)) continue;
+    for (const auto& e : mf.entries(i)) st.by_id[int32_t(as_u64(e.key))] = st.syms->frames(e.values.at(0));
+    st.have = true;
+    break;
+  }
+  return st;
+}
+constexpr const char* kFrameIndent = "        ";
+
+void print_stack_map(const ebpf::MapSpec& s, const std::vector<ebpf::MapEntry>& entries, StackSymbols& syms,
+                     const Output& o) {
+  if (o.json) {
+    json es = json::array();
+    for (const auto& e : entries) es.push_back({{"key", as_u64(e.key)}, {"ustack", syms.frames(e.values.at(0))}});
+    fmt::print(o.f, "{}\n", json{{"type", "map"}, {"name", s.name}, {"map_type", "stack_trace"}, {"entries", es}}.dump());
+    return;
+  }
+  for (const auto& e : entries) {
+    fmt::print(o.f, "@{}[{}]:\n", s.name, as_u64(e.key));
+    for (const std::string& f : syms.frames(e.values.at(0))) fmt::print(o.f, "{}{}\n", kFrameIndent, f);
+  }
+  if (entries.empty()) fmt::print(o.f, "@{}: (empty)\n", s.name);
+  fmt::print(o.f, "\n");
+}
+
+void print_by_stack(const ebpf::MapSpec& s, const std::vector<ebpf::MapEntry>& entries, const Stacks& st,
+                    const Output& o) {
+  std::vector<std::pair<int64_t, std::vector<uint8_t>>> rows;
+  for (const auto& e : entries) rows.emplace_back(int32_t(as_u64(e.key)), combined(e));
+  // As bpftrace: the largest value last.
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    return as_u64(a.second) != as_u64(b.second) ? as_u64(a.second) < as_u64(b.second) : a.first < b.first;
+  });
+  if (o.json) {
+    json es = json::array();
+    for (const auto& [id, v] : rows) {
+      json je{{"key", id}, {"value", jshow(v)}};
+      if (auto f = st.by_id.find(id); f != st.by_id.end()) je["ustack"] = f->second;
+      es.push_back(je);
+    }
+    fmt::print(o.f, "{}\n", json{{"type", "map"}, {"name", s.name}, {"map_type", ebpf::map_type_name(s.type)},
+                                  {"entries", es}}.dump());
+    return;
+  }
+  for (const auto& [id, v] : rows) {
+    auto f = st.by_id.find(id);
+    if (f == st.by_id.end()) {
+      fmt::print(o.f, "@{}[{}]: {}\n", s.name, id, show(v));
+      continue;
+    }
+    fmt::print(o.f, "@{}[\n", s.name);
+    for (const std::string& fr : f->second) fmt::print(o.f, "{}{}\n", kFrameIndent, fr);
+    fmt::print(o.f, "]: {}\n", show(v));
+  }
+  if (rows.empty()) fmt::print(o.f, "@{}: (empty)\n", s.name);
+  fmt::print(o.f, "\n");
+}
+
 void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs, const Output& o) {
+  Stacks stacks = read_stacks(mf);
   for (size_t i = 0; i < mf.count(); ++i) {
     const ebpf::MapSpec s = mf.spec(i);
+    if (s.type == uint32_t(ebpf::MapType::stack_trace)) {
+      print_stack_map(s, mf.entries(i), *stacks.syms, o);
+      continue;
+    }
+    if (stacks.have && keyed_by_stack(s)) {
+      print_by_stack(s, mf.entries(i), stacks, o);
+      continue;
+    }
     if (s.global_data || s.type == uint32_t(ebpf::MapType::ringbuf) ||
         s.type == uint32_t(ebpf::MapType::perf_event_array) || s.type == uint32_t(ebpf::MapType::bloom_filter) ||
         ebpf::is_usdt_internal_map(s.name))
@@ -794,6 +879,18 @@ int run(const RunFlags& f) {
   // The consumer sizes the perf rings, as perf_buffer__new's page count does.
   for (ebpf::MapSpec& s : specs)
     if (s.type == uint32_t(ebpf::MapType::perf_event_array)) s.ring_bytes = f.perf_pages * 4096;
+  // Stacks are symbolised after the run from the objects the agent lists here.
+  if (std::any_of(specs.begin(), specs.end(),
+                  [](const ebpf::MapSpec& x) { return x.type == uint32_t(ebpf::MapType::stack_trace); })) {
+    ebpf::MapSpec objects;
+    objects.name = ebpf::kObjectsMap;
+    objects.type = uint32_t(ebpf::MapType::array);
+    objects.key_size = 4;
+    objects.value_size = ebpf::kObjectsBytes;
+    objects.max_entries = 1;
+    objects.global_data = true;
+    specs.push_back(objects);
+  }
   ebpf::MapSpec printk;
   printk.name = ".printk";
   printk.type = uint32_t(ebpf::MapType::ringbuf);

@@ -328,7 +328,7 @@ std::string render(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& sp
     // A bloom filter has no entries to list, a prog_array's values are program indexes
     // (not measurements), and the USDT argument specs are libbpf's bookkeeping.
     if (s.type == uint32_t(ebpf::MapType::bloom_filter) || s.type == uint32_t(ebpf::MapType::prog_array) ||
-        ebpf::is_usdt_internal_map(s.name))
+        s.type == uint32_t(ebpf::MapType::stack_trace) || ebpf::is_usdt_internal_map(s.name))
       continue;
     const auto entries = mf.entries(i);
     sizes.emplace_back(s.name, entries.size());

@@ -1,6 +1,6 @@
-// Bad input: a helper utramp does not provide (bpf_get_stackid, 27).
+// Bad input: a helper utramp does not provide (bpf_get_current_task, 35).
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 SEC("fentry/work")
-int prog(void* ctx) { return bpf_get_stackid(ctx, 0, 0); }
+int prog(void* ctx) { return bpf_get_current_task() != 0; }
 char LICENSE[] SEC("license") = "GPL";
