@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "common/result.hpp"
+#include "ftrace/graph.hpp"
 #include "trace/trace_dir.hpp"
 
 namespace utramp::ftrace {
@@ -50,6 +51,7 @@ struct ImportHook {
   uint64_t stub = 0;                // what the slot holds while hooked; the function's id
   bool lazy = false;                // the resolver may still write the slot
   bool unwinds = false;             // unwinds its caller's stack: no exit to catch
+  Scope scope = Scope::none;        // record -F/-N (ftrace::Scope)
 };
 
 struct ImportRequest {
@@ -58,6 +60,7 @@ struct ImportRequest {
   std::string library;  // the object that defines it ("" when not known yet)
   bool lazy = false;    // sites::ImportSlot::lazy
   bool relro = false;   // the slot is in its object's RELRO (read-only)
+  Scope scope = Scope::none;
 };
 
 // How a function reached through a GOT slot is treated, by its symbol.
