@@ -58,10 +58,10 @@ struct ThreadTrace {
   // code (path general): frame addresses compare only within one stack, and a handler
   // left by longjmp shows only as an event off the signal stack (os/signal_stack.hpp).
   uint32_t switched = 0;
-  // Scopes (ftrace::Scope): -F and -N frames on the stack, and the depth from which
-  // calls are hidden (-D from the root or from the innermost -F frame; kMaxStack
-  // without -D). Changed only by the general code, when a scope frame is pushed or popped.
-  uint32_t in_filter = 0, in_notrace = 0;
+  // The depth from which calls are hidden: -D from the root, or from the innermost -F
+  // frame (ftrace::Scope); kMaxStack without -D. Read by the C hooks; changed only by the
+  // general code, when a scope frame is pushed or popped. (In what was padding: the
+  // inline path's offsets stay.)
   uint32_t limit = kMaxStack;
   Frame stack[kMaxStack];
   // Library calls (ftrace/libcall.hpp): the return addresses their hooks replaced, the
@@ -77,6 +77,8 @@ struct ThreadTrace {
   static constexpr uint32_t kMaxReturns = 256;
   uint32_t nrets = 0;
   Return rets[kMaxReturns];
+  // Scopes (ftrace::Scope): the -F and -N frames on the stack. General code only.
+  uint32_t in_filter = 0, in_notrace = 0;
   // Execution stacks (swapcontext coroutines: graph.cpp, "Context switches"). `stack`
   // holds the frames of the stack the thread runs on, named `context` (the ucontext_t
   // it will be saved to; 0 until the first switch); the others are parked in
