@@ -149,12 +149,14 @@ TEST(UftraceMcount, ArgumentsAndReturnValues) {
 // calls (in every thread), `-N X` nothing inside X, `-D N` counts from each -F match
 // (recursion: each match starts again) or from the thread's root without -F. A longjmp
 // out of a -F call leaves its scope: what the program calls after it is not recorded.
+// A signal handler's calls are in the scope of the call it interrupted (s-signal.c).
 // Each case has one expected text (golden/filter_<case>.txt) whatever the build; they
 // match what uftrace 0.13 prints for the same command on the -pg build (docs/tracing.md,
 // "Filters", says where uftrace differs: its longjmp).
 struct FilterCase {
   const char* name;
   std::vector<std::string> args;
+  const char* program = "filter";  // s-PROGRAM.c
 };
 
 const FilterCase kFilterCases[] = {
@@ -168,15 +170,22 @@ const FilterCase kFilterCases[] = {
     {"thread", {"-F", "worker"}},
     {"only", {"--only", "b", "--only", "d"}},
     {"skip", {"--skip", "c", "--skip", "down", "--skip", "worker"}},
+    // s-signal.c: a handler's calls are in the scope of what the signal interrupted.
+    {"signal_F", {"-F", "handler"}, "signal"},
+    {"signal_N", {"-N", "foo"}, "signal"},
+    {"signal_F_outer", {"-F", "foo"}, "signal"},
 };
 
 class UftraceFilters : public Uftrace {};
 
 TEST_P(UftraceFilters, ReplayIsUftraces) {
   const Program& p = GetParam();
-  const std::string exe = std::string(UTRAMP_UFT_DIR) + "/" + p.file;
   for (const FilterCase& c : kFilterCases) {
     SCOPED_TRACE(c.name);
+    // The same build of the case's program (s-filter.c's build names it).
+    std::string file = p.file;
+    file.replace(file.find("filter"), 6, c.program);
+    const std::string exe = std::string(UTRAMP_UFT_DIR) + "/" + file;
     utramp::test::TempDir tmp("utramp-uftrace-test");
     const std::string dir = tmp.path + "/trace";
     // atexit: gcrt1's (-pg), see above; other builds have none (and would be told so).
