@@ -4,6 +4,7 @@
 # (xray-basic mode), on bench/record_target.c (N calls of one tiny function).
 #
 #   ./scripts/bench-record.sh [N] [REPEATS]      (default 10000000 calls, best of 5)
+#   UTRAMP_BENCH_FILTERS=1 ./scripts/bench-record.sh ...   also -F/-N/-D/--only rows
 #
 # Method: each tracer gets its own build of the target (its sites), and each build is
 # timed untraced and traced, with N calls and with 0 calls. The fixed costs (start-up,
@@ -116,6 +117,52 @@ if [ "$have_xray" = 1 ]; then
     XRAY_OPTIONS="patch_premain=true xray_mode=xray-basic verbosity=0 xray_logfile_base=$WORK/out/xray-log."
 else
   echo "XRay: clang cannot link an XRay program (libclang-rt-14-dev), skipped"
+fi
+# uftrace's filters (docs/tracing.md, "Filters"), with UTRAMP_BENCH_FILTERS=1: the thread
+# CPU time of the traced loop (bench/record_target.c with RECORD_TARGET_CPU=1; the least
+# of REPEATS runs), less the untraced loop's, per call: steadier than wall time on a busy
+# machine, and without the recorder's work. Every function traced (the baseline, in the
+# same run), every call inside a -F scope (main: the inline path as without filters), the
+# same with -D (a per-thread depth limit: the C hooks), every call outside any scope (-F
+# of a function never called: compared with the top frame, not recorded), the traced
+# function itself named by -N or -F (its entry takes the general code), --only, and
+# uftrace's rows for the same commands.
+cpu_best() {  # cpu_best CMD...: the least loop CPU time of REPEATS runs, in ns
+  local best=0 c i
+  for ((i = 0; i < REPEATS; i++)); do
+    rm -rf "$WORK/out" && mkdir -p "$WORK/out"
+    c=$(cd "$WORK/out" && RECORD_TARGET_CPU=1 "$@" 2>&1 >/dev/null | grep -Eo 'cpu_ns [0-9]+' | cut -d' ' -f2)
+    if [ "$best" = 0 ] || [ "$c" -lt "$best" ]; then best=$c; fi
+  done
+  echo "$best"
+}
+cpu_row() {  # cpu_row NAME BUILD TRACED-CMD-PREFIX...
+  local name=$1 bin=$2; shift 2
+  local u t
+  u=$(cpu_best "$bin" "$N"); t=$(cpu_best "$@" "$bin" "$N")
+  awk -v t="$t" -v u="$u" -v n="$N" -v k="$name" \
+    'BEGIN { printf "%-36s %12.1f %12.1f %12.1f\n", k, u / 1e6, t / 1e6, (t - u) / n }'
+}
+if [ "${UTRAMP_BENCH_FILTERS:-0}" = 1 ]; then
+  echo
+  echo "# filters: thread CPU time of the loop, least of $REPEATS runs"
+  printf "%-36s %12s %12s %12s\n" "command" "plain ms" "traced ms" "ns/call"
+  U=("$UT" record -q -o "$WORK/out/utramp.data")
+  cpu_row "utramp, every function" "$WORK/t_pfe" "${U[@]}" --
+  cpu_row "utramp -F main" "$WORK/t_pfe" "${U[@]}" -F main --
+  cpu_row "utramp -F main -D 8" "$WORK/t_pfe" "${U[@]}" -F main -D 8 --
+  cpu_row "utramp -F never_called" "$WORK/t_pfe" "${U[@]}" -F never_called --
+  cpu_row "utramp -N tiny" "$WORK/t_pfe" "${U[@]}" -N tiny --
+  cpu_row "utramp -F tiny" "$WORK/t_pfe" "${U[@]}" -F tiny --
+  cpu_row "utramp --only tiny" "$WORK/t_pfe" "${U[@]}" --only tiny --
+  cpu_row "utramp, C hooks (no inline path)" "$WORK/t_pfe" env UTRAMP_NO_INLINE_TRACER=1 "${U[@]}" --
+  if command -v uftrace >/dev/null; then
+    cpu_row "uftrace, every function" "$WORK/t_pg" uftrace record -d "$WORK/out/uftrace.data"
+    cpu_row "uftrace -F main" "$WORK/t_pg" uftrace record -d "$WORK/out/uftrace.data" -F main
+    cpu_row "uftrace -N tiny" "$WORK/t_pg" uftrace record -d "$WORK/out/uftrace.data" -N tiny
+    cpu_row "uftrace -F tiny" "$WORK/t_pg" uftrace record -d "$WORK/out/uftrace.data" -F tiny
+  fi
+  echo
 fi
 # The clocks' floor: the same loop with two clock reads around each call and nothing
 # else (bench/timestamp_floor.c), against the plain loop. No function_graph tracer that

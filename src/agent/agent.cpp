@@ -61,6 +61,7 @@ struct Agent {
   std::recursive_mutex mu;
   std::string exe;
   arch::TracerHooks hooks;  // the tracer links' hooks (ftrace::hooks())
+  arch::TracerHooks filter_hooks, notrace_hooks;  // those of -F and -N functions (ftrace::scope_hooks)
 };
 
 Agent* g_agent = nullptr;
@@ -168,6 +169,27 @@ bool traced_object(std::string_view path) {
   return yes;
 }
 
+// Which functions are traced (--only, --skip: not even patched) and which open a scope
+// (-F, -N: ftrace::Scope), by their names (symbols/glob.hpp).
+struct Selection {
+  symbols::Globs only, skip, filters, notrace;
+  bool function_graph;
+  explicit Selection(const Config& c)
+      : only(c.only), skip(c.skip), filters(c.filters), notrace(c.notrace),
+        function_graph(c.tracer == "function_graph") {}
+  bool traced(const symbols::Name& name) const {
+    return !skip.matches(name) && (only.empty() || only.matches(name));
+  }
+  // -N wins over -F, as in uftrace: nothing is recorded inside such a call. The function
+  // tracer has no exits, hence no scopes (the CLI refuses -F/-N with it).
+  ftrace::Scope scope(const symbols::Name& name) const {
+    if (!function_graph) return ftrace::Scope::none;
+    if (notrace.matches(name)) return ftrace::Scope::notrace;
+    if (filters.matches(name)) return ftrace::Scope::filter;
+    return ftrace::Scope::none;
+  }
+};
+
 // Attaches the tracer to every selected function not traced yet.
 void attach_new_sites() {
   auto& table = sites::SiteTable::instance();
@@ -177,9 +199,9 @@ void attach_new_sites() {
   std::vector<trace::Function> cand;
   std::vector<size_t> first_req{0};  // cand[i]'s requests: [first_req[i], first_req[i+1])
   std::vector<trace::Function> reported;  // functions that report their own calls
-  std::vector<uint64_t> reported_addrs;
+  std::vector<Reported> reported_addrs;
   size_t skipped = 0;
-  const symbols::Globs filters(cfg.filters), notrace(cfg.notrace);
+  const Selection sel(cfg);
   for (sites::Site* s : table.all()) {
     if (s->traced_by_agent) continue;
     s->traced_by_agent = true;
@@ -187,13 +209,13 @@ void attach_new_sites() {
     if (!traced_object(s->object)) continue;
     if (noise(s->info.name)) continue;
     const symbols::Name name(s->info.name);
-    if (notrace.matches(name)) continue;
-    if (!filters.empty() && !filters.matches(name)) continue;
+    if (!sel.traced(name)) continue;
+    const ftrace::Scope scope = sel.scope(name);
     if (s->reports_calls) {
       // -finstrument-functions: its reports are recorded, no site is patched (a site
       // too would record each call twice). -A/-R need an image's ctx: not recorded.
       reported.push_back({s->info.func, s->info.size, s->info.name, s->object});
-      reported_addrs.push_back(s->info.func);
+      reported_addrs.push_back({s->info.func, scope});
       continue;
     }
     std::string why;
@@ -204,13 +226,17 @@ void attach_new_sites() {
     }
     std::optional<abi::Signature> sig;
     ftrace::FuncRecord* rec = record_for(name, *s, &sig);
+    rec->scope = scope;
     tramp::AttachOptions o;
     o.cookie = reinterpret_cast<uint64_t>(rec);
     o.caller = cfg.tracer == "function";  // graph_entry records who called (ctx[-4])
     if (rec->nargs == 0 && rec->ret.fmt == trace::ValueFormat::none) {
-      // Nothing to capture: the tracer's hooks, inlined in the image (no ctx).
-      reqs.push_back({s->info.func, tramp::AttachType::tracer,
-                      reinterpret_cast<uint64_t>(&g_agent->hooks), o});
+      // Nothing to capture: the tracer's hooks, inlined in the image (no ctx); a function
+      // with a scope takes the general code at entry.
+      const arch::TracerHooks* h = scope == ftrace::Scope::filter    ? &g_agent->filter_hooks
+                                   : scope == ftrace::Scope::notrace ? &g_agent->notrace_hooks
+                                                                     : &g_agent->hooks;
+      reqs.push_back({s->info.func, tramp::AttachType::tracer, reinterpret_cast<uint64_t>(h), o});
     } else {
       o.signature = std::move(sig);
       reqs.push_back({s->info.func, tramp::AttachType::fentry,
@@ -302,7 +328,7 @@ void trace_library_calls() {
     return !base.starts_with("libutramp") && !base.starts_with("ld-linux") &&
            !base.starts_with("linux-vdso");
   });
-  const symbols::Globs filters(cfg.filters), notrace(cfg.notrace);
+  const Selection sel(cfg);
   std::vector<ftrace::ImportRequest> reqs;
   for (const sites::ObjectImports& o : objects)
     for (const sites::ImportSlot& slot : o.slots) {
@@ -311,9 +337,9 @@ void trace_library_calls() {
       // dlopen, dlsym...: from the program's own slots only (ftrace/libcall.hpp).
       if (kind == ftrace::ImportKind::caller && !o.path.empty()) continue;
       const symbols::Name name(slot.name);
-      if (notrace.matches(name)) continue;
-      if (!filters.empty() && !filters.matches(name)) continue;
+      if (!sel.traced(name)) continue;
       ftrace::ImportRequest r;
+      r.scope = sel.scope(name);
       r.got = slot.got;
       r.name = slot.name;
       r.lazy = slot.lazy;
@@ -524,8 +550,11 @@ __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
   o.min_duration_ns = g_agent->cfg.min_duration_ns;
   o.ticks_per_ns = g_agent->cfg.ticks_per_ns;
   o.tids = g_agent->cfg.tids;
+  o.filter_scopes = !g_agent->cfg.filters.empty() && o.tracer == ftrace::Tracer::function_graph;
   ftrace::configure(&g_agent->buffers, o);
   g_agent->hooks = ftrace::hooks();
+  g_agent->filter_hooks = ftrace::scope_hooks(ftrace::Scope::filter);
+  g_agent->notrace_hooks = ftrace::scope_hooks(ftrace::Scope::notrace);
   tramp::set_unwind_hook(&ftrace::on_unwind);
   log_error(g_agent->files.started(&g_agent->dir));
   // Registered before the C library registers the dynamic loader's destructor pass (at

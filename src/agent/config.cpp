@@ -70,6 +70,8 @@ std::string dump_config(const Config& c) {
   j["tracer"] = c.tracer;
   j["filters"] = c.filters;
   j["notrace"] = c.notrace;
+  j["only"] = c.only;
+  j["skip"] = c.skip;
   j["libraries"] = c.libraries;
   j["libcalls"] = c.libcalls;
   j["nest_libcalls"] = c.nest_libcalls;
@@ -99,6 +101,8 @@ Result<Config> parse_config(const std::string& text, const std::string& path) {
     c.tracer = j.value("tracer", "function_graph");
     c.filters = j.value("filters", std::vector<std::string>{});
     c.notrace = j.value("notrace", std::vector<std::string>{});
+    c.only = j.value("only", std::vector<std::string>{});
+    c.skip = j.value("skip", std::vector<std::string>{});
     c.libraries = j.value("libraries", false);
     c.libcalls = j.value("libcalls", true);
     c.nest_libcalls = j.value("nest_libcalls", false);

@@ -52,8 +52,13 @@ struct Config {
   std::string shm_path;       // the shared buffers file
   std::string trace_dir;      // where functions-PID.tsv go
   std::string tracer = "function_graph";
-  std::vector<std::string> filters;   // -F: only these (globs: symbols/glob.hpp)
-  std::vector<std::string> notrace;   // -N: never these
+  // Globs (symbols/glob.hpp). -F, -N: uftrace's filters, every function traced and
+  // these open scopes (ftrace::Scope); --only, --skip: only these functions are traced,
+  // these are not (not even patched).
+  std::vector<std::string> filters;   // -F: record inside calls of these only
+  std::vector<std::string> notrace;   // -N: record nothing inside calls of these
+  std::vector<std::string> only;      // --only
+  std::vector<std::string> skip;      // --skip
   bool libraries = false;             // trace shared libraries' functions too
   bool libcalls = true;               // trace the program's calls into libraries (GOT)
   bool nest_libcalls = false;         // and the libraries' calls into other libraries

@@ -9,11 +9,19 @@
 #include <cstdint>
 #include <vector>
 
+#include "ftrace/graph.hpp"
+
 namespace utramp::agent {
 
-// Adds functions whose reports are recorded (selected by -F/-N as any other; not
-// traced through a site). Published for the hooks without a lock; the agent's lock
+// A function whose reports are recorded, and the scope it opens (record -F/-N).
+struct Reported {
+  uint64_t func;
+  ftrace::Scope scope;
+};
+
+// Adds functions whose reports are recorded (selected by --only/--skip as any other;
+// not traced through a site). Published for the hooks without a lock; the agent's lock
 // serialises callers.
-void report_functions(const std::vector<uint64_t>& funcs);
+void report_functions(const std::vector<Reported>& funcs);
 
 }  // namespace utramp::agent

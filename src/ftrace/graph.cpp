@@ -43,6 +43,10 @@ const Options* g_opts = nullptr;
 // Read on hit paths: no allocation, no static initialisation guard.
 Tracer tracer_kind() { return g_opts ? g_opts->tracer : Tracer::function_graph; }
 uint32_t max_depth() { return g_opts ? g_opts->max_depth : 0; }
+// The depth limit from the root (-D, at most the stack's size).
+uint32_t root_limit() { return max_depth() ? std::min(max_depth(), kMaxStack) : kMaxStack; }
+// Some function opens a -F scope: calls outside every one are not recorded.
+bool g_filter_scopes = false;
 uint64_t g_min_ticks = 0;
 // Bumped by after_fork_child() in a forked child (its only thread runs the atfork
 // handler), so that the state of that thread is renewed on its next event. Comparing
@@ -63,10 +67,23 @@ bool tid_selected(uint32_t tid) {
 void emit(ThreadTrace* ts, trace::EventType type, uint64_t time, uint64_t addr, uint64_t data,
           uint16_t depth, uint8_t flags = 0, uint32_t aux = 0);
 
+// Whether the thread records its calls here, as its scopes say (ftrace::Scope): inside a
+// -F scope (when there are -F functions), and in no -N scope.
+bool recording(uint32_t in_filter, uint32_t in_notrace) {
+  return (in_filter || !g_filter_scopes) && !in_notrace;
+}
+
 // What the fast path may do on a thread with a ring: ordinary events, unless -t defers
-// entries or a signal handler runs on its alternate stack (ThreadTrace::switched).
+// entries or a signal handler runs on its alternate stack (ThreadTrace::switched); while
+// the thread records nothing, it ignores them (Path::outside).
 Path fast_or_general(const ThreadTrace* ts) {
-  return g_min_ticks || ts->switched ? Path::general : Path::fast;
+  if (g_min_ticks || ts->switched) return Path::general;
+  return recording(ts->in_filter, ts->in_notrace) ? Path::fast : Path::outside;
+}
+
+// After a scope opened or closed: fast and outside follow it, other paths stay.
+void scope_changed(ThreadTrace* ts) {
+  if (ts->path == Path::fast || ts->path == Path::outside) ts->path = fast_or_general(ts);
 }
 
 // The top frame leaves the shadow stack. `switched` is counted down before depth: cut
@@ -77,6 +94,13 @@ void pop_frame(ThreadTrace* ts) {
   if ((f.flags & Frame::kSwitched) && ts->switched && --ts->switched == 0 &&
       ts->path == Path::general)
     ts->path = fast_or_general(ts);
+  if (f.flags & (Frame::kFilter | Frame::kNotrace)) {
+    // Its scope closes, however the frame leaves (return, longjmp, exception, repair).
+    ts->in_filter = f.saved_filter;
+    ts->in_notrace = f.saved_notrace;
+    ts->limit = f.saved_limit;
+    scope_changed(ts);
+  }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   --ts->depth;
 }
@@ -121,11 +145,25 @@ ThreadTrace* state() {
     ts->depth = 0;
     ts->overflow = 0;
     ts->switched = 0;
+    ts->in_filter = ts->in_notrace = 0;
+    ts->limit = root_limit();
+  } else {
+    // The frames kept decide the limit (the same as before in a forked child; after a
+    // new configure(), -D may have changed): the innermost -F frame's, or the root's.
+    uint32_t limit = root_limit();
+    for (uint32_t i = ts->depth; i; --i)
+      if (ts->stack[i - 1].flags & Frame::kFilter) {
+        if (max_depth()) limit = std::min(i - 1 + max_depth(), kMaxStack);
+        break;
+      }
+    ts->limit = limit;
   }
   if (!tid_selected(ts->tid) || tramp::t_utramp_thread) {
     ts->depth = 0;
     ts->overflow = 0;
     ts->switched = 0;
+    ts->in_filter = ts->in_notrace = 0;
+    ts->limit = root_limit();
     ts->fork_gen = g_fork_gen;
     return nullptr;
   }
@@ -327,7 +365,7 @@ void configure(trace::ShmBuffers* buffers, const Options& opts) {
   g_opts = new Options(opts);
   g_min_ticks = static_cast<uint64_t>(static_cast<double>(opts.min_duration_ns) * opts.ticks_per_ns);
   detail::g_fast.function_tracer = opts.tracer == Tracer::function;
-  detail::g_fast.max_depth = opts.max_depth;
+  g_filter_scopes = opts.filter_scopes;
   // The calling thread's state (if any) is renewed on its next event, as after a fork.
   ++g_fork_gen;
   if (t_trace) t_trace->path = Path::general;
@@ -345,7 +383,19 @@ arch::TracerHooks hooks() {
   h.inline_path = tracer_kind() == Tracer::function_graph && g_buffers &&
                   g_buffers->mode() != trace::BufferMode::overwrite &&
                   !std::getenv("UTRAMP_NO_INLINE_TRACER");
+  // The inline path compares the depth with a constant: -D counted from each -F frame
+  // varies per thread, which the C hooks read (ThreadTrace::limit).
+  if (g_filter_scopes && max_depth()) h.inline_path = false;
   if (h.inline_path) h.fast = detail::inline_layout(max_depth());
+  return h;
+}
+
+arch::TracerHooks scope_hooks(Scope scope) {
+  arch::TracerHooks h = hooks();
+  h.inline_path = false;
+  h.entry = reinterpret_cast<uint64_t>(&utramp_graph_scope_entry);
+  h.entry_general = scope == Scope::filter ? reinterpret_cast<uint64_t>(&utramp_graph_filter_entry_thunk)
+                                           : reinterpret_cast<uint64_t>(&utramp_graph_notrace_entry_thunk);
   return h;
 }
 
@@ -354,7 +404,7 @@ namespace {
 // One call entered: `sp` identifies its frame (deeper calls have lower addresses);
 // `rec` and `ctx` (arguments to record) only from programs run by a general image.
 void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
-              const FuncRecord* rec, const uint64_t* ctx) {
+              const FuncRecord* rec, const uint64_t* ctx, Scope scope = Scope::none) {
   const uint64_t time = now();
   if (tracer_kind() == Tracer::function) {
     // One event per call: who called whom.
@@ -365,6 +415,9 @@ void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
   const bool switching =
       ts->depth && ts->stack[ts->depth - 1].sp <= sp && onto_alt_stack(sp, ts->stack[ts->depth - 1].sp);
   if (!switching) close_stale(ts, sp, time, true);
+  // Not recording here (outside every -F scope, inside a -N one): the call is not even
+  // pushed, unless it opens a scope.
+  if (scope == Scope::none && !recording(ts->in_filter, ts->in_notrace)) return;
   if (ts->depth >= kMaxStack) {
     ++ts->overflow;
     ++ts->overruns;
@@ -377,16 +430,45 @@ void do_entry(ThreadTrace* ts, uint64_t func, uint64_t sp, uint64_t caller,
   f.sp = sp;
   f.func = func;
   f.time = time;
-  f.flags = max_depth() && d >= max_depth() ? Frame::kHidden : 0;
-  if (switching) f.flags |= Frame::kSwitched;
+  // The scope this call runs in: a -F call opens one (-D counts from it), a -N call one
+  // that records nothing.
+  uint32_t in_filter = ts->in_filter, in_notrace = ts->in_notrace, limit = ts->limit;
+  uint8_t flags = 0;
+  if (scope != Scope::none) {
+    f.saved_filter = static_cast<uint16_t>(in_filter);
+    f.saved_notrace = static_cast<uint16_t>(in_notrace);
+    f.saved_limit = static_cast<uint16_t>(limit);
+    if (scope == Scope::filter) {
+      ++in_filter;
+      if (max_depth()) limit = std::min(d + max_depth(), kMaxStack);
+      flags = Frame::kFilter;
+    } else {
+      ++in_notrace;
+      flags = Frame::kNotrace;
+    }
+  }
+  const bool shown = recording(in_filter, in_notrace);
+  const bool too_deep = shown && d >= limit;
+  if (!shown || too_deep) flags |= Frame::kHidden;
+  if (switching) flags |= Frame::kSwitched;
+  f.flags = flags;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   ts->depth = d + 1;
+  // Opened once the frame that closes it is pushed: cut short in between (a signal
+  // handler's longjmp), the frame's pop restores what was there.
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (scope != Scope::none) {
+    ts->in_filter = in_filter;
+    ts->in_notrace = in_notrace;
+    ts->limit = limit;
+    scope_changed(ts);
+  }
   if (switching) {
     ++ts->switched;
     ts->path = fast_or_general(ts);
   }
   if (f.hidden()) {
-    ++ts->overruns;
+    if (too_deep) ++ts->overruns;  // below the depth limit: counted, as replay says
     return;
   }
   const bool args = rec && rec->nargs && ctx;
@@ -443,9 +525,10 @@ uint64_t graph_entry(uint64_t* ctx) {
     return 0;
   }
   InTracer in;
+  const auto* rec = reinterpret_cast<const FuncRecord*>(ctx[abi::kCtxCookie]);
   if (ThreadTrace* ts = state())
-    do_entry(ts, ctx[abi::kCtxFuncIp], reinterpret_cast<uint64_t>(ctx), ctx[abi::kCtxCaller],
-             reinterpret_cast<const FuncRecord*>(ctx[abi::kCtxCookie]), ctx);
+    do_entry(ts, ctx[abi::kCtxFuncIp], reinterpret_cast<uint64_t>(ctx), ctx[abi::kCtxCaller], rec, ctx,
+             rec ? rec->scope : Scope::none);
   return 0;
 }
 
@@ -460,13 +543,23 @@ uint64_t graph_exit(uint64_t* ctx) {
   return 0;
 }
 
-void reported_entry(uint64_t func, uint64_t sp, uint64_t caller) {
+void reported_entry(uint64_t func, uint64_t sp, uint64_t caller, Scope scope) {
   if (tracer_held(sp)) {
     nested_drop();
     return;
   }
   InTracer in;
-  if (ThreadTrace* ts = state()) do_entry(ts, func, sp, caller, nullptr, nullptr);
+  if (ThreadTrace* ts = state()) do_entry(ts, func, sp, caller, nullptr, nullptr, scope);
+}
+
+void scoped_entry(uint64_t func, uint64_t frame, Scope scope) {
+  if (tracer_held(frame)) {
+    nested_drop();
+    return;
+  }
+  InTracer in;
+  if (ThreadTrace* ts = state())
+    do_entry(ts, func, frame, *reinterpret_cast<const uint64_t*>(frame + 8), nullptr, nullptr, scope);
 }
 
 void reported_exit(uint64_t func, uint64_t sp) {
@@ -481,7 +574,12 @@ void reported_exit(uint64_t func, uint64_t sp) {
   // higher when the compiler made the report a tail call (gcc -O2 reports the exit by
   // `jmp` after the epilogue). So the exit closes the innermost open call of `func`,
   // and do_exit closes the calls above it as left by longjmp; an exit of a function
-  // with no open call is ignored.
+  // with no open call is ignored. While the thread records nothing, calls are not pushed
+  // (a -N scope, outside every -F one): an exit there is the top scope frame's or none.
+  if (!recording(ts->in_filter, ts->in_notrace)) {
+    if (ts->depth && ts->stack[ts->depth - 1].func == func) do_exit(ts, ts->stack[ts->depth - 1].sp, nullptr, nullptr);
+    return;
+  }
   for (uint32_t d = ts->depth; d; --d)
     if (ts->stack[d - 1].func == func) {
       do_exit(ts, ts->stack[d - 1].sp, nullptr, nullptr);
@@ -561,6 +659,8 @@ void new_context(uint64_t ucp) {
   p->depth = 0;
   p->overflow = 0;
   p->switched = 0;
+  p->in_filter = p->in_notrace = 0;  // a stack of its own: in no scope yet
+  p->limit = root_limit();
   p->key = ucp;
   std::atomic_signal_fence(std::memory_order_seq_cst);  // filled in before it is used
   p->used = 1;
@@ -598,6 +698,9 @@ uint64_t switch_context(uint64_t from, uint64_t to) {
     left->depth = ts->depth;
     left->overflow = ts->overflow;
     left->switched = ts->switched;
+    left->in_filter = ts->in_filter;
+    left->in_notrace = ts->in_notrace;
+    left->limit = ts->limit;
     std::memcpy(left->stack, ts->stack, sizeof(Frame) * ts->depth);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     left->used = 1;
@@ -609,6 +712,9 @@ uint64_t switch_context(uint64_t from, uint64_t to) {
   std::memcpy(ts->stack, next->stack, sizeof(Frame) * depth);
   ts->overflow = next->overflow;
   ts->switched = next->switched;
+  ts->in_filter = next->in_filter;
+  ts->in_notrace = next->in_notrace;
+  ts->limit = next->limit;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   ts->depth = depth;
   next->used = 0;
@@ -684,6 +790,16 @@ extern "C" __attribute__((visibility("hidden"))) void utramp_graph_entry_general
   if (ThreadTrace* ts = utramp::ftrace::state())
     utramp::ftrace::do_entry(ts, func, frame, *reinterpret_cast<const uint64_t*>(frame + 8),
                              nullptr, nullptr);
+}
+
+extern "C" __attribute__((visibility("hidden"))) void utramp_graph_filter_entry_general(uint64_t func,
+                                                                                         uint64_t frame) {
+  utramp::ftrace::scoped_entry(func, frame, utramp::ftrace::Scope::filter);
+}
+
+extern "C" __attribute__((visibility("hidden"))) void utramp_graph_notrace_entry_general(uint64_t func,
+                                                                                          uint64_t frame) {
+  utramp::ftrace::scoped_entry(func, frame, utramp::ftrace::Scope::notrace);
 }
 
 extern "C" __attribute__((visibility("hidden"))) void utramp_graph_exit_general(uint64_t,

@@ -21,6 +21,18 @@ namespace utramp::ftrace {
 
 enum class Tracer : uint8_t { function, function_graph };
 
+// uftrace's filters, decided per function when it is attached (record -F/-N): a call of a
+// `filter` function opens a scope in which its thread's calls are recorded (down to -D
+// levels below it, when -D is given), a call of a `notrace` function one in which
+// nothing is (itself included). When some function is a `filter` one (Options::
+// filter_scopes), calls outside every filter scope are not recorded. The scopes are the
+// shadow stack's: a frame that opened one closes it when it leaves the stack, however
+// it leaves (return, longjmp, exception, a repair), so each thread, and each execution
+// stack, has its own. Functions with a scope always take the general code at entry
+// (scope_hooks); every other call keeps the fast path, which only reads the thread's
+// state (graph_state.hpp: ThreadTrace::limit, Path::outside).
+enum class Scope : uint8_t { none = 0, filter = 1, notrace = 2 };
+
 // What to record for one function (the link's cookie points to it).
 struct FuncRecord {
   uint64_t addr = 0;
@@ -47,6 +59,7 @@ struct FuncRecord {
   Value args[8] = {};
   uint8_t nargs = 0;
   Value ret;  // fmt none: not recorded
+  Scope scope = Scope::none;  // record -F/-N (see Scope)
 };
 
 struct Options {
@@ -55,6 +68,9 @@ struct Options {
   uint64_t min_duration_ns = 0;    // -t
   double ticks_per_ns = 1.0;       // to convert -t into time-source ticks
   std::vector<uint32_t> tids;      // thread filter (empty: all)
+  // Some functions are attached with Scope::filter: calls outside their scopes are not
+  // recorded, and -D counts from the innermost one.
+  bool filter_scopes = false;
 };
 
 // Sets up the tracer: where events go and how they are filtered. Call before attaching,
@@ -65,6 +81,9 @@ void configure(trace::ShmBuffers* buffers, const Options& opts);
 // the image around each call. Functions whose arguments or return value are recorded
 // use the programs below instead (they need the ctx an image builds for programs).
 arch::TracerHooks hooks();
+// The hooks of a function with a scope (Scope::filter or notrace): its entry always takes
+// the general code, which opens the scope; no inline path.
+arch::TracerHooks scope_hooks(Scope scope);
 
 // The programs (utramp_prog_t shape) to attach with a FuncRecord* as cookie.
 uint64_t graph_entry(uint64_t* ctx);
@@ -76,7 +95,7 @@ uint64_t graph_exit(uint64_t* ctx);
 // on the shadow stack as an image's frame does (deeper calls lower): the function's
 // stack pointer where it reports. An exit closes the innermost open call of `func`
 // (its report's stack pointer may differ from the entry's: graph.cpp).
-void reported_entry(uint64_t func, uint64_t sp, uint64_t caller);
+void reported_entry(uint64_t func, uint64_t sp, uint64_t caller, Scope scope = Scope::none);
 void reported_exit(uint64_t func, uint64_t sp);
 
 // Execution stacks (graph.cpp, "Context switches"), told by the agent's swapcontext,
@@ -88,6 +107,9 @@ void reported_exit(uint64_t func, uint64_t sp);
 // longjmp detection sees). Returns the name the left stack had before.
 void new_context(uint64_t ucp);
 uint64_t switch_context(uint64_t from, uint64_t to);
+
+// A library call's entry (ftrace/libcall.cpp) of a function with a scope: general code.
+void scoped_entry(uint64_t func, uint64_t frame, Scope scope);
 
 // Called by the image personality when an exception unwinds through the frame of
 // `func` on this thread.

@@ -32,9 +32,20 @@ namespace {
 
 
 // Non-zero: the general code must handle this event. Zero with `ts` null: ignored.
+// 3: not recording here (Path::outside), see outside().
 UTRAMP_ALWAYS_INLINE uint64_t check(ThreadTrace* ts) {
   if (__builtin_expect(ts == nullptr, 0)) return 1;
-  return ts->path == Path::fast ? 0 : ts->path == Path::ignore ? 2 : 1;
+  return ts->path == Path::fast ? 0 : ts->path == Path::ignore ? 2 : ts->path == Path::outside ? 3 : 1;
+}
+
+// An event while the thread records nothing (outside every -F scope, or inside a -N
+// one): ignored, the call not pushed, unless the top frame is this call's own (a scope
+// frame's exit) or was left by a longjmp (at this address or deeper on the machine
+// stack): the general code then pops it and closes its scope. Only reads: a signal
+// handler that runs in between leaves the state as it found it.
+UTRAMP_ALWAYS_INLINE uint64_t outside(const ThreadTrace* ts, uint64_t frame) {
+  const uint32_t d = ts->depth;
+  return d && ts->stack[d - 1].sp <= frame ? 1 : 0;
 }
 
 }  // namespace
@@ -120,7 +131,7 @@ using utramp::trace::EventType;
 extern "C" __attribute__((no_caller_saved_registers, visibility("hidden"))) uint64_t
 utramp_graph_fast_entry(uint64_t func, uint64_t frame) {
   ThreadTrace* ts = t_trace;
-  if (const uint64_t c = check(ts)) return c == 2 ? 0 : 1;
+  if (const uint64_t c = check(ts)) return c == 3 ? outside(ts, frame) : c == 2 ? 0 : 1;
   if (t_in_tracer) return 1;  // inside the tracer: the general code counts it lost
   InTracer in;
   if (g_fast.function_tracer) {
@@ -135,8 +146,8 @@ utramp_graph_fast_entry(uint64_t func, uint64_t frame) {
   // when the function longjmp returned to calls again from where it called the frame
   // left); the depth limits and overflow are counted: all general work.
   if (d && ts->stack[d - 1].sp <= frame) return 1;
-  if (d >= kMaxStack || ts->overflow) return 1;
-  if (g_fast.max_depth && d >= g_fast.max_depth) return 1;
+  // The depth limit (kMaxStack, -D, or -D below the innermost -F frame): hidden calls.
+  if (d >= ts->limit || ts->overflow) return 1;
   const uint64_t t = utramp::arch::cycles();
   // Staged: if the exit comes next, the two become one `leaf` event (half the bytes).
   if (!ts->producer.put_fast(t, func, 0, static_cast<uint16_t>(d), EventType::entry, true)) return 1;
@@ -154,7 +165,7 @@ extern "C" __attribute__((no_caller_saved_registers, visibility("hidden"))) uint
 utramp_graph_fast_exit(uint64_t func, uint64_t frame) {
   (void)func;
   ThreadTrace* ts = t_trace;
-  if (const uint64_t c = check(ts)) return c == 2 ? 0 : 1;
+  if (const uint64_t c = check(ts)) return c == 3 ? outside(ts, frame) : c == 2 ? 0 : 1;
   if (t_in_tracer) return 1;  // inside the tracer: the general code counts it lost
   InTracer in;
   const uint32_t d = ts->depth;
@@ -216,4 +227,13 @@ utramp_graph_fast_exit(uint64_t func, uint64_t frame) {
 
 asm(".text\n"
     UTRAMP_THUNK(utramp_graph_entry_thunk, utramp_graph_entry_general)
-    UTRAMP_THUNK(utramp_graph_exit_thunk, utramp_graph_exit_general));
+    UTRAMP_THUNK(utramp_graph_exit_thunk, utramp_graph_exit_general)
+    UTRAMP_THUNK(utramp_graph_filter_entry_thunk, utramp_graph_filter_entry_general)
+    UTRAMP_THUNK(utramp_graph_notrace_entry_thunk, utramp_graph_notrace_entry_general));
+
+// The entry hook of a function with a scope (ftrace::scope_hooks): always the general
+// code, which opens the scope.
+extern "C" __attribute__((no_caller_saved_registers, visibility("hidden"))) uint64_t
+utramp_graph_scope_entry(uint64_t, uint64_t) {
+  return 1;
+}

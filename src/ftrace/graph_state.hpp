@@ -12,6 +12,7 @@ namespace utramp::ftrace::detail {
 
 // Calls deeper than this are counted, not recorded (the -D limit is usually lower).
 inline constexpr uint32_t kMaxStack = 2048;
+static_assert(kMaxStack <= UINT16_MAX, "a frame saves depths and scope counts as u16");
 
 struct Frame {
   uint64_t sp;      // the image frame of the call: deeper calls have lower addresses
@@ -21,11 +22,17 @@ struct Frame {
   // deeper than -D, never written; kSwitched: the first frame of a signal handler on
   // its alternate stack, at a higher address than the frames it interrupted (the fast
   // path leaves its exit to the general code, which sees flags != kWritten).
+  // kFilter, kNotrace: the call opened a scope (ftrace::Scope); popping the frame closes
+  // it, putting the thread's scope state back to what it was before the call (saved_*:
+  // absolute values, so that a pop repeated by a repair changes nothing more). The fast
+  // path leaves such a frame's exit to the general code, which sees flags != kWritten.
   uint8_t flags;
-  static constexpr uint8_t kWritten = 1, kHidden = 2, kSwitched = 4;
+  static constexpr uint8_t kWritten = 1, kHidden = 2, kSwitched = 4, kFilter = 8, kNotrace = 16;
+  uint16_t saved_limit, saved_filter, saved_notrace;  // ThreadTrace's, before the call
   bool written() const { return flags & kWritten; }
   bool hidden() const { return flags & kHidden; }
 };
+static_assert(sizeof(Frame) == 32, "the saved scope lives in the padding");
 
 // What the fast path may do on this thread: the general code decides, on every event
 // it handles, and a fork resets it.
@@ -33,6 +40,10 @@ enum class Path : uint8_t {
   general = 0,  // call the general code (no state yet, a fork, -t, arguments...)
   fast = 1,     // state valid, buffer claimed: the fast path handles ordinary events
   ignore = 2,   // this thread is not traced (thread filter, no buffer left)
+  // Not recording here (outside every -F scope, or inside a -N one): the fast path
+  // ignores ordinary calls without pushing them, but sends to the general code any
+  // event that finds the top frame left by longjmp (its scope must close).
+  outside = 3,
 };
 
 struct ThreadTrace {
@@ -47,6 +58,11 @@ struct ThreadTrace {
   // code (path general): frame addresses compare only within one stack, and a handler
   // left by longjmp shows only as an event off the signal stack (os/signal_stack.hpp).
   uint32_t switched = 0;
+  // The depth from which calls are hidden: -D from the root, or from the innermost -F
+  // frame (ftrace::Scope); kMaxStack without -D. Read by the C hooks; changed only by the
+  // general code, when a scope frame is pushed or popped. (In what was padding: the
+  // inline path's offsets stay.)
+  uint32_t limit = kMaxStack;
   Frame stack[kMaxStack];
   // Library calls (ftrace/libcall.hpp): the return addresses their hooks replaced, the
   // newest last. Kept apart from the frames (which a fork in the child, or the tracer's
@@ -61,6 +77,8 @@ struct ThreadTrace {
   static constexpr uint32_t kMaxReturns = 256;
   uint32_t nrets = 0;
   Return rets[kMaxReturns];
+  // Scopes (ftrace::Scope): the -F and -N frames on the stack. General code only.
+  uint32_t in_filter = 0, in_notrace = 0;
   // Execution stacks (swapcontext coroutines: graph.cpp, "Context switches"). `stack`
   // holds the frames of the stack the thread runs on, named `context` (the ucontext_t
   // it will be saved to; 0 until the first switch); the others are parked in
@@ -79,6 +97,7 @@ struct Contexts {
     uint32_t used;       // 0: a free slot
     uint32_t depth;      // as ThreadTrace's
     uint32_t switched;
+    uint32_t in_filter, in_notrace, limit;  // as ThreadTrace's
     uint64_t overflow;
     Frame stack[kMaxStack];
   };
@@ -88,7 +107,6 @@ struct Contexts {
 // Read by the fast path; set by configure() before any site is attached.
 struct FastConfig {
   bool function_tracer = false;  // entries only, data = caller
-  uint32_t max_depth = 0;        // -D (0: unlimited)
 };
 extern FastConfig g_fast __attribute__((visibility("hidden")));
 
@@ -161,4 +179,11 @@ void utramp_graph_entry_thunk(uint64_t func, uint64_t frame);
 void utramp_graph_exit_thunk(uint64_t func, uint64_t frame);
 void utramp_graph_entry_general(uint64_t func, uint64_t frame);
 void utramp_graph_exit_general(uint64_t func, uint64_t frame);
+// Functions with a scope (ftrace::scope_hooks): an entry hook that always asks for the
+// general code, and thunks to the general entries that open each kind of scope.
+uint64_t utramp_graph_scope_entry(uint64_t func, uint64_t frame);
+void utramp_graph_filter_entry_thunk(uint64_t func, uint64_t frame);
+void utramp_graph_notrace_entry_thunk(uint64_t func, uint64_t frame);
+void utramp_graph_filter_entry_general(uint64_t func, uint64_t frame);
+void utramp_graph_notrace_entry_general(uint64_t func, uint64_t frame);
 }

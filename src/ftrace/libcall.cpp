@@ -137,6 +137,7 @@ std::vector<trace::Function> hook_imports(const std::vector<ImportRequest>& reqs
     h->unwinds = kind == ImportKind::unwinds;
     h->caller = kind == ImportKind::caller;
     h->next = r.name == "dlsym" || r.name == "dlvsym";
+    h->scope = r.scope;
     auto code = arch::emit_import_stub(h->stub, reinterpret_cast<uint64_t>(h), entry);
     if (code) {
       if (auto w = arena.write(*block, i * kStride, *code); !w) code = std::move(w).error();
@@ -190,7 +191,8 @@ extern "C" __attribute__((visibility("hidden"))) uint64_t utramp_libcall_enter(I
   const uint64_t frame = reinterpret_cast<uint64_t>(ret_slot) - 8;
   ThreadTrace* ts = t_trace;
   if (ts && ts->nrets >= ThreadTrace::kMaxReturns) return target;  // too deep: not traced
-  if (utramp_graph_fast_entry(h->stub, frame)) utramp_graph_entry_general(h->stub, frame);
+  if (h->scope != utramp::ftrace::Scope::none) utramp::ftrace::scoped_entry(h->stub, frame, h->scope);
+  else if (utramp_graph_fast_entry(h->stub, frame)) utramp_graph_entry_general(h->stub, frame);
   if (g_fast.function_tracer) return target;  // entries only: no exit to catch
   ts = t_trace;
   if (!ts) return target;  // no state: nothing was recorded

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "common/result.hpp"
+#include "ftrace/graph.hpp"
 #include "trace/trace_dir.hpp"
 
 namespace utramp::ftrace {
@@ -59,6 +60,7 @@ struct ImportHook {
   bool unwinds = false;             // unwinds its caller's stack: no exit to catch
   bool caller = false;              // looks at its caller's address: returns via the pad
   bool next = false;                // dlsym, dlvsym: not traced when asked for RTLD_NEXT
+  Scope scope = Scope::none;        // record -F/-N (ftrace::Scope)
 };
 
 struct ImportRequest {
@@ -67,6 +69,7 @@ struct ImportRequest {
   std::string library;  // the object that defines it ("" when not known yet)
   bool lazy = false;    // sites::ImportSlot::lazy
   bool relro = false;   // the slot is in its object's RELRO (read-only)
+  Scope scope = Scope::none;
 };
 
 // How a function reached through a GOT slot is treated, by its symbol. `caller`: looks

@@ -135,16 +135,35 @@ TEST(LibCallOptions, OffFilteredAndDepthLimited) {
     EXPECT_EQ(calls.count("malloc") + calls.count("printf") + calls.count("qsort"), 0u);
   }
   {
-    Recorded r({"-N", "malloc", "-N", "q*"}, {exe});
+    // --skip: those library calls are not hooked; the callback is still traced.
+    Recorded r({"--skip", "malloc", "--skip", "q*"}, {exe});
     auto calls = report_calls(r.dir);
     EXPECT_EQ(calls["getpid"], 3);
     EXPECT_EQ(calls.count("malloc") + calls.count("qsort"), 0u);
     EXPECT_EQ(calls["by_value"], 3);  // still traced, now under step
   }
   {
-    Recorded r({"-F", "getpid", "-F", "step"}, {exe});
+    Recorded r({"--only", "getpid", "--only", "step"}, {exe});
     auto calls = report_calls(r.dir);
     EXPECT_EQ(calls, (std::map<std::string, long>{{"getpid", 3}, {"step", 3}}));
+  }
+  {
+    // uftrace's -N on a library function: nothing inside it, the program's callback
+    // that qsort calls included.
+    Recorded r({"-N", "qsort"}, {exe});
+    auto calls = report_calls(r.dir);
+    EXPECT_EQ(calls["getpid"], 3);
+    EXPECT_EQ(calls["step"], 3);
+    EXPECT_EQ(calls.count("qsort") + calls.count("by_value"), 0u);
+  }
+  {
+    // uftrace's -F on a library function: the call and the callback it makes, nothing
+    // of its caller.
+    Recorded r({"-F", "qsort"}, {exe});
+    auto calls = report_calls(r.dir);
+    EXPECT_EQ(calls.count("step") + calls.count("getpid") + calls.count("main"), 0u);
+    EXPECT_GT(calls["qsort"], 0);
+    EXPECT_GT(calls["by_value"], 0);
   }
   {
     Recorded r({"-D", "2"}, {exe});  // main and step: their library calls are deeper

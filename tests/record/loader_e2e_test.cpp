@@ -73,7 +73,7 @@ TEST(Loader, PluginHostBehavesAsUntraced) {
 TEST(Loader, PluginsAreTracedFromTheirFirstCall) {
   TempDir t("utramp-loader");
   const std::string dir = t.path + "/d";
-  const RunResult r = utramp::test::run_cli({"record", "--libs", "-F", "ld_*", "-o", dir, "--", kHost},
+  const RunResult r = utramp::test::run_cli({"record", "--libs", "--only", "ld_*", "-o", dir, "--", kHost},
                                             {.timeout_s = 120});
   ASSERT_FALSE(r.timed_out) << r.err;
   ASSERT_EQ(r.exit_code, 0) << r.err;

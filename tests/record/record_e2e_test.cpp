@@ -295,7 +295,7 @@ TEST_P(Matrix, LongjmpThroughTheHooks) {
 // -A/-R: integers, strings (short and longer than one 16-byte event), pointers.
 TEST_P(Matrix, ArgsAndReturnValues) {
   Recording r(fx(),
-              {"-F", "run_args", "-F", "add", "-F", "greet", "-F", "pick", "-A", "add@arg1,arg2",
+              {"--only", "run_args", "--only", "add", "--only", "greet", "--only", "pick", "-A", "add@arg1,arg2",
                "-R", "add", "-A", "greet@arg1/s", "-R", "greet/s", "-A", "pick@arg1/x", "-R",
                "pick/x"},
               {"args"});
@@ -307,7 +307,7 @@ TEST_P(Matrix, ArgsAndReturnValues) {
 // char, a float in xmm0, a double and an int counted apart: fparg1 and arg1), floating-
 // point return values from xmm0.
 const std::vector<std::string> kFargsOpts = {
-    "-F", "run_fargs", "-F", "scale", "-F", "half", "-F", "neg", "-F", "upper", "-F", "mixed",
+    "--only", "run_fargs", "--only", "scale", "--only", "half", "--only", "neg", "--only", "upper", "--only", "mixed",
     "-A", "scale@fparg1,arg1", "-R", "scale", "-A", "half@arg1/f", "-R", "half",
     "-A", "neg@arg1,arg2", "-R", "neg", "-A", "upper@arg1", "-R", "upper",
     "-A", "mixed@arg1,fparg1,arg2/s,fparg2,arg1/x", "-R", "mixed"};
@@ -398,12 +398,12 @@ std::vector<Fixture> cxx_fixtures() {
 // symbols with --no-demangle (from the trace: the symbol file holds them).
 TEST_P(CxxMatrix, NamesOneRule) {
   const std::vector<std::string> filters = {
-      "-F", "shop::run_names",                                        // simple
-      "-F", "shop::Box<int>::operator<(shop::Box<int> const&) const", // full
-      "-F", "_ZNK4shop3BoxIiEclEi",                                   // symbol
-      "-F", "shop::Box::g*",                                          // glob on simple
-      "-F", "*hidden(int)",                                           // glob on full
-      "-F", "shop::label"};                                           // [abi:cxx11] dropped
+      "--only", "shop::run_names",                                        // simple
+      "--only", "shop::Box<int>::operator<(shop::Box<int> const&) const", // full
+      "--only", "_ZNK4shop3BoxIiEclEi",                                   // symbol
+      "--only", "shop::Box::g*",                                          // glob on simple
+      "--only", "*hidden(int)",                                           // glob on full
+      "--only", "shop::label"};                                           // [abi:cxx11] dropped
   Recording r(fx(), filters, {"names"});
   EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
   std::vector<std::string> replay_f = {"replay"};
@@ -423,7 +423,7 @@ INSTANTIATE_TEST_SUITE_P(Cxx, CxxMatrix, testing::ValuesIn(cxx_fixtures()), fixt
 // shown, listed and matched by their names.
 TEST(Names, CFunctionsAreNeverDemangled) {
   REQUIRE_FIXTURE(kMain);
-  Recording r(kMain, {"-F", "run_names", "-F", "[abcdfi]", "-F", "_Zap"}, {"names"});
+  Recording r(kMain, {"--only", "run_names", "--only", "[abcdfi]", "--only", "_Zap"}, {"names"});
   EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
   std::vector<std::string> list = {"list", fixture_path(kMain), "[abcdfi]"};
   std::vector<std::string> argv = list;
@@ -441,7 +441,7 @@ TEST(Names, CFunctionsAreNeverDemangled) {
 TEST(Args, FormatsWithoutDwarf) {
   if (std::string(UTRAMP_REC_NODWARF).empty()) GTEST_SKIP() << "no gcc or objcopy: no build without DWARF";
   Recording r(fs::path(UTRAMP_REC_NODWARF).filename().string(),
-              {"-F", "run_fargs", "-F", "scale", "-F", "half", "-F", "neg", "-F", "upper",
+              {"--only", "run_fargs", "--only", "scale", "--only", "half", "--only", "neg", "--only", "upper",
                "-A", "scale@arg1/f,arg1", "-R", "scale/f64", "-A", "half@fparg1/f32", "-R", "half/f32",
                "-A", "neg@arg1/i32,arg2/i16,arg1/u8,arg1/x16,retval/i32", "-A", "upper@arg1/c",
                "-R", "upper/c"},
@@ -561,12 +561,13 @@ TEST(Uftrace, DepthLimitIsReported) {
 
 // ---- filters ----
 
-TEST(Filters, OnlyAndNever) {
+TEST(Filters, OnlyAndSkip) {
   REQUIRE_FIXTURE(kMain);
-  // -F: these and what they call... only these: nest_* and leaf; -N fib wins over -F fib.
-  Recording r(kMain, {"-F", "nest_*", "-F", "leaf", "-F", "fib", "-N", "fib"}, {"basic"});
+  // --only: these functions alone (not what they call): nest_* and leaf; --skip fib wins
+  // over --only fib. (uftrace's -F and -N: tests/uftrace, UftraceFilters.)
+  Recording r(kMain, {"--only", "nest_*", "--only", "leaf", "--only", "fib", "--skip", "fib"}, {"basic"});
   EXPECT_EQ(r.record().exit_code, 0);
-  r.expect_golden("filter_F_N", standard(r));
+  r.expect_golden("filter_only_skip", standard(r));
 }
 
 TEST(Filters, Depth) {
@@ -593,7 +594,7 @@ TEST(Filters, GlobMatchingNothingStillRuns) {
 
 TEST(Filters, FunctionTracer) {
   REQUIRE_FIXTURE(kMain);
-  Recording r(kMain, {"--tracer", "function", "-F", "nest_*"}, {"basic"});
+  Recording r(kMain, {"--tracer", "function", "--only", "nest_*"}, {"basic"});
   EXPECT_EQ(r.record().exit_code, 0);
   r.expect_golden("function_tracer",
                               r.show_record() + r.cli({"replay"}) + r.cli({"report", "--sort", "name"}));
@@ -603,7 +604,7 @@ TEST(Filters, FunctionTracer) {
 // (not the tracer's hooks), which reads the caller from the image's ctx.
 TEST(Filters, FunctionTracerWithArguments) {
   REQUIRE_FIXTURE(kMain);
-  Recording r(kMain, {"--tracer", "function", "-F", "add", "-F", "run_args", "-A", "add@arg1,arg2"},
+  Recording r(kMain, {"--tracer", "function", "--only", "add", "--only", "run_args", "-A", "add@arg1,arg2"},
               {"args"});
   EXPECT_EQ(r.record().exit_code, 0);
   const std::string replay = r.cli({"replay"});
@@ -615,7 +616,7 @@ TEST(Filters, FunctionTracerWithArguments) {
 void check_overflow(const std::string& mode) {
   REQUIRE_FIXTURE(kMain);
   constexpr long kCalls = 200000;
-  Recording r(kMain, {"--buffer-size", "64", "--mode", mode, "-F", "leaf", "-F", "run_many"},
+  Recording r(kMain, {"--buffer-size", "64", "--mode", mode, "--only", "leaf", "--only", "run_many"},
               {"many", std::to_string(kCalls)});
   ASSERT_EQ(r.record().exit_code, 0) << r.record().err;
   // record's summary says how many were lost.
@@ -678,7 +679,7 @@ TEST(Signals, SigtrapStaysDeliverable) {
   const RunResult plain = run_in({fixture_path(name)}, alone.path);
   EXPECT_EQ(plain.exit_code, 128 + SIGTRAP) << plain.out << plain.err;
 
-  Recording r(name, {"-F", "main"}, {});
+  Recording r(name, {"--only", "main"}, {});
   EXPECT_EQ(r.record().exit_code, 0) << r.record().err;
   EXPECT_EQ(r.record().out,
             "blocked threads survived 200 probe attachments\n"

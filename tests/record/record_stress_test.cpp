@@ -378,7 +378,7 @@ class StressTest : public testing::TestWithParam<StressFixture> {
               Recorded* out) {
     out->load = load;
     const auto shm_before = shm_files();
-    std::vector<std::string> argv = {UTRAMP_CLI, "record", "-o", tmp_.path + "/trace", "-F", "s_*"};
+    std::vector<std::string> argv = {UTRAMP_CLI, "record", "-o", tmp_.path + "/trace", "--only", "s_*"};
     argv.insert(argv.end(), opts.begin(), opts.end());
     argv.push_back("--");
     argv.push_back(std::string(UTRAMP_STRESS_DIR) + "/" + GetParam().file);

@@ -58,4 +58,9 @@ TEST(FastPath, CallsNothingAndUsesGeneralRegistersOnly) {
   ASSERT_NE(h.exit, 0u);
   check_function("utramp_graph_fast_entry", h.entry);
   check_function("utramp_graph_fast_exit", h.exit);
+  // A -F/-N function's entry hook (always "go general") is called the same way.
+  const arch::TracerHooks f = ftrace::scope_hooks(ftrace::Scope::filter);
+  EXPECT_FALSE(f.inline_path);
+  EXPECT_EQ(f.exit, h.exit);
+  check_function("utramp_graph_scope_entry", f.entry);
 }

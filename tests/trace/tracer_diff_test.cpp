@@ -73,6 +73,8 @@ void render(std::string& out, std::span<const trace::Event> events) {
 struct Scenario {
   uint32_t ring = 1u << 12;  // events per ring
   uint32_t max_depth = 0;    // -D
+  // record -F/-N: functions attached with a scope's hooks (ftrace::scope_hooks).
+  std::map<std::string, ftrace::Scope> scopes;
   // Runs on the traced thread; `drain()` empties the ring in between (as the CLI would).
   std::function<void(const std::function<void()>& drain)> run;
 };
@@ -87,15 +89,23 @@ std::string record(const Scenario& s, bool inline_path) {
   if (!buffers.ok()) return {};
   ftrace::Options opts;
   opts.max_depth = s.max_depth;
+  for (const auto& [name, scope] : s.scopes) opts.filter_scopes |= scope == ftrace::Scope::filter;
   ftrace::configure(&*buffers, opts);
   const arch::TracerHooks hooks = ftrace::hooks();
+  const arch::TracerHooks filter_hooks = ftrace::scope_hooks(ftrace::Scope::filter);
+  const arch::TracerHooks notrace_hooks = ftrace::scope_hooks(ftrace::Scope::notrace);
   unsetenv("UTRAMP_NO_INLINE_TRACER");
-  EXPECT_EQ(hooks.inline_path, inline_path);
+  // -F with -D: the depth limit is per thread, which only the C hooks read.
+  EXPECT_EQ(hooks.inline_path, inline_path && !(opts.filter_scopes && s.max_depth));
 
   auto& mgr = tramp::Manager::instance();
   std::vector<tramp::Link*> links;
   for (const auto& [addr, name] : names()) {
-    auto l = mgr.attach(addr, tramp::AttachType::tracer, reinterpret_cast<uint64_t>(&hooks), {});
+    const auto sc = s.scopes.find(name);
+    const arch::TracerHooks* h = sc == s.scopes.end()                 ? &hooks
+                                 : sc->second == ftrace::Scope::filter ? &filter_hooks
+                                                                       : &notrace_hooks;
+    auto l = mgr.attach(addr, tramp::AttachType::tracer, reinterpret_cast<uint64_t>(h), {});
     EXPECT_TRUE(l.ok()) << name << ": " << l.error().message;
     if (l.ok()) links.push_back(*l);
   }
@@ -118,11 +128,18 @@ std::string record(const Scenario& s, bool inline_path) {
   return out;
 }
 
-void expect_same(const Scenario& s, size_t min_lines) {
+std::string expect_same(const Scenario& s, size_t min_lines) {
   const std::string in_image = record(s, true);
   const std::string in_hooks = record(s, false);
   EXPECT_EQ(in_image, in_hooks) << "inline path (left) and C hooks (right) disagree";
   EXPECT_GE(std::count(in_image.begin(), in_image.end(), '\n'), ptrdiff_t(min_lines)) << in_image;
+  return in_image;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
 }
 
 // Calls `f` as a signal handler that interrupted the tracer's own code would: with the
@@ -237,6 +254,67 @@ TEST_F(TracerDiff, CallsInsideTheTracer) {
     }
   };
   expect_same(s, 10 * 7);
+}
+
+// record -F td_mid: td_mid and what it calls, in every call of it; nothing of td_top
+// (its caller), nor td_leaf called outside td_mid.
+TEST_F(TracerDiff, FilterScope) {
+  Scenario s;
+  s.scopes = {{"td_mid", ftrace::Scope::filter}};
+  s.run = [](auto&) {
+    for (int i = 0; i < 10; ++i) ASSERT_EQ(call(&td_top, i), 3 * i + 6);
+    ASSERT_EQ(call(&td_leaf, 1), 2);
+  };
+  const std::string out = expect_same(s, 10 * 3);
+  EXPECT_EQ(count(out, "td_top"), 0u) << out;
+  EXPECT_EQ(count(out, " 0 entry         td_mid"), 10u) << out;
+  EXPECT_EQ(count(out, " 1 leaf          td_leaf"), 20u) << out;  // two per td_mid, none outside
+}
+
+// record -F td_top -D 2: td_top and what it calls (td_mid, td_leaf), td_mid's own calls
+// counted below the limit.
+TEST_F(TracerDiff, FilterScopeDepth) {
+  Scenario s;
+  s.scopes = {{"td_top", ftrace::Scope::filter}};
+  s.max_depth = 2;
+  s.run = [](auto&) {
+    for (int i = 0; i < 10; ++i) ASSERT_EQ(call(&td_top, i), 3 * i + 6);
+  };
+  const std::string out = expect_same(s, 10 * 3);
+  EXPECT_EQ(count(out, "\n 2 "), 0u) << out;
+  EXPECT_EQ(count(out, " 1 leaf          td_mid"), 10u) << out;
+  EXPECT_EQ(count(out, " 1 leaf          td_leaf"), 10u) << out;
+  EXPECT_NE(out.find("depth_overrun 0x0 data=20 "), std::string::npos) << out;  // 2 per td_mid
+}
+
+// record -N td_mid: td_top and the td_leaf it calls itself, nothing inside td_mid.
+TEST_F(TracerDiff, NotraceScope) {
+  Scenario s;
+  s.scopes = {{"td_mid", ftrace::Scope::notrace}};
+  s.run = [](auto&) {
+    for (int i = 0; i < 10; ++i) ASSERT_EQ(call(&td_top, i), 3 * i + 6);
+  };
+  const std::string out = expect_same(s, 10 * 3);
+  EXPECT_EQ(count(out, "td_mid"), 0u) << out;
+  EXPECT_EQ(count(out, " 1 leaf          td_leaf"), 10u) << out;
+  EXPECT_EQ(count(out, " 0 exit          td_top"), 10u) << out;
+}
+
+// A longjmp out of a -F call closes its scope: the calls made after it are outside, not
+// recorded (the scope is closed where the tracer closes the frames the jump left).
+TEST_F(TracerDiff, LongjmpLeavesFilterScope) {
+  Scenario s;
+  s.scopes = {{"td_jump", ftrace::Scope::filter}};
+  s.run = [](auto&) {
+    for (int i = 0; i < 5; ++i) {
+      jump_over(4);
+      ASSERT_EQ(call(&td_top, i), 3 * i + 6);
+    }
+  };
+  const std::string out = expect_same(s, 5 * 5);
+  EXPECT_EQ(count(out, "td_top"), 0u) << out;
+  EXPECT_EQ(count(out, "td_leaf"), 0u) << out;
+  EXPECT_EQ(count(out, "entry         td_jump"), 5u * 5u) << out;
 }
 
 }  // namespace

@@ -178,6 +178,93 @@ TEST(UftraceMcount, ArgumentsAndReturnValues) {
   }
 }
 
+// uftrace's filters, on s-filter.c built every way: `-F X` records X and everything it
+// calls (in every thread), `-N X` nothing inside X, `-D N` counts from each -F match
+// (recursion: each match starts again) or from the thread's root without -F. A longjmp
+// out of a -F call leaves its scope: what the program calls after it is not recorded.
+// A signal handler's calls are in the scope of the call it interrupted (s-signal.c).
+// Each case has one expected text (golden/filter_<case>.txt) whatever the build; they
+// match what uftrace 0.13 prints for the same command on the -pg build (docs/tracing.md,
+// "Filters", says where uftrace differs: its longjmp).
+struct FilterCase {
+  const char* name;
+  std::vector<std::string> args;
+  const char* program = "filter";  // s-PROGRAM.c
+};
+
+const FilterCase kFilterCases[] = {
+    {"F", {"-F", "b"}},
+    {"N", {"-N", "c"}},
+    {"F_D", {"-F", "a", "-D", "2"}},
+    {"F_N", {"-F", "a", "-N", "c"}},
+    {"D", {"-D", "2"}},
+    {"recursion", {"-F", "down", "-D", "1"}},
+    {"longjmp", {"-F", "leave"}},
+    {"thread", {"-F", "worker"}},
+    {"only", {"--only", "b", "--only", "d"}},
+    {"skip", {"--skip", "c", "--skip", "down", "--skip", "worker"}},
+    // s-signal.c: a handler's calls are in the scope of what the signal interrupted.
+    {"signal_F", {"-F", "handler"}, "signal"},
+    {"signal_N", {"-N", "foo"}, "signal"},
+    {"signal_F_outer", {"-F", "foo"}, "signal"},
+};
+
+class UftraceFilters : public Uftrace {};
+
+TEST_P(UftraceFilters, ReplayIsUftraces) {
+  const Program& p = GetParam();
+  for (const FilterCase& c : kFilterCases) {
+    SCOPED_TRACE(c.name);
+    // The same build of the case's program (s-filter.c's build names it).
+    std::string file = p.file;
+    file.replace(file.find("filter"), 6, c.program);
+    const std::string exe = std::string(UTRAMP_UFT_DIR) + "/" + file;
+    utramp::test::TempDir tmp("utramp-uftrace-test");
+    const std::string dir = tmp.path + "/trace";
+    // atexit: gcrt1's (-pg), see above; other builds have none (and would be told so).
+    std::vector<std::string> argv = {UTRAMP_CLI, "record", "-o", dir, "--no-libcall"};
+    if (std::string(p.flavour) == "pg" || std::string(p.flavour) == "fentry")
+      argv.insert(argv.end(), {"--skip", "atexit"});
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    argv.insert(argv.end(), {"--", exe});
+    const RunResult rec = run_in(argv, tmp.path);
+    ASSERT_EQ(rec.exit_code, 0) << rec.err;
+    EXPECT_EQ(rec.err.find("matches no function"), std::string::npos) << rec.err;
+    const RunResult replay = run_in({UTRAMP_CLI, "replay", dir}, tmp.path);
+    ASSERT_EQ(replay.exit_code, 0) << replay.err;
+    utramp::test::expect_golden(std::string("filter_") + c.name, by_thread(mask_replay(replay.out, dir)));
+  }
+}
+
+// A pattern that names no function is said, with the option and the pattern, and the
+// program still runs.
+TEST(UftraceFilterWarnings, PatternMatchingNothingIsNamed) {
+  const std::string exe = std::string(UTRAMP_UFT_DIR) + "/uft_filter_gcc_O2_pfe";
+  if (!std::filesystem::exists(exe)) GTEST_SKIP() << exe << " not built: gcc not found";
+  utramp::test::TempDir tmp("utramp-uftrace-test");
+  const RunResult rec = run_in({UTRAMP_CLI, "record", "-o", tmp.path + "/trace", "--no-libcall", "-F", "b",
+                                "-N", "nothing_*", "--", exe},
+                               tmp.path);
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  EXPECT_NE(rec.err.find("-N 'nothing_*' matches no function of " + exe), std::string::npos) << rec.err;
+  EXPECT_EQ(rec.err.find("-F 'b'"), std::string::npos) << rec.err;
+}
+
+// The function tracer has no exits: -F/-N (scopes) are refused with it, --only is not.
+TEST(UftraceFilterWarnings, FunctionTracerRefusesScopes) {
+  const std::string exe = std::string(UTRAMP_UFT_DIR) + "/uft_filter_gcc_O2_pfe";
+  if (!std::filesystem::exists(exe)) GTEST_SKIP() << exe << " not built: gcc not found";
+  utramp::test::TempDir tmp("utramp-uftrace-test");
+  const RunResult bad =
+      run_in({UTRAMP_CLI, "record", "-o", tmp.path + "/t1", "--tracer", "function", "-F", "b", "--", exe}, tmp.path);
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("-F and -N need --tracer function_graph"), std::string::npos) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp.path + "/t1"));
+  const RunResult ok = run_in(
+      {UTRAMP_CLI, "record", "-o", tmp.path + "/t2", "--tracer", "function", "--only", "b", "--", exe}, tmp.path);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
 // Coroutines beyond the execution stacks a thread keeps (64): the program runs as
 // untraced, and what the tracer could not follow is said in the replay where it
 // happened — the stacks made with every slot taken (six of seventy), and the one not
@@ -206,12 +293,22 @@ TEST(UftraceContexts, MoreStacksThanKeptAreReported) {
   EXPECT_EQ(count("} /* main */"), 1u) << replay.out;  // main's stack kept, closed normally
 }
 
-INSTANTIATE_TEST_SUITE_P(Builds, Uftrace, ::testing::ValuesIn(kPrograms),
-                         [](const ::testing::TestParamInfo<Program>& i) {
-                           std::string n = i.param.file;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+std::string build_name(const ::testing::TestParamInfo<Program>& i) {
+  std::string n = i.param.file;
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Builds, Uftrace, ::testing::ValuesIn(kPrograms), build_name);
+
+std::vector<Program> filter_builds() {
+  std::vector<Program> v;
+  for (const Program& p : kPrograms)
+    if (std::string(p.program) == "filter") v.push_back(p);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Builds, UftraceFilters, ::testing::ValuesIn(filter_builds()), build_name);
 
 }  // namespace

@@ -80,7 +80,7 @@ int hist(const HistFlags& f) {
   o.output = dir;
   o.quiet = true;
   o.command = f.command;
-  o.agent.filters = {f.func};
+  o.agent.only = {f.func};
   o.agent.libraries = f.libs;
   RecordResult r;
   const int code = run_record(o, &r);

@@ -79,11 +79,23 @@ std::shared_ptr<RecordFlags> add_record_options(CLI::App* sub) {
   sub->add_option("-o,--output", f->rec.output, "trace directory (default utramp.data)");
   // One value per option (allow_extra_args(false)): CLI11 would also take "[abc]" for a
   // list and strip its brackets, which a glob needs.
-  sub->add_option("-F,--filter", f->rec.agent.filters, "trace only functions matching GLOB (repeatable)")
+  sub->add_option("-F,--filter", f->rec.agent.filters,
+                  "record only inside calls of functions matching GLOB: the call and all it calls "
+                  "(uftrace's -F; repeatable)")
       ->allow_extra_args(false);
-  sub->add_option("-N,--notrace", f->rec.agent.notrace, "never trace functions matching GLOB (wins over -F)")
+  sub->add_option("-N,--notrace", f->rec.agent.notrace,
+                  "record nothing inside calls of functions matching GLOB: neither the call nor "
+                  "what it calls (uftrace's -N; wins over -F)")
       ->allow_extra_args(false);
-  sub->add_option("-D,--depth", f->rec.agent.max_depth, "record calls only down to this depth");
+  sub->add_option("--only", f->rec.agent.only,
+                  "trace only the functions matching GLOB, not what they call (the others are "
+                  "not patched: the kernel's set_ftrace_filter; repeatable)")
+      ->allow_extra_args(false);
+  sub->add_option("--skip", f->rec.agent.skip,
+                  "do not trace the functions matching GLOB (not patched; wins over --only)")
+      ->allow_extra_args(false);
+  sub->add_option("-D,--depth", f->rec.agent.max_depth,
+                  "record calls only down to this depth (with -F: levels from each matching call)");
   sub->add_option("-t,--time-filter", f->time_filter, "keep only calls at least this long (e.g. 10us)");
   sub->add_option("--tid", f->rec.agent.tids, "trace only these thread ids (repeatable)")
       ->check(CLI::Range(1u, 4194304u));  // the kernel's pid_max at most
@@ -118,6 +130,13 @@ std::shared_ptr<RecordFlags> add_record_options(CLI::App* sub) {
 }
 
 bool finish_record_flags(RecordFlags& f, const char* cmd) {
+  if (f.rec.agent.tracer == "function" && (!f.rec.agent.filters.empty() || !f.rec.agent.notrace.empty())) {
+    fmt::print(stderr, "utramp {}: -F and -N need --tracer function_graph (they record what the "
+                       "matching calls call, which the function tracer cannot tell without exits); "
+                       "--only and --skip choose the functions it traces\n",
+               cmd);
+    return false;
+  }
   if (!f.time_filter.empty() && !parse_duration(f.time_filter, &f.rec.agent.min_duration_ns)) {
     fmt::print(stderr, "utramp {}: -t '{}': expected a duration: a number and one of ns (the "
                        "default), us, ms, s (10us, 1.5ms, 2s), at most 292 years\n",

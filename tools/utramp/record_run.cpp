@@ -296,17 +296,21 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     return 2;
   }
   const std::string prog = target->binary;
-  // Say which filters match nothing in the program itself (still run: libraries and
-  // dlopen'ed objects are only known at run time).
+  // Say which patterns match nothing in the program itself (still run: library calls,
+  // libraries and dlopen'ed objects are only known at run time).
   if (auto obj = sites::analyse_file(prog); obj) {
-    for (const auto& g : o.agent.filters) {
-      const bool hit = std::any_of(obj->functions.begin(), obj->functions.end(), [&](const auto& f) {
-        return symbols::glob_matches(g, symbols::Name(f.name));
-      });
-      if (!hit)
-        fmt::print(stderr, "utramp record: -F '{}' matches no function of {} (running anyway)\n",
-                   g, prog);
-    }
+    const std::pair<const char*, const std::vector<std::string>*> lists[] = {
+        {"-F", &o.agent.filters}, {"-N", &o.agent.notrace}, {"--only", &o.agent.only}, {"--skip", &o.agent.skip}};
+    for (const auto& [opt, globs] : lists)
+      for (const auto& g : *globs) {
+        const bool hit = std::any_of(obj->functions.begin(), obj->functions.end(), [&](const auto& f) {
+          return symbols::glob_matches(g, symbols::Name(f.name));
+        });
+        if (!hit)
+          fmt::print(stderr, "utramp record: {} '{}' matches no function of {} (running anyway: it "
+                             "may name a library function)\n",
+                     opt, g, prog);
+      }
     size_t attachable = 0;
     bool compiler_sites = obj->has_patchable_entries || obj->has_mcount_loc;
     for (const auto& f : obj->functions) {
