@@ -42,7 +42,8 @@ thread_local char* t_last_error __attribute__((tls_model("initial-exec"))) = nul
 void set_message(std::string_view m) {
   char* buf = t_last_error;
   if (!buf)
-    buf = static_cast<char*>(utramp::os::map_thread_memory(reinterpret_cast<void**>(&t_last_error), kErrorLen));
+    buf = static_cast<char*>(
+        utramp::os::map_thread_memory(reinterpret_cast<void**>(&t_last_error), kErrorLen));
   if (!buf) return;  // no memory for the message: the return value and errno still say it
   const size_t n = std::min(m.size(), kErrorLen - 1);
   std::memcpy(buf, m.data(), n);

@@ -186,7 +186,8 @@ UTRAMP_HIT void drop_from(RetStack& st, uint32_t i) noexcept {
 UTRAMP_HIT void retprobe_entry(Probe* p, arch::PtRegs* r) noexcept {
   RetStack* stack = t_rs;
   if (!stack)
-    stack = static_cast<RetStack*>(os::map_thread_memory(reinterpret_cast<void**>(&t_rs), sizeof(RetStack)));
+    stack = static_cast<RetStack*>(
+        os::map_thread_memory(reinterpret_cast<void**>(&t_rs), sizeof(RetStack)));
   if (!stack) {  // no memory for it: this return is not probed
     p->misses.fetch_add(1, std::memory_order_relaxed);
     return;

@@ -132,8 +132,12 @@ extern "C" void utramp_register_thread() {
     uint32_t expected = 0;
     if (e.claimed.load(std::memory_order_relaxed) != 0) continue;
     if (!e.claimed.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) continue;
-    // Claimed: the entry and its block are this thread's alone (a scan skips it while
-    // its tid is 0; the block of a thread that exited is no longer written by anyone).
+    // Claimed: the entry and its block are this thread's alone (the block of a thread
+    // that exited is no longer written by anyone). Its tid goes in at once, so that
+    // were this registration never resumed (a signal handler that interrupts it leaves
+    // by longjmp), the releasing scan would still free the entry once the thread ends;
+    // a scan meanwhile may read the block before it is zeroed, and waits longer for it.
+    e.tid.store(tid, std::memory_order_release);
     // A block a dead thread used is zeroed by dropping its pages (MADV_DONTNEED: a
     // private anonymous mapping reads as zeros afterwards; it cannot fail for want of
     // memory, and leaves no hole for a scan reading it meanwhile), not by memset,
@@ -141,7 +145,8 @@ extern "C" void utramp_register_thread() {
     ThreadBlock* b = e.block.load(std::memory_order_acquire);
     long r = 0;
     if (b) {
-      r = arch::raw_syscall6(SYS_madvise, reinterpret_cast<long>(b), sizeof(ThreadBlock), MADV_DONTNEED);
+      r = arch::raw_syscall6(SYS_madvise, reinterpret_cast<long>(b), sizeof(ThreadBlock),
+                             MADV_DONTNEED);
     } else {
       r = arch::raw_syscall6(SYS_mmap, 0, sizeof(ThreadBlock), PROT_READ | PROT_WRITE,
                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -152,18 +157,10 @@ extern "C" void utramp_register_thread() {
       }
     }
     if (r < 0 && r > -4096) {  // no memory: stays unregistered, tries at its next entry
+      e.tid.store(0, std::memory_order_release);
       e.claimed.store(0, std::memory_order_release);
       return;
     }
-    // A signal handler that interrupted this registration and entered a stub has
-    // registered this thread already (handlers run to completion before this resumes):
-    // its entry stands, this one goes back.
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    if (t_block) {
-      e.claimed.store(0, std::memory_order_release);
-      return;
-    }
-    e.tid.store(tid, std::memory_order_release);
     size_t used = g_used.load(std::memory_order_relaxed);
     while (used < i + 1 && !g_used.compare_exchange_weak(used, i + 1, std::memory_order_release)) {
     }
@@ -171,7 +168,16 @@ extern "C" void utramp_register_thread() {
     // batch that began after this point sees this thread (pairs with the acquire loads
     // in snapshot_counters).
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    t_block = b;
+    // Set only if still null: a signal handler that interrupted this registration and
+    // entered a stub may have registered this thread meanwhile (handlers run to the end
+    // before this resumes). Its entry then stands and this one goes back, by this
+    // thread's own hand (a scan that read it meanwhile saw a live thread's zero counts).
+    ThreadBlock* none = nullptr;
+    if (!__atomic_compare_exchange_n(&t_block, &none, b, false, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_RELAXED)) {
+      e.tid.store(0, std::memory_order_release);
+      e.claimed.store(0, std::memory_order_release);
+    }
     return;
   }
   // 32768 threads inside stubs at once: this one stays unregistered and re-tries at its

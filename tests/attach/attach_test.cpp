@@ -317,7 +317,8 @@ TEST(RecordPid, AgentLoadsIntoARunningProcessAndStaysInert) {
   for (int i = 0; i < 2; ++i) {
     auto r = run_cli({"record", "-p", std::to_string(t.pid())});
     EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_NE(r.err.find(fmt::format("the agent was loaded into process {}", t.pid())), std::string::npos)
+    EXPECT_NE(r.err.find(fmt::format("the agent was loaded into process {}", t.pid())),
+              std::string::npos)
         << r.err;
     EXPECT_NE(r.err.find("nothing is traced"), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("refused"), std::string::npos) << r.err;
