@@ -55,6 +55,7 @@ std::atomic<size_t> g_used{0};  // entries [0, g_used) may be in use
 std::mutex g_release_mu;  // the one scan that may release entries (snapshot_counters)
 std::mutex g_slot_mu;     // the slot bitmaps below (attach and reclamation only)
 std::atomic<void (*)(const ThreadBlock*, int)> g_scan_hook{nullptr};
+std::atomic<void (*)()> g_register_hook{nullptr};
 // How many owners (trampolines, images) each counter slot has: 0 free. See
 // alloc_counter_slot().
 std::array<uint32_t, kCounterSlots> g_counter_owners{};
@@ -168,6 +169,7 @@ extern "C" void utramp_register_thread() {
     // batch that began after this point sees this thread (pairs with the acquire loads
     // in snapshot_counters).
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (auto hook = g_register_hook.load(std::memory_order_acquire)) hook();
     // Set only if still null: a signal handler that interrupted this registration and
     // entered a stub may have registered this thread meanwhile (handlers run to the end
     // before this resumes). Its entry then stands and this one goes back, by this
@@ -271,6 +273,8 @@ bool this_thread_in_program(uint64_t frame) {
 void set_scan_hook(void (*hook)(const ThreadBlock* block, int tid)) {
   g_scan_hook.store(hook, std::memory_order_release);
 }
+
+void set_register_hook(void (*hook)()) { g_register_hook.store(hook, std::memory_order_release); }
 
 Result<uint32_t> alloc_counter_slot() {
   std::lock_guard lock(g_slot_mu);

@@ -98,6 +98,10 @@ void free_prog_slot(uint32_t slot);
 // before it looks at that thread (a test runs other threads there). nullptr: none.
 void set_scan_hook(void (*hook)(const ThreadBlock* block, int tid));
 
+// Tests only: called by a registration once its entry is claimed and published, just
+// before it sets the thread's block pointer (a test raises a signal there). nullptr: none.
+void set_register_hook(void (*hook)());
+
 // How many blocks the registry has mapped so far (tests: they are reused, not leaked).
 size_t mapped_blocks();
 

@@ -11,6 +11,7 @@
 // their initial-exec TLS is at one address too.)
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -159,6 +160,58 @@ TEST(TrampThreads, ForkedChildKeepsItsBlockAndIsRegistered) {
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_NE(WEXITSTATUS(st), 1) << "the child's thread lost its block or its counters";
   EXPECT_NE(WEXITSTATUS(st), 2) << "the child's thread is not registered in the child";
+}
+
+// A signal handler that interrupts a thread's first registration and enters a stub
+// registers the thread itself. The interrupted registration, resumed, must keep the
+// handler's block (the handler may have left counters in it, by longjmp) and give its
+// own entry back, so that the thread has one entry and one block.
+std::atomic<int> g_hooked_tid{0};
+const ThreadBlock* g_handler_block = nullptr;
+
+void register_in_handler(int) {
+  utramp::tramp::utramp_register_thread();
+  g_handler_block = &utramp::tramp::this_thread_block();
+}
+
+void raise_once() {
+  const int tid = static_cast<int>(syscall(SYS_gettid));
+  int expected = tid;
+  if (g_hooked_tid.compare_exchange_strong(expected, -tid)) raise(SIGUSR2);
+}
+
+void* interrupted_registration(void* out) {
+  g_hooked_tid.store(static_cast<int>(syscall(SYS_gettid)));
+  register_self(out);
+  return nullptr;
+}
+
+TEST(TrampThreads, ARegistrationASignalHandlerBeatKeepsTheHandlersBlock) {
+  struct sigaction sa {}, old{};
+  sa.sa_handler = register_in_handler;
+  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+  utramp::tramp::set_register_hook(raise_once);
+  Seen s;
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, nullptr,
+                           [](void* out) -> void* {
+                             auto* seen = static_cast<Seen*>(out);
+                             interrupted_registration(seen);
+                             // Still running: counted while registered.
+                             const auto snap = utramp::tramp::snapshot_counters({});
+                             seen->tid = static_cast<int>(
+                                 std::count(snap.tids.begin(), snap.tids.end(), seen->tid));
+                             return nullptr;
+                           },
+                           &s),
+            0);
+  pthread_join(t, nullptr);
+  utramp::tramp::set_register_hook(nullptr);
+  sigaction(SIGUSR2, &old, nullptr);
+  ASSERT_LT(g_hooked_tid.load(), 0) << "the hook never interrupted a registration";
+  ASSERT_NE(g_handler_block, nullptr);
+  EXPECT_EQ(s.block, g_handler_block) << "the interrupted registration replaced the handler's block";
+  EXPECT_EQ(s.tid, 1) << "the thread is in the registry this many times";
 }
 
 }  // namespace
