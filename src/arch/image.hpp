@@ -4,15 +4,23 @@
 // original's ret stay paired for the return-stack predictor):
 //
 //   site:  jmp stub                      (5 bytes over the site's NOP)
-//   stub:  cmp dword fs:[registered], 0  ; first entry of this thread: register it
-//          je  slow
-//          inc dword fs:[counters + 4*S] ; S: this site's counter slot
+//   stub:  mov r11, fs:[block]           ; this thread's block (tramp/threads.hpp)
+//          test r11, r11 ; jz slow       ; none yet: first entry of this thread
+//          inc dword [r11 + counters + 4*S]  ; S: this site's counter slot
 //   hop:   jmp image | pass              ; the one instruction retargeted per change
-//   pass:  dec dword fs:[counters + 4*S]
-//          jmp original                  ; site+5, or the relocated prologue below
+//   pass:  mov r11, fs:[block]
+//          dec dword [r11 + counters + 4*S]
+//   body:  jmp original                  ; site+5, or the relocated prologue below
 //   ool:   <prologue relocated>; jmp site+len   (relocated-prologue sites only)
-//   slow:  save argument registers, call utramp_register_thread, restore, jmp stub
-//   exit:  dec dword fs:[counters + 4*r11]; ret   (images holding their own counter)
+//   slow:  save argument registers, call utramp_register_thread, restore,
+//          jmp stub if the pointer is set now, else jmp body: untraced this once (no
+//          memory for the block; the thread tries again at its next entry)
+//   exit:  dec dword [r11]; ret          (images holding their own counter: r11 is its
+//                                         address, taken by the image)
+//
+// r11 is free at a function's entry and at its return (the ABI passes nothing in it),
+// and so wherever the stub runs; the images load the pointer into r11 too, where it is
+// free (their entry, after the arguments are saved, their exit).
 //
 // An mcount site (-pg without -mfentry) is the profiling call, reached with the
 // function's frame already set up; its stub first undoes that frame, so that what
@@ -41,9 +49,17 @@
 // calls out; the flags are not kept: gcc counts them (a fixed register) and the x87
 // stack as clobbered by every call (final.cc: collect_fn_hard_reg_usage), and clang
 // has no interprocedural register allocation by default. Such a stub's `slow` saves
-// everything, and its exit keeps r11 (the image pushes it before jumping there):
+// everything, its exit keeps r11 (the image pushes it before jumping there), and where
+// it loads the block pointer it keeps r11 below the stack pointer meanwhile ([rsp-8]:
+// free at the function's entry, where rsp points at the return address; the kernel puts
+// a signal frame below the red zone); its images do the same at their entry:
 //
-//   exit:  dec dword fs:[counters + 4*r11]; pop r11; ret
+//   stub:  mov [rsp-8], r11 ; mov r11, fs:[block] ; test r11, r11 ; jz slow
+//          inc dword [r11 + counters + 4*S] ; mov r11, [rsp-8]
+//   pass:  mov [rsp-8], r11 ; mov r11, fs:[block]
+//          dec dword [r11 + counters + 4*S] ; mov r11, [rsp-8]
+//   slow:  mov r11, [rsp-8] ; ...
+//   exit:  dec dword [r11]; pop r11; ret
 //
 // The stub and its counter make reclamation exact without stopping threads: a thread
 // that may still jump to an old image holds S from before it reads the hop until it
@@ -61,11 +77,13 @@
 
 namespace utramp::arch {
 
+// This thread's block (tramp/threads.hpp) is reached through a pointer at a fixed
+// offset from the thread pointer (initial-exec TLS), null until the thread registers.
 struct ThreadLayout {
-  int64_t registered;  // fs-relative offset of the thread's "registered" word
-  int64_t counters;    // fs-relative offset of counters[0] (uint32 each)
-  int64_t active;      // fs-relative offset of the program guards (uint64 each: 0, or
-                       // the stack pointer of the run that holds it)
+  int64_t block;     // fs-relative offset of the thread's block pointer (u64)
+  int32_t counters;  // offset of counters[0] in the block (uint32 each)
+  int32_t active;    // offset of the program guards in the block (uint64 each: 0, or
+                     // the stack pointer of the run that holds it)
 };
 
 struct StubSpec {
@@ -88,7 +106,7 @@ struct StubCode {
   uint32_t hop = 0;       // offset of the 5-byte jmp the patcher retargets
   uint32_t pass = 0;      // offset of the pass-through (hop's target with no image)
   uint32_t original = 0;  // offset of the relocated prologue, or 0 when none
-  uint32_t exit = 0;      // offset of the shared exit: dec dword fs:[counters+4*r11]; ret
+  uint32_t exit = 0;      // offset of the shared exit: dec dword [r11]; ret
                           // (preserve_all: ...; pop r11; ret)
 };
 

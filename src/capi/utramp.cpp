@@ -16,6 +16,7 @@
 #include "abi/ctx.hpp"
 #include "abi/signature.hpp"
 #include "common/result.hpp"
+#include "os/thread_memory.hpp"
 #include "probe/hit.hpp"
 #include "probe/probe.hpp"
 #include "sites/table.hpp"
@@ -30,16 +31,23 @@ using utramp::Error;
 using utramp::make_error;
 namespace tramp = utramp::tramp;
 
-// The last failure's message, per thread. A fixed buffer in initial-exec TLS (trivially
-// destructible, no allocation): the [any] functions write it from programs and signal
-// handlers too. Longer messages are cut.
+// The last failure's message, per thread. A fixed buffer mapped on the thread's first
+// failure and reached through an initial-exec pointer (os/thread_memory.hpp: no
+// allocation, and little initial-exec TLS, which a library loaded into a running
+// process has few hundred bytes of): the [any] functions write it from programs and
+// signal handlers too. Longer messages are cut; a thread that never failed reads "".
 constexpr size_t kErrorLen = 1024;
-thread_local char t_last_error[kErrorLen] __attribute__((tls_model("initial-exec")));
+thread_local char* t_last_error __attribute__((tls_model("initial-exec"))) = nullptr;
 
 void set_message(std::string_view m) {
+  char* buf = t_last_error;
+  if (!buf)
+    buf = static_cast<char*>(
+        utramp::os::map_thread_memory(reinterpret_cast<void**>(&t_last_error), kErrorLen));
+  if (!buf) return;  // no memory for the message: the return value and errno still say it
   const size_t n = std::min(m.size(), kErrorLen - 1);
-  std::memcpy(t_last_error, m.data(), n);
-  t_last_error[n] = '\0';
+  std::memcpy(buf, m.data(), n);
+  buf[n] = '\0';
 }
 
 int errno_of(Errc c) {
@@ -211,7 +219,7 @@ extern "C" {
 
 const char* utramp_version(void) { return UTRAMP_VERSION_STRING; }
 
-const char* utramp_last_error(void) { return t_last_error; }
+const char* utramp_last_error(void) { return t_last_error ? t_last_error : ""; }
 
 int utramp_sites_discover(void) {
   if (auto r = ordinary_thread(__func__); !r) return fail(r.error());

@@ -19,6 +19,7 @@
 
 #include "arch/cpu.hpp"
 #include "arch/probe.hpp"
+#include "os/thread_memory.hpp"
 #include "patch/patcher.hpp"
 
 #define UTRAMP_HIT __attribute__((no_sanitize("address", "undefined")))
@@ -109,7 +110,9 @@ struct RetStack {
   volatile uint32_t top;
   RetEntry e[kRetDepth];
 };
-thread_local RetStack t_rs UTRAMP_TLS;
+// Mapped on the thread's first return probe entry (os/thread_memory.hpp: at 4 KB it is
+// more than a library loaded into a running process may have of initial-exec TLS).
+thread_local RetStack* t_rs UTRAMP_TLS = nullptr;
 
 RetprobeSlot g_rp_slots[kMaxRetprobes];
 
@@ -181,7 +184,15 @@ UTRAMP_HIT void drop_from(RetStack& st, uint32_t i) noexcept {
 
 // A return probe's entry: the function is entered with its return address at regs->rsp.
 UTRAMP_HIT void retprobe_entry(Probe* p, arch::PtRegs* r) noexcept {
-  RetStack& st = t_rs;
+  RetStack* stack = t_rs;
+  if (!stack)
+    stack = static_cast<RetStack*>(
+        os::map_thread_memory(reinterpret_cast<void**>(&t_rs), sizeof(RetStack)));
+  if (!stack) {  // no memory for it: this return is not probed
+    p->misses.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  RetStack& st = *stack;
   const uint64_t sp = r->rsp;
   const uint64_t tramp = arch::retprobe_trampoline();
   // Instances whose frames are gone (a longjmp, or an unwind we did not see):
@@ -370,7 +381,8 @@ UTRAMP_HIT bool trap_hook(siginfo_t* si, ucontext_t* uc) {
 // Finds the instance whose return address lived at `slot_addr`; drops the instances
 // above it (frames left by longjmp) and it; returns it.
 UTRAMP_HIT RetEntry take_instance(uint64_t slot_addr) noexcept {
-  RetStack& st = t_rs;
+  if (!t_rs) no_record(slot_addr);
+  RetStack& st = *t_rs;
   for (uint32_t k = st.top; k > 0; --k) {
     RetEntry& e = st.e[k - 1];
     if (!e.valid || e.sp != slot_addr) continue;

@@ -1,17 +1,23 @@
 // Per-thread state read by generated code, and the registry that lets the reclaimer
 // read it for every thread.
 //
-// Generated code reaches this thread's block at a fixed offset from the thread pointer
-// (initial-exec TLS), so it costs a segment-relative memory operand and nothing else:
+// Each thread's block is mapped (mmap, on its first entry into a stub) and reached
+// through one initial-exec pointer: a library loaded into a running process by dlopen
+// gets only a few hundred bytes of initial-exec TLS, and the block is 16 KB. Generated
+// code loads the pointer at a fixed offset from the thread pointer, then indexes it:
 //   counters[slot]  how many times this thread is inside what `slot` guards (a site's
 //                   stub window, or one image); non-atomic: only the owner writes it
 //   active[prog]    the recursion guard of each program on this thread: 0, or the stack
 //                   pointer of the image run that holds it (a holder a signal handler
 //                   left by longjmp is told from a nested run by it: utramp_guard_left)
-//   registered      whether the registry knows this block (the stub checks it)
+// A null pointer means "not registered yet": the stub then calls utramp_register_thread,
+// which claims a registry entry and the block that entry owns.
 //
 // Reclamation (DESIGN §5) reads other threads' counters through the registry with a
-// fault-safe copy (process_vm_readv), never stopping or signalling them.
+// fault-safe copy (process_vm_readv), never stopping or signalling them. A block belongs
+// to its registry entry, not to its thread: it is never unmapped, and is zeroed and
+// handed to the next thread that claims the entry once its thread has exited (the scan
+// that sees the thread gone releases the entry), so a scan never reads unmapped memory.
 #pragma once
 
 #include <cstddef>
@@ -26,15 +32,15 @@ inline constexpr uint32_t kCounterSlots = 2048;
 inline constexpr uint32_t kProgSlots = 1024;
 
 struct ThreadBlock {
-  uint32_t registered;
   uint32_t counters[kCounterSlots];
   uint64_t active[kProgSlots];
 };
 
-// Offsets of this thread's fields from the thread pointer (%fs base); the same for
-// every thread.
+// Where generated code finds them: the offset of the block pointer from the thread
+// pointer (%fs base; the same for every thread), and the fields' offsets in the block.
 struct TlsLayout {
-  int64_t registered, counters, active;
+  int64_t block;
+  int32_t counters, active;
 };
 TlsLayout tls_layout();
 
@@ -45,8 +51,11 @@ TlsLayout tls_layout();
 // ABI's), and is called where the image holds nothing in other registers.
 extern "C" uint64_t utramp_guard_left(uint64_t holder, uint64_t frame);
 
-// Adds the calling thread's block to the registry (idempotent). Called by generated
-// code on a thread's first entry into any stub, and safe from signal handlers.
+// Adds the calling thread to the registry and gives it a block (idempotent). Called by
+// generated code on a thread's first entry into any stub (its block pointer is null),
+// and safe from signal handlers and inside the allocator: no lock, no malloc (mmap by
+// system call). If no block can be had the pointer stays null and the stub calls again
+// at the thread's next entry.
 extern "C" void utramp_register_thread();
 
 // A copy of every registered thread's counters (for the slots asked), taken without
@@ -89,12 +98,21 @@ void free_prog_slot(uint32_t slot);
 // before it looks at that thread (a test runs other threads there). nullptr: none.
 void set_scan_hook(void (*hook)(const ThreadBlock* block, int tid));
 
+// Tests only: called by a registration once its entry is claimed and published, just
+// before it sets the thread's block pointer (a test raises a signal there). nullptr: none.
+void set_register_hook(void (*hook)());
+
+// How many blocks the registry has mapped so far (tests: they are reused, not leaked).
+size_t mapped_blocks();
+
 // Set for the whole life of a thread utramp starts for its own work (the trampoline
 // reclaimer): the tracer never records what it calls (ftrace: such a thread is ignored
 // from its first event), silently, since nothing of the program was lost.
 extern __thread bool t_utramp_thread __attribute__((tls_model("initial-exec")));
 
-// This thread's own block (tests, and the unwind personality).
+// This thread's own block (tests, and the unwind personality), registering the thread
+// first if it is not yet. When no block can be had (no memory, or every registry entry
+// taken), a shared block of zeros that nothing writes (every counter is 0).
 ThreadBlock& this_thread_block();
 
 }  // namespace utramp::tramp

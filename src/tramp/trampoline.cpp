@@ -292,7 +292,7 @@ Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& 
   spec.site = s->addr();
   spec.counter_slot = t->site_slot;
   const auto tl = tls_layout();
-  spec.tls = {tl.registered, tl.counters, tl.active};
+  spec.tls = {tl.block, tl.counters, tl.active};
   spec.register_fn = reinterpret_cast<uint64_t>(&utramp_register_thread);
   t->preserve_all = sites::ipa_ra_exposed(s->info.kind);
   spec.preserve_all = t->preserve_all;
@@ -494,7 +494,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     spec.exit_fn = t.stub_block.addr + t.stub.exit;
     spec.calls_original = calls_original;
     const auto tl = tls_layout();
-    spec.tls = {tl.registered, tl.counters, tl.active};
+    spec.tls = {tl.block, tl.counters, tl.active};
     spec.site_slot = t.site_slot;
     spec.image_slot = img->slot;
     spec.guard_left = reinterpret_cast<uint64_t>(&utramp_guard_left);

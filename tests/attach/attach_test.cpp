@@ -10,8 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -267,20 +269,65 @@ TEST(RecordPid, AnotherUser) {
   EXPECT_EQ(out, kUntouched);
 }
 
-// Today's agent cannot be loaded into a running process: its dynamic loader says why,
-// and the CLI says so with the size it needed. The process was paused and runs on
-// unchanged: nothing of the agent (or the libraries it needs) stays mapped.
-TEST(RecordPid, AgentRefusedByTheLoaderLeavesNothing) {
+size_t thread_count(pid_t pid) {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid))) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+// Whether the bytes of every executable mapping of PID's program equal the file's.
+bool text_as_in_file(pid_t pid, const std::string& program) {
+  const std::string file = read_file(program);
+  std::istringstream maps(read_file(fmt::format("/proc/{}/maps", pid)));
+  const int mem = open(fmt::format("/proc/{}/mem", pid).c_str(), O_RDONLY | O_CLOEXEC);
+  if (mem < 0) return false;
+  size_t compared = 0;
+  bool same = true;
+  for (std::string line; std::getline(maps, line);) {
+    unsigned long lo = 0, hi = 0, off = 0;
+    char perms[8] = {};
+    if (sscanf(line.c_str(), "%lx-%lx %7s %lx", &lo, &hi, perms, &off) != 4) continue;
+    if (perms[2] != 'x' || !line.ends_with(std::filesystem::canonical(program).string())) continue;
+    const size_t n = std::min<size_t>(hi - lo, file.size() - std::min<size_t>(off, file.size()));
+    std::string live(n, '\0');
+    if (pread(mem, live.data(), n, static_cast<off_t>(lo)) != static_cast<ssize_t>(n) ||
+        live != file.substr(off, n))
+      same = false;
+    compared += n;
+  }
+  close(mem);
+  return same && compared > 0;
+}
+
+// The agent loads into a running process: its initial-exec thread-local storage is a
+// few pointers (the large per-thread blocks are mapped on first use), which fits in
+// what glibc keeps for libraries loaded later. Loaded without the launcher's
+// configuration it does nothing: no site patched (the program's code is the file's),
+// no thread started; the blocked read and the signal handler carry on, and the results
+// are an untouched run's. `record -p` says what it did and what is not there yet (the
+// agent cannot be configured in a running process: docs/attach.md, "Status"). Twice:
+// the second load finds the agent loaded.
+TEST(RecordPid, AgentLoadsIntoARunningProcessAndStaysInert) {
   Target t(ATTACH_TARGET, 8);
   ASSERT_TRUE(t.ready());
-  auto r = run_cli({"record", "-p", std::to_string(t.pid())});
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("its dynamic loader refused the agent"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("runs on unchanged"), std::string::npos) << r.err;
-  ASSERT_TRUE(t.running());
-  EXPECT_TRUE(no_tracer_left(t.pid()));
-  EXPECT_FALSE(maps_name(t.pid(), "libutramp"));
-  EXPECT_FALSE(maps_name(t.pid(), "libZydis"));
+  const size_t threads = thread_count(t.pid());
+  for (int i = 0; i < 2; ++i) {
+    auto r = run_cli({"record", "-p", std::to_string(t.pid())});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(fmt::format("the agent was loaded into process {}", t.pid())),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("nothing is traced"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("refused"), std::string::npos) << r.err;
+    ASSERT_TRUE(t.running());
+    EXPECT_TRUE(no_tracer_left(t.pid()));
+    EXPECT_TRUE(maps_name(t.pid(), "libutramp-agent.so"));
+    EXPECT_EQ(thread_count(t.pid()), threads) << "the agent started threads";
+    EXPECT_TRUE(text_as_in_file(t.pid(), ATTACH_TARGET)) << "the program's code changed";
+  }
   auto [out, code] = t.finish();
   EXPECT_EQ(out, kUntouched);
   EXPECT_EQ(code, 0);

@@ -84,12 +84,12 @@ arch::StubSpec stub_spec(arch::ThreadLayout tls) {
 // A TLS offset no fs-relative operand can hold (disp32): asmjit refuses the
 // instruction, and the stub and the image say so instead of leaving it out.
 TEST(EmitError, TlsOffsetOutOfRange) {
-  const arch::ThreadLayout huge{-0x2000, int64_t{1} << 40, -0x1800};
+  const arch::ThreadLayout huge{int64_t{1} << 40, 0, 0x2000};
   auto stub = arch::emit_stub(stub_spec(huge), kStub);
   ASSERT_FALSE(stub.ok());
   EXPECT_TRUE(has(stub.error().message, "cannot emit the stub of the site at 0x7f1200001000"))
       << stub.error().message;
-  EXPECT_TRUE(has(stub.error().message, "inc")) << stub.error().message;
+  EXPECT_TRUE(has(stub.error().message, "mov")) << stub.error().message;
 
   const utramp::abi::Signature sig = utramp::abi::Signature::fallback();
   arch::ImageSpec sp;
@@ -160,7 +160,7 @@ TEST(EmitError, EverySiteAndJumpInstruction) {
 }
 
 TEST(EmitError, EveryStubInstruction) {
-  const arch::ThreadLayout tls{-0x2000, -0x1f00, -0x1800};
+  const arch::ThreadLayout tls{-0x2000, 0, 0x2000};
   arch::StubSpec plain = stub_spec(tls);
   arch::StubSpec relocated = stub_spec(tls);
   relocated.prologue = {0x55, 0x48, 0x89, 0xe5, 0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00};

@@ -43,7 +43,7 @@ constexpr uint64_t kHooks = 0x7f1200703000;    // the tracer's hooks: kHooks + 0
 constexpr uint64_t kFar = 0x7f5600000000;      // out of rel32 reach of everything above
 constexpr uint32_t kSiteSlot = 3, kImageSlot = 4;
 
-const arch::ThreadLayout kTls{-0x2000, -0x1f00, -0x1800};
+const arch::ThreadLayout kTls{-0x2000, 0, 0x2000};  // the block pointer; offsets in the block
 
 std::string hexaddr(uint64_t a) { return fmt::format("{:#x}", a); }
 

@@ -2,11 +2,16 @@
 # - libutramp.so exports the C API only, and the agent only the libc functions it
 #   interposes (src/utramp.map, src/agent/agent.map);
 # - no object of the runtime needs a constructor for a namespace-scope variable
-#   (src/common/init.hpp says why).
+#   (src/common/init.hpp says why);
+# - the agent's thread-local storage fits in what dlopen can give it in a running
+#   process (docs/attach.md): at most 256 bytes.
 add_test(NAME unit_boundary.exports
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/boundary_test.sh exports
           $<TARGET_FILE:utramp> $<TARGET_FILE:utramp_agent> ${PROJECT_SOURCE_DIR}/src/agent/agent.map)
 add_test(NAME unit_boundary.no_global_constructors
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/boundary_test.sh ctors $<TARGET_OBJECTS:utramp_objs>
   COMMAND_EXPAND_LISTS)
-set_tests_properties(unit_boundary.exports unit_boundary.no_global_constructors PROPERTIES LABELS unit)
+add_test(NAME unit_boundary.agent_tls
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/boundary_test.sh tls $<TARGET_FILE:utramp_agent> 256)
+set_tests_properties(unit_boundary.exports unit_boundary.no_global_constructors
+  unit_boundary.agent_tls PROPERTIES LABELS unit)

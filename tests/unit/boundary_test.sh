@@ -23,4 +23,20 @@ ctors)
     exit 1
   fi
   ;;
+tls)
+  # The agent's thread-local storage (its PT_TLS segment's MemSiz) must fit in what a
+  # library loaded by dlopen into a running process gets: glibc's reserve
+  # (glibc.rtld.optional_static_tls, 512 bytes by default) shared with every other
+  # such library. Large per-thread state is mapped on first use instead
+  # (os/thread_memory.hpp, tramp/threads.hpp); docs/attach.md.
+  agent=$2 budget=$3
+  size=$(readelf -lW "$agent" | awk '$1 == "TLS" { print $6 }')
+  [ -n "$size" ] || size=0x0
+  if [ $((size)) -gt "$budget" ]; then
+    echo "libutramp-agent.so has $((size)) bytes of thread-local storage, more than its budget of $budget:"
+    readelf -sW "$agent" | awk '$4 == "TLS"' | sort -k3 -n -r
+    exit 1
+  fi
+  echo "libutramp-agent.so: $((size)) bytes of thread-local storage (budget $budget)"
+  ;;
 esac

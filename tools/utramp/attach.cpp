@@ -25,29 +25,33 @@ int run_record_attach(pid_t pid, const RecordOptions& o) {
     return 2;
   }
   if (!loaded->handle) {
-    // The loader's own reason. The common one: the agent's initial-exec thread-local
-    // storage (the trampolines' per-thread counters, the tracer's state, reached at a
-    // fixed offset from the thread pointer by generated code) does not fit in the
-    // reserve glibc sets aside at start-up for libraries loaded later.
+    // The loader's own reason. "static TLS": the agent's initial-exec thread-local
+    // storage (a few pointers: tests/unit/boundary.cmake keeps it under 256 bytes) no
+    // longer fits in the reserve glibc sets aside at start-up for libraries loaded
+    // later, other libraries loaded that way having taken it.
     const bool tls = loaded->error.find("static TLS") != std::string::npos;
     fmt::print(stderr,
                "utramp record: cannot attach to process {}: its dynamic loader refused the agent: "
-               "{}{}; the process was paused {:.2f} ms ({} threads) and runs on unchanged\n",
+               "{}{}; the process was paused {:.2f} ms ({} thread{}) and runs on unchanged\n",
                pid, loaded->error,
-               tls ? " (the agent's initial-exec thread-local storage, about 21 KB, does not fit in "
-                     "the C library's small static reserve for libraries loaded into a running "
-                     "process: docs/attach.md, \"Status\")"
+               tls ? " (what is left of the C library's static TLS reserve for libraries loaded "
+                     "into a running process is smaller than the agent's few hundred bytes: "
+                     "docs/attach.md)"
                    : "",
-               static_cast<double>(loaded->pause_ns) / 1e6, loaded->threads);
+               static_cast<double>(loaded->pause_ns) / 1e6, loaded->threads,
+               loaded->threads == 1 ? "" : "s");
     return 2;
   }
-  // Loaded, but this agent has no way yet to be configured in a running process (the
-  // control channel of docs/attach.md, "Status"): said, not pretended.
+  // Loaded. Without the launcher's configuration the agent does nothing (no site
+  // patched, no thread started), and there is no way yet to hand it one in a running
+  // process (the control channel of docs/attach.md, "Status"): said, not pretended.
   fmt::print(stderr,
-             "utramp record: the agent was loaded into process {} but cannot be configured there: "
-             "attaching stops at loading in this version (docs/attach.md, \"Status\"); the agent "
-             "stays loaded and inert\n",
-             pid);
+             "utramp record: the agent was loaded into process {} (paused {:.2f} ms, {} thread{}), "
+             "but nothing is traced: this version cannot yet configure an agent in a running "
+             "process (docs/attach.md, \"Status\"); the agent stays loaded and inert (no site "
+             "patched, no thread started) and the process runs on unchanged\n",
+             pid, static_cast<double>(loaded->pause_ns) / 1e6, loaded->threads,
+             loaded->threads == 1 ? "" : "s");
   return 2;
 }
 

@@ -30,6 +30,15 @@ constexpr int kSseArgs = 8;
 
 // Calls `target` from code at an unknown-yet-fixed base: rel32 when asmjit finds it in
 // reach, else through r11 (scratch at every point we call from).
+// r11 = this thread's block (tramp/threads.hpp), through its initial-exec pointer. Set
+// wherever an image runs: the stub that led there registered the thread.
+void load_block(ax::Assembler& a, const ThreadLayout& tls) { a.mov(ax::r11, fs_mem(tls.block, 8)); }
+
+// A field of the block loaded into r11, `offset` bytes in.
+ax::Mem block_mem(int64_t offset, uint32_t size) {
+  return ax::ptr(ax::r11, static_cast<int32_t>(offset), size);
+}
+
 void call_abs(ax::Assembler& a, uint64_t target, uint64_t base) {
   if (x86::rel32_reaches_block(base, x86::kBlockReach, target)) {
     a.call(Imm(target));
@@ -685,11 +694,13 @@ struct ProgMiss {
 
 // One program run, guarded against re-entry on this thread:
 //
-//   cmp  qword fs:[active + 8*guard], 0 ; jne held
-//   take: mov qword fs:[active + 8*guard], rsp
+//   mov  r11, fs:[block]                ; this thread's block (r11 is free here)
+//   cmp  qword [r11 + active + 8*guard], 0 ; jne held
+//   take: mov qword [r11 + active + 8*guard], rsp
 //   mov  qword [ctx-24], cookie
 //   lea  rdi, [ctx] ; call prog
-//   mov  qword fs:[active + 8*guard], 0
+//   mov  r11, fs:[block]
+//   mov  qword [r11 + active + 8*guard], 0
 //
 // `after` is where execution continues; for fmod_ret the caller tests rax there (a
 // missed program counts as returning 0). Out of line, `held` asks guard_left whether
@@ -698,7 +709,8 @@ struct ProgMiss {
 void run_prog(ax::Assembler& a, const ImageSpec& sp, const Frame& f, const ImageProg& p,
               uint64_t base, std::vector<ProgMiss>& misses) {
   Label miss = a.newLabel(), after = a.newLabel(), take = a.newLabel();
-  const ax::Mem guard = fs_mem(sp.tls.active + 8 * int64_t(p.guard), 8);
+  const ax::Mem guard = block_mem(sp.tls.active + 8 * int64_t(p.guard), 8);
+  load_block(a, sp.tls);
   a.cmp(guard, Imm(0));
   a.jne(miss);
   a.bind(take);
@@ -722,6 +734,7 @@ void run_prog(ax::Assembler& a, const ImageSpec& sp, const Frame& f, const Image
     call_abs(a, sp.stats_end, base);
     a.mov(ax::rax, rbp_q(f.scratch));
   }
+  load_block(a, sp.tls);
   a.mov(guard, Imm(0));
   a.bind(after);
   misses.push_back({miss, after, take, &p});
@@ -1101,22 +1114,29 @@ void call_original(ax::Assembler& a, const ImageSpec& sp, const Signature& sig, 
 
 // The image's frame and, for images that call the original, its own counter taken
 // before the site's is released (the stub's protocol, arch/image.hpp).
+// Keeping every register, r11 is kept below the stack pointer meanwhile (as the stub
+// does, arch/image.hpp).
 void image_enter(ax::Assembler& a, const ImageSpec& sp) {
   a.push(ax::rbp);
   a.mov(ax::rbp, ax::rsp);
   if (sp.calls_original) {
-    a.inc(fs_mem(sp.tls.counters + 4 * int64_t(sp.image_slot), 4));
-    a.dec(fs_mem(sp.tls.counters + 4 * int64_t(sp.site_slot), 4));
+    if (sp.preserve_all) a.mov(ax::qword_ptr(ax::rsp, -8), ax::r11);
+    load_block(a, sp.tls);
+    a.inc(block_mem(sp.tls.counters + 4 * int64_t(sp.image_slot), 4));
+    a.dec(block_mem(sp.tls.counters + 4 * int64_t(sp.site_slot), 4));
+    if (sp.preserve_all) a.mov(ax::r11, ax::qword_ptr(ax::rsp, -8));
   }
 }
 
 // The image's exit, from `leave` on; where each starts and how long it is goes to the
 // unwind information (ImageCode::exits, exit_len):
 //
-//   leave ; mov r11d, I ; jmp exit    calls_original: the stub's exit releases counter I
+//   leave ; mov r11, fs:[block] ; lea r11, [r11 + counters + 4*I] ; jmp exit
+//                                     calls_original: the stub's exit releases counter I
 //   leave ; jmp pass                  fentry only: the stub's pass-through runs the body
-//   leave ; push r11 ; mov r11d, I ; jmp exit    calls_original, keeping every register:
-//                                     the stub's exit pops r11 back before its ret
+//   leave ; push r11 ; mov r11, fs:[block] ; lea r11, [...] ; jmp exit
+//                                     calls_original, keeping every register: the
+//                                     stub's exit pops r11 back before its ret
 struct Exits {
   std::vector<Label> leave, end, pushed;
 };
@@ -1132,7 +1152,8 @@ void image_leave(ax::Assembler& a, const ImageSpec& sp, Exits& ex) {
       a.bind(pushed);
       ex.pushed.push_back(pushed);
     }
-    a.mov(ax::r11d, Imm(sp.image_slot));
+    load_block(a, sp.tls);
+    a.lea(ax::r11, block_mem(sp.tls.counters + 4 * int64_t(sp.image_slot), 4));
     a.long_().jmp(Imm(sp.exit_fn));
   } else {
     a.long_().jmp(Imm(sp.pass));  // rel32: images lie within reach of their stub
@@ -1170,21 +1191,30 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
       base, fmt::format("the stub of the site at {:#x}", spec.site),
       [&](ax::Assembler& a) {
         Label stub = a.newLabel(), slow = a.newLabel(), hop = a.newLabel(), pass = a.newLabel(),
-              ool = a.newLabel(), exit = a.newLabel();
-        const ax::Mem counter = fs_mem(spec.tls.counters + 4 * int64_t(spec.counter_slot), 4);
+              ool = a.newLabel(), exit = a.newLabel(), body = a.newLabel();
+        const ax::Mem counter = block_mem(spec.tls.counters + 4 * int64_t(spec.counter_slot), 4);
+        // Keeping every register, r11 waits below the stack pointer (arch/image.hpp).
+        const ax::Mem kept_r11 = ax::qword_ptr(ax::rsp, -8);
         if (spec.undo_frame) {
           for (const FrameUndo::Push& p : spec.frame.pushes)
             a.mov(ax::gpq(p.reg), ax::qword_ptr(ax::rbp, p.offset));
           a.leave();
         }
         a.bind(stub);
-        a.cmp(fs_mem(spec.tls.registered, 4), Imm(0));
-        a.long_().je(slow);
+        if (spec.preserve_all) a.mov(kept_r11, ax::r11);
+        load_block(a, spec.tls);
+        a.test(ax::r11, ax::r11);
+        a.long_().jz(slow);
         a.inc(counter);
+        if (spec.preserve_all) a.mov(ax::r11, kept_r11);
         a.bind(hop);
         a.long_().jmp(pass);
         a.bind(pass);
+        if (spec.preserve_all) a.mov(kept_r11, ax::r11);
+        load_block(a, spec.tls);
         a.dec(counter);
+        if (spec.preserve_all) a.mov(ax::r11, kept_r11);
+        a.bind(body);
         if (spec.prologue.empty()) {
           jmp_abs(a, spec.original, base);
         } else {
@@ -1197,6 +1227,7 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
           else jmp_abs(a, resume, base);
         }
         a.bind(slow);
+        if (spec.preserve_all) a.mov(ax::r11, kept_r11);
         // Entered by jmp from the function's entry, where the stack is usually 8 mod 16
         // but not always: gcc calls a local function that needs no alignment with
         // whatever it has (its IPA stack alignment). Realign for the call.
@@ -1219,11 +1250,18 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
           for (int r = 5; r >= 0; --r) a.pop(kIntArgs[r]);
         }
         a.leave();
-        a.long_().jmp(stub);
-        // exit: images that hold their own counter leave through here, slot in r11 (and,
+        // Registered: in again. Not (no memory for its block): the body runs untraced
+        // this time, and the thread tries again at its next entry.
+        if (spec.preserve_all) a.mov(kept_r11, ax::r11);
+        load_block(a, spec.tls);
+        a.test(ax::r11, ax::r11);
+        if (spec.preserve_all) a.mov(ax::r11, kept_r11);
+        a.long_().jnz(stub);
+        a.long_().jmp(body);
+        // exit: images that hold their own counter leave through here, its address in r11 (and,
         // keeping every register, the caller's r11 pushed above the return address).
         a.bind(exit);
-        a.dec(fs_mem(spec.tls.counters, ax::r11, 2, 4));
+        a.dec(ax::dword_ptr(ax::r11));
         if (spec.preserve_all) a.pop(ax::r11);
         a.ret();
         out.exit = exit.id();
@@ -1262,8 +1300,9 @@ size_t image_size_bound(const ImageSpec& spec) {
 // the body with the caller's return address still on the stack):
 //
 //   push rbp ; mov rbp, rsp
-//   inc dword fs:[counters + 4*I]       | this image's own counter, taken before
-//   dec dword fs:[counters + 4*S]       | the site counter is released
+//   mov r11, fs:[block]                 | this thread's block
+//   inc dword [r11 + counters + 4*I]    | this image's own counter, taken before
+//   dec dword [r11 + counters + 4*S]    | the site counter is released
 //   sub rsp, frame
 //   <save argument registers into ctx[]>
 //   mov qword [ctx-8], n ; mov [ctx-16], func
@@ -1273,18 +1312,22 @@ size_t image_size_bound(const ImageSpec& spec) {
 //   <return registers into ctx[n..]>                           |
 //   <fexit programs>                                           |
 //   <restore return registers>                                 |
-//   leave ; mov r11d, I ; jmp exit      | exit: dec fs:[counters+4*r11]; ret
+//   leave ; mov r11, fs:[block]         | exit: dec dword [r11]; ret
+//   lea r11, [r11 + counters + 4*I]     |
+//   jmp exit                            |
 namespace {
 
 // An image with a tracer and no program: no ctx, the hooks around the call.
 //
 //   push rbp ; mov rbp, rsp
-//   inc dword fs:[counters + 4*I] ; dec dword fs:[counters + 4*S]   | calls_original
+//   mov r11, fs:[block]                                             | calls_original
+//   inc dword [r11 + counters + 4*I] ; dec dword [r11 + counters + 4*S]
 //   and rsp, -16
 //   <entry hook>
 //   <copy stack arguments; call original>                           | calls_original
 //   <exit hook>                                                     |
-//   leave ; mov r11d, I ; jmp exit       (entry-only: leave ; jmp pass)
+//   leave ; mov r11, fs:[block] ; lea r11, [r11 + counters + 4*I] ; jmp exit
+//                                        (entry-only: leave ; jmp pass)
 //
 // Keeping every register, the inline path and the hooks save every general register
 // they use, the general code's call saves everything (call_keeping_all), the stack
@@ -1418,11 +1461,16 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
     // rax = 0 for fmod_ret's test. (rsp is 16-aligned here, as at the program's call.)
     for (const ProgMiss& m : misses) {
       a.bind(m.held);
-      a.mov(ax::rdi, fs_mem(sp.tls.active + 8 * int64_t(m.prog->guard), 8));
+      load_block(a, sp.tls);
+      a.mov(ax::rdi, block_mem(sp.tls.active + 8 * int64_t(m.prog->guard), 8));
       a.mov(ax::rsi, ax::rbp);
       call_abs(a, sp.guard_left, base);
+      Label lost = a.newLabel();
       a.test(ax::rax, ax::rax);
-      a.long_().jnz(m.take);
+      a.jz(lost);
+      load_block(a, sp.tls);  // for `take` (guard_left changed r11)
+      a.long_().jmp(m.take);
+      a.bind(lost);
       a.mov(ax::r11, Imm(m.prog->misses));
       a.lock().inc(ax::qword_ptr(ax::r11));
       a.xor_(ax::eax, ax::eax);
