@@ -23,9 +23,10 @@ struct RecordOptions {
   // producer waits for room (bounded: trace::wait_for_room()).
   trace::BufferMode mode = trace::BufferMode::discard;
   // The events files: plain records, or zstd frames written by the recorder as it
-  // drains (the target never compresses). Not zstd by default: on a busy machine the
-  // recorder's compressing lost more events (docs/benchmarks.md, "Compressed traces").
-  trace::Compression compression = trace::Compression::none;
+  // drains (the target never compresses), on a thread of its own (trace::WriteQueue).
+  // zstd by default: with compression off the drain's path, it lost fewer events than
+  // plain files on a busy machine (docs/benchmarks.md, "Compressed traces and losses").
+  trace::Compression compression = trace::Compression::zstd;
   bool quiet = false;                // no summary line
   // How long to wait, once the program ended, for the processes it started that are
   // traced (forked children...); < 0: as long as they run. Those still running then
@@ -55,7 +56,7 @@ int run_record(const RecordOptions& o, RecordResult* out);
 struct RecordFlags {
   RecordOptions rec;
   std::vector<std::string> args, rets;  // -A, -R
-  std::string time_filter, mode = "discard", wait_children = "10", compress = "none";
+  std::string time_filter, mode = "discard", wait_children = "10", compress = "zstd";
 };
 // Adds record's options to SUB (all but -q); finish_record_flags() checks and converts
 // them once parsed, printing what is wrong as `utramp CMD: ...` (false: exit 2).
