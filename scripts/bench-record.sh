@@ -13,8 +13,8 @@
 #
 # Wall time, best of REPEATS, traces written to a scratch directory on the same disk
 # as /tmp. "B/call" is what the trace takes on disk per call: (size(N) - size(0)) / N,
-# the trace directory as the tracer left it (utramp's events files zstd frames, the
-# default, or plain in the --compress none row). uftrace is installed from Debian (apt-get) if missing; XRay is measured when
+# the trace directory as the tracer left it (utramp's events files plain, or zstd frames
+# in the --compress zstd row). uftrace is installed from Debian (apt-get) if missing; XRay is measured when
 # clang can link its runtime (libclang-rt-14-dev). Not a test: never run by ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -97,10 +97,9 @@ printf "%-28s %12s %12s %12s %12s %12s %8s\n" "tracer (build)" "plain 0 ms" "pla
 # cost microseconds each in a VM (a 1 GiB ring's first lap alone added ~35 ns per call
 # here), which is not what a recording costs once its ring is warm.
 row "utramp record (pfe)" "$WORK/t_pfe" "$UT" record -o "$WORK/out/utramp.data" --
-# The default compresses the events files (zstd frames, written by the recorder's
-# writing thread); the same with plain files.
-row "utramp record --compress none" "$WORK/t_pfe" "$UT" record -o "$WORK/out/utramp.data" \
-  --compress none --
+# The same with the events files compressed by the recorder (zstd frames).
+row "utramp record --compress zstd" "$WORK/t_pfe" "$UT" record -o "$WORK/out/utramp.data" \
+  --compress zstd --
 row "utramp record, 1 Mi ring" "$WORK/t_pfe" "$UT" record -o "$WORK/out/utramp.data" \
   --buffer-size 1048576 --max-threads 2 --
 # Nothing lost by construction: the traced thread waits for the recorder when its ring

@@ -106,8 +106,8 @@ std::shared_ptr<RecordFlags> add_record_options(CLI::App* sub) {
                   "room: nothing lost while the recorder drains) or overwrite (flight recorder)")
       ->check(CLI::IsMember({"discard", "block", "overwrite"}));
   sub->add_option("--compress", f->compress,
-                  "the events files: zstd (default: compressed by the recorder, not the program; "
-                  "about a tenth of the size) or none (plain 32-byte records)")
+                  "the events files: none (default: plain 32-byte records) or zstd (compressed "
+                  "by the recorder, not the program: a tenth of the size)")
       ->check(CLI::IsMember({"none", "zstd"}));
   sub->add_flag("--follow-exec", f->rec.agent.follow_exec, "keep tracing across exec");
   sub->add_option("--wait-children", f->wait_children,

@@ -24,9 +24,9 @@ struct RecordOptions {
   trace::BufferMode mode = trace::BufferMode::discard;
   // The events files: plain records, or zstd frames written by the recorder as it
   // drains (the target never compresses), on a thread of its own (trace::WriteQueue).
-  // zstd by default: with compression off the drain's path, it lost fewer events than
-  // plain files on a busy machine (docs/benchmarks.md, "Compressed traces and losses").
-  trace::Compression compression = trace::Compression::zstd;
+  // Not zstd by default: it loses no more than plain files, but took more CPU and wall
+  // time on a busy machine (docs/benchmarks.md, "Compressed traces and losses").
+  trace::Compression compression = trace::Compression::none;
   bool quiet = false;                // no summary line
   // How long to wait, once the program ended, for the processes it started that are
   // traced (forked children...); < 0: as long as they run. Those still running then
@@ -56,7 +56,7 @@ int run_record(const RecordOptions& o, RecordResult* out);
 struct RecordFlags {
   RecordOptions rec;
   std::vector<std::string> args, rets;  // -A, -R
-  std::string time_filter, mode = "discard", wait_children = "10", compress = "zstd";
+  std::string time_filter, mode = "discard", wait_children = "10", compress = "none";
 };
 // Adds record's options to SUB (all but -q); finish_record_flags() checks and converts
 // them once parsed, printing what is wrong as `utramp CMD: ...` (false: exit 2).
