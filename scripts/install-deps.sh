@@ -10,7 +10,7 @@ $SUDO apt-get install -y --no-install-recommends \
   build-essential cmake ninja-build pkg-config git \
   gcc g++ clang lld llvm \
   libzydis-dev libasmjit-dev \
-  libelf-dev libdw-dev libbpf-dev libzstd-dev zstd systemtap-sdt-dev \
+  libelf-dev libdw-dev libbpf-dev libzstd-dev zstd libxxhash-dev systemtap-sdt-dev \
   libcli11-dev libfmt-dev nlohmann-json3-dev libcpp-httplib-dev \
   libgtest-dev libgmock-dev libbenchmark-dev \
   binutils file gdb libclang-rt-14-dev \

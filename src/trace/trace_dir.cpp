@@ -449,6 +449,8 @@ struct TraceWriter::Impl {
   Compression compression = Compression::none;
   std::unique_ptr<ZstdFrameWriter> zstd;
   size_t pending_total = 0;  // events held in every File::pending
+  bool store_frames = false;  // set_store_frames()
+  uint64_t stored_frames = 0;
 
   ~Impl() {
     (void)flush_all();  // what a writer dropped without finish() held: saved if it can be
@@ -504,7 +506,8 @@ struct TraceWriter::Impl {
     auto fd = open_file(f);
     std::string why;
     if (fd) {
-      const std::span<const char> frame = zstd->compress(events, &why);
+      const std::span<const char> frame = store_frames ? zstd->store(events) : zstd->compress(events, &why);
+      stored_frames += store_frames;
       if (why.empty()) {
         const size_t done = os::write_some(*fd, frame.data(), frame.size());
         if (done == frame.size()) {
@@ -748,6 +751,12 @@ Result<void> TraceWriter::flush() {
   if (!impl_) return {};
   return impl_->flush_all();
 }
+
+void TraceWriter::set_store_frames(bool store) {
+  if (impl_) impl_->store_frames = store;
+}
+
+uint64_t TraceWriter::stored_frames() const { return impl_ ? impl_->stored_frames : 0; }
 
 Result<void> TraceWriter::close() {
   if (!impl_) return {};

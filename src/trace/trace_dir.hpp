@@ -193,6 +193,11 @@ class TraceWriter {
   uint64_t cut_time() const;
   // Writes what is held in memory (compressed files: the frames not yet full).
   Result<void> flush();
+  // Compressed files: while set, frames are stored (zstd frames of raw blocks, read as
+  // any other: ZstdFrameWriter::store()) instead of compressed, for a recorder whose
+  // compression falls behind the program (WriteQueue). Counted by stored_frames().
+  void set_store_frames(bool store);
+  uint64_t stored_frames() const;
   // Flushes and closes every events file (the destructor does too).
   Result<void> close();
   const std::string& dir() const;

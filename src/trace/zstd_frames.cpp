@@ -3,7 +3,12 @@
 
 #include <unistd.h>
 #include <zstd.h>
+// XXH64, the checksum of zstd frames, for the frames stored without compression;
+// inlined from the header (Debian: libxxhash-dev), no library to link.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -42,6 +47,38 @@ std::span<const char> ZstdFrameWriter::compress(std::span<const Event> events, s
     return {};
   }
   return {out_.data(), n};
+}
+
+// A frame of raw blocks (RFC 8878, 3.1.1): the magic; a frame header descriptor saying
+// single segment (no window descriptor: the content size is the window), a 4-byte content
+// size and a content checksum; blocks of at most 128 KiB, each a 3-byte header (last-block
+// bit, type 0 = raw, size) and its bytes; the low 32 bits of the content's XXH64 (seed 0).
+std::span<const char> ZstdFrameWriter::store(std::span<const Event> events) {
+  constexpr uint32_t kMagic = 0xFD2FB528;
+  constexpr uint8_t kDescriptor = (2u << 6) | (1u << 5) | (1u << 2);  // FCS 4 bytes, single, checksum
+  constexpr size_t kBlockMax = 128u << 10;
+  const auto* data = reinterpret_cast<const char*>(events.data());
+  const size_t size = events.size_bytes();  // < 4 GiB: a frame holds kZstdFrameEvents
+  const size_t blocks = size == 0 ? 1 : (size + kBlockMax - 1) / kBlockMax;
+  out_.resize(4 + 1 + 4 + blocks * 3 + size + 4);
+  char* p = out_.data();
+  auto put_le = [&p](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) *p++ = static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  put_le(kMagic, 4);
+  *p++ = static_cast<char>(kDescriptor);
+  put_le(size, 4);
+  size_t done = 0;
+  do {
+    const size_t n = std::min(kBlockMax, size - done);
+    const bool last = done + n == size;
+    put_le((n << 3) | (0u << 1) | (last ? 1u : 0u), 3);
+    if (n) std::memcpy(p, data + done, n);
+    p += n;
+    done += n;
+  } while (done < size);
+  put_le(XXH64(data, size, 0) & 0xffffffffu, 4);
+  return {out_.data(), static_cast<size_t>(p - out_.data())};
 }
 
 ZstdFrameReader::ZstdFrameReader(uint64_t offset) : dctx_(ZSTD_createDCtx()), in_off_(offset) {}

@@ -37,6 +37,11 @@ class ZstdFrameWriter {
   ZstdFrameWriter& operator=(const ZstdFrameWriter&) = delete;
   // The frame, valid until the next call; empty with *error set on failure.
   std::span<const char> compress(std::span<const Event> events, std::string* error);
+  // EVENTS as one zstd frame of raw (stored) blocks, with the same content size and
+  // checksum a compressed one has: what a recorder that cannot compress fast enough
+  // writes (TraceWriter::set_store_frames()). Any zstd decoder reads it; it costs a copy
+  // and a hash, no compression. Valid until the next call.
+  std::span<const char> store(std::span<const Event> events);
 
  private:
   ZSTD_CCtx* cctx_ = nullptr;

@@ -440,7 +440,8 @@ TEST(Kill9, RecordLeavesNothingBehindAndTheTraceSaysItWasCut) {
   adopt_orphans();
   TempDir t;
   const std::string dir = t.path + "/trace", ready = t.path + "/ready", go = t.path + "/go";
-  Background cli({"record", "-o", dir, "--", kFixture, "ready_wait", ready, go}, t.path);
+  // Plain files: what is drained is written at once (compressed ones: below).
+  Background cli({"record", "-o", dir, "--compress", "none", "--", kFixture, "ready_wait", ready, go}, t.path);
   const pid_t target = wait_ready(ready);
   ASSERT_NE(target, 0) << read_file(cli.err);
   sleep_ms(300);  // the calls before READY are drained
@@ -460,6 +461,53 @@ TEST(Kill9, RecordLeavesNothingBehindAndTheTraceSaysItWasCut) {
             std::string::npos)
       << replay.err;
   EXPECT_NE(replay.out.find("work"), std::string::npos) << replay.out;
+}
+
+// Compressed: what was drained more than a second before the kill is in the trace (the
+// recorder writes the frames not yet full every second, from its writing thread), and
+// the trace reads without a damaged frame.
+TEST(Kill9, CompressedRecordKeepsWhatItDrainedASecondBefore) {
+  adopt_orphans();
+  TempDir t;
+  const std::string dir = t.path + "/trace", ready = t.path + "/ready", go = t.path + "/go";
+  Background cli({"record", "-o", dir, "--compress", "zstd", "--", kFixture, "ready_wait", ready, go}, t.path);
+  const pid_t target = wait_ready(ready);
+  ASSERT_NE(target, 0) << read_file(cli.err);
+  sleep_ms(2500);  // drained at once, written within a second
+  ASSERT_EQ(kill(cli.pid, SIGKILL), 0);
+  EXPECT_EQ(cli.wait(), 128 + SIGKILL);
+  touch(go);
+  EXPECT_EQ(reap(target), 0);
+  EXPECT_EQ(read_json(dir + "/info.json")["state"], "recording");
+  EXPECT_EQ(total_calls(dir, "work"), 3u);
+  auto r = utramp::trace::TraceReader::open(dir);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  for (const auto& w : r->warnings())
+    EXPECT_EQ(w.find("zstd frame"), std::string::npos) << w;
+}
+
+// Ctrl-C, as a terminal sends it (SIGINT to the recorder and the program): the program
+// ends of it, the recorder does not, and writes everything the program recorded, both
+// plain and compressed (the writing thread's queue is emptied before the end).
+TEST(CtrlC, RecordWritesEverythingTheProgramRecorded) {
+  for (const char* compress : {"none", "zstd"}) {
+    SCOPED_TRACE(compress);
+    adopt_orphans();
+    TempDir t;
+    const std::string dir = t.path + "/trace", ready = t.path + "/ready", go = t.path + "/go";
+    Background cli({"record", "-o", dir, "--compress", compress, "--", kFixture, "ready_wait", ready, go},
+                   t.path);
+    const pid_t target = wait_ready(ready);
+    ASSERT_NE(target, 0) << read_file(cli.err);
+    ASSERT_EQ(kill(cli.pid, SIGINT), 0);
+    ASSERT_EQ(kill(target, SIGINT), 0);
+    EXPECT_EQ(cli.wait(), 128 + SIGINT) << cli.stderr_text();
+    EXPECT_EQ(reap(target, 0), -1);  // the recorder reaped it
+    EXPECT_NE(cli.stderr_text().find("killed by SIGINT"), std::string::npos) << cli.stderr_text();
+    EXPECT_EQ(read_json(dir + "/info.json")["state"], "complete");
+    EXPECT_EQ(read_json(dir + "/info.json")["compression"], compress);
+    EXPECT_EQ(total_calls(dir, "work"), 3u);
+  }
 }
 
 // The names of the events files in DIR.

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include <sstream>
 
 #include "ring_util.hpp"
+#include "trace/write_queue.hpp"
 #include "trace/zstd_frames.hpp"
 
 using namespace utramp;
@@ -765,6 +767,133 @@ TEST(TraceDirZstd, ADamagedOrCutFrameEndsTheThreadAfterTheFramesBeforeIt) {
   ASSERT_EQ(truncate(f.c_str(), static_cast<off_t>(end1 + 10)), 0);
   check("events-1-1.bin: truncated: the zstd frame at byte " + std::to_string(end1) +
         " ends with the file at byte " + std::to_string(end1 + 10));
+}
+
+// Frames stored without compression (set_store_frames(): what the recorder writes when
+// its compression falls behind) sit among compressed ones and read back the same: every
+// event in order, the counts right; the system's zstd decodes the body too; and their
+// checksum is checked like a compressed frame's (a changed byte in one is found).
+TEST(TraceDirZstd, StoredFramesReadAsCompressedOnes) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  const std::string f = dir + "/events-3-3.bin";
+  const std::vector<Event> a = seq_events(0, 4 * kZstdFrameEvents + 123, 3);
+  uint64_t stored_at = 0, stored_end = 0;  // where the second (stored) frame is
+  {
+    auto w = TraceWriter::create(dir, Compression::zstd);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    const std::span all(a);
+    ASSERT_TRUE(w->append(3, 3, all.subspan(0, kZstdFrameEvents)).ok());  // compressed
+    stored_at = std::filesystem::file_size(f);
+    w->set_store_frames(true);
+    ASSERT_TRUE(w->append(3, 3, all.subspan(kZstdFrameEvents, kZstdFrameEvents)).ok());
+    stored_end = std::filesystem::file_size(f);
+    w->set_store_frames(false);
+    ASSERT_TRUE(w->append(3, 3, all.subspan(2 * kZstdFrameEvents, kZstdFrameEvents)).ok());
+    w->set_store_frames(true);  // the rest, a part frame at the end, stored too
+    ASSERT_TRUE(w->append(3, 3, all.subspan(3 * kZstdFrameEvents)).ok());
+    ASSERT_TRUE(w->finish(TraceInfo{}).ok());
+    EXPECT_EQ(w->stored_frames(), 3u);
+    EXPECT_EQ(w->threads()[0].events, a.size());
+  }
+  // A stored frame: its records plus a few bytes of headers.
+  EXPECT_GE(stored_end - stored_at, kZstdFrameEvents * sizeof(Event));
+  EXPECT_LE(stored_end - stored_at, kZstdFrameEvents * sizeof(Event) + 32);
+  auto r = TraceReader::open(dir);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->warnings().empty()) << all_warnings(*r);
+  EXPECT_EQ(r->event_count(3, 3), a.size());
+  const auto got = read_all(*r->stream(3, 3));
+  ASSERT_EQ(got.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(same(got[i], a[i])) << "event " << i;
+  // zstd itself (Debian's zstd, if installed) reads the body: the same bytes.
+  if (std::system("command -v zstd >/dev/null 2>&1") == 0) {
+    const std::string plain = tmp / "plain.bin";
+    ASSERT_EQ(std::system(("tail -c +33 " + f + " | zstd -dcq > " + plain).c_str()), 0);
+    ASSERT_EQ(std::filesystem::file_size(plain), a.size() * sizeof(Event));
+    std::ifstream in(plain, std::ios::binary);
+    std::vector<Event> body(a.size());
+    in.read(reinterpret_cast<char*>(body.data()), static_cast<std::streamsize>(a.size() * sizeof(Event)));
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(same(body[i], a[i])) << "event " << i;
+  }
+  {  // one byte of a record changed in the stored frame: its checksum no longer matches
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>((stored_at + stored_end) / 2);
+    io.seekg(at);
+    char c = 0;
+    io.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    io.seekp(at);
+    io.write(&c, 1);
+  }
+  auto damaged = TraceReader::open(dir);
+  ASSERT_TRUE(damaged.ok());
+  EXPECT_TRUE(has_warning(*damaged, "events-3-3.bin: corrupt: the zstd frame at byte " +
+                                        std::to_string(stored_at) + ": "))
+      << all_warnings(*damaged);
+  EXPECT_EQ(damaged->event_count(3, 3), kZstdFrameEvents);
+}
+
+// The recorder's writing thread (WriteQueue): every event appended is written, in order,
+// with the losses counted, whether the writer keeps up or not. Here the writer is made
+// slow (the test hook: each compressed batch takes 2 ms more) while events come in far
+// faster: the queue, bounded to 1 MiB, stores frames instead of compressing them once it
+// is half full, and nothing is dropped. Several threads' events, interleaved as the
+// drain hands them over.
+TEST(WriteQueue, ASlowCompressorStoresFramesAndKeepsEveryEvent) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  constexpr uint32_t kThreads = 6;
+  constexpr uint64_t kBatch = 3000, kBatches = 40;
+  uint64_t stored = 0;
+  {
+    auto w = TraceWriter::create(dir, Compression::zstd);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    WriteQueue q(*w, {.max_bytes = size_t{1} << 20, .slow_write_ns = 2'000'000});
+    for (uint64_t b = 0; b < kBatches; ++b)
+      for (uint32_t t = 1; t <= kThreads; ++t) {
+        q.append(100, 100 + t, seq_events(b * kBatch, kBatch, t));
+        q.add_lost(100, 100 + t, 1);
+        if (b % 10 == 9) q.flush();
+      }
+    q.finish();
+    EXPECT_LE(q.peak_bytes(), size_t{1} << 20);
+    stored = w->stored_frames();
+    ASSERT_TRUE(w->finish(TraceInfo{}).ok());
+  }
+  EXPECT_GT(stored, 0u) << "the writer was never behind: the test tests nothing";
+  auto r = TraceReader::open(dir);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->warnings().empty()) << all_warnings(*r);
+  ASSERT_EQ(r->threads().size(), kThreads);
+  for (uint32_t t = 1; t <= kThreads; ++t) {
+    const auto got = read_all(*r->stream(100, 100 + t));
+    ASSERT_EQ(got.size(), kBatch * kBatches) << "thread " << t;
+    for (uint64_t i = 0; i < got.size(); ++i) ASSERT_TRUE(same(got[i], seq_event(i, t))) << t << " " << i;
+  }
+  for (const ThreadInfo& ti : r->info().threads) EXPECT_EQ(ti.lost, kBatches) << ti.tid;
+}
+
+// Plain files through the queue: the same events as appended directly.
+TEST(WriteQueue, PlainFilesHoldEveryEvent) {
+  TempDir tmp;
+  const std::string dir = tmp / "t";
+  const std::vector<Event> a = seq_events(0, 50000, 7);
+  {
+    auto w = TraceWriter::create(dir);
+    ASSERT_TRUE(w.ok());
+    WriteQueue q(*w, {.max_bytes = 64 << 10});  // smaller than the appends: append waits
+    for (size_t i = 0; i < a.size(); i += 4096)
+      q.append(7, 7, std::span(a).subspan(i, std::min<size_t>(4096, a.size() - i)));
+    q.finish();
+    EXPECT_EQ(w->stored_frames(), 0u);
+    ASSERT_TRUE(w->finish(TraceInfo{}).ok());
+  }
+  auto r = TraceReader::open(dir);
+  ASSERT_TRUE(r.ok());
+  const auto got = read_all(*r->stream(7, 7));
+  ASSERT_EQ(got.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(same(got[i], a[i])) << i;
 }
 
 // A write that fails cuts the trace at a frame's end: the part of the frame written is

@@ -29,6 +29,7 @@
 #include "symbols/glob.hpp"
 #include "trace/shm_buffers.hpp"
 #include "trace/trace_dir.hpp"
+#include "trace/write_queue.hpp"
 
 namespace utramp::cli {
 
@@ -400,12 +401,17 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   Descendants descendants(static_cast<uint32_t>(child), dir_path, "UTRAMP_AGENT=" + agent_config);
 
   std::vector<uint32_t> still_running;
+  // The drain copies the rings' events into the queue, whose thread writes (and
+  // compresses) them: the drain's pass frees ring space at the cost of a copy
+  // (trace/write_queue.hpp; docs/tracing.md, "Losses"). The writer is the queue's until
+  // queue.finish().
+  trace::WriteQueue queue(*writer);
   auto drain = [&](bool final = false) {
     const size_t n = shm->drain(
         [&](uint32_t pid, uint32_t tid, std::span<const trace::Event> ev, uint64_t lost) {
           // A write that fails cuts the trace (TraceWriter): said at the end.
-          if (!ev.empty()) (void)writer->append(pid, tid, ev);
-          if (lost) writer->add_lost(pid, tid, lost);
+          queue.append(pid, tid, ev);
+          queue.add_lost(pid, tid, lost);
           out->lost += lost;
           for (const trace::Event& e : ev)
             if (e.type == static_cast<uint8_t>(trace::EventType::fork) && e.data <= UINT32_MAX)
@@ -427,7 +433,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
         drain();
         if (shm->largest_backlog() >= again_at) return true;
         if (const uint64_t now = mono_ns(); now >= next_flush) {
-          (void)writer->flush();
+          queue.flush();
           next_flush = now + 1'000'000'000;
         }
         return false;
@@ -479,6 +485,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   // Losses still pending at the end are marked where they happened (not in the rings of
   // processes still running: they may still be writing there).
   drain(true);
+  queue.finish();  // everything drained is written: the writer is ours again
   out->exit_code = ended.exit_code;
   out->ended = ended.how;
   set_exit_on_broken_pipe(out->exit_code);

@@ -23,8 +23,9 @@ struct RecordOptions {
   // producer waits for room (bounded: trace::wait_for_room()).
   trace::BufferMode mode = trace::BufferMode::discard;
   // The events files: plain records, or zstd frames written by the recorder as it
-  // drains (the target never compresses). Not zstd by default: on a busy machine the
-  // recorder's compressing lost more events (docs/benchmarks.md, "Compressed traces").
+  // drains (the target never compresses), on a thread of its own (trace::WriteQueue).
+  // Not zstd by default: it loses no more than plain files, but took more CPU and wall
+  // time on a busy machine (docs/benchmarks.md, "Compressed traces and losses").
   trace::Compression compression = trace::Compression::none;
   bool quiet = false;                // no summary line
   // How long to wait, once the program ended, for the processes it started that are
