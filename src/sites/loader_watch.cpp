@@ -21,6 +21,9 @@ namespace {
 
 std::atomic<LoaderCallback> g_callback{nullptr};
 r_debug* g_debug = nullptr;  // set before the hook is reachable, never changed
+uint64_t g_site = 0;        // where the jump went, and the bytes before and after it
+std::vector<uint8_t> g_original, g_jump;
+uint64_t g_hop = 0;
 bool g_installed = false;    // under the patcher's serialisation (install is rare)
 
 // Jumped to by the patched r_brk, as r_brk itself: called by the loader, returns to it.
@@ -119,6 +122,26 @@ Result<void> watch_loader(LoaderCallback callback) {
   op.label = "_dl_debug_state (r_brk)";
   UTRAMP_TRY(patch::apply(std::span(&op, 1)));
   g_installed = true;
+  g_site = site;
+  g_original = op.expected;
+  g_jump = op.replacement;
+  g_hop = block->addr;
+  return {};
+}
+
+Result<void> unwatch_loader() {
+  g_callback.store(nullptr, std::memory_order_release);
+  if (!g_installed) return {};
+  patch::PatchOp op;
+  op.addr = g_site;
+  op.expected = g_jump;
+  op.replacement = g_original;
+  // A thread trapped on the int3 goes on to the hook, which returns to the loader (the
+  // callback is gone: it does nothing else of note).
+  op.emulate = patch::Emulation::jump_to(g_hop);
+  op.label = "_dl_debug_state (r_brk)";
+  UTRAMP_TRY(patch::apply(std::span(&op, 1)));
+  g_installed = false;
   return {};
 }
 
