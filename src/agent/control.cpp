@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "agent/control_protocol.hpp"
+#include "agent/trust.hpp"
 #include "arch/cpu.hpp"
 #include "os/text_writer.hpp"
 #include "tramp/threads.hpp"
@@ -101,14 +102,23 @@ bool handle(Client& c, const ctl::Message& m) {
                        r ? "done" : r.error().message));
       return true;
     }
-    case ctl::MsgType::apply_config:
-      // The configuration of an agent loaded into a running process (record -p): the
-      // injection that would bring an unconfigured agent in does not work yet
-      // (docs/attach.md, "Status"), and this agent was configured by its launcher.
+    case ctl::MsgType::apply_config: {
+      // The configuration of an agent loaded into a running process (record -p), in the
+      // launcher's format, trusted under the file's rules (agent/trust.hpp). Applying it
+      // needs an agent loaded unconfigured, which the injection cannot bring in yet
+      // (docs/attach.md, "Status"): this one was configured by its launcher.
+      const auto cfg = m.body.find("config");
+      auto trusted = cfg != m.body.end() && cfg->is_object()
+                         ? trust_sent_config(cfg->dump())
+                         : Result<TrustedConfig>(make_error(Errc::invalid_argument,
+                                                            "an apply_config message holds no \"config\" object"));
       answer(c, ctl::MsgType::error,
-             {{"error", "this agent is already configured (it was started with the program); a "
-                        "configuration is taken only by an agent loaded into a running process"}});
+             {{"error", trusted ? std::string("this agent is already configured (it was started with the program); "
+                                              "a configuration is taken only by an agent loaded into a running "
+                                              "process")
+                                : trusted.error().message}});
       return true;
+    }
     case ctl::MsgType::reply:
     case ctl::MsgType::error:
       break;

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/config.hpp"
 #include "agent/control_protocol.hpp"
 #include "cli_runner.hpp"
 #include "os/elf_file.hpp"
@@ -331,6 +332,20 @@ TEST(Control, MalformedOrKilledClientEndsOnlyItsConnection) {
   ASSERT_TRUE(answer) << answer.error().message;
   EXPECT_EQ(answer->type, ctl::MsgType::reply);
   close(*keep);
+
+  // A configuration (record -p's hand-over): the launcher's format, checked under the
+  // file's rules; this agent, configured at start-up, takes none.
+  utramp::agent::Config cfg;
+  cfg.shm_path = "/dev/shm/none";
+  cfg.trace_dir = "/tmp";  // others may write there
+  const auto apply = [&](const utramp::agent::Config& c) {
+    auto r = ctl::call(rec.pid(), {ctl::MsgType::apply_config, {{"config", json::parse(utramp::agent::dump_config(c))}}},
+                       5000);
+    return r ? std::string("(accepted)") : r.error().message;
+  };
+  EXPECT_NE(apply(cfg).find("writable by others"), std::string::npos) << apply(cfg);
+  cfg.trace_dir = dir.path;
+  EXPECT_NE(apply(cfg).find("already configured"), std::string::npos) << apply(cfg);
 
   auto [out, code] = rec.finish();
   EXPECT_EQ(code, 0) << rec.errors();
