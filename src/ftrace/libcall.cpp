@@ -69,9 +69,14 @@ void restore_return_addresses() noexcept {
 
 namespace {
 
-// Every hook made, for unhook_imports (hooks are never freed).
+// Every hook made, for unhook_imports (hooks are never freed; the list is made on first
+// use: no load-time constructor, common/init.hpp).
 std::mutex g_hooks_mu;
-std::vector<ImportHook*> g_hooks;
+std::vector<ImportHook*>* g_hooks = nullptr;
+std::vector<ImportHook*>& hooks_made() {
+  if (!g_hooks) g_hooks = new std::vector<ImportHook*>();
+  return *g_hooks;
+}
 
 [[noreturn]] void lost_return(uint64_t slot) {
   // No way back to the caller: its address was replaced and is not on the return stack
@@ -136,7 +141,7 @@ std::vector<trace::Function> hook_imports(const std::vector<ImportRequest>& reqs
     }
     done.push_back({h->stub, kStride, r.name, r.library});
     std::lock_guard lock(g_hooks_mu);
-    g_hooks.push_back(h);
+    hooks_made().push_back(h);
   }
   return done;
 }
@@ -144,7 +149,7 @@ std::vector<trace::Function> hook_imports(const std::vector<ImportRequest>& reqs
 size_t hooked_imports() {
   std::lock_guard lock(g_hooks_mu);
   size_t n = 0;
-  for (ImportHook* h : g_hooks)
+  for (ImportHook* h : hooks_made())
     if (!h->removed.load(std::memory_order_acquire)) ++n;
   return n;
 }
@@ -155,7 +160,7 @@ size_t unhook_imports(std::vector<std::string>* errors) {
   // Twice: an exit hook that read `removed` false just before may still hook a lazy
   // slot again (it compares and writes in two steps); the second pass puts it back.
   for (int pass = 0; pass < 2; ++pass) {
-    for (ImportHook* h : g_hooks) {
+    for (ImportHook* h : hooks_made()) {
       if (pass == 0) h->removed.store(true, std::memory_order_release);
       const uint64_t target = h->target.load(std::memory_order_acquire);
       uint64_t seen = __atomic_load_n(h->got, __ATOMIC_ACQUIRE);

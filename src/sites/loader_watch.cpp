@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <link.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <vector>
@@ -22,7 +23,7 @@ namespace {
 std::atomic<LoaderCallback> g_callback{nullptr};
 r_debug* g_debug = nullptr;  // set before the hook is reachable, never changed
 uint64_t g_site = 0;        // where the jump went, and the bytes before and after it
-std::vector<uint8_t> g_original, g_jump;
+uint8_t g_original[arch::kSiteLen], g_jump[arch::kSiteLen];
 uint64_t g_hop = 0;
 bool g_installed = false;    // under the patcher's serialisation (install is rare)
 
@@ -123,8 +124,8 @@ Result<void> watch_loader(LoaderCallback callback) {
   UTRAMP_TRY(patch::apply(std::span(&op, 1)));
   g_installed = true;
   g_site = site;
-  g_original = op.expected;
-  g_jump = op.replacement;
+  std::copy(op.expected.begin(), op.expected.end(), g_original);
+  std::copy(op.replacement.begin(), op.replacement.end(), g_jump);
   g_hop = block->addr;
   return {};
 }
@@ -134,8 +135,8 @@ Result<void> unwatch_loader() {
   if (!g_installed) return {};
   patch::PatchOp op;
   op.addr = g_site;
-  op.expected = g_jump;
-  op.replacement = g_original;
+  op.expected.assign(g_jump, g_jump + arch::kSiteLen);
+  op.replacement.assign(g_original, g_original + arch::kSiteLen);
   // A thread trapped on the int3 goes on to the hook, which returns to the loader (the
   // callback is gone: it does nothing else of note).
   op.emulate = patch::Emulation::jump_to(g_hop);
