@@ -73,7 +73,9 @@ std::string_view type_name(MsgType t) noexcept {
 }
 
 std::string encode(const Message& m) {
-  const std::string text = m.body.dump();
+  // Never throws: text that is not UTF-8 (a path, a symbol) is sent with U+FFFD in its
+  // place (the agent must not end the program over a name).
+  const std::string text = m.body.dump(-1, ' ', false, json::error_handler_t::replace);
   std::string out(kMagic, sizeof kMagic);
   put16(&out, kVersion);
   put16(&out, static_cast<uint16_t>(m.type));
@@ -246,8 +248,12 @@ Result<json> call(pid_t pid, const Message& request, int timeout_ms) {
                                             "log says why",
                                             answer.error().message, uid_of(pid)));
   if (!answer) return std::move(answer).error();
-  if (answer->type == MsgType::error)
-    return make_error(Errc::invalid_argument, answer->body.value("error", std::string("(no text)")));
+  if (answer->type == MsgType::error) {
+    const auto text = answer->body.find("error");
+    return make_error(Errc::invalid_argument,
+                      text != answer->body.end() && text->is_string() ? text->get<std::string>()
+                                                                      : std::string("an error without its text"));
+  }
   if (answer->type != MsgType::reply)
     return make_error(Errc::bad_format,
                       fmt::format("the agent answered with a {} message", type_name(answer->type)));

@@ -50,6 +50,16 @@ TEST(ControlProtocol, RoundTripWhateverTheCuts) {
   }
 }
 
+// A name that is not UTF-8 (a path, a symbol) must not throw in the agent.
+TEST(ControlProtocol, NotUtf8IsSentReplaced) {
+  const std::string e = encode(msg(MsgType::reply, {{"exe", std::string("/tmp/\xff\xfe")}}));
+  Decoder d;
+  d.feed(e);
+  auto m = d.next();
+  ASSERT_TRUE(m && *m);
+  EXPECT_EQ((**m).body["exe"], "/tmp/\uFFFD\uFFFD");
+}
+
 TEST(ControlProtocol, HeaderIsAsDocumented) {
   const std::string e = encode(msg(MsgType::detach, json::object()));
   ASSERT_EQ(e.size(), kHeaderSize + 2);  // "{}"

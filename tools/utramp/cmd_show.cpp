@@ -25,32 +25,32 @@ std::string links_text(const json& links) {
   for (const json& l : links) {
     if (!out.empty()) out += ", ";
     out += fmt::format("{} #{}", l.value("type", "?"), l.value("id", 0));
-    if (l.contains("run_cnt")) out += fmt::format(" ({} runs)", l["run_cnt"].get<uint64_t>());
-    if (l.value("misses", 0) != 0) out += fmt::format(" ({} missed)", l["misses"].get<uint64_t>());
+    if (l.contains("run_cnt")) out += fmt::format(" ({} runs)", l.at("run_cnt").get<uint64_t>());
+    if (l.value("misses", 0) != 0) out += fmt::format(" ({} missed)", l.at("misses").get<uint64_t>());
   }
   return out;
 }
 
 void print_text(const json& j) {
-  const json& a = j["agent"];
+  const json& a = j.at("agent");
   fmt::print("process {} ({}): agent {}, tracer {}, started {}\n", j.value("pid", 0), j.value("exe", ""),
              a.value("state", "?"), a.value("tracer", "?"), a.value("started", "?"));
   if (!a.value("trace_dir", "").empty()) fmt::print("trace directory: {}\n", a.value("trace_dir", ""));
-  const json& fns = j["functions"];
+  const json& fns = j.at("functions");
   fmt::print("{} functions patched\n", fns.size());
   if (!fns.empty()) {
     fmt::print("  {:<32} {:<18} {:<16} {:<6} {}\n", "FUNCTION", "ADDRESS", "SITE", "STATE", "LINKS");
     for (const json& f : fns) {
       const json site = f.value("site", json::object());
       fmt::print("  {:<32} {:<18} {:<16} {:<6} {}\n", f.value("name", "?"), f.value("addr", "?"),
-                 site.value("kind", "?"), site.value("state", "?"), links_text(f["links"]));
+                 site.value("kind", "?"), site.value("state", "?"), links_text(f.at("links")));
     }
   }
   fmt::print("{} library calls hooked (GOT slots); {} sites hold utramp's NOP instead of the file's bytes\n",
              j.value("library_calls_hooked", 0), j.value("sites_as_nop", 0));
-  for (const json& c : j["clients"])
+  for (const json& c : j.at("clients"))
     fmt::print("client: process {} (uid {})\n", c.value("pid", 0), c.value("uid", 0));
-  for (const json& n : j["not_tracked"]) fmt::print("not tracked: {}\n", n.get<std::string>());
+  for (const json& n : j.at("not_tracked")) fmt::print("not tracked: {}\n", n.get<std::string>());
 }
 
 }  // namespace
