@@ -164,7 +164,12 @@ size_t unhook_imports(std::vector<std::string>* errors) {
       if (pass == 0) h->removed.store(true, std::memory_order_release);
       const uint64_t target = h->target.load(std::memory_order_acquire);
       uint64_t seen = __atomic_load_n(h->got, __ATOMIC_ACQUIRE);
-      if (seen != h->stub) continue;  // not (or no longer) hooked: the resolver wrote it
+      if (seen != h->stub) {
+        // The resolver bound it during a call (the exit hook no longer hooks it again
+        // once `removed` is seen): it holds the function already.
+        if (pass == 0) ++restored;
+        continue;
+      }
       if (h->relro) {
         if (auto w = os::write_text(reinterpret_cast<uint64_t>(h->got),
                                     {reinterpret_cast<const uint8_t*>(&target), sizeof target});
@@ -174,7 +179,8 @@ size_t unhook_imports(std::vector<std::string>* errors) {
         }
       } else if (!__atomic_compare_exchange_n(h->got, &seen, target, false, __ATOMIC_ACQ_REL,
                                               __ATOMIC_ACQUIRE)) {
-        continue;  // the resolver wrote the function meanwhile
+        if (pass == 0) ++restored;  // the resolver wrote the function meanwhile
+        continue;
       }
       if (pass == 0) ++restored;
     }
