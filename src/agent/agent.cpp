@@ -29,9 +29,11 @@
 #include "agent/bpf.hpp"
 #include "agent/captures.hpp"
 #include "agent/config.hpp"
+#include "agent/control.hpp"
 #include "agent/instrument.hpp"
 #include "agent/process_files.hpp"
 #include "agent/trust.hpp"
+#include "arch/arch.hpp"
 #include "common/init.hpp"
 #include "ftrace/graph.hpp"
 #include "ftrace/libcall.hpp"
@@ -62,6 +64,7 @@ struct Agent {
   std::string exe;
   arch::TracerHooks hooks;  // the tracer links' hooks (ftrace::hooks())
   arch::TracerHooks filter_hooks, notrace_hooks;  // those of -F and -N functions (ftrace::scope_hooks)
+  bool detached = false;    // `utramp detach -p`: everything removed, nothing attached again
 };
 
 Agent* g_agent = nullptr;
@@ -192,6 +195,7 @@ struct Selection {
 
 // Attaches the tracer to every selected function not traced yet.
 void attach_new_sites() {
+  if (g_agent->detached) return;
   auto& table = sites::SiteTable::instance();
   auto& mgr = tramp::Manager::instance();
   const Config& cfg = g_agent->cfg;
@@ -364,7 +368,7 @@ void trace_library_calls() {
 // unloads, with the loader's locks held. A load the agent itself causes (t_inside) is
 // picked up by the discovery already under way or the next one.
 void on_loader_event(sites::LoaderState state) {
-  if (state != sites::LoaderState::consistent || !g_agent || t_inside) return;
+  if (state != sites::LoaderState::consistent || !g_agent || t_inside || g_agent->detached) return;
   if (!g_agent->cfg.bpf_objects.empty()) {  // `utramp run`: programs on libraries
     Inside in;
     bpf_loader_changed();
@@ -387,9 +391,121 @@ void atfork_child() {
   if (!g_agent) return;
   Inside in;
   new (&g_agent->mu) std::recursive_mutex();  // held by the forking thread's parent copy
+  control_after_fork_child();
   // The child inherits every image; its threads claim new buffers on their first event.
   ftrace::after_fork_child();
   log_error(g_agent->files.forked());
+}
+
+// ---- The control channel: `utramp show -p`, `utramp detach -p` ------------------------
+//
+// agent/control.cpp runs the channel; these answer it, with the agent's lock held.
+
+const char* site_state_name(const sites::Site& s) {
+  if (s.applied.op != sites::SiteOp::nop) return s.applied.op == sites::SiteOp::call ? "call" : "jmp";
+  return s.canonical && s.original != std::vector<uint8_t>(arch::kNop5.begin(), arch::kNop5.end()) &&
+                 s.info.kind != sites::SiteKind::prologue && s.info.kind != sites::SiteKind::mcount
+             ? "nop"
+             : "file";
+}
+
+nlohmann::json show_json() {
+  Inside in;
+  using nlohmann::json;
+  auto& mgr = tramp::Manager::instance();
+  auto& table = sites::SiteTable::instance();
+  const bool stats = mgr.stats();
+  json fns = json::array();
+  for (const tramp::TrampolineInfo& t : mgr.list()) {
+    if (t.links.empty()) continue;  // trampolines are permanent: one with no link is off
+    json links = json::array();
+    for (const tramp::LinkInfo& l : t.links) {
+      json lj = {{"id", l.id}, {"type", std::string(tramp::attach_type_name(l.type))},
+                 {"prog", fmt::format("{:#x}", l.prog)}, {"cookie", fmt::format("{:#x}", l.cookie)},
+                 {"misses", l.misses}};
+      if (stats) {
+        lj["run_cnt"] = l.run_cnt;
+        lj["run_ns"] = l.run_ns;
+      }
+      links.push_back(std::move(lj));
+    }
+    json fj = {{"name", t.function}, {"addr", fmt::format("{:#x}", t.func)}, {"links", std::move(links)}};
+    if (const sites::Site* s = table.find(t.func)) {
+      fj["object"] = s->object;
+      fj["site"] = {{"kind", std::string(sites::site_kind_name(s->info.kind))},
+                    {"addr", fmt::format("{:#x}", s->info.site)},
+                    {"state", site_state_name(*s)}};
+    }
+    fns.push_back(std::move(fj));
+  }
+  size_t nops = 0;  // sites that hold utramp's NOP instead of the file's bytes
+  for (const sites::Site* s : table.all())
+    if (std::string_view(site_state_name(*s)) == "nop") ++nops;
+  const Config& cfg = g_agent->cfg;
+  json not_tracked = json::array();
+  if (!stats)
+    not_tracked.push_back("calls and run time per link: counted only while program statistics are on "
+                          "(utramp run --metrics); the tracer's calls are in the trace");
+  not_tracked.push_back("events written and lost: counted by the recorder (utramp record's summary), "
+                        "not by the agent");
+  return {{"pid", getpid()},
+          {"exe", g_agent->exe},
+          {"agent",
+           {{"state", g_agent->detached ? "detached" : "attached"},
+            {"tracer", cfg.tracer},
+            {"started", "with the program, by its launcher"},
+            {"trace_dir", cfg.trace_dir},
+            {"bpf_objects", cfg.bpf_objects}}},
+          {"functions", std::move(fns)},
+          {"sites_as_nop", nops},
+          {"library_calls_hooked", ftrace::hooked_imports()},
+          {"clients", control_clients()},
+          {"not_tracked", std::move(not_tracked)}};
+}
+
+// Everything utramp put in, removed; the program runs on untraced. Tracing stops with
+// it: the events already written are in the shared ring buffers, where the recorder
+// takes them (nothing is held back in the agent), and a thread inside a traced call
+// when its link goes records that call's exit through the image it entered.
+Result<nlohmann::json> detach_all() {
+  Inside in;
+  using nlohmann::json;
+  if (g_agent->detached) return json{{"already_detached", true}, {"links_detached", 0},
+                                     {"sites_restored", 0}, {"library_slots_restored", 0},
+                                     {"left", json::array()}, {"errors", json::array()}};
+  g_agent->detached = true;
+  std::vector<std::string> left, errors;
+  if (auto r = sites::unwatch_loader(); !r) errors.push_back("the loader's r_brk: " + r.error().message);
+  auto& mgr = tramp::Manager::instance();
+  size_t links = 0;
+  for (const tramp::LinkInfo& l : mgr.links()) {
+    if (auto r = mgr.detach(const_cast<tramp::Link*>(l.link)); r) ++links;
+    else errors.push_back(fmt::format("{} link on {}: {}", tramp::attach_type_name(l.type), l.function,
+                                      r.error().message));
+  }
+  const size_t slots = ftrace::unhook_imports(&errors);
+  size_t restored = 0;
+  if (auto r = sites::SiteTable::instance().restore_discovered(&left); r) restored = *r;
+  else errors.push_back("putting the sites' bytes back: " + r.error().message);
+  if (!g_agent->cfg.bpf_objects.empty())
+    left.push_back("the eBPF programs' int3 probes of utramp run stay until the run ends");
+  logf("detached: %zu links, %zu sites back to the file's bytes, %zu library-call slots; %zu left, "
+       "%zu errors",
+       links, restored, slots, left.size(), errors.size());
+  for (const std::string& e : errors) logf("detach: %s", e.c_str());
+  return json{{"links_detached", links}, {"sites_restored", restored}, {"library_slots_restored", slots},
+              {"left", left}, {"errors", errors}};
+}
+
+void control_log(const char* text) { logf("%s", text); }
+
+void start_control_channel() {
+  ControlHandlers h;
+  h.lock = &g_agent->mu;
+  h.show = &show_json;
+  h.detach = &detach_all;
+  h.log = &control_log;
+  if (auto r = start_control(h); !r) logf("%s", r.error().message.c_str());
 }
 
 // ---- The CPU-time timers stand still while the agent starts ----------------------------
@@ -528,7 +644,10 @@ __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
           fmt::print(stderr, "utramp run: programs on libraries loaded later (dlopen) will not be attached: {}\n",
                      w.error().message);
     }
-    if (g_agent->cfg.tracer == "none") return;
+    if (g_agent->cfg.tracer == "none") {
+      start_control_channel();
+      return;
+    }
   }
   // The ring buffers are outside the trace directory (/dev/shm): mapped only when they
   // are the user's own file, reached without a symbolic link.
@@ -574,6 +693,9 @@ __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
     logf("objects loaded later (dlopen) will not be traced: %s", w.error().message.c_str());
   discover_and_attach(false);
   trace_library_calls();
+  // Last: until now the program had one thread, as some of the checks above need
+  // (os::thread_count does not count this one while it waits).
+  start_control_channel();
 }
 
 __attribute__((destructor)) void agent_fini() {

@@ -83,6 +83,27 @@ bool TrustedDir::is(const std::string& dir_path) const {
 
 bool TrustedDir::holds(const std::string& file_path) const { return is(split(file_path).first); }
 
+namespace {
+
+// CFG trusted in DIR (at DIR_PATH) when every path it names for the agent to write is
+// there; SHOWN names the configuration in errors.
+Result<TrustedConfig> confined(Config cfg, TrustedDir dir, const std::string& dir_path, const std::string& shown) {
+  // The agent writes only into the directory the configuration came from.
+  const auto outside = [&](const std::string& what, const std::string& p) {
+    return make_error(Errc::invalid_argument,
+                      fmt::format("{}: {} {} is not {}; refused", shown, what, p,
+                                  what == "trace directory" ? dir_path : "in " + dir_path));
+  };
+  if (!cfg.trace_dir.empty() && !dir.is(cfg.trace_dir)) return outside("trace directory", cfg.trace_dir);
+  if (!cfg.bpf_status_file.empty() && !dir.holds(cfg.bpf_status_file))
+    return outside("status file", cfg.bpf_status_file);
+  if (!cfg.bpf_map_file.empty() && !dir.holds(cfg.bpf_map_file))
+    return outside("map file", cfg.bpf_map_file);
+  return TrustedConfig{std::move(cfg), std::move(dir)};
+}
+
+}  // namespace
+
 Result<TrustedConfig> load_trusted_config(const std::string& path) {
   const auto [dir_path, name] = split(path);
   auto dir = TrustedDir::open(dir_path);
@@ -122,18 +143,27 @@ Result<TrustedConfig> load_trusted_config(const std::string& path) {
     return make_error(Errc::invalid_argument, fmt::format("agent configuration {}: {}; refused", path, why));
   auto cfg = parse_config(text, path);
   if (!cfg) return std::move(cfg).error();
-  // The agent writes only into the directory the configuration came from.
-  const auto outside = [&](const std::string& what, const std::string& p) {
+  return confined(std::move(*cfg), std::move(*dir), dir_path, "agent configuration " + path);
+}
+
+Result<TrustedConfig> trust_sent_config(const std::string& text) {
+  auto cfg = parse_config(text, "sent over the control channel");
+  if (!cfg) return std::move(cfg).error();
+  const std::string dir_path = !cfg->trace_dir.empty()          ? cfg->trace_dir
+                               : !cfg->bpf_status_file.empty() ? split(cfg->bpf_status_file).first
+                                                               : std::string();
+  const std::string shown = "the configuration sent over the control channel";
+  if (dir_path.empty())
     return make_error(Errc::invalid_argument,
-                      fmt::format("agent configuration {}: {} {} is not {}; refused", path, what, p,
-                                  what == "trace directory" ? dir_path : "in " + dir_path));
-  };
-  if (!cfg->trace_dir.empty() && !dir->is(cfg->trace_dir)) return outside("trace directory", cfg->trace_dir);
-  if (!cfg->bpf_status_file.empty() && !dir->holds(cfg->bpf_status_file))
-    return outside("status file", cfg->bpf_status_file);
-  if (!cfg->bpf_map_file.empty() && !dir->holds(cfg->bpf_map_file))
-    return outside("map file", cfg->bpf_map_file);
-  return TrustedConfig{std::move(*cfg), std::move(*dir)};
+                      fmt::format("{} names no trace directory and no status file; refused", shown));
+  // Relative to what? The process's working directory is the program's, not the sender's.
+  if (dir_path[0] != '/')
+    return make_error(Errc::invalid_argument,
+                      fmt::format("{}: {} is not an absolute path; refused", shown, dir_path));
+  auto dir = TrustedDir::open(dir_path);
+  if (!dir)
+    return make_error(dir.error().code, fmt::format("{}: its directory {}; refused", shown, dir.error().message));
+  return confined(std::move(*cfg), std::move(*dir), dir_path, shown);
 }
 
 namespace {

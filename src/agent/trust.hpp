@@ -68,6 +68,14 @@ struct TrustedConfig {
 // the agent did not start.
 Result<TrustedConfig> load_trusted_config(const std::string& path);
 
+// A configuration sent over the control channel (agent/control_protocol.hpp:
+// apply_config, from a peer already checked) instead of read from a file: TEXT is
+// dump_config's JSON, the one format of both. Trusted under the file's rules, its
+// directory being its trace directory (or `utramp run`'s, that of its status file): a
+// directory the effective uid owns and no one else may write, holding every path the
+// configuration names for the agent to write. Errors say what is wrong.
+Result<TrustedConfig> trust_sent_config(const std::string& text);
+
 // PATH opened (O_RDWR, without following a symbolic link) if it is the user's own
 // regular file with no permission for group or others: the shared files the CLI
 // created for the agent (the ring buffers, outside the trace directory). A path

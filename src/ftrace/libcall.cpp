@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unistd.h>
 
 #include "arch/arch.hpp"
 #include "arch/cpu.hpp"
@@ -84,6 +86,15 @@ void restore_return_addresses() noexcept {
 
 namespace {
 
+// Every hook made, for unhook_imports (hooks are never freed; the list is made on first
+// use: no load-time constructor, common/init.hpp).
+std::mutex g_hooks_mu;
+std::vector<ImportHook*>* g_hooks = nullptr;
+std::vector<ImportHook*>& hooks_made() {
+  if (!g_hooks) g_hooks = new std::vector<ImportHook*>();
+  return *g_hooks;
+}
+
 [[noreturn]] void lost_return(uint64_t slot) {
   // No way back to the caller: its address was replaced and is not on the return stack
   // (something rewrote this thread's state). Say so before dying, without libc's stdio.
@@ -138,6 +149,7 @@ std::vector<trace::Function> hook_imports(const std::vector<ImportRequest>& reqs
     h->caller = kind == ImportKind::caller;
     h->next = r.name == "dlsym" || r.name == "dlvsym";
     h->scope = r.scope;
+    h->relro = r.relro;
     auto code = arch::emit_import_stub(h->stub, reinterpret_cast<uint64_t>(h), entry);
     if (code) {
       if (auto w = arena.write(*block, i * kStride, *code); !w) code = std::move(w).error();
@@ -164,8 +176,53 @@ std::vector<trace::Function> hook_imports(const std::vector<ImportRequest>& reqs
         h->target.store(old, std::memory_order_release);
     }
     done.push_back({h->stub, kStride, r.name, r.library});
+    std::lock_guard lock(g_hooks_mu);
+    hooks_made().push_back(h);
   }
   return done;
+}
+
+size_t hooked_imports() {
+  std::lock_guard lock(g_hooks_mu);
+  size_t n = 0;
+  for (ImportHook* h : hooks_made())
+    if (!h->removed.load(std::memory_order_acquire)) ++n;
+  return n;
+}
+
+size_t unhook_imports(std::vector<std::string>* errors) {
+  std::lock_guard lock(g_hooks_mu);
+  size_t restored = 0;
+  // Twice: an exit hook that read `removed` false just before may still hook a lazy
+  // slot again (it compares and writes in two steps); the second pass puts it back.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (ImportHook* h : hooks_made()) {
+      if (pass == 0) h->removed.store(true, std::memory_order_release);
+      const uint64_t target = h->target.load(std::memory_order_acquire);
+      uint64_t seen = __atomic_load_n(h->got, __ATOMIC_ACQUIRE);
+      if (seen != h->stub) {
+        // The resolver bound it during a call (the exit hook no longer hooks it again
+        // once `removed` is seen): it holds the function already.
+        if (pass == 0) ++restored;
+        continue;
+      }
+      if (h->relro) {
+        if (auto w = os::write_text(reinterpret_cast<uint64_t>(h->got),
+                                    {reinterpret_cast<const uint8_t*>(&target), sizeof target});
+            !w) {
+          if (pass == 0) errors->push_back(fmt::format("GOT slot {}: {}", static_cast<void*>(h->got), w.error().message));
+          continue;
+        }
+      } else if (!__atomic_compare_exchange_n(h->got, &seen, target, false, __ATOMIC_ACQ_REL,
+                                              __ATOMIC_ACQUIRE)) {
+        if (pass == 0) ++restored;  // the resolver wrote the function meanwhile
+        continue;
+      }
+      if (pass == 0) ++restored;
+    }
+    if (pass == 0) usleep(2000);
+  }
+  return restored;
 }
 
 }  // namespace utramp::ftrace
@@ -222,7 +279,7 @@ extern "C" __attribute__((visibility("hidden"))) uint64_t utramp_libcall_exit(ui
   std::atomic_signal_fence(std::memory_order_seq_cst);
   ts->nrets = i - 1;
   auto* h = reinterpret_cast<ImportHook*>(r.hook);
-  if (h->lazy) {
+  if (h->lazy && !h->removed.load(std::memory_order_acquire)) {
     // The resolver bound the slot during this call (or an earlier one whose exit was
     // never seen): the function is the target from now on, and the hook goes back.
     const uint64_t now = __atomic_load_n(h->got, __ATOMIC_ACQUIRE);

@@ -61,6 +61,8 @@ struct ImportHook {
   bool caller = false;              // looks at its caller's address: returns via the pad
   bool next = false;                // dlsym, dlvsym: not traced when asked for RTLD_NEXT
   Scope scope = Scope::none;        // record -F/-N (ftrace::Scope)
+  bool relro = false;               // the slot is in RELRO: written through os::write_text
+  std::atomic<bool> removed{false}; // unhook_imports put the slot back: never hooked again
 };
 
 struct ImportRequest {
@@ -82,6 +84,14 @@ ImportKind import_kind(std::string_view symbol) noexcept;
 // functions-PID.tsv; a slot that cannot be written is left alone and named in `errors`.
 std::vector<trace::Function> hook_imports(const std::vector<ImportRequest>& reqs,
                                           std::vector<std::string>* errors);
+
+// Every slot hook_imports hooked gets the function's address back (calls go straight to
+// it again; a lazy slot is no longer hooked again after binding). Calls in flight return
+// through their stubs as before. Returns how many slots were put back; a slot that
+// cannot be written is named in ERRORS.
+size_t unhook_imports(std::vector<std::string>* errors);
+// How many slots are hooked now.
+size_t hooked_imports();
 
 // Puts back the return addresses this thread's open library calls replaced, before an
 // unwinder walks its stack (async-signal-safe; no lock, no call).

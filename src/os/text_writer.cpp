@@ -74,6 +74,15 @@ Result<void> sync_cores() {
   return {};
 }
 
+namespace {
+std::atomic<size_t> g_parked{0};
+}  // namespace
+
+void set_own_thread_parked(bool parked) {
+  if (parked) g_parked.fetch_add(1, std::memory_order_acq_rel);
+  else g_parked.fetch_sub(1, std::memory_order_acq_rel);
+}
+
 Result<size_t> thread_count() {
   DIR* d = opendir("/proc/self/task");
   if (!d) return make_error(Errc::io, fmt::format("/proc/self/task: {}", strerror(errno)));
@@ -81,7 +90,8 @@ Result<size_t> thread_count() {
   while (dirent* e = readdir(d))
     if (e->d_name[0] != '.') ++n;
   closedir(d);
-  return n;
+  const size_t parked = g_parked.load(std::memory_order_acquire);
+  return n > parked ? n - parked : 1;
 }
 
 }  // namespace utramp::os

@@ -23,7 +23,16 @@ Result<void> sync_cores();
 void text_fork_lock();
 void text_fork_unlock();
 
-// Number of threads of this process (from /proc/self/task).
+// Number of threads of this process (from /proc/self/task), less utramp's own threads
+// that are parked (below): the threads that may be running the program's code.
 Result<size_t> thread_count();
+
+// A thread of utramp's own is parked while it waits in a system call made directly from
+// utramp's code (no libc function, nothing a patch can change under it), and it leaves
+// that state only holding the lock under which its process decides on thread_count()
+// (the agent's lock: agent/control.cpp). Parked threads are not counted, so that a
+// single-threaded program stays one for the checks that need it (five 1-byte NOPs,
+// relocated prologues).
+void set_own_thread_parked(bool parked);
 
 }  // namespace utramp::os

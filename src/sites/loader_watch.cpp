@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <link.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <vector>
@@ -21,6 +22,9 @@ namespace {
 
 std::atomic<LoaderCallback> g_callback{nullptr};
 r_debug* g_debug = nullptr;  // set before the hook is reachable, never changed
+uint64_t g_site = 0;        // where the jump went, and the bytes before and after it
+uint8_t g_original[arch::kSiteLen], g_jump[arch::kSiteLen];
+uint64_t g_hop = 0;
 bool g_installed = false;    // under the patcher's serialisation (install is rare)
 
 // Jumped to by the patched r_brk, as r_brk itself: called by the loader, returns to it.
@@ -119,6 +123,26 @@ Result<void> watch_loader(LoaderCallback callback) {
   op.label = "_dl_debug_state (r_brk)";
   UTRAMP_TRY(patch::apply(std::span(&op, 1)));
   g_installed = true;
+  g_site = site;
+  std::copy(op.expected.begin(), op.expected.end(), g_original);
+  std::copy(op.replacement.begin(), op.replacement.end(), g_jump);
+  g_hop = block->addr;
+  return {};
+}
+
+Result<void> unwatch_loader() {
+  g_callback.store(nullptr, std::memory_order_release);
+  if (!g_installed) return {};
+  patch::PatchOp op;
+  op.addr = g_site;
+  op.expected.assign(g_jump, g_jump + arch::kSiteLen);
+  op.replacement.assign(g_original, g_original + arch::kSiteLen);
+  // A thread trapped on the int3 goes on to the hook, which returns to the loader (the
+  // callback is gone: it does nothing else of note).
+  op.emulate = patch::Emulation::jump_to(g_hop);
+  op.label = "_dl_debug_state (r_brk)";
+  UTRAMP_TRY(patch::apply(std::span(&op, 1)));
+  g_installed = false;
   return {};
 }
 

@@ -32,5 +32,8 @@ using LoaderCallback = void (*)(LoaderState state);
 // call replaces the callback). Errc::unsupported, with the bytes seen, when r_brk is
 // not the empty function followed by padding that this expects (nothing is changed).
 Result<void> watch_loader(LoaderCallback callback);
+// Puts r_brk's bytes back (the hook no longer runs; a thread inside it finishes). Nothing
+// when it was not installed.
+Result<void> unwatch_loader();
 
 }  // namespace utramp::sites

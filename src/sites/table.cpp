@@ -272,6 +272,49 @@ Result<size_t> SiteTable::canonicalize(Quiescence q, std::string_view object) {
   return left;
 }
 
+Result<size_t> SiteTable::restore_discovered(std::vector<std::string>* left) {
+  std::lock_guard lock(mu_);
+  std::vector<patch::PatchOp> ops;
+  std::vector<Site*> touched;
+  for (auto& sp : sites_) {
+    Site& s = *sp;
+    if (!s.canonical || s.unloaded || s.applied.op != SiteOp::nop || s.desired.op != SiteOp::nop) continue;
+    const std::vector<uint8_t> nop5(arch::kNop5.begin(), arch::kNop5.end());
+    switch (s.info.kind) {
+      case SiteKind::nop1x5:
+      case SiteKind::nop5:
+      case SiteKind::fentry_call:
+        if (s.original == nop5) continue;  // already the file's bytes
+        break;
+      case SiteKind::fentry_gotpcrel:
+      case SiteKind::xray_sled:
+        left->push_back(fmt::format("{}: its canonical form is two instructions (a thread may be "
+                                    "at the second), left as it is",
+                                    s.label()));
+        continue;
+      default:
+        continue;  // prologue, mcount: their nop state is the file's bytes already
+    }
+    patch::PatchOp op;
+    op.addr = s.info.site;
+    op.label = s.label();
+    op.expected = nop5;
+    op.replacement = s.original;
+    // A thread trapped on the int3 skips the site, as the canonical NOP did.
+    op.emulate = patch::Emulation::jump_to(s.info.site + arch::kSiteLen);
+    ops.push_back(std::move(op));
+    touched.push_back(&s);
+  }
+  if (ops.empty()) return size_t{0};
+  UTRAMP_TRY(patch::apply(ops));
+  for (Site* s : touched) {
+    s->canonical = false;
+    s->applied_bytes.clear();  // encoded for the canonical NOP
+    s->desired_bytes.clear();
+  }
+  return touched.size();
+}
+
 Site* SiteTable::find(uint64_t addr) {
   std::lock_guard lock(mu_);
   auto it = by_addr_.find(addr);

@@ -89,6 +89,14 @@ class SiteTable {
   std::vector<Site*> match(std::string_view glob);
   std::vector<Site*> all();
 
+  // Undoes canonicalize() where threads may be running: every canonical site that
+  // holds no call or jump gets the bytes it had at discovery (the file's) back, in one
+  // patch batch. Safe for the kinds whose canonical NOP is one instruction that becomes
+  // the original one or several (nop1x5, nop5, fentry_call); a kind whose canonical
+  // form is two instructions (fentry_gotpcrel, xray_sled: a thread may be between them)
+  // stays canonical and is named in LEFT with the reason. Returns how many were restored.
+  Result<size_t> restore_discovered(std::vector<std::string>* left);
+
   // Desired state; checked here (site usable, target reachable), applied by commit().
   Result<void> set_desired(Site* site, SiteState state);
   // Applies every desired != applied in one batch; all or nothing.

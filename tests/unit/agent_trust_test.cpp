@@ -250,4 +250,45 @@ TEST(AgentTrust, RingBuffersAreTheClisSealedMemfd) {
   close(open_memfd);
 }
 
+// A configuration sent over the control channel (record -p) is the file's JSON, trusted
+// under the file's rules with its trace directory as the directory.
+TEST(AgentTrust, SentConfigurationUnderTheFilesRules) {
+  TempDir tmp("utramp-trust");  // 0700, ours
+  auto ok = agent::trust_sent_config(config_for(tmp.path));
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_TRUE(ok->dir.is(tmp.path));
+  EXPECT_EQ(ok->config.trace_dir, tmp.path);
+
+  // A directory others may write: refused, saying so.
+  ASSERT_EQ(chmod(tmp.path.c_str(), 0777), 0);
+  EXPECT_NE(error_of(agent::trust_sent_config(config_for(tmp.path))).find("writable by others"), std::string::npos);
+  ASSERT_EQ(chmod(tmp.path.c_str(), 0700), 0);
+
+  // A file to write outside it.
+  agent::Config c;
+  c.shm_path = "/dev/shm/none";
+  c.trace_dir = tmp.path;
+  c.bpf_map_file = "/tmp/elsewhere/maps";
+  EXPECT_NE(error_of(agent::trust_sent_config(agent::dump_config(c))).find("map file /tmp/elsewhere/maps is not in"),
+            std::string::npos);
+  // No directory at all, a relative one, text that is not the format.
+  c.bpf_map_file.clear();
+  c.trace_dir.clear();
+  EXPECT_NE(error_of(agent::trust_sent_config(agent::dump_config(c))).find("names no trace directory"),
+            std::string::npos);
+  c.trace_dir = "trace";
+  EXPECT_NE(error_of(agent::trust_sent_config(agent::dump_config(c))).find("not an absolute path"), std::string::npos);
+  EXPECT_NE(error_of(agent::trust_sent_config("{\"trace_dir\": 3")).find("control channel"), std::string::npos);
+}
+
+// Another user's directory: refused (needs root, to make one).
+TEST(AgentTrust, SentConfigurationInAnotherUsersDirectory) {
+  if (const std::string why = test::no_second_user(); !why.empty()) GTEST_SKIP() << why;
+  TempDir tmp("utramp-trust");
+  const std::string theirs = tmp.path + "/theirs";
+  ASSERT_EQ(mkdir(theirs.c_str(), 0700), 0);
+  ASSERT_EQ(chown(theirs.c_str(), kNobody, kNobody), 0);
+  EXPECT_NE(error_of(agent::trust_sent_config(config_for(theirs))).find("owned by uid 65534"), std::string::npos);
+}
+
 }  // namespace

@@ -20,6 +20,8 @@ void add_run(CLI::App& app);
 void add_live(CLI::App& app);
 void add_info(CLI::App& app);
 void add_graph(CLI::App& app);
+void add_show(CLI::App& app);
+void add_detach(CLI::App& app);
 
 // `utramp replay DIR` with replay's defaults (live shows its recording so).
 int replay_trace(const std::string& dir);

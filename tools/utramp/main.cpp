@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   utramp::cli::add_live(app);
   utramp::cli::add_info(app);
   utramp::cli::add_graph(app);
+  utramp::cli::add_show(app);
+  utramp::cli::add_detach(app);
   // `utramp PROGRAM [ARGS]` is `utramp live PROGRAM [ARGS]`, as `uftrace PROGRAM` is
   // uftrace's live mode. The first word names a subcommand when it is one (a program
   // called `record` is run with `utramp live record` or `utramp ./record`); an option

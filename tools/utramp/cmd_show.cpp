@@ -1,0 +1,83 @@
+// utramp show -p PID [--json]: what utramp has put into a running process, as the
+// kernel's enabled_functions and `bpftool link show` tell it of the kernel: each patched
+// function with its site and links, the library calls hooked, the agent's state and its
+// clients, and what is not counted. Asked over the control channel
+// (agent/control_protocol.hpp; docs/attach.md).
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "agent/control_protocol.hpp"
+#include "commands.hpp"
+
+namespace utramp::cli {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kShowTimeoutMs = 10000;
+
+std::string links_text(const json& links) {
+  std::string out;
+  for (const json& l : links) {
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{} #{}", l.value("type", "?"), l.value("id", 0));
+    if (l.contains("run_cnt")) out += fmt::format(" ({} runs)", l.at("run_cnt").get<uint64_t>());
+    if (l.value("misses", 0) != 0) out += fmt::format(" ({} missed)", l.at("misses").get<uint64_t>());
+  }
+  return out;
+}
+
+void print_text(const json& j) {
+  const json& a = j.at("agent");
+  fmt::print("process {} ({}): agent {}, tracer {}, started {}\n", j.value("pid", 0), j.value("exe", ""),
+             a.value("state", "?"), a.value("tracer", "?"), a.value("started", "?"));
+  if (!a.value("trace_dir", "").empty()) fmt::print("trace directory: {}\n", a.value("trace_dir", ""));
+  const json& fns = j.at("functions");
+  fmt::print("{} functions patched\n", fns.size());
+  if (!fns.empty()) {
+    fmt::print("  {:<32} {:<18} {:<16} {:<6} {}\n", "FUNCTION", "ADDRESS", "SITE", "STATE", "LINKS");
+    for (const json& f : fns) {
+      const json site = f.value("site", json::object());
+      fmt::print("  {:<32} {:<18} {:<16} {:<6} {}\n", f.value("name", "?"), f.value("addr", "?"),
+                 site.value("kind", "?"), site.value("state", "?"), links_text(f.at("links")));
+    }
+  }
+  fmt::print("{} library calls hooked (GOT slots); {} sites hold utramp's NOP instead of the file's bytes\n",
+             j.value("library_calls_hooked", 0), j.value("sites_as_nop", 0));
+  for (const json& c : j.at("clients"))
+    fmt::print("client: process {} (uid {})\n", c.value("pid", 0), c.value("uid", 0));
+  for (const json& n : j.at("not_tracked")) fmt::print("not tracked: {}\n", n.get<std::string>());
+}
+
+}  // namespace
+
+void add_show(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand("show", "Show what utramp has put into a running process (patched "
+                                             "functions, links, clients)");
+  auto pid = std::make_shared<int>(0);
+  auto as_json = std::make_shared<bool>(false);
+  sub->add_option("-p,--pid", *pid, "the process")->required()->check(CLI::PositiveNumber);
+  sub->add_flag("--json", *as_json, "the agent's answer as JSON");
+  sub->callback([pid, as_json] {
+    auto r = agent::control::call(*pid, {agent::control::MsgType::show, json::object()}, kShowTimeoutMs);
+    if (!r) {
+      fmt::print(stderr, "utramp show: process {}: {}\n", *pid, r.error().message);
+      std::exit(2);
+    }
+    try {
+      if (*as_json) fmt::print("{}\n", r->dump(2));
+      else print_text(*r);
+    } catch (const json::exception& e) {
+      fmt::print(stderr, "utramp show: process {}: the agent's answer is not what this utramp reads: {}\n",
+                 *pid, e.what());
+      std::exit(1);
+    }
+    std::exit(0);
+  });
+}
+
+}  // namespace utramp::cli
