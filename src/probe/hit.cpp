@@ -497,7 +497,8 @@ bool in_probe_handler() noexcept { return t_depth != 0; }
 UTRAMP_HIT uint64_t real_return_address(uint64_t ra, uint64_t slot) noexcept {
   const uint64_t tramp = arch::retprobe_trampoline();
   if (ra != tramp) return ra;
-  const RetStack& st = t_rs;
+  if (!t_rs) return 0;  // no return probe ever ran on this thread
+  const RetStack& st = *t_rs;
   for (uint32_t k = st.top; k > 0; --k) {
     const RetEntry& e = st.e[k - 1];
     if (e.valid && e.sp == slot && e.ra != tramp) return e.ra;
