@@ -142,7 +142,7 @@ void record_and_compare(const Program& p, bool libcalls) {
   // "unwound by exception" — a text of its own.
   std::string golden = program == "exception" && flavour == "cyg" ? "exception_cyg" : program;
   if (libcalls) golden += ".libcall";
-  const bool processes = program == "fork" || program == "thread" || execs;
+  const bool processes = program == "fork" || program == "thread" || program == "filter" || execs;
   utramp::test::expect_golden(golden, processes ? by_thread(shown) : shown);
 }
 
