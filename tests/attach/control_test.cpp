@@ -41,7 +41,7 @@ std::string target_path(const std::string& variant) {
   return std::string(CTL_TARGET_DIR) + "/ctl_target_" + variant;
 }
 
-// `utramp record -q -o DIR -F work -- TARGET 8`, its stdin a pipe ("q" ends the target),
+// `utramp record -q -o DIR --only work -- TARGET 8`, its stdin a pipe ("q" ends the target),
 // its stdout a pipe (the target's "ready PID", then its result), its stderr a file.
 class Recorded {
  public:
@@ -55,7 +55,7 @@ class Recorded {
       const int err = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
       if (err >= 0) dup2(err, 2);
       const std::string trace = dir + "/trace";
-      execl(UTRAMP_CLI, UTRAMP_CLI, "record", "-q", "-o", trace.c_str(), "-F", "work", "--", target.c_str(), "8",
+      execl(UTRAMP_CLI, UTRAMP_CLI, "record", "-q", "-o", trace.c_str(), "--only", "work", "--", target.c_str(), "8",
             static_cast<char*>(nullptr));
       _exit(127);
     }
