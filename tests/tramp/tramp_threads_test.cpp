@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 
 #include "tramp/threads.hpp"
 
@@ -107,12 +108,23 @@ void* dirty_and_exit(void* out) {
   return nullptr;
 }
 
+// pthread_join returns once the thread cleared its tid, which can be before the kernel
+// has released the task: the scan tells a thread gone by tgkill's ESRCH, so wait for it
+// (a scan made before then rightly keeps the entry, and the next thread maps a block).
+void wait_gone(int tid) {
+  for (int i = 0; i < 5000; ++i) {
+    if (syscall(SYS_tgkill, getpid(), tid, 0) != 0 && errno == ESRCH) return;
+    usleep(1000);
+  }
+}
+
 TEST(TrampThreads, ExitedThreadsBlocksAreReusedZeroed) {
   (void)utramp::tramp::snapshot_counters({});  // release what earlier threads left
   pthread_t t;
   Seen first;
   ASSERT_EQ(pthread_create(&t, nullptr, dirty_and_exit, &first), 0);
   pthread_join(t, nullptr);
+  wait_gone(first.tid);
   const size_t mapped = utramp::tramp::mapped_blocks();
   for (int i = 0; i < 50; ++i) {
     (void)utramp::tramp::snapshot_counters({});  // sees the last one gone: releases it
@@ -120,6 +132,7 @@ TEST(TrampThreads, ExitedThreadsBlocksAreReusedZeroed) {
     ASSERT_EQ(pthread_create(&t, nullptr, dirty_and_exit, &s), 0);
     pthread_join(t, nullptr);
     ASSERT_NE(s.block, nullptr);
+    wait_gone(s.tid);
   }
   EXPECT_EQ(utramp::tramp::mapped_blocks(), mapped) << "a block per thread instead of reuse";
   (void)utramp::tramp::snapshot_counters({});
