@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "child_io.hpp"
 #include "cli_runner.hpp"
 #include "os/inject.hpp"
 #include "second_user.hpp"
@@ -91,19 +92,8 @@ class Target {
   }
 
  private:
-  std::string read_line() {
-    std::string line;
-    char c;
-    while (read(out_, &c, 1) == 1 && c != '\n') line += c;
-    return line;
-  }
-  int reap() {
-    int st = 0;
-    while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
-    }
-    pid_ = -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  }
+  std::string read_line() { return utramp::test::read_line(out_); }
+  int reap() { return utramp::test::reap_child(pid_); }
   pid_t pid_ = -1;
   int in_ = -1, out_ = -1;
   bool ready_ = false;

@@ -25,6 +25,7 @@
 
 #include "agent/config.hpp"
 #include "agent/control_protocol.hpp"
+#include "child_io.hpp"
 #include "cli_runner.hpp"
 #include "os/elf_file.hpp"
 #include "second_user.hpp"
@@ -98,19 +99,8 @@ class Recorded {
   }
 
  private:
-  std::string read_line() {
-    std::string line;
-    char c;
-    while (read(out_, &c, 1) == 1 && c != '\n') line += c;
-    return line;
-  }
-  int reap() {
-    int st = 0;
-    while (waitpid(record_, &st, 0) < 0 && errno == EINTR) {
-    }
-    record_ = -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  }
+  std::string read_line() { return utramp::test::read_line(out_); }
+  int reap() { return utramp::test::reap_child(record_); }
   std::string err_path_;
   pid_t record_ = -1, target_ = -1;
   int in_ = -1, out_ = -1;
