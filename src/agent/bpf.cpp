@@ -2,6 +2,7 @@
 
 #include "os/file.hpp"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
 #include <fmt/format.h>
@@ -240,6 +241,38 @@ const Loaded* loaded_as(const std::vector<Loaded>& objs, const ebpf::UprobeBinar
   return nullptr;
 }
 
+// Where a uprobe on FUNC+OFFSET goes, FUNC being the site `s` of an object the loader
+// has relocated. An IFUNC's symbol (glibc's strlen, memcpy; gcc's ifunc and
+// target_clones) is its resolver, which runs when the symbol is bound, not at each call:
+// the probe goes on the implementation the resolver picks, found by calling it as the
+// loader does on x86-64 (no arguments), in this process (its CPU, its tunables: the
+// loader's own choice, the one the program's calls reach). Only the entry: an offset into
+// an implementation the CLI never saw cannot be proven an instruction boundary.
+// `relocated` false (a library announced by the loader, not yet relocated, its
+// resolver's data not ready): refused, said, the target goes on.
+Result<uint64_t> uprobe_addr(const sites::Site& s, uint64_t offset, bool relocated, const std::string& what) {
+  if (!s.info.ifunc) return s.info.func + offset;
+  if (offset)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("{}: {} is an IFUNC (its implementation is chosen at run time): only its entry "
+                                  "can be probed, not +{:#x}",
+                                  what, s.info.name, offset));
+  if (!relocated)
+    return make_error(Errc::unsupported,
+                      fmt::format("{}: {} is an IFUNC in a library loaded by dlopen: its implementation is chosen "
+                                  "when the library is relocated, after the probes of a loaded library go in; "
+                                  "probe the implementation by name",
+                                  what, s.info.name));
+  const auto resolver = reinterpret_cast<uint64_t (*)()>(s.info.func);
+  const uint64_t impl = resolver();
+  Dl_info di{};
+  if (!impl || !dladdr(reinterpret_cast<void*>(impl), &di) || !di.dli_fbase)
+    return make_error(Errc::not_found,
+                      fmt::format("{}: {} is an IFUNC whose resolver returned {:#x}, in no loaded object", what,
+                                  s.info.name, impl));
+  return impl;
+}
+
 // Where a library probe goes in `obj` (loaded): FUNC's site there, checked as the CLI
 // checked the file (the offset inside the function).
 Result<uint64_t> lib_probe_addr(const LibProbe& l, const Loaded& obj) {
@@ -249,7 +282,7 @@ Result<uint64_t> lib_probe_addr(const LibProbe& l, const Loaded& obj) {
   if (s->info.size && l.offset >= s->info.size)
     return make_error(Errc::out_of_range, fmt::format("{}: offset {:#x} is beyond {} ({} bytes)", l.what, l.offset,
                                                       l.func, s->info.size));
-  return s->info.func + l.offset;
+  return uprobe_addr(*s, l.offset, /*relocated=*/false, l.what);
 }
 
 // Attaches a waiting library probe at `addr` (its object `obj` loaded). The program's
@@ -496,7 +529,10 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
           st->lib.push_back(std::move(l));
         }
         if (s) {  // in the program, or in a library loaded now: attached below with the rest
-          u->ip = s->info.func + p.offset;
+          auto at = uprobe_addr(*s, p.offset, /*relocated=*/true, fmt::format("{}: program '{}' ({})", path,
+                                                                               p.name, p.section));
+          if (!at) return std::move(at).error();
+          u->ip = *at;
           const uint64_t cookie = reinterpret_cast<uint64_t>(u.get());
           if (p.kind == ebpf::ProgKind::uprobe) {
             uprobes.push_back({u->ip, run_uprobe, nullptr, cookie, false});
@@ -504,7 +540,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
             uprobe_lib.push_back(lib_index);
           } else {
             probe::RetprobeSpec rs;
-            rs.func = s->info.func;
+            rs.func = u->ip;
             rs.ret = run_uprobe;
             rs.cookie = cookie;
             uretprobes.push_back(rs);

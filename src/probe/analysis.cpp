@@ -262,7 +262,17 @@ Result<Function> Analysis::function_at(uint64_t addr) {
   // partial (no multi-instruction jump over it: the rest of the function is unknown).
   const os::Mapping* m = os::find_mapping(maps_, addr);
   if (m && !m->path.empty()) {
-    const auto same = std::find_if(funcs_.begin(), funcs_.end(), [&](const Function& f) { return f.object == m->path; });
+    // The site table names an object as the loader does (/lib/... for /usr/lib/... on a
+    // merged-/usr system), /proc/self/maps by its real path: either name matches.
+    std::string loader_name;
+    Dl_info di{};
+    link_map* lm = nullptr;
+    if (dladdr1(reinterpret_cast<void*>(addr), &di, reinterpret_cast<void**>(&lm), RTLD_DL_LINKMAP) && lm &&
+        lm->l_name)
+      loader_name = lm->l_name;
+    const auto same = std::find_if(funcs_.begin(), funcs_.end(), [&](const Function& f) {
+      return f.object == m->path || (!loader_name.empty() && f.object == loader_name);
+    });
     if (same != funcs_.end()) {
       const uint64_t bias = same->bias;
       if (auto row = os::cfi_row_range(m->path, addr - bias)) {

@@ -105,6 +105,7 @@ ObjectSites analyse_object(const os::ElfFile& elf, uint64_t bias, const CodeRead
     if (sym.type == STT_GNU_IFUNC) {
       info.attachable = false;
       info.reason = "GNU indirect function resolver";
+      info.ifunc = true;
     }
     obj.functions.push_back(std::move(info));
   }

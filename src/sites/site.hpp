@@ -46,6 +46,7 @@ struct SiteInfo {
   bool attachable = false;
   std::string reason;     // why not attachable
   bool listed = false;    // listed in __patchable_function_entries / __mcount_loc
+  bool ifunc = false;     // an STT_GNU_IFUNC symbol: `func` is its resolver, not the function
   // Canonicalisation must happen while no thread can be inside the site (nop1x5).
   bool needs_quiescence() const { return kind == SiteKind::nop1x5; }
 };

@@ -152,5 +152,45 @@ TEST(LibUprobe, MemleakOnDebianSortKeepsItsOutput) {
   EXPECT_GT(p.maps["allocs"].size(), 0u);
 }
 
+// An IFUNC's symbol is its resolver, run once when the symbol is bound: probed there, a
+// program would see no call. glibc's strlen (`libc.so.6:strlen`, entry and return) and
+// the target's own ifunc_add are probed on the implementations their resolvers chose in
+// the target: every call on the marked string is seen, exactly.
+TEST(LibUprobe, IfuncIsProbedOnItsChosenImplementation) {
+  const std::string target = UTRAMP_IFUNC_TARGET;
+  const std::string obj = std::string(UTRAMP_BPF_BAD_DIR) + "/ifunc_probes.bpf.o";
+  constexpr int kN = 3000;
+  const auto plain = test::run_program({target, std::to_string(kN)});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const auto r = test::run_program({UTRAMP_CLI, "run", obj, "--json", "--", target, std::to_string(kN)},
+                                   {.timeout_s = 120});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Parsed p = parse(r.out);
+  EXPECT_EQ(p.other, plain.out);
+  auto counts = p.maps.at("counts");
+  uint64_t sum = 0;
+  for (int i = 0; i < kN; ++i) sum += i % 7;
+  EXPECT_EQ(counts[0], uint64_t(kN));  // strlen's entries on the mark
+  EXPECT_EQ(counts[1], uint64_t(kN));  // and its returns of the mark's length
+  EXPECT_EQ(counts[2], uint64_t(kN));  // ifunc_add
+  EXPECT_EQ(counts[3], sum);
+}
+
+// Into an IFUNC only the entry can be probed: an offset into an implementation the CLI
+// never saw cannot be proven an instruction boundary. Refused before the target starts.
+TEST(LibUprobe, OffsetIntoAnIfuncIsRefused) {
+  const std::string obj = std::string(UTRAMP_BPF_BAD_DIR) + "/ifunc_probes.bpf.o";
+  const auto r = test::run_program({UTRAMP_CLI, "run", obj, "--attach", "strlen_enter=uprobe:libc.so.6:strlen+0x4",
+                                    "--", UTRAMP_IFUNC_TARGET, "10"},
+                                   {.timeout_s = 60});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("strlen is an IFUNC (its implementation is chosen at run time): only its entry can be "
+                       "probed, not +0x4"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
 }  // namespace
 }  // namespace utramp

@@ -562,6 +562,10 @@ struct LibraryFile {
 // instruction boundary inside FUNC, proven by decoding FUNC from its start in the file.
 std::string check_uprobe(const ebpf::LoadedProgram& p, const sites::SiteInfo& fn, const os::ElfFile* elf) {
   if (p.offset == 0) return {};
+  if (fn.ifunc)  // the probe goes on the implementation the target's resolver picks (agent/bpf.cpp)
+    return fmt::format("{} is an IFUNC (its implementation is chosen at run time): only its entry can be probed, "
+                       "not +{:#x}",
+                       p.target, p.offset);
   if (fn.size && p.offset >= fn.size)
     return fmt::format("offset {:#x} is beyond {} ({} bytes)", p.offset, p.target, fn.size);
   if (!elf) return {};
