@@ -10,6 +10,7 @@
 #include "hist_print.hpp"
 #include "launch.hpp"
 #include "libraries.hpp"
+#include "os/elf_file.hpp"
 #include "record_run.hpp"
 #include "sites/object.hpp"
 #include "symbols/glob.hpp"
@@ -26,13 +27,25 @@ struct HistFlags {
   std::vector<std::string> command;
 };
 
+// Whether FUNC names a function PROGRAM imports from its shared libraries (its .dynsym's
+// undefined symbols): without --libs, such a function is measured at the program's calls
+// to it, through its PLT/GOT (record's library calls), as uftrace shows them.
+bool imported(const std::string& binary, const symbols::Globs& want) {
+  auto outline = os::read_outline(binary);
+  if (!outline) return false;
+  for (const auto& name : outline->undefined_dynamic)
+    if (want.matches(symbols::Name(name))) return true;
+  return false;
+}
+
 // Why FUNC cannot be measured in PROGRAM (and, with --libs, the libraries it loads),
 // before anything runs: no function matches, or none that matches can be attached (each
 // with its reason). "" when it can, or when it may be in an object known only at run
-// time (a library loaded later, with --libs).
+// time (a library loaded later, with --libs), or when the program calls it in a library.
 std::string cannot_measure(const HistFlags& f) {
   auto target = resolve_target(f.command[0]);
   if (!target) return {};  // run_record says why
+  if (!f.libs && imported(target->binary, symbols::Globs({f.func}))) return {};
   std::vector<std::string> objects = {target->binary};
   std::string note;
   if (f.libs)
@@ -57,10 +70,11 @@ std::string cannot_measure(const HistFlags& f) {
   }
   if (f.libs) return {};  // perhaps in a library the program loads later
   if (stripped)
-    return fmt::format("{} has no function symbols (stripped): its own functions cannot be named; "
-                       "its shared libraries' can, with --libs",
-                       target->binary);
-  return fmt::format("no function of {} matches '{}' (its shared libraries are searched with --libs)",
+    return fmt::format("{} has no function symbols (stripped): its own functions cannot be named, nor does it "
+                       "call a library function matching '{}'; the libraries' own functions can be named with --libs",
+                       target->binary, f.func);
+  return fmt::format("no function of {} matches '{}', nor does it call a library function matching it (the "
+                     "libraries' own functions are searched with --libs)",
                      target->binary, f.func);
 }
 
@@ -90,6 +104,13 @@ int hist(const HistFlags& f) {
   const auto durations = function_durations(*reader, symbols::Globs({f.func}));
   std::cout << fmt::format("{} calls of {}; target {}\n", durations.size(), f.func, r.ended);
   print_latency_hist(std::cout, durations, f.unit);
+  if (durations.empty() && f.libs && !f.command.empty())
+    if (auto target = resolve_target(f.command[0]); target && imported(target->binary, symbols::Globs({f.func})))
+      fmt::print(stderr,
+                 "utramp hist: with --libs, '{}' is traced inside its library, where a function utramp itself "
+                 "calls (malloc, memcpy...) takes no trampoline; without --libs the program's calls to it are "
+                 "measured\n",
+                 f.func);
   if (r.lost) std::cout << fmt::format("({} events lost: counts are low)\n", r.lost);
   if (!r.cut.empty()) std::cout << fmt::format("(the recording was cut: {}: counts are low)\n", r.cut);
   return code;
