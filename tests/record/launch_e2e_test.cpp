@@ -68,6 +68,30 @@ TEST(Launch, ScriptRunsUnderItsInterpreter) {
   EXPECT_EQ(r.out, plain.out);
 }
 
+// A script started through env(1) (as pyenv's shims are): env only execs the
+// interpreter, so without --follow-exec nothing of the script's work is traced; record
+// says so, and not with --follow-exec.
+TEST(Launch, ScriptThroughEnvSaysItsInterpreterIsNotFollowed) {
+  if (access("/usr/bin/env", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/env";
+  TempDir t("utramp-launch");
+  const std::string script = t.path + "/hello.sh";
+  {
+    std::ofstream f(script);
+    f << "#!/usr/bin/env sh\necho \"hello $1\"\n";
+  }
+  chmod(script.c_str(), 0755);
+  const std::string note = "is a script started by /usr/bin/env, which only execs the interpreter it names";
+  const RunResult r = utramp::test::run_cli({"record", "-o", t.path + "/d", "--", script, "x"}, {.timeout_s = 60});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "hello x\n");
+  EXPECT_NE(r.err.find(note), std::string::npos) << r.err;
+  const RunResult f = utramp::test::run_cli({"record", "--follow-exec", "-o", t.path + "/e", "--", script, "x"},
+                                            {.timeout_s = 60});
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(f.out, "hello x\n");
+  EXPECT_EQ(f.err.find(note), std::string::npos) << f.err;
+}
+
 // A distribution binary: stripped, no DWARF, no compiler sites.
 TEST(Launch, StrippedDistributionBinaryRunsUnchanged) {
   TempDir t("utramp-launch");

@@ -122,6 +122,14 @@ Result<Target> resolve_target(const std::string& program) {
   return t;
 }
 
+std::string unfollowed_exec_note(const Target& t, bool follow_exec) {
+  if (follow_exec || t.interpreter.empty()) return {};
+  if (t.interpreter.substr(t.interpreter.rfind('/') + 1) != "env") return {};
+  return fmt::format("{} is a script started by {}, which only execs the interpreter it names: that program "
+                     "is traced with --follow-exec",
+                     t.path, t.interpreter);
+}
+
 std::string agent_library() {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

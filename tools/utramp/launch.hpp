@@ -39,6 +39,11 @@ struct Target {
 // The error says why not (no such file, not executable, statically linked, secure mode).
 Result<Target> resolve_target(const std::string& program);
 
+// A script run through env(1) (`#!/usr/bin/env bash`: pyenv's and rbenv's shims, many
+// installed tools): env only execs the interpreter, which runs untraced unless exec is
+// followed. The note that says so ("" when it does not apply).
+std::string unfollowed_exec_note(const Target& t, bool follow_exec);
+
 // The agent library (libutramp-agent.so) for this CLI, in its build tree or where it is
 // installed; the first place looked at when it is in neither (for the message).
 std::string agent_library();

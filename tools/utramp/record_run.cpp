@@ -297,6 +297,8 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     return 2;
   }
   const std::string prog = target->binary;
+  if (const std::string note = unfollowed_exec_note(*target, o.agent.follow_exec); !note.empty())
+    fmt::print(stderr, "utramp record: {}\n", note);
   // Say which patterns match nothing in the program itself (still run: library calls,
   // libraries and dlopen'ed objects are only known at run time).
   if (auto obj = sites::analyse_file(prog); obj) {
