@@ -74,13 +74,13 @@ TEST_P(JitFusion, JumpOntoTheAccessAfterAGroup) {
 }
 
 TEST_P(JitFusion, AddressStillReadAfterTheAccess) {
-  // The first group's r5 is dead after its load (folded); the second's is read again
-  // by the load after the store: the store must not be folded, r5 must be fp-8.
+  // r5 = fp-16 (sub: no group); the group's r5 is read again by the load after the
+  // store: the store must not be folded, r5 must become fp-8.
   EXPECT_EQ(run(R"(
     stdw [%r10-8], 1
     stdw [%r10-16], 2
     mov %r5, %r10
-    add %r5, -16
+    sub %r5, 16
     ldxdw %r6, [%r5+0]
     mov %r5, %r10
     add %r5, -8
@@ -94,12 +94,12 @@ TEST_P(JitFusion, AddressStillReadAfterTheAccess) {
 
 TEST_P(JitFusion, StoredValueIsTheAddress) {
   // stxdw [r5+8], r5 spills the pointer itself: r5 must be computed first (it held
-  // fp-24 before).
+  // fp-24 before, set by a sub: no group).
   EXPECT_EQ(run(R"(
     stdw [%r10-24], 3
     stdw [%r10-16], 9
     mov %r5, %r10
-    add %r5, -24
+    sub %r5, 24
     ldxdw %r6, [%r5+0]
     mov %r5, %r10
     add %r5, -16
