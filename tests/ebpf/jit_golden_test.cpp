@@ -179,4 +179,14 @@ TEST(EbpfJitGolden, ProvenLoopsFused) {
                             o, true));
 }
 
+TEST(EbpfJitGolden, ProvenDivisionLoop) {
+  // The conformance case prime (bench_ebpf_engines' prime): r0 is dead at the division
+  // (written again before any read), so rax is not saved around it; r3 is its DST.
+  expect_golden("jit_prime",
+                jit_listing("mov %r1, 67\nmov %r0, 0x1\nmov %r2, 0x2\njgt %r1, 0x2, +4\nja +10\n"
+                            "add %r2, 0x1\nmov %r0, 0x1\njge %r2, %r1, +7\nmov %r3, %r1\ndiv %r3, %r2\n"
+                            "mul %r3, %r2\nmov %r4, %r1\nsub %r4, %r3\nmov %r0, 0x0\njne %r4, 0x0, -10\nexit\n",
+                            {}, true));
+}
+
 }  // namespace

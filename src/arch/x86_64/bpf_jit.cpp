@@ -111,6 +111,25 @@
 // A local call pushes rbp, rbx, r13, r14, r15, moves rbp down 512 and calls; an exit of
 // a local function (Proof::kSubprogExit) is `ret`, the main function's a jump to the
 // epilogue. Instructions no path reaches are `ud2`.
+//
+// Fusions. Compilers emit addresses as `mov P, A; add P, K; add P, B` (B a register
+// other than P, the adds in any order, any number of constant ones): when no jump lands
+// inside such a group (Emitter::analyse finds every jump and local-call target) it is
+// one `lea P, [A+B+K]`. In a proven program a backward liveness pass (over-approximate:
+// calls leave r1-r5 live, atomics read r0) says which registers some later instruction
+// still reads; when P is not one of them after a load or store through P that follows
+// the group (not itself a target, the stored value not P), the access takes the address
+// and P is never written. fnv's fill loop (bench/ebpf_engines.cpp):
+//
+//   mov r4, r3; add r4, 1            lea  rcx, [rdx+1]
+//   mul r4, r2; rsh r4, 8            imul rcx, rsi; shr rcx, 8
+//   mov r5, r10; add r5, -256        mov  [rbp+rdx-0x100], cl
+//   add r5, r3; stxb [r5+0], r4
+//   add r3, 1; jlt r3, 256, fill     add rdx, 1; cmp rdx, 0x100; jb fill
+//
+// Liveness also keeps a division from saving r0/r3 (rax/rdx) and a shift by a register
+// from saving r4 (rcx) when they are dead after it. Loop heads (targets of backward
+// jumps) are 16-byte aligned with long NOPs; bpf_size_bound() allows for the padding.
 #include "arch/bpf_jit.hpp"
 
 #include <asmjit/x86.h>
@@ -724,10 +743,10 @@ void Emitter::shift(size_t i, const Insn& n) {
 // div/mod/sdiv/smod. x86 divides rdx:rax, so r0 and r3 are kept in r9/r10 around it
 // (the one that is DST is not: its old value is dead):
 //
-//   mov  r11, SRC           ; divisor
+//   mov  r11, SRC           ; divisor (SRC itself when it is neither rax nor rdx)
 //   test r11, r11 ; jz zero ; cmp r11, -1 ; je minus_one (signed; both left out
 //                             where the proof says the divisor is never 0 or -1)
-//   mov  r9, rax ; mov r10, rdx
+//   mov  r9, rax ; mov r10, rdx  (each only when DST is not it and it is live after)
 //   mov  rax, DST ; xor edx, edx (cqo for signed)
 //   div  r11
 //   mov  DST, rax (rdx for mod) ; mov rax, r9 ; mov rdx, r10
@@ -741,7 +760,7 @@ void Emitter::divmod(size_t i, const Insn& n) {
   const bool is_signed = n.off == 1;
   const ax::Gp d64 = R(n.dst);
   const ax::Gp d = is64 ? d64 : d64.r32();
-  const ax::Gp r11 = is64 ? ax::Gp(ax::r11) : ax::Gp(ax::r11d);
+  ax::Gp r11 = is64 ? ax::Gp(ax::r11) : ax::Gp(ax::r11d);  // the divisor
   auto by_zero = [this, is_mod, is64, d] {
     if (!is_mod) a_.xor_(d.r32(), d.r32());
     else if (!is64) a_.mov(d, d);
@@ -756,7 +775,11 @@ void Emitter::divmod(size_t i, const Insn& n) {
     if (is_signed && n.imm == -1) return by_minus_one();
     a_.mov(r11, Imm(static_cast<int64_t>(n.imm)));
   } else {
-    a_.mov(r11, is64 ? R(n.src) : R(n.src).r32());
+    // SRC is read as it is unless the division needs its register (rax, rdx): nothing
+    // below writes any other before the div.
+    const ax::Gp src = is64 ? R(n.src) : R(n.src).r32();
+    if (src.id() == ax::Gp::kIdAx || src.id() == ax::Gp::kIdDx) a_.mov(r11, src);
+    else r11 = src;
     if (!(proven & ebpf::Proof::kDivisorNonZero)) {
       a_.test(r11, r11);
       a_.jz(defer([this, by_zero, done] {
