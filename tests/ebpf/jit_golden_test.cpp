@@ -162,4 +162,31 @@ TEST(EbpfJitGolden, ProvenProgram) {
                             o, true));
 }
 
+TEST(EbpfJitGolden, ProvenLoopsFused) {
+  // bench_ebpf_engines' fnv: each loop head 16-byte aligned; `mov r4, r3; add r4, 1` is
+  // one lea; `mov r5, r10; add r5, -256; add r5, r3` and the store or load through r5
+  // after it (r5 dead there) are one access [rbp+rdx-0x100]; mov 0 is an xor; the exit,
+  // last, falls into the epilogue.
+  ExecOptions o;
+  o.ctx_size = 8;
+  expect_golden("jit_fused",
+                jit_listing("ldxdw %r2, [%r1+0]\nmov %r3, 0\n"
+                            "fill: mov %r4, %r3\nadd %r4, 1\nmul %r4, %r2\nrsh %r4, 8\nmov %r5, %r10\n"
+                            "add %r5, -256\nadd %r5, %r3\nstxb [%r5+0], %r4\nadd %r3, 1\njlt %r3, 256, fill\n"
+                            "lddw %r0, 0xcbf29ce484222325\nlddw %r6, 0x100000001b3\nmov %r3, 0\n"
+                            "hash: mov %r5, %r10\nadd %r5, -256\nadd %r5, %r3\nldxb %r4, [%r5+0]\nxor %r0, %r4\n"
+                            "mul %r0, %r6\nadd %r3, 1\njlt %r3, 256, hash\nexit\n",
+                            o, true));
+}
+
+TEST(EbpfJitGolden, ProvenDivisionLoop) {
+  // The conformance case prime (bench_ebpf_engines' prime): r0 is dead at the division
+  // (written again before any read), so rax is not saved around it; r3 is its DST.
+  expect_golden("jit_prime",
+                jit_listing("mov %r1, 67\nmov %r0, 0x1\nmov %r2, 0x2\njgt %r1, 0x2, +4\nja +10\n"
+                            "add %r2, 0x1\nmov %r0, 0x1\njge %r2, %r1, +7\nmov %r3, %r1\ndiv %r3, %r2\n"
+                            "mul %r3, %r2\nmov %r4, %r1\nsub %r4, %r3\nmov %r0, 0x0\njne %r4, 0x0, -10\nexit\n",
+                            {}, true));
+}
+
 }  // namespace

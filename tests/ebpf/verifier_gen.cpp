@@ -206,7 +206,7 @@ VerifierCase generate_case(const uint8_t* data, size_t size) {
         t += fmt::format("L{}:\nmov %r0, 0\n", l);
         break;
       }
-      case 11: {  // pointer arithmetic, then a load through it
+      case 11: {  // pointer arithmetic, then a load (and a store) through it
         uint32_t n = 0;
         const char* s = pick_size(n);
         const bool stack = b.u8() & 1;
@@ -220,6 +220,9 @@ VerifierCase generate_case(const uint8_t* data, size_t size) {
           break;
         }
         t += fmt::format("ldx{} %r8, [%r7+0]\n", s);
+        // A store back through it (the JIT folds an address into the access when the
+        // register is dead after it: here after the store, not the load).
+        if (stack && (b.u8() & 1)) t += fmt::format("stx{} [%r7+0], %r8\n", s);
         if (!wild) t += fmt::format("mov %r7, {}\n", b.imm());
         break;
       }

@@ -111,12 +111,32 @@
 // A local call pushes rbp, rbx, r13, r14, r15, moves rbp down 512 and calls; an exit of
 // a local function (Proof::kSubprogExit) is `ret`, the main function's a jump to the
 // epilogue. Instructions no path reaches are `ud2`.
+//
+// Fusions. Compilers emit addresses as `mov P, A; add P, K; add P, B` (B a register
+// other than P, the adds in any order, any number of constant ones): when no jump lands
+// inside such a group (Emitter::analyse finds every jump and local-call target) it is
+// one `lea P, [A+B+K]`. In a proven program a backward liveness pass (over-approximate:
+// calls leave r1-r5 live, atomics read r0) says which registers some later instruction
+// still reads; when P is not one of them after a load or store through P that follows
+// the group (not itself a target, the stored value not P), the access takes the address
+// and P is never written. fnv's fill loop (bench/ebpf_engines.cpp):
+//
+//   mov r4, r3; add r4, 1            lea  rcx, [rdx+1]
+//   mul r4, r2; rsh r4, 8            imul rcx, rsi; shr rcx, 8
+//   mov r5, r10; add r5, -256        mov  [rbp+rdx-0x100], cl
+//   add r5, r3; stxb [r5+0], r4
+//   add r3, 1; jlt r3, 256, fill     add rdx, 1; cmp rdx, 0x100; jb fill
+//
+// Liveness also keeps a division from saving r0/r3 (rax/rdx) and a shift by a register
+// from saving r4 (rcx) when they are dead after it. Loop heads (targets of backward
+// jumps) are 16-byte aligned with long NOPs; bpf_size_bound() allows for the padding.
 #include "arch/bpf_jit.hpp"
 
 #include <asmjit/x86.h>
 #include <fmt/format.h>
 
 #include <functional>
+#include <optional>
 
 #include "arch/arch.hpp"
 #include "arch/x86_64/asm_util.hpp"
@@ -140,6 +160,7 @@ const ax::Gp kReg[ebpf::kNumRegs] = {ax::rax, ax::rdi, ax::rsi, ax::rdx, ax::rcx
                                      ax::rbx, ax::r13, ax::r14, ax::r15, ax::rbp};
 const ax::Gp kState = ax::r12;
 
+constexpr uint32_t kLoopAlign = 16;  // loop heads start on this boundary
 constexpr int32_t kStateBytes = 96;  // RunState (88) rounded to 16
 constexpr int32_t kTailCount = 88;   // the run state's padding: the tail-call count
 constexpr int32_t kBpfStack = static_cast<int32_t>(ebpf::kStackBytes);
@@ -182,9 +203,28 @@ class Emitter {
     });
   }
   void epilogue_and_stubs();
+  // Jump targets, loop heads and (proven programs) the registers live after each
+  // instruction: what the fusions below may rely on.
+  void analyse();
+  bool live_after(size_t i, uint8_t r) const { return !s_.proof || (live_out_[i] >> r & 1); }
+  // An address computation (see the file's comment): `mov P, A` then adds to P of
+  // constants and of at most one register B other than P, no instruction after the
+  // first a jump target; P = A + B + disp. len 0: none at i.
+  struct AddrGroup {
+    size_t len = 0;
+    uint8_t p = 0, a = 0, b = 0xff;
+    int64_t disp = 0;
+  };
+  AddrGroup addr_group(size_t i) const;
+  // [A + B + disp + off] of a group, when it fits a displacement.
+  std::optional<ax::Mem> group_mem(const AddrGroup& g, int16_t off, unsigned size) const;
+  // Emits the group at i and, in a proven program, the load or store through P right
+  // after it as one access [A+B+disp+off] when P is dead after it. Returns the index of
+  // the last instruction emitted (i when there is no group).
+  size_t fused(size_t i);
   void alu(size_t i, const Insn& n);
   void divmod(size_t i, const Insn& n);
-  void shift(const Insn& n);
+  void shift(size_t i, const Insn& n);
   void jump(size_t i, const Insn& n);
   void jump_to(size_t i, std::function<void(Label)> jcc, std::function<void(Label)> jncc);
   void call(size_t i, const Insn& n);
@@ -196,8 +236,9 @@ class Emitter {
   // r11 = base+off, then to `direct` if inside the stack (or context); else to the
   // returned out-of-line label's code (the caller fills it).
   void check_inline(uint8_t base, int16_t off, unsigned size, bool ctx_ok, Label direct, Label slow);
-  void load(size_t i, const Insn& n);
-  void store(size_t i, const Insn& n);
+  // `at`: the access's memory operand when fused (proven programs only).
+  void load(size_t i, const Insn& n, const ax::Mem* at = nullptr);
+  void store(size_t i, const Insn& n, const ax::Mem* at = nullptr);
   void mem_op(const Insn& n, const ax::Mem& m);
   static bool in_frame(int16_t off, unsigned size) {
     return off >= -static_cast<int32_t>(ebpf::kStackSize) && off + static_cast<int32_t>(size) <= 0;
@@ -209,6 +250,9 @@ class Emitter {
   bool far_;
   size_t n_;
   std::vector<Label> L_;
+  std::vector<uint8_t> target_;      // per instruction: some jump or local call lands on it
+  std::vector<uint8_t> loop_head_;   // per instruction: a backward jump lands on it
+  std::vector<uint16_t> live_out_;   // proven programs: BPF registers live after each
   Label exit_main_, fault_common_, load_stub_, store_stub_;
   bool lean_ = false;
   bool tail_calls_ = false;  // the program makes tail calls (keeps their count)
@@ -245,6 +289,8 @@ void Emitter::emit(Label native_entry, Label full_entry, Label tail_entry) {
                    static_cast<uint32_t>(n.imm) == ebpf::kTailCallHelper;
   L_.resize(n_);
   for (auto& l : L_) l = a_.newLabel();
+  analyse();
+  a_.addEncodingOptions(asmjit::EncodingOptions::kOptimizedAlign);  // padding: long NOPs
   exit_main_ = a_.newLabel();
   fault_common_ = a_.newLabel();
   load_stub_ = a_.newLabel();
@@ -333,11 +379,16 @@ void Emitter::emit(Label native_entry, Label full_entry, Label tail_entry) {
   }
 
   for (size_t i = 0; i < n_; ++i) {
+    if (loop_head_[i]) a_.align(asmjit::AlignMode::kCode, kLoopAlign);
     a_.bind(L_[i]);
     const Insn& n = s_.insns[i];
     if (s_.proof && !(s_.proof->insn[i] & ebpf::Proof::kReached)) {
       a_.ud2();  // no path runs it
       if (n.code == op::kLddw) a_.bind(L_[++i]);
+      continue;
+    }
+    if (const size_t last = fused(i); last != i) {
+      while (i < last) a_.bind(L_[++i]);  // never jump targets (addr_group)
       continue;
     }
     switch (op::cls(n.code)) {
@@ -370,6 +421,150 @@ void Emitter::emit(Label native_entry, Label full_entry, Label tail_entry) {
 //   mov rdi, r12; mov rsi, r11; mov rdx, r10; call utramp_ebpf_load; mov r11, rax
 //   add rsp, 8; pop r8, rcx, rdx, rsi, rdi, rax; ret
 // store_stub: in r11 = address, r10 = size; out r10 = allowed; keeps r0-r5 and r11
+void Emitter::analyse() {
+  target_.assign(n_, 0);
+  loop_head_.assign(n_, 0);
+  std::vector<uint8_t> second(n_, 0);  // the second slot of an lddw
+  for (size_t i = 0; i < n_; ++i) {
+    const Insn& n = s_.insns[i];
+    if (n.code == op::kLddw) {
+      if (i + 1 < n_) second[i + 1] = 1;
+      ++i;
+      continue;
+    }
+    if (!op::is_jmp(n.code) || n.code == op::kExitOp || n.code == op::kCallxOp) continue;
+    if (n.code == op::kCallOp && n.src != op::kCallLocal) continue;
+    const int64_t t = n.code == op::kCallOp ? static_cast<int64_t>(i) + 1 + n.imm : ebpf::jump_target(i, n);
+    if (t < 0 || static_cast<uint64_t>(t) >= n_) continue;  // checked programs have none
+    target_[static_cast<size_t>(t)] = 1;
+    if (n.code != op::kCallOp && t <= static_cast<int64_t>(i)) loop_head_[static_cast<size_t>(t)] = 1;
+  }
+  if (!s_.proof) return;
+  // Backward liveness to a fixed point. Over-approximate where it is unsure: a call
+  // reads r1-r5 and leaves them live (only r0 is written), an atomic reads r0 and
+  // writes nothing, an exit reads r0 (a local function's caller gets r6-r9 back from
+  // the native stack; r1-r5 are unreadable after a call, which the proof guarantees).
+  constexpr uint16_t kArgs = 0x3e;  // r1-r5
+  auto bit = [](uint8_t r) { return static_cast<uint16_t>(1u << r); };
+  std::vector<uint16_t> use(n_, 0), def(n_, 0), in(n_ + 2, 0);
+  for (size_t i = 0; i < n_; ++i) {
+    const Insn& n = s_.insns[i];
+    const bool x = op::src_bit(n.code) == op::kX;
+    switch (op::cls(n.code)) {
+      case op::kAlu:
+      case op::kAlu64:
+        if (op::alu_op(n.code) != op::kMov) use[i] |= bit(n.dst);
+        if (x && op::alu_op(n.code) != op::kEnd) use[i] |= bit(n.src);
+        def[i] = bit(n.dst);
+        break;
+      case op::kLd: def[i] = bit(n.dst); break;
+      case op::kLdx:
+        use[i] = bit(n.src);
+        def[i] = bit(n.dst);
+        break;
+      case op::kSt: use[i] = bit(n.dst); break;
+      case op::kStx:
+        use[i] = bit(n.dst) | bit(n.src);
+        if (op::mode(n.code) == op::kAtomic) use[i] |= bit(0);
+        break;
+      default:  // jumps
+        if (n.code == op::kExitOp) {
+          use[i] = bit(0);
+        } else if (n.code == op::kCallOp || n.code == op::kCallxOp) {
+          use[i] = kArgs | (n.code == op::kCallxOp ? bit(n.dst) : 0);
+          def[i] = bit(0);
+        } else if (op::jmp_op(n.code) != op::kJa) {
+          use[i] = bit(n.dst) | (x ? bit(n.src) : 0);
+        }
+        break;
+    }
+    use[i] &= 0x7ff;
+    def[i] &= 0x7ff;
+  }
+  live_out_.assign(n_, 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = n_; i-- > 0;) {
+      if (second[i]) continue;
+      const Insn& n = s_.insns[i];
+      uint16_t out = 0;
+      auto succ = [&](int64_t t) {
+        if (t >= 0 && static_cast<uint64_t>(t) < n_) out |= in[static_cast<size_t>(t)];
+      };
+      const bool jmp = op::is_jmp(n.code) && n.code != op::kCallOp && n.code != op::kCallxOp;
+      if (n.code == op::kExitOp) {
+      } else if (jmp) {
+        succ(ebpf::jump_target(i, n));
+        if (op::jmp_op(n.code) != op::kJa) succ(static_cast<int64_t>(i) + 1);
+      } else {
+        succ(static_cast<int64_t>(i) + (n.code == op::kLddw ? 2 : 1));
+      }
+      const uint16_t li = use[i] | (out & ~def[i]);
+      if (out != live_out_[i] || li != in[i]) changed = true;
+      live_out_[i] = out;
+      in[i] = li;
+    }
+  }
+}
+
+Emitter::AddrGroup Emitter::addr_group(size_t i) const {
+  constexpr uint8_t kMovX = op::kAlu64 | op::kMov | op::kX;
+  constexpr uint8_t kAddK = op::kAlu64 | op::kAdd | op::kK, kAddX = op::kAlu64 | op::kAdd | op::kX;
+  const Insn& m = s_.insns[i];
+  AddrGroup g;
+  if (m.code != kMovX || m.off != 0 || m.dst == ebpf::kFp) return {};
+  g.p = m.dst;
+  g.a = m.src;
+  size_t j = i + 1;
+  for (; j < n_ && !target_[j]; ++j) {
+    const Insn& n = s_.insns[j];
+    if (n.dst != g.p || n.off != 0) break;
+    if (n.code == kAddK) {
+      const int64_t d = g.disp + n.imm;
+      if (d < INT32_MIN || d > INT32_MAX) break;
+      g.disp = d;
+    } else if (n.code == kAddX && n.src != g.p && g.b == 0xff) {
+      g.b = n.src;
+    } else {
+      break;
+    }
+  }
+  if (j - i < 2) return {};
+  g.len = j - i;
+  return g;
+}
+
+std::optional<ax::Mem> Emitter::group_mem(const AddrGroup& g, int16_t off, unsigned size) const {
+  const int64_t d = g.disp + off;
+  if (d < INT32_MIN || d > INT32_MAX) return std::nullopt;
+  if (g.b == 0xff) return ax::ptr(R(g.a), static_cast<int32_t>(d), size);
+  return ax::ptr(R(g.a), R(g.b), 0, static_cast<int32_t>(d), size);
+}
+
+size_t Emitter::fused(size_t i) {
+  const AddrGroup g = addr_group(i);
+  if (!g.len) return i;
+  const size_t k = i + g.len;  // the instruction after the group
+  if (s_.proof && k < n_ && !target_[k] && (s_.proof->insn[k] & ebpf::Proof::kReached)) {
+    const Insn& n = s_.insns[k];
+    const unsigned size = op::size_bytes(n.code);
+    const bool ld = op::cls(n.code) == op::kLdx && n.src == g.p && (n.dst == g.p || !live_after(k, g.p));
+    const bool st = (op::cls(n.code) == op::kSt || (op::cls(n.code) == op::kStx && n.src != g.p)) &&
+                    op::mode(n.code) == op::kMem && n.dst == g.p && !live_after(k, g.p);
+    if (ld || st) {
+      if (auto m = group_mem(g, n.off, size)) {
+        ld ? load(k, n, &*m) : store(k, n, &*m);
+        return k;
+      }
+    }
+  }
+  const ax::Gp p = R(g.p);
+  if (g.b == 0xff && g.disp == 0) a_.mov(p, R(g.a));
+  else if (g.b == 0xff) a_.lea(p, ax::ptr(R(g.a), static_cast<int32_t>(g.disp)));
+  else a_.lea(p, ax::ptr(R(g.a), R(g.b), 0, static_cast<int32_t>(g.disp)));
+  return k - 1;
+}
+
 bool Emitter::lean() const {
   if (s_.proof) return true;
   if (s_.publish_run) return false;
@@ -465,7 +660,10 @@ void Emitter::alu(size_t i, const Insn& n) {
     case op::kNeg: a_.neg(d); break;
     case op::kMov:
       if (!x) {
-        a_.mov(d, imm);
+        // Shorter forms, same value (BPF has no flags): 0 is xor, a non-negative constant
+        // a 32-bit mov (which zero-extends).
+        if (n.imm == 0) a_.xor_(d64.r32(), d64.r32());
+        else a_.mov(n.imm > 0 ? d64.r32() : d, imm);
       } else if (n.off == 0) {
         a_.mov(d, s);
       } else if (n.off == 8) {
@@ -478,7 +676,7 @@ void Emitter::alu(size_t i, const Insn& n) {
       break;
     case op::kLsh:
     case op::kRsh:
-    case op::kArsh: shift(n); break;
+    case op::kArsh: shift(i, n); break;
     case op::kDiv:
     case op::kMod: divmod(i, n); break;
     case op::kEnd: {
@@ -505,7 +703,7 @@ void Emitter::alu(size_t i, const Insn& n) {
 //
 //   mov r10, rcx; mov rcx, SRC; shl DST, cl; mov rcx, r10      (DST not rcx)
 //   mov r10, rcx; mov rcx, SRC; shl r10, cl; mov rcx, r10      (DST is rcx)
-void Emitter::shift(const Insn& n) {
+void Emitter::shift(size_t i, const Insn& n) {
   const bool is64 = op::cls(n.code) == op::kAlu64;
   const uint8_t o = op::alu_op(n.code);
   auto sh = [&](const ax::Gp& r, const auto& count) {
@@ -526,6 +724,11 @@ void Emitter::shift(const Insn& n) {
     sh(d, ax::cl);
     return;
   }
+  if (d64 != ax::rcx && !live_after(i, 4)) {  // r4 (rcx) dead: no need to keep it
+    a_.mov(ax::rcx, src);
+    sh(d, ax::cl);
+    return;
+  }
   a_.mov(ax::r10, ax::rcx);
   if (src != ax::rcx) a_.mov(ax::rcx, src);
   if (d64 == ax::rcx) {
@@ -540,10 +743,10 @@ void Emitter::shift(const Insn& n) {
 // div/mod/sdiv/smod. x86 divides rdx:rax, so r0 and r3 are kept in r9/r10 around it
 // (the one that is DST is not: its old value is dead):
 //
-//   mov  r11, SRC           ; divisor
+//   mov  r11, SRC           ; divisor (SRC itself when it is neither rax nor rdx)
 //   test r11, r11 ; jz zero ; cmp r11, -1 ; je minus_one (signed; both left out
 //                             where the proof says the divisor is never 0 or -1)
-//   mov  r9, rax ; mov r10, rdx
+//   mov  r9, rax ; mov r10, rdx  (each only when DST is not it and it is live after)
 //   mov  rax, DST ; xor edx, edx (cqo for signed)
 //   div  r11
 //   mov  DST, rax (rdx for mod) ; mov rax, r9 ; mov rdx, r10
@@ -557,7 +760,7 @@ void Emitter::divmod(size_t i, const Insn& n) {
   const bool is_signed = n.off == 1;
   const ax::Gp d64 = R(n.dst);
   const ax::Gp d = is64 ? d64 : d64.r32();
-  const ax::Gp r11 = is64 ? ax::Gp(ax::r11) : ax::Gp(ax::r11d);
+  ax::Gp r11 = is64 ? ax::Gp(ax::r11) : ax::Gp(ax::r11d);  // the divisor
   auto by_zero = [this, is_mod, is64, d] {
     if (!is_mod) a_.xor_(d.r32(), d.r32());
     else if (!is64) a_.mov(d, d);
@@ -572,7 +775,11 @@ void Emitter::divmod(size_t i, const Insn& n) {
     if (is_signed && n.imm == -1) return by_minus_one();
     a_.mov(r11, Imm(static_cast<int64_t>(n.imm)));
   } else {
-    a_.mov(r11, is64 ? R(n.src) : R(n.src).r32());
+    // SRC is read as it is unless the division needs its register (rax, rdx): nothing
+    // below writes any other before the div.
+    const ax::Gp src = is64 ? R(n.src) : R(n.src).r32();
+    if (src.id() == ax::Gp::kIdAx || src.id() == ax::Gp::kIdDx) a_.mov(r11, src);
+    else r11 = src;
     if (!(proven & ebpf::Proof::kDivisorNonZero)) {
       a_.test(r11, r11);
       a_.jz(defer([this, by_zero, done] {
@@ -588,11 +795,12 @@ void Emitter::divmod(size_t i, const Insn& n) {
       }));
     }
   }
-  // r0 (rax) and r3 (rdx) are kept only when neither is DST: DST's old value is dead.
-  const bool keep_rax = d64 != ax::rax, keep_rdx = d64 != ax::rdx;
+  // r0 (rax) and r3 (rdx) are kept unless they are DST (its old value is dead) or, in a
+  // proven program, no instruction reads them before writing them.
+  const bool keep_rax = d64 != ax::rax && live_after(i, 0), keep_rdx = d64 != ax::rdx && live_after(i, 3);
   if (keep_rax) a_.mov(ax::r9, ax::rax);
   if (keep_rdx) a_.mov(ax::r10, ax::rdx);
-  if (keep_rax) a_.mov(is64 ? ax::Gp(ax::rax) : ax::Gp(ax::eax), d);
+  if (d64 != ax::rax) a_.mov(is64 ? ax::Gp(ax::rax) : ax::Gp(ax::eax), d);
   if (is_signed) is64 ? a_.cqo() : a_.cdq();
   else a_.xor_(ax::edx, ax::edx);
   if (is_signed) a_.idiv(r11);
@@ -633,7 +841,7 @@ void Emitter::jump(size_t i, const Insn& n) {
   if (n.code == op::kExitOp) {
     if (lean_) {  // the proof says which exits are local functions'; else no local calls
       if (s_.proof && (s_.proof->insn[i] & ebpf::Proof::kSubprogExit)) a_.ret();
-      else a_.jmp(exit_main_);
+      else if (i + 1 < n_) a_.jmp(exit_main_);  // the last instruction falls into it
       return;
     }
     a_.cmp(ax::rbp, st(rs::kStackHi));
@@ -652,6 +860,7 @@ void Emitter::jump(size_t i, const Insn& n) {
   const ax::Gp s = x ? (is32 ? R(n.src).r32() : R(n.src)) : ax::Gp();
   const Imm imm(static_cast<int64_t>(n.imm));
   if (o == op::kJset) x ? a_.test(d, s) : a_.test(d, imm);
+  else if (!x && n.imm == 0) a_.test(d, d);  // the flags of cmp d, 0 (CF = OF = 0)
   else x ? a_.cmp(d, s) : a_.cmp(d, imm);
   asmjit::x86::CondCode cc;
   switch (o) {
@@ -793,7 +1002,7 @@ void Emitter::check_inline(uint8_t base, int16_t off, unsigned size, bool ctx_ok
   a_.jmp(slow);
 }
 
-void Emitter::load(size_t i, const Insn& n) {
+void Emitter::load(size_t i, const Insn& n, const ax::Mem* at) {
   (void)i;
   const unsigned size = op::size_bytes(n.code);
   const bool sx = op::mode(n.code) == op::kMemSx;
@@ -807,7 +1016,7 @@ void Emitter::load(size_t i, const Insn& n) {
     }
   };
   if (s_.proof || (n.src == ebpf::kFp && in_frame(n.off, size))) {
-    from(ax::ptr(R(n.src), n.off, size));
+    from(at ? *at : ax::ptr(R(n.src), n.off, size));
     return;
   }
   Label direct = a_.newLabel(), done = a_.newLabel();
@@ -890,11 +1099,11 @@ void Emitter::mem_op(const Insn& n, const ax::Mem& m) {
   }
 }
 
-void Emitter::store(size_t i, const Insn& n) {
+void Emitter::store(size_t i, const Insn& n, const ax::Mem* at) {
   const unsigned size = op::size_bytes(n.code);
   const bool atomic = op::mode(n.code) == op::kAtomic;
   if (s_.proof) {  // in bounds and, for atomics, aligned
-    mem_op(n, ax::ptr(R(n.dst), n.off, size));
+    mem_op(n, at ? *at : ax::ptr(R(n.dst), n.off, size));
     return;
   }
   if (n.dst == ebpf::kFp && in_frame(n.off, size)) {
@@ -960,9 +1169,20 @@ Result<BpfJitCode> emit_bpf(const BpfJitSpec& spec, uint64_t base) { return emit
 Result<size_t> bpf_size_bound(const BpfJitSpec& spec) {
   // Every call in its long form (mov r11, imm64; call r11) and forward jumps rel32: any
   // real base gives code no longer than this.
+  // Loop heads are aligned (Emitter::analyse): their padding depends on the code before
+  // them, so each may take up to kLoopAlign-1 bytes more than at base 0, and a backward
+  // jump the padding pushes out of rel8 reach 4 more (jcc rel32).
   auto code = emit_at(spec, 0, true);
   if (!code) return std::move(code).error();
-  return code->code.size();
+  size_t backward = 0;
+  for (size_t i = 0; i < spec.insns.size(); ++i) {
+    const ebpf::Insn& n = spec.insns[i];
+    if (n.code == ebpf::op::kLddw) ++i;
+    else if (ebpf::op::is_jmp(n.code) && n.code != ebpf::op::kCallOp && n.code != ebpf::op::kCallxOp && n.code != ebpf::op::kExitOp &&
+             ebpf::jump_target(i, n) <= static_cast<int64_t>(i))
+      ++backward;
+  }
+  return code->code.size() + backward * (kLoopAlign - 1 + 4);
 }
 
 }  // namespace utramp::arch

@@ -1,0 +1,337 @@
+// The JIT's fusions in proven code (src/arch/x86_64/bpf_jit.cpp, "Fusions"): each
+// program runs on the interpreter (the reference) and on the JIT with the verifier's
+// proof, which must both give the value worked out by hand. Each case is one a wrong
+// fusion gets wrong: a jump into a group or onto the access after it, an address
+// register still read after the access, the stored value being the address, constants
+// that add up beyond a displacement, 64- against 32-bit wraparound, registers a
+// division or a shift may or may not clobber, loop heads that follow a group.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "ebpf/asm.hpp"
+#include "ebpf/engine.hpp"
+
+namespace {
+
+using namespace utramp;
+using namespace utramp::ebpf;
+
+class JitFusion : public ::testing::TestWithParam<EngineKind> {
+ protected:
+  // Verified (the proof is what enables the fusions), with an 8-byte context.
+  uint64_t run(std::string_view text, uint64_t ctx_value = 0) {
+    auto p = assemble(text);
+    EXPECT_TRUE(p) << p.error().message;
+    if (!p) return ~uint64_t(0);
+    ExecOptions o;
+    o.ctx_size = 8;
+    auto e = load(Program{"fusion", "", std::move(*p)}, o, GetParam());
+    EXPECT_TRUE(e) << e.error().message;
+    if (!e) return ~uint64_t(0);
+    uint64_t ctx = ctx_value;
+    auto r = (*e)->execute(&ctx, sizeof ctx);
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : ~uint64_t(0);
+  }
+};
+
+TEST_P(JitFusion, JumpOntoTheInstructionAfterAGroup) {
+  // Insn 7 is a target: the group is 5-6 alone, and the load at 8 reads r5, which the
+  // path from 4 set differently (a fused 5-8 would skip 7 or fold the wrong address).
+  constexpr const char* kProg = R"(
+    ldxdw %r1, [%r1+0]
+    stdw [%r10-8], 5
+    stdw [%r10-16], 7
+    mov %r5, %r10
+    jne %r1, 0, +2
+    mov %r5, %r10
+    add %r5, -8
+    add %r5, -8
+    ldxdw %r0, [%r5+0]
+    exit
+  )";
+  EXPECT_EQ(run(kProg, 1), 5u);
+  EXPECT_EQ(run(kProg, 0), 7u);
+}
+
+TEST_P(JitFusion, JumpOntoTheAccessAfterAGroup) {
+  // The load is a target: it must go through r5 whichever path set it.
+  constexpr const char* kProg = R"(
+    ldxdw %r1, [%r1+0]
+    stdw [%r10-8], 5
+    stdw [%r10-16], 7
+    mov %r5, %r10
+    add %r5, -8
+    jne %r1, 0, +2
+    mov %r5, %r10
+    add %r5, -16
+    ldxdw %r0, [%r5+0]
+    exit
+  )";
+  EXPECT_EQ(run(kProg, 1), 5u);
+  EXPECT_EQ(run(kProg, 0), 7u);
+}
+
+TEST_P(JitFusion, AddressStillReadAfterTheAccess) {
+  // r5 = fp-16 (sub: no group); the group's r5 is read again by the load after the
+  // store: the store must not be folded, r5 must become fp-8.
+  EXPECT_EQ(run(R"(
+    stdw [%r10-8], 1
+    stdw [%r10-16], 2
+    mov %r5, %r10
+    sub %r5, 16
+    ldxdw %r6, [%r5+0]
+    mov %r5, %r10
+    add %r5, -8
+    stdw [%r5+0], 40
+    ldxdw %r0, [%r5+0]
+    add %r0, %r6
+    exit
+  )"),
+            42u);
+}
+
+TEST_P(JitFusion, StoredValueIsTheAddress) {
+  // stxdw [r5+8], r5 spills the pointer itself: r5 must be computed first (it held
+  // fp-24 before, set by a sub: no group).
+  EXPECT_EQ(run(R"(
+    stdw [%r10-24], 3
+    stdw [%r10-16], 9
+    mov %r5, %r10
+    sub %r5, 24
+    ldxdw %r6, [%r5+0]
+    mov %r5, %r10
+    add %r5, -16
+    stxdw [%r5+8], %r5
+    ldxdw %r1, [%r10-8]
+    ldxdw %r0, [%r1+0]
+    add %r0, %r6
+    exit
+  )"),
+            12u);
+}
+
+TEST_P(JitFusion, LoadIntoTheAddressRegister) {
+  // ldxdw r5, [r5+0]: r5 is written by the access, so folding is right even though r5
+  // is read after it.
+  EXPECT_EQ(run(R"(
+    stdw [%r10-16], 33
+    mov %r5, %r10
+    add %r5, -8
+    add %r5, -8
+    ldxdw %r5, [%r5+0]
+    mov %r0, %r5
+    add %r0, 1
+    exit
+  )"),
+            34u);
+}
+
+TEST_P(JitFusion, ConstantsBeyondADisplacement) {
+  // 0x7fffffff twice is past a 32-bit displacement: the group stops before the second.
+  EXPECT_EQ(run(R"(
+    mov %r3, 5
+    mov %r4, %r3
+    add %r4, 0x7fffffff
+    add %r4, 0x7fffffff
+    mov %r0, %r4
+    exit
+  )"),
+            5u + 2 * 0x7fffffffull);
+  // A negative sum and a register: r4 = r3 + r2 - 0x80000000 (exactly INT32_MIN fits).
+  EXPECT_EQ(run(R"(
+    lddw %r3, 0x100000000
+    mov %r2, 7
+    mov %r4, %r3
+    add %r4, -0x40000000
+    add %r4, %r2
+    add %r4, -0x40000000
+    mov %r0, %r4
+    exit
+  )"),
+            0x100000000ull + 7 - 0x80000000ull);
+}
+
+TEST_P(JitFusion, WraparoundIs64BitInAGroupAnd32BitOutside) {
+  // lea wraps at 64 bits as add does; add32 is not part of a group.
+  EXPECT_EQ(run(R"(
+    lddw %r3, 0xffffffffffffffff
+    mov %r4, %r3
+    add %r4, 1
+    mov %r0, %r4
+    exit
+  )"),
+            0u);
+  EXPECT_EQ(run(R"(
+    mov %r3, 0
+    mov %r4, %r3
+    add %r4, -1
+    mov %r0, %r4
+    exit
+  )"),
+            ~uint64_t(0));
+  EXPECT_EQ(run(R"(
+    lddw %r3, 0x1ffffffff
+    mov %r4, %r3
+    add32 %r4, 1
+    mov %r0, %r4
+    exit
+  )"),
+            0u);
+  // A group's register added to itself stops it: r4 = (r3 + 3) * 2.
+  EXPECT_EQ(run(R"(
+    mov %r3, 4
+    mov %r4, %r3
+    add %r4, 3
+    add %r4, %r4
+    mov %r0, %r4
+    exit
+  )"),
+            14u);
+}
+
+TEST_P(JitFusion, DivisionKeepsOnlyLiveRegisters) {
+  // div uses rax and rdx (r0 and r3): kept when read later, not when dead.
+  EXPECT_EQ(run(R"(
+    mov %r0, 5
+    mov %r3, 9
+    mov %r1, 100
+    mov %r2, 7
+    div %r1, %r2
+    add %r1, %r0
+    add %r1, %r3
+    mov %r0, %r1
+    exit
+  )"),
+            14u + 5 + 9);
+  EXPECT_EQ(run(R"(
+    mov %r0, 5
+    mov %r3, 9
+    mov %r1, 100
+    mov %r2, 7
+    mod %r1, %r2
+    mov %r0, %r1
+    exit
+  )"),
+            2u);
+  // r3 is DST, r0 live: 100 / 7 into rdx, rax back.
+  EXPECT_EQ(run(R"(
+    mov %r0, 1000
+    mov %r3, 100
+    mov %r2, 7
+    div %r3, %r2
+    add %r0, %r3
+    exit
+  )"),
+            1014u);
+  // 32-bit: the quotient of the low halves, zero-extended.
+  EXPECT_EQ(run(R"(
+    lddw %r1, 0x500000064
+    mov %r2, 7
+    div32 %r1, %r2
+    mov %r0, %r1
+    exit
+  )"),
+            14u);
+}
+
+TEST_P(JitFusion, ShiftKeepsOnlyALiveCount) {
+  // A count register other than r4 goes through rcx (r4): kept when read later.
+  EXPECT_EQ(run(R"(
+    mov %r4, 7
+    mov %r2, 3
+    mov %r0, 1
+    lsh %r0, %r2
+    add %r0, %r4
+    exit
+  )"),
+            15u);
+  EXPECT_EQ(run(R"(
+    mov %r4, 7
+    mov %r2, 5
+    mov %r0, 1
+    lsh %r0, %r2
+    mov %r4, 0
+    add %r0, %r4
+    exit
+  )"),
+            32u);
+  // 32-bit counts are masked by 31, 64-bit by 63; arsh keeps the sign.
+  EXPECT_EQ(run(R"(
+    mov %r2, 33
+    mov %r0, 1
+    lsh32 %r0, %r2
+    exit
+  )"),
+            2u);
+  EXPECT_EQ(run(R"(
+    mov %r2, 65
+    mov %r0, -8
+    arsh %r0, %r2
+    exit
+  )"),
+            static_cast<uint64_t>(-4));
+}
+
+TEST_P(JitFusion, BackEdgeOntoTheAccessAfterAGroup) {
+  // The loop head is the load right after a group computed once before the loop.
+  EXPECT_EQ(run(R"(
+    stdw [%r10-8], 3
+    mov %r0, 0
+    mov %r3, 0
+    mov %r5, %r10
+    add %r5, -8
+  l:
+    ldxdw %r4, [%r5+0]
+    add %r0, %r4
+    add %r3, 1
+    jlt %r3, 4, l
+    exit
+  )"),
+            12u);
+}
+
+TEST_P(JitFusion, FnvOverTheStack) {
+  // bench_ebpf_engines' fnv: folded stores and loads with an index register.
+  const uint64_t seed = 0x9e3779b97f4a7c15ull;
+  uint8_t buf[256];
+  for (uint64_t i = 0; i < 256; i++) buf[i] = static_cast<uint8_t>(((i + 1) * seed) >> 8);
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint8_t b : buf) h = (h ^ b) * 0x100000001b3ull;
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    mov %r3, 0
+  fill:
+    mov %r4, %r3
+    add %r4, 1
+    mul %r4, %r2
+    rsh %r4, 8
+    mov %r5, %r10
+    add %r5, -256
+    add %r5, %r3
+    stxb [%r5+0], %r4
+    add %r3, 1
+    jlt %r3, 256, fill
+    lddw %r0, 0xcbf29ce484222325
+    lddw %r6, 0x100000001b3
+    mov %r3, 0
+  hash:
+    mov %r5, %r10
+    add %r5, -256
+    add %r5, %r3
+    ldxb %r4, [%r5+0]
+    xor %r0, %r4
+    mul %r0, %r6
+    add %r3, 1
+    jlt %r3, 256, hash
+    exit
+  )",
+                seed),
+            h);
+}
+
+INSTANTIATE_TEST_SUITE_P(Both, JitFusion, ::testing::Values(EngineKind::interpreter, EngineKind::jit),
+                         [](const ::testing::TestParamInfo<EngineKind>& i) { return engine_name(i.param); });
+
+}  // namespace
