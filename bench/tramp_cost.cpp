@@ -7,7 +7,7 @@
 //   nop            -fpatchable-function-entry=5, canonicalised to one 5-byte NOP
 //   floor          the site patched into `call` to a hand-written stub that saves the
 //                  six argument registers and calls an empty C function (the practical
-//                  floor for fentry in /work/shared/ANCHORS.md)
+//                  floor for fentry in ../shared/ANCHORS.md)
 //   fentry         one empty native program (`return 0`), signature "i32 -> i32"
 //   fentry_nosig   the same without a signature: the fallback saves every argument
 //                  register, al and xmm0-7
