@@ -571,66 +571,52 @@ void drop_image(std::unique_ptr<Manager::Image>& img) {
 
 }  // namespace
 
-// Makes `plans` live. Order, so that no thread ever finds a site pointing at a stub
-// whose hop is stale:
-//   1. one batch: the hops of every stub its site will point to (already, or now);
-//   2. one commit: every site that changes (into its stub, back to its NOP, freplace);
-//   3. one batch: the hops of stubs whose site no longer points to them.
+// Makes `plans` live: every site that changes (into its stub, back to its NOP, freplace)
+// and every stub's hop that changes, in one patch batch (all or nothing). During the
+// batch a thread finds each of them old, trapped (sent on as the new code would), or
+// new, in any combination, and every combination is code that may run:
+//   - a site that now goes to its stub, reached through a hop not yet changed: the hop
+//     of a stub that no site went to goes to the function's body (pass), so the call
+//     runs untraced, as it did before the change;
+//   - a hop that goes to a new image: it is built and published before the batch;
+//   - a hop not yet changed that goes to an old image: old images are retired only
+//     after the batch, and freed only once every thread is seen out of them;
+//   - a site going back to its NOP while its hop changes too: either way the call runs
+//     the old image, or the new one, or the body (pass).
+// The hop of a stub no site goes to is always pass, since the batch that took its site
+// away changed the hop too, or (failing) changed nothing.
 // Then each trampoline's old image is retired.
 Result<void> Manager::publish(std::vector<Plan>& plans) {
   auto& table = sites::SiteTable::instance();
   auto to_stub = [](const Plan& p) {
     return p.site_state.op == sites::SiteOp::jmp && p.site_state.target == p.t->stub_block.addr;
   };
-  std::vector<patch::PatchOp> before, after;
+  std::vector<patch::PatchOp> hops;
   std::vector<Plan*> site_changes;
   for (Plan& p : plans) {
-    auto& dst = to_stub(p) ? before : after;
-    for (auto& op : p.hop_ops) dst.push_back(op);
+    for (auto& op : p.hop_ops) hops.push_back(op);
     if (!(p.t->site->applied == p.site_state)) site_changes.push_back(&p);
   }
   auto discard_all = [&] {
     for (Plan& p : plans) drop_image(p.img);
   };
-  if (!before.empty()) {
-    if (auto r = patch::apply(before); !r) {
-      discard_all();
-      return std::move(r).error();
-    }
-  }
-  if (!site_changes.empty()) {
-    Error failure{Errc::invalid_argument, ""};
-    bool failed = false;
+  Result<void> done;
+  if (site_changes.empty()) {
+    if (!hops.empty()) done = patch::apply(hops);
+  } else {
     for (Plan* p : site_changes)
       if (auto r = table.set_desired(p->t->site, p->site_state); !r) {
-        failure = std::move(r).error();
-        failed = true;
+        done = std::move(r).error();
         break;
       }
-    if (!failed)
-      if (auto r = table.commit(); !r) {
-        failure = std::move(r).error();
-        failed = true;
-      }
-    if (failed) {
+    if (done) done = table.commit(hops);
+    if (!done)
       for (Plan* p : site_changes) (void)table.set_desired(p->t->site, p->t->site->applied);
-      // Undo step 1: put every hop back where it was (nothing routes to the new images
-      // of plans whose site did not change either, as those sites still go through
-      // the old hops only after this batch completes).
-      std::vector<patch::PatchOp> undo;
-      for (const auto& op : before) undo.push_back({op.addr, op.replacement, op.expected,
-                                                    patch::Emulation::jump_to(0), op.label});
-      for (auto& op : undo) {
-        auto d = arch::decode(op.replacement.data(), op.replacement.size(), op.addr);
-        op.emulate = patch::Emulation::jump_to(d ? d->target : 0);
-      }
-      if (!undo.empty()) (void)patch::apply(undo);
-      discard_all();
-      return failure;
-    }
   }
-  if (!after.empty()) (void)patch::apply(after);  // cannot fail but for a bug: the
-                                                  // hops are unreachable already
+  if (!done) {
+    discard_all();
+    return std::move(done).error();
+  }
   for (Plan& p : plans) {
     Trampoline& t = *p.t;
     t.site_to_stub = to_stub(p);
@@ -964,7 +950,12 @@ void Manager::quiesce(std::vector<Leaving> leaving) {
   for (unsigned spins = 0; still_run(leaving); ++spins) {
     if (std::chrono::steady_clock::now() >= deadline) {
       if (disable_calls(leaving)) {
-        for (const Leaving& l : leaving) wait_outside(l.guard);
+        // Links of one program share its guard: one wait each.
+        std::vector<uint32_t> guards;
+        for (const Leaving& l : leaving) guards.push_back(l.guard);
+        std::sort(guards.begin(), guards.end());
+        guards.erase(std::unique(guards.begin(), guards.end()), guards.end());
+        for (uint32_t g : guards) wait_outside(g);
         return;
       }
       while (still_run(leaving)) {

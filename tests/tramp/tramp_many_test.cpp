@@ -127,4 +127,35 @@ TEST(TrampMany, DetachManyIsOneBatchForAllWhileAThreadCalls) {
     EXPECT_NE(l.prog, reinterpret_cast<uint64_t>(&count_entry)) << "link " << l.id << " still live";
 }
 
+// Attaching to a function with no link and detaching its last link are one patch batch
+// each (its site and its stub's hop together), and the program runs exactly while
+// attached. Single-threaded, so that no thread preempted inside an image can make
+// detach disable its calls (another batch).
+TEST(TrampMany, AttachAndDetachAreOneBatchEach) {
+  namespace ut = utramp::tramp;
+  auto& m = ut::Manager::instance();
+  const uint64_t f = reinterpret_cast<uint64_t>(mf_table[7]);
+  const long want = mf_table[7](7);
+  {  // The first attach makes the trampoline and may canonicalise the site first.
+    auto l = m.attach(f, ut::AttachType::fentry, reinterpret_cast<uint64_t>(&count_entry), {});
+    ASSERT_TRUE(l) << l.error().message;
+    ASSERT_TRUE(m.detach(*l));
+  }
+  for (int round = 0; round < 3; ++round) {
+    const utramp::patch::PatchStats s0 = utramp::patch::stats();
+    auto l = m.attach(f, ut::AttachType::fentry, reinterpret_cast<uint64_t>(&count_entry), {});
+    ASSERT_TRUE(l) << l.error().message;
+    const utramp::patch::PatchStats s1 = utramp::patch::stats();
+    g_entries = 0;
+    EXPECT_EQ(mf_table[7](7), want);
+    EXPECT_EQ(g_entries.load(), 1u) << "round " << round;
+    ASSERT_TRUE(m.detach(*l));
+    const utramp::patch::PatchStats s2 = utramp::patch::stats();
+    EXPECT_EQ(mf_table[7](7), want);
+    EXPECT_EQ(g_entries.load(), 1u) << "the program ran after detach";
+    EXPECT_EQ(s1.batches - s0.batches, 1u) << "attach, round " << round;
+    EXPECT_EQ(s2.batches - s1.batches, 1u) << "detach, round " << round;
+  }
+}
+
 }  // namespace
