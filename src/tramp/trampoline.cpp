@@ -1224,8 +1224,13 @@ size_t Manager::reclaim_now() {
   // attaching and detaching without pause cannot starve reclamation. Once exit has begun
   // (only its thread gets here then) they are dropped and their memory left as it is:
   // freeing would touch what static destructors may have torn down.
+  // Newest first: libgcc (before GCC 13) keeps registered unwind tables in a list, the
+  // newest at its head, and searches it from there to deregister one. Images retired
+  // together were made together, so in the reverse order each is found at once, where
+  // oldest first each search walked past all the others: detaching 10,000 functions
+  // spent seconds there (docs/benchmarks.md, "Attach and detach latency").
   if (!g_exiting.load(std::memory_order_acquire))
-    for (Retired* r : done) free_image(*r->image);
+    for (auto it = done.rbegin(); it != done.rend(); ++it) free_image(*(*it)->image);
   std::sort(done.begin(), done.end());
   std::lock_guard lock(retired_mu_);
   std::erase_if(retired_, [&](const std::unique_ptr<Retired>& x) {
