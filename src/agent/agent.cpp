@@ -478,10 +478,15 @@ Result<nlohmann::json> detach_all() {
   if (auto r = sites::unwatch_loader(); !r) errors.push_back("the loader's r_brk: " + r.error().message);
   auto& mgr = tramp::Manager::instance();
   size_t links = 0;
-  for (const tramp::LinkInfo& l : mgr.links()) {
-    if (auto r = mgr.detach(const_cast<tramp::Link*>(l.link)); r) ++links;
-    else errors.push_back(fmt::format("{} link on {}: {}", tramp::attach_type_name(l.type), l.function,
-                                      r.error().message));
+  // Every link in one detach: one patch batch per step for all, not one per link.
+  const std::vector<tramp::LinkInfo> live = mgr.links();
+  std::vector<tramp::Link*> all;
+  for (const tramp::LinkInfo& l : live) all.push_back(const_cast<tramp::Link*>(l.link));
+  const std::vector<Result<void>> done = mgr.detach_many(all);
+  for (size_t i = 0; i < live.size(); ++i) {
+    if (done[i]) ++links;
+    else errors.push_back(fmt::format("{} link on {}: {}", tramp::attach_type_name(live[i].type),
+                                      live[i].function, done[i].error().message));
   }
   const size_t slots = ftrace::unhook_imports(&errors);
   size_t restored = 0;

@@ -608,8 +608,10 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   for (size_t i = 0; i < res.size(); ++i)
     if (!res[i]) errors += fmt::format("{}{}: {}", errors.empty() ? "" : "; ", what[i], res[i].error().message);
   if (!errors.empty()) {
+    std::vector<tramp::Link*> made;  // taken away together: one patch batch per step
     for (auto& r : res)
-      if (r) (void)mgr.detach(*r);
+      if (r) made.push_back(*r);
+    (void)mgr.detach_many(made);
     undo_probes();
     return make_error(Errc::invalid_argument, "cannot attach " + errors);
   }

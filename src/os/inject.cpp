@@ -223,9 +223,17 @@ class Stopped {
   ~Stopped() { release(); }
 
   // Seizes and interrupts every thread, until a pass over /proc/PID/task finds none new.
+  // Each pass interrupts all the threads it found first, and only then waits for their
+  // stops: a busy thread stops when the scheduler next runs it, and with more busy
+  // threads than cores that is a wait for its turn. Interrupted together, they all wait
+  // their turn at once (each stops within microseconds of running); one after the other,
+  // each wait would include the turns of every thread still running (seconds for 64
+  // spinning threads on two cores: docs/benchmarks.md, "Attach pause").
   Result<void> stop_all() {
     for (bool found = true; found;) {
       found = false;
+      std::vector<pid_t> interrupted;
+      Result<void> failed;
       for (pid_t tid : task_ids(pid_)) {
         if (threads_.count(tid)) continue;
         found = true;
@@ -240,14 +248,25 @@ class Stopped {
                                           "({}): {}",
                                           pid_, comm_of(pid_), strerror(e)));
           }
-          return make_error(Errc::io, fmt::format("thread {} of process {}: PTRACE_SEIZE: {}", tid, pid_,
-                                                  strerror(e)));
+          failed = make_error(Errc::io, fmt::format("thread {} of process {}: PTRACE_SEIZE: {}", tid,
+                                                    pid_, strerror(e)));
+          break;
         }
         threads_[tid] = {};
-        if (ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr) != 0 && errno != ESRCH)
-          return make_error(Errc::io, fmt::format("thread {}: PTRACE_INTERRUPT: {}", tid, strerror(errno)));
-        UTRAMP_TRY(wait_stop(tid));
+        if (ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr) != 0 && errno != ESRCH) {
+          failed = make_error(Errc::io, fmt::format("thread {}: PTRACE_INTERRUPT: {}", tid, strerror(errno)));
+          break;
+        }
+        interrupted.push_back(tid);
       }
+      // Every thread seized is waited for, even after a failure: release() detaches only
+      // stopped threads (PTRACE_DETACH needs a stopped tracee), and a seized thread left
+      // unstopped would stay traced.
+      for (pid_t tid : interrupted) {
+        auto r = wait_stop(tid);
+        if (!r && failed) failed = std::move(r).error();
+      }
+      UTRAMP_TRY(std::move(failed));
     }
     return {};
   }

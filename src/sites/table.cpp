@@ -449,7 +449,7 @@ Result<void> SiteTable::set_desired(Site* site, SiteState state) {
   return {};
 }
 
-Result<void> SiteTable::commit() {
+Result<void> SiteTable::commit(std::span<const patch::PatchOp> with) {
   std::lock_guard lock(mu_);
   std::vector<patch::PatchOp> ops;
   std::vector<Site*> changed;
@@ -512,6 +512,7 @@ Result<void> SiteTable::commit() {
     ops.push_back(std::move(op));
     changed.push_back(&s);
   }
+  ops.insert(ops.end(), with.begin(), with.end());
   if (ops.empty()) return {};
   if (auto r = patch::apply(ops); !r) {
     for (Site* d : dirty) { d->desired = d->applied; d->desired_bytes = d->applied_bytes; }  // nothing changed, nothing pending

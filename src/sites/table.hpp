@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/result.hpp"
+#include "patch/patcher.hpp"
 #include "sites/site.hpp"
 
 namespace utramp::sites {
@@ -99,8 +100,9 @@ class SiteTable {
 
   // Desired state; checked here (site usable, target reachable), applied by commit().
   Result<void> set_desired(Site* site, SiteState state);
-  // Applies every desired != applied in one batch; all or nothing.
-  Result<void> commit();
+  // Applies every desired != applied in one batch; all or nothing. WITH: other ops
+  // (a trampoline's hops, tramp/trampoline.cpp) written in the same batch.
+  Result<void> commit(std::span<const patch::PatchOp> with = {});
 
   std::vector<std::string> skipped_objects() const;
   // Held across fork() (see tramp/trampoline.cpp). In the child the recursive mutex's

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <unordered_set>
 
 #include "arch/arch.hpp"
 #include "arch/image.hpp"
@@ -570,66 +571,52 @@ void drop_image(std::unique_ptr<Manager::Image>& img) {
 
 }  // namespace
 
-// Makes `plans` live. Order, so that no thread ever finds a site pointing at a stub
-// whose hop is stale:
-//   1. one batch: the hops of every stub its site will point to (already, or now);
-//   2. one commit: every site that changes (into its stub, back to its NOP, freplace);
-//   3. one batch: the hops of stubs whose site no longer points to them.
+// Makes `plans` live: every site that changes (into its stub, back to its NOP, freplace)
+// and every stub's hop that changes, in one patch batch (all or nothing). During the
+// batch a thread finds each of them old, trapped (sent on as the new code would), or
+// new, in any combination, and every combination is code that may run:
+//   - a site that now goes to its stub, reached through a hop not yet changed: the hop
+//     of a stub that no site went to goes to the function's body (pass), so the call
+//     runs untraced, as it did before the change;
+//   - a hop that goes to a new image: it is built and published before the batch;
+//   - a hop not yet changed that goes to an old image: old images are retired only
+//     after the batch, and freed only once every thread is seen out of them;
+//   - a site going back to its NOP while its hop changes too: either way the call runs
+//     the old image, or the new one, or the body (pass).
+// The hop of a stub no site goes to is always pass, since the batch that took its site
+// away changed the hop too, or (failing) changed nothing.
 // Then each trampoline's old image is retired.
 Result<void> Manager::publish(std::vector<Plan>& plans) {
   auto& table = sites::SiteTable::instance();
   auto to_stub = [](const Plan& p) {
     return p.site_state.op == sites::SiteOp::jmp && p.site_state.target == p.t->stub_block.addr;
   };
-  std::vector<patch::PatchOp> before, after;
+  std::vector<patch::PatchOp> hops;
   std::vector<Plan*> site_changes;
   for (Plan& p : plans) {
-    auto& dst = to_stub(p) ? before : after;
-    for (auto& op : p.hop_ops) dst.push_back(op);
+    for (auto& op : p.hop_ops) hops.push_back(op);
     if (!(p.t->site->applied == p.site_state)) site_changes.push_back(&p);
   }
   auto discard_all = [&] {
     for (Plan& p : plans) drop_image(p.img);
   };
-  if (!before.empty()) {
-    if (auto r = patch::apply(before); !r) {
-      discard_all();
-      return std::move(r).error();
-    }
-  }
-  if (!site_changes.empty()) {
-    Error failure{Errc::invalid_argument, ""};
-    bool failed = false;
+  Result<void> done;
+  if (site_changes.empty()) {
+    if (!hops.empty()) done = patch::apply(hops);
+  } else {
     for (Plan* p : site_changes)
       if (auto r = table.set_desired(p->t->site, p->site_state); !r) {
-        failure = std::move(r).error();
-        failed = true;
+        done = std::move(r).error();
         break;
       }
-    if (!failed)
-      if (auto r = table.commit(); !r) {
-        failure = std::move(r).error();
-        failed = true;
-      }
-    if (failed) {
+    if (done) done = table.commit(hops);
+    if (!done)
       for (Plan* p : site_changes) (void)table.set_desired(p->t->site, p->t->site->applied);
-      // Undo step 1: put every hop back where it was (nothing routes to the new images
-      // of plans whose site did not change either, as those sites still go through
-      // the old hops only after this batch completes).
-      std::vector<patch::PatchOp> undo;
-      for (const auto& op : before) undo.push_back({op.addr, op.replacement, op.expected,
-                                                    patch::Emulation::jump_to(0), op.label});
-      for (auto& op : undo) {
-        auto d = arch::decode(op.replacement.data(), op.replacement.size(), op.addr);
-        op.emulate = patch::Emulation::jump_to(d ? d->target : 0);
-      }
-      if (!undo.empty()) (void)patch::apply(undo);
-      discard_all();
-      return failure;
-    }
   }
-  if (!after.empty()) (void)patch::apply(after);  // cannot fail but for a bug: the
-                                                  // hops are unreachable already
+  if (!done) {
+    discard_all();
+    return std::move(done).error();
+  }
   for (Plan& p : plans) {
     Trampoline& t = *p.t;
     t.site_to_stub = to_stub(p);
@@ -845,40 +832,80 @@ Result<Link*> Manager::attach_name(const std::string& symbol, AttachType type, u
 //      the function), their calls of the program are disabled instead, and what is left
 //      is to wait for runs of the program already begun.
 Result<void> Manager::detach(Link* link) {
-  uint64_t id = 0;
-  uint32_t guard = UINT32_MAX;
-  std::string name;
+  auto r = detach_many({link});
+  return std::move(r.front());
+}
+
+std::vector<Result<void>> Manager::detach_many(const std::vector<Link*>& req) {
+  std::vector<Result<void>> out(req.size(), Result<void>());
+  std::vector<Leaving> leaving;
   {
     ReclaimerKick kick{*this};  // destroyed after the lock below is released
     std::lock_guard lock(mu_);
-    auto it = std::find_if(links_.begin(), links_.end(),
-                           [&](const std::unique_ptr<Link>& l) { return l.get() == link; });
-    if (!link || it == links_.end())
-      return make_error(Errc::not_found, "detach: not a live link (already detached?)");
-    Trampoline& t = *link->tramp;
-    Prog* prog = link->prog;
-    if (prog && this_thread_runs(prog->guard, reinterpret_cast<uint64_t>(__builtin_frame_address(0))))
-      return make_error(Errc::busy,
-                        fmt::format("detach of {} on {}: called from inside its own program, it "
-                                    "would wait for itself",
-                                    attach_type_name(link->type), t.name));
-    std::vector<Link*> links;
-    for (Link* l : t.links)
-      if (l != link) links.push_back(l);
-    UTRAMP_TRY(rebuild(t, links));
-    // The guard slot is never freed (nor the Prog): images, old ones included, keep the
-    // index, and a later link of the same program reuses both (1024 distinct programs
-    // per process).
-    if (prog) {
-      --prog->links;
-      guard = prog->guard;
+    std::unordered_set<const Link*> live;
+    for (const auto& l : links_) live.insert(l.get());
+    const auto frame = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
+    // The links to remove, per trampoline, in request order.
+    std::vector<std::pair<Trampoline*, std::vector<size_t>>> groups;
+    std::unordered_map<Trampoline*, size_t> group_of;
+    std::unordered_set<const Link*> taken;  // a link named twice is detached once
+    for (size_t i = 0; i < req.size(); ++i) {
+      Link* link = req[i];
+      if (!link || !live.count(link) || !taken.insert(link).second) {
+        out[i] = make_error(Errc::not_found, "detach: not a live link (already detached?)");
+        continue;
+      }
+      Trampoline& t = *link->tramp;
+      if (link->prog && this_thread_runs(link->prog->guard, frame)) {
+        out[i] = make_error(Errc::busy,
+                            fmt::format("detach of {} on {}: called from inside its own program, "
+                                        "it would wait for itself",
+                                        attach_type_name(link->type), t.name));
+        continue;
+      }
+      auto [at, fresh] = group_of.try_emplace(&t, groups.size());
+      if (fresh) groups.push_back({&t, {}});
+      groups[at->second].second.push_back(i);
     }
-    id = link->id;
-    name = t.name;
-    links_.erase(it);
+    std::vector<Plan> plans;
+    std::vector<const std::vector<size_t>*> plan_reqs;
+    for (auto& [t, idx] : groups) {
+      std::unordered_set<const Link*> gone;
+      for (size_t j : idx) gone.insert(req[j]);
+      std::vector<Link*> links;
+      for (Link* l : t->links)
+        if (!gone.count(l)) links.push_back(l);
+      auto plan = prepare(*t, std::move(links));
+      if (!plan) {
+        for (size_t j : idx) out[j] = plan.error();
+        continue;
+      }
+      plans.push_back(std::move(*plan));
+      plan_reqs.push_back(&idx);
+    }
+    if (plans.empty()) return out;
+    if (auto r = publish(plans); !r) {
+      for (auto* idx : plan_reqs)
+        for (size_t j : *idx) out[j] = r.error();
+      return out;
+    }
+    std::unordered_set<const Link*> freed;
+    for (auto* idx : plan_reqs)
+      for (size_t j : *idx) {
+        Link* link = req[j];
+        // The guard slot is never freed (nor the Prog): images, old ones included, keep
+        // the index, and a later link of the same program reuses both (1024 distinct
+        // programs per process).
+        if (Prog* prog = link->prog) {
+          --prog->links;
+          leaving.push_back({link->id, prog->guard, link->tramp->name});
+        }
+        freed.insert(link);
+      }
+    std::erase_if(links_, [&](const std::unique_ptr<Link>& l) { return freed.count(l.get()) != 0; });
   }
-  if (guard != UINT32_MAX) quiesce(id, guard, name);
-  return {};
+  if (!leaving.empty()) quiesce(std::move(leaving));
+  return out;
 }
 
 namespace {
@@ -900,41 +927,49 @@ void backoff(unsigned spins) {
 
 }  // namespace
 
-bool Manager::retired_run(uint64_t link_id) const {
-  std::lock_guard rl(retired_mu_);
-  for (const auto& r : retired_)
-    for (const ProgCall& c : r->image->calls)
-      if (c.link_id == link_id) return true;
-  return false;
+bool Manager::still_run(std::vector<Leaving>& leaving) const {
+  std::unordered_set<uint64_t> run;  // link ids some retired image calls
+  {
+    std::lock_guard rl(retired_mu_);
+    for (const auto& r : retired_)
+      for (const ProgCall& c : r->image->calls) run.insert(c.link_id);
+  }
+  std::erase_if(leaving, [&](const Leaving& l) { return !run.count(l.id); });
+  return !leaving.empty();
 }
 
-// Step 2 of detach. The retired images that run link `id`'s program are freed by
-// reclamation once every thread has been seen out of them (reclaim_now); no thread can
-// enter them again (publishing the new image ended with a membarrier), so then no run
-// of the program through this link remains. Otherwise, after kLeaveBudget, their calls
-// of it are disabled (disable_calls) and only runs already begun are waited for
-// (wait_outside). If that patch cannot be made (out of executable memory near an image),
-// the images are waited for however long it takes.
-void Manager::quiesce(uint64_t id, uint32_t guard, const std::string& name) {
+// Step 2 of detach, for every link detached together. The retired images that run a
+// link's program are freed by reclamation once every thread has been seen out of them
+// (reclaim_now); no thread can enter them again (publishing the new image ended with a
+// membarrier), so then no run of the program through this link remains. Otherwise, after
+// kLeaveBudget, their calls of it are disabled (disable_calls, one batch for all) and only
+// runs already begun are waited for (wait_outside). If that patch cannot be made (out of
+// executable memory near an image), the images are waited for however long it takes.
+void Manager::quiesce(std::vector<Leaving> leaving) {
   const auto deadline = std::chrono::steady_clock::now() + kLeaveBudget;
-  for (unsigned spins = 0; retired_run(id); ++spins) {
+  for (unsigned spins = 0; still_run(leaving); ++spins) {
     if (std::chrono::steady_clock::now() >= deadline) {
-      if (disable_calls(id, name)) {
-        wait_outside(guard);
+      if (disable_calls(leaving)) {
+        // Links of one program share its guard: one wait each.
+        std::vector<uint32_t> guards;
+        for (const Leaving& l : leaving) guards.push_back(l.guard);
+        std::sort(guards.begin(), guards.end());
+        guards.erase(std::unique(guards.begin(), guards.end()), guards.end());
+        for (uint32_t g : guards) wait_outside(g);
         return;
       }
-      while (retired_run(id)) {
+      while (still_run(leaving)) {
         reclaim_now();
         backoff(64);
       }
       return;
     }
     reclaim_now();
-    if (retired_run(id)) backoff(spins);
+    if (still_run(leaving)) backoff(spins);
   }
 }
 
-// The calls of link `id`'s program in every retired image not yet freed. A near call
+// The calls of the leaving links' programs in every retired image not yet freed. A near call
 // becomes a call of a thunk that jumps to skipped_program; a far one (mov r11, imm64;
 // call r11) has its mov become a jump to a thunk that calls the same and jumps back
 // after the `call r11`:
@@ -949,7 +984,9 @@ void Manager::quiesce(uint64_t id, uint32_t guard, const std::string& name) {
 // The thunks lie within rel32 reach of the image and are freed with it. A thread that
 // traps on a call being changed is sent on as the disabled call goes. The reclaimer is
 // held off (g_reclaim_mu) while the images are patched.
-Result<void> Manager::disable_calls(uint64_t id, const std::string& name) {
+Result<void> Manager::disable_calls(const std::vector<Leaving>& leaving) {
+  std::unordered_map<uint64_t, const std::string*> name_of;
+  for (const Leaving& l : leaving) name_of[l.id] = &l.name;
   ReclaimLock serial;
   std::vector<Image*> imgs;
   {
@@ -961,14 +998,14 @@ Result<void> Manager::disable_calls(uint64_t id, const std::string& name) {
   for (Image* img : imgs) {
     std::vector<ProgCall*> mine;
     for (ProgCall& c : img->calls)
-      if (c.link_id == id && !c.disabled) mine.push_back(&c);
+      if (name_of.count(c.link_id) && !c.disabled) mine.push_back(&c);
     if (mine.empty()) continue;
     UTRAMP_TRY(make_skips(*img, mine));
     for (ProgCall* c : mine) {
       const patch::Emulation em = c->far ? patch::Emulation::jump_to(c->skip_to)
                                          : patch::Emulation::call(c->skip_to, c->at + c->bytes.size());
       ops.push_back({c->at, c->bytes, c->skip, em,
-                     fmt::format("{} image+{:#x}", name, c->at - img->block.addr)});
+                     fmt::format("{} image+{:#x}", *name_of[c->link_id], c->at - img->block.addr)});
       changed.push_back(c);
     }
   }
@@ -1187,8 +1224,13 @@ size_t Manager::reclaim_now() {
   // attaching and detaching without pause cannot starve reclamation. Once exit has begun
   // (only its thread gets here then) they are dropped and their memory left as it is:
   // freeing would touch what static destructors may have torn down.
+  // Newest first: libgcc (before GCC 13) keeps registered unwind tables in a list, the
+  // newest at its head, and searches it from there to deregister one. Images retired
+  // together were made together, so in the reverse order each is found at once, where
+  // oldest first each search walked past all the others: detaching 10,000 functions
+  // spent seconds there (docs/benchmarks.md, "Attach and detach latency").
   if (!g_exiting.load(std::memory_order_acquire))
-    for (Retired* r : done) free_image(*r->image);
+    for (auto it = done.rbegin(); it != done.rend(); ++it) free_image(*(*it)->image);
   std::sort(done.begin(), done.end());
   std::lock_guard lock(retired_mu_);
   std::erase_if(retired_, [&](const std::unique_ptr<Retired>& x) {

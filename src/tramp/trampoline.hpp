@@ -132,6 +132,12 @@ class Manager {
   // waiting for a thread inside the traced function: docs/trampolines.md, "Detach").
   // The link is freed here, the images it ran in later. busy from inside its program.
   Result<void> detach(Link* link);
+  // Many links at once (a client's, everything at detach -p or teardown): every
+  // trampoline that loses links gets its new image, all published with one patch batch
+  // per step, then one wait for all the programs (as detach's). Each link gets its own
+  // result; a link that cannot be detached (not live, called from inside its program,
+  // its trampoline's new image not buildable) does not stop the others.
+  std::vector<Result<void>> detach_many(const std::vector<Link*>& links);
 
   // One live link (not_found for anything else), and every live link in attach order.
   Result<LinkInfo> link_info(const Link* link);
@@ -163,9 +169,16 @@ class Manager {
   Result<void> publish(std::vector<Plan>& plans);
   Result<void> rebuild(Trampoline& t, std::vector<Link*> links);
   void retire(Trampoline& t, Image* img);
-  void quiesce(uint64_t link_id, uint32_t guard, const std::string& name);
-  bool retired_run(uint64_t link_id) const;
-  Result<void> disable_calls(uint64_t link_id, const std::string& name);
+  // A detached link whose program may still run from a retired image.
+  struct Leaving {
+    uint64_t id;
+    uint32_t guard;
+    std::string name;  // its function's, for diagnostics
+  };
+  void quiesce(std::vector<Leaving> leaving);
+  // Drops from LEAVING the links no retired image runs any more; whether any is left.
+  bool still_run(std::vector<Leaving>& leaving) const;
+  Result<void> disable_calls(const std::vector<Leaving>& leaving);
   Result<void> make_skips(Image& img, const std::vector<ProgCall*>& calls);
   static void wait_outside(uint32_t guard);
   void reclaimer_loop();

@@ -3,7 +3,9 @@
 // (sent to itself) until the end. It prints "ready PID" once all are running; on "q"
 // or the end of stdin it stops the workers and prints what it checked: every worker's
 // results were right ("ok") and how many calls were made. Output never depends on
-// timing, so a run that was attached to prints what an untouched one prints.
+// timing, so a run that was attached to prints what an untouched one prints. With a
+// second argument "sleep" each worker sleeps 1 ms after each call (a mostly idle
+// process: bench/attach_pause.cpp).
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -19,6 +21,7 @@ static atomic_int g_stop;
 static atomic_int g_running;
 static atomic_int g_in_handler;
 static atomic_int g_bad;
+static int g_sleep;
 static long g_calls[MAX_WORKERS];
 
 __attribute__((noinline)) long work(long x) {
@@ -34,6 +37,7 @@ static void* worker(void* arg) {
   for (long i = 0; !atomic_load_explicit(&g_stop, memory_order_relaxed); ++i) {
     if (work(i) != 48 * i + 360) atomic_fetch_add(&g_bad, 1);
     g_calls[id]++;
+    if (g_sleep) usleep(1000);
   }
   return NULL;
 }
@@ -53,6 +57,7 @@ static void* handler_thread(void* arg) {
 int main(int argc, char** argv) {
   const int workers = argc > 1 ? atoi(argv[1]) : 8;
   if (workers < 0 || workers > MAX_WORKERS) return 2;
+  g_sleep = argc > 2 && strcmp(argv[2], "sleep") == 0;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_usr1;

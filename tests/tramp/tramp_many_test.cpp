@@ -12,6 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "patch/patcher.hpp"
+#include "tramp/trampoline.hpp"
+
 extern "C" long (*const mf_table[3000])(long);
 
 namespace {
@@ -62,6 +65,96 @@ TEST(TrampMany, MoreFunctionsThanCounterSlots) {
     g_runs = 0;
     call_all();
     EXPECT_EQ(g_runs.load(), 0u) << "a program ran after its detach";
+  }
+}
+
+std::atomic<uint64_t> g_entries{0};
+uint64_t count_entry(uint64_t*) {
+  g_entries.fetch_add(1, std::memory_order_relaxed);
+  return 0;
+}
+
+// detach_many takes every link of 3000 functions away in a constant number of patch
+// batches (new images published together: hops, sites, hops), while a thread calls
+// them all and checks their results; a link named that is not live gets its own error
+// and does not stop the others; afterwards no program runs.
+TEST(TrampMany, DetachManyIsOneBatchForAllWhileAThreadCalls) {
+  namespace ut = utramp::tramp;
+  auto& m = ut::Manager::instance();
+  const uint64_t expect = call_all();
+  std::vector<ut::Manager::AttachRequest> reqs;
+  for (size_t i = 0; i < kFuncs; ++i)
+    reqs.push_back({reinterpret_cast<uint64_t>(mf_table[i]), ut::AttachType::fentry,
+                    reinterpret_cast<uint64_t>(&count_entry), {}});
+  std::vector<ut::Link*> links;
+  for (auto& r : m.attach_many(reqs)) {
+    ASSERT_TRUE(r) << r.error().message;
+    links.push_back(*r);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> wrong{0}, rounds{0};
+  std::thread caller([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (call_all() != expect) ++wrong;
+      ++rounds;
+    }
+  });
+  while (g_entries.load() < kFuncs) std::this_thread::yield();  // the programs run
+
+  std::vector<ut::Link*> req = links;
+  req.push_back(links.front());  // named twice: detached once, the second is refused
+  const utramp::patch::PatchStats before = utramp::patch::stats();
+  auto res = m.detach_many(req);
+  const utramp::patch::PatchStats after = utramp::patch::stats();
+  ASSERT_EQ(res.size(), req.size());
+  for (size_t i = 0; i < links.size(); ++i) EXPECT_TRUE(res[i]) << i << ": " << res[i].error().message;
+  ASSERT_FALSE(res.back());
+  EXPECT_EQ(res.back().error().code, utramp::Errc::not_found);
+  // Hops before the sites, the sites, hops after; a fourth only if a thread stayed in a
+  // retired image past detach's budget (its calls of the programs disabled, in one batch).
+  EXPECT_LE(after.batches - before.batches, 4u) << "detach_many patched in many batches";
+  EXPECT_GE(after.ops - before.ops, kFuncs) << "every site goes back to its NOP";
+
+  const uint64_t r0 = rounds.load();
+  while (rounds.load() < r0 + 2) std::this_thread::yield();  // calls after the detach
+  stop = true;
+  caller.join();
+  EXPECT_EQ(wrong.load(), 0u) << "a function returned a wrong result while detached";
+  g_entries = 0;
+  EXPECT_EQ(call_all(), expect);
+  EXPECT_EQ(g_entries.load(), 0u) << "a program ran after detach_many returned";
+  for (const ut::LinkInfo& l : m.links())
+    EXPECT_NE(l.prog, reinterpret_cast<uint64_t>(&count_entry)) << "link " << l.id << " still live";
+}
+
+// Attaching to a function with no link and detaching its last link are one patch batch
+// each (its site and its stub's hop together), and the program runs exactly while
+// attached. Single-threaded, so that no thread preempted inside an image can make
+// detach disable its calls (another batch).
+TEST(TrampMany, AttachAndDetachAreOneBatchEach) {
+  namespace ut = utramp::tramp;
+  auto& m = ut::Manager::instance();
+  const uint64_t f = reinterpret_cast<uint64_t>(mf_table[7]);
+  const long want = mf_table[7](7);
+  {  // The first attach makes the trampoline and may canonicalise the site first.
+    auto l = m.attach(f, ut::AttachType::fentry, reinterpret_cast<uint64_t>(&count_entry), {});
+    ASSERT_TRUE(l) << l.error().message;
+    ASSERT_TRUE(m.detach(*l));
+  }
+  for (int round = 0; round < 3; ++round) {
+    const utramp::patch::PatchStats s0 = utramp::patch::stats();
+    auto l = m.attach(f, ut::AttachType::fentry, reinterpret_cast<uint64_t>(&count_entry), {});
+    ASSERT_TRUE(l) << l.error().message;
+    const utramp::patch::PatchStats s1 = utramp::patch::stats();
+    g_entries = 0;
+    EXPECT_EQ(mf_table[7](7), want);
+    EXPECT_EQ(g_entries.load(), 1u) << "round " << round;
+    ASSERT_TRUE(m.detach(*l));
+    const utramp::patch::PatchStats s2 = utramp::patch::stats();
+    EXPECT_EQ(mf_table[7](7), want);
+    EXPECT_EQ(g_entries.load(), 1u) << "the program ran after detach";
+    EXPECT_EQ(s1.batches - s0.batches, 1u) << "attach, round " << round;
+    EXPECT_EQ(s2.batches - s1.batches, 1u) << "detach, round " << round;
   }
 }
 
