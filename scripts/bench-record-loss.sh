@@ -93,11 +93,13 @@ row() {
   done
 }
 
-row "utramp record (default)" utramp "$plain_pfe" "$UT" record -o "$WORK/out/u" -- "$WORK/t_pfe" "$N"
+row "utramp record (default: block)" utramp "$plain_pfe" "$UT" record -o "$WORK/out/u" -- "$WORK/t_pfe" "$N"
 row "utramp record --compress none" utramp "$plain_pfe" "$UT" record -o "$WORK/out/u" --compress none -- "$WORK/t_pfe" "$N"
 row "utramp record --compress zstd" utramp "$plain_pfe" "$UT" record -o "$WORK/out/u" --compress zstd -- "$WORK/t_pfe" "$N"
-row "utramp record --buffer-size 1Mi" utramp "$plain_pfe" "$UT" record -o "$WORK/out/u" --buffer-size 1048576 -- "$WORK/t_pfe" "$N"
-row "utramp record --mode block" utramp "$plain_pfe" "$UT" record -o "$WORK/out/u" --mode block -- "$WORK/t_pfe" "$N"
+# The modes that may drop when the recorder falls behind (the default, block, never
+# does while the recorder runs): the default ring, and a larger one.
+row "utramp record --mode discard" utramp "$plain_pfe" "$UT" record -o "$WORK/out/u" --mode discard -- "$WORK/t_pfe" "$N"
+row "utramp record --mode discard, 1Mi" utramp "$plain_pfe" "$UT" record -o "$WORK/out/u" --mode discard --buffer-size 1048576 -- "$WORK/t_pfe" "$N"
 if command -v uftrace >/dev/null; then
   row "uftrace record (-pg)" uftrace "$plain_pg" uftrace record -d "$WORK/out/uftrace.data" "$WORK/t_pg" "$N"
 else

@@ -490,8 +490,9 @@ size_t ShmBuffers::drain(
   Header* hdr = header_of(base_);
   const uint64_t n = cfg_.events_per_buffer;
   const bool overwrite_mode = cfg_.mode == BufferMode::overwrite;
-  // Slot 0 is kept for a `lost` marker in front, the last one for one behind.
-  if (scratch_.size() < n + 2) scratch_.resize(n + 2);
+  // The scratch copy grows to what a pass copies, when it copies (see below): a ring's
+  // worth up front (8 MiB at record's default) cost the recorder's first pass
+  // milliseconds of page faults, a recording that does nothing included.
   if (rings_.size() < cfg_.max_buffers) rings_.resize(cfg_.max_buffers);
   // `next` only grows: a smaller value is not the allocator's, the highest seen stands.
   used_ = std::max(used_, std::min(hdr->next.load(std::memory_order_acquire), cfg_.max_buffers));
@@ -614,6 +615,7 @@ size_t ShmBuffers::drain(
             empty_marker |= count == 0;
           }
       if (empty_marker) {
+        if (scratch_.size() < len) scratch_.resize(len);
         size_t count = 0;
         for (const auto& run : runs)
           for (const Event& e : run)
@@ -622,9 +624,11 @@ size_t ShmBuffers::drain(
         runs[1] = {};
       }
     } else {
+      const uint64_t start = std::max(tail, h1 >= n ? h1 - n + 1 : 0);
+      // Slot 0 is kept for a `lost` marker in front, the last one for one behind.
+      if (scratch_.size() < h1 - start + 2) scratch_.resize(h1 - start + 2);
       Event* out = scratch_.data() + 1;
       size_t count = 0;
-      const uint64_t start = std::max(tail, h1 >= n ? h1 - n + 1 : 0);
       for (uint64_t k = start; k < h1; ++k) load_slot(&ring[k & (n - 1)], &out[count++]);
       std::atomic_thread_fence(std::memory_order_acquire);  // pairs with write()'s release fence
       uint64_t h2 = c->head.load(std::memory_order_relaxed);

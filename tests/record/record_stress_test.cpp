@@ -537,11 +537,11 @@ TEST_P(StressTest, ThreadsExact) {
   });
 }
 
-// 1b. The same load into 64-event rings: most events are dropped, and every one of
-// them is counted where it happened.
+// 1b. The same load into 64-event rings in discard mode: most events are dropped, and
+// every one of them is counted where it happened.
 TEST_P(StressTest, ThreadsTinyRingAccounting) {
   const Recorded r = run({.scenario = Scenario::threads, .threads = 8, .iters = 4000},
-                         {"--buffer-size", "64"}, true);
+                         {"--buffer-size", "64", "--mode", "discard"}, true);
   uint64_t lost = 0;
   for_each_worker(r, [&](int, const ThreadCheck& c, const CallMap& want) {
     expect_accounted(c, want);
@@ -566,6 +566,19 @@ TEST_P(StressTest, ThreadsTinyRingBlockModeLosesNothing) {
                          {"--buffer-size", "64", "--mode", "block"}, false);
   for_each_worker(r, [](int, const ThreadCheck& c, const CallMap& want) { expect_exact(c, want); });
   EXPECT_EQ(r.rec.err.find("lost"), std::string::npos) << r.rec.err;
+}
+
+// 1c'. The same again at record's default mode: nothing is lost however small the
+// rings (the default is block mode: a full ring makes its thread wait for the
+// recorder), and info.json says which mode it was.
+TEST_P(StressTest, ThreadsTinyRingDefaultLosesNothing) {
+  const Recorded r = run({.scenario = Scenario::threads, .threads = 8, .iters = 4000},
+                         {"--buffer-size", "64"}, false);
+  for_each_worker(r, [](int, const ThreadCheck& c, const CallMap& want) { expect_exact(c, want); });
+  EXPECT_EQ(r.rec.err.find("lost"), std::string::npos) << r.rec.err;
+  auto reader = utramp::trace::TraceReader::open(r.dir);
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  EXPECT_EQ(reader->info().buffer_mode, "block");
 }
 
 // 1d. Compressed and plain recordings of the same load hold the same events: 24

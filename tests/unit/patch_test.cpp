@@ -195,6 +195,31 @@ TEST_F(StubFixture, TrappedThreadIsSentOnAsTheNewInstruction) {
   EXPECT_EQ(patch_target(1), 2);
 }
 
+// Slots follow addresses (a slot per 16 bytes, wrapping every 16 MiB): sites closer
+// than that, and sites a multiple of 16 MiB apart, share a slot's neighbourhood; each
+// is still its own entry, found again, and an address never inserted is not found.
+// (Addresses no code is at: the table only maps them, nothing traps there.)
+TEST(TrapTable, NeighbouringAndAliasedSitesAreEachFound) {
+  auto& t = patch::TrapTable::instance();
+  const uint64_t base = 0x7e1234567800ull;
+  const uint64_t wrap = uint64_t{16} * patch::TrapTable::kCapacity;
+  const uint64_t addrs[] = {base, base + 1, base + 5, base + 15, base + 16, base + wrap,
+                            base + 2 * wrap + 1, base + 3 * wrap};
+  std::vector<patch::TrapTable::Entry*> entries;
+  for (uint64_t a : addrs) {
+    auto* e = t.insert(a);
+    ASSERT_NE(e, nullptr) << std::hex << a;
+    for (auto* other : entries) EXPECT_NE(e, other) << std::hex << a;
+    entries.push_back(e);
+  }
+  for (size_t i = 0; i < std::size(addrs); ++i) {
+    EXPECT_EQ(t.find(addrs[i]), entries[i]) << std::hex << addrs[i];
+    EXPECT_EQ(t.insert(addrs[i]), entries[i]) << "inserted twice: " << std::hex << addrs[i];
+  }
+  EXPECT_EQ(t.find(base + 2), nullptr);
+  EXPECT_EQ(t.find(base + 4 * wrap), nullptr);
+}
+
 int g_program_handler_calls = 0;
 void program_handler(int, siginfo_t*, void*) { ++g_program_handler_calls; }
 

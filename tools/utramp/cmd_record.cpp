@@ -114,8 +114,9 @@ std::shared_ptr<RecordFlags> add_record_options(CLI::App* sub) {
   sub->add_option("--buffer-size", f->rec.events_per_buffer, "events per thread buffer (power of two)");
   sub->add_option("--max-threads", f->rec.max_buffers, "thread buffers in all (default 256)");
   sub->add_option("--mode", f->mode,
-                  "discard (default: a full buffer drops new events), block (the program waits for "
-                  "room: nothing lost while the recorder drains) or overwrite (flight recorder)")
+                  "block (default: a thread whose buffer is full waits for the recorder: nothing "
+                  "lost while it drains), discard (a full buffer drops new events, counted) or "
+                  "overwrite (flight recorder)")
       ->check(CLI::IsMember({"discard", "block", "overwrite"}));
   sub->add_option("--compress", f->compress,
                   "the events files: none (default: plain 32-byte records) or zstd (compressed "

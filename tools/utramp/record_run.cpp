@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -458,12 +459,17 @@ int run_record(const RecordOptions& o, RecordResult* out) {
       const size_t n = drain();
       for (uint32_t pid : shm->producer_pids()) descendants.learn(pid);
       // Orphans adopted (Descendants): reaped, so that none is left a zombie.
-      while (waitpid(-1, nullptr, WNOHANG) > 0) {
+      pid_t reaped;
+      while ((reaped = waitpid(-1, nullptr, WNOHANG)) > 0) {
       }
+      // No child at all: nothing lives below this subreaper (an orphan is adopted by it
+      // before its parent can be reaped), and a scan of every process in /proc would find
+      // none — it was 2 ms of a recording of a program that does nothing.
+      const bool childless = reaped < 0 && errno == ECHILD;
       const bool scanned = mono_ns() >= next_scan;
       if (scanned) {
         descendants.learn_from_files();
-        descendants.learn_from_tree(static_cast<uint32_t>(getpid()));
+        if (!childless) descendants.learn_from_tree(static_cast<uint32_t>(getpid()));
         descendants.drop_untraced();
         next_scan = mono_ns() + 200'000'000;
       }

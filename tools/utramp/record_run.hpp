@@ -19,9 +19,12 @@ struct RecordOptions {
   agent::Config agent;               // filters, depth, captures... (paths filled in)
   uint32_t events_per_buffer = 1u << 18;  // 8 MiB per thread, touched as used
   uint32_t max_buffers = 256;
-  // discard: a full ring drops (the default); overwrite: flight recorder; block: the
-  // producer waits for room (bounded: trace::wait_for_room()).
-  trace::BufferMode mode = trace::BufferMode::discard;
+  // block (the default): a thread whose ring is full waits for the recorder's next
+  // drain pass (bounded: trace::wait_for_room()), so nothing is lost while the recorder
+  // runs; discard: a full ring drops; overwrite: flight recorder. Block by default: on
+  // a busy machine the recorder's wake-ups come late and discard lost up to 3-9 % of a
+  // call-heavy run (docs/benchmarks.md, "Nothing lost by default").
+  trace::BufferMode mode = trace::BufferMode::block;
   // The events files: plain records, or zstd frames written by the recorder as it
   // drains (the target never compresses), on a thread of its own (trace::WriteQueue).
   // Not zstd by default: it loses no more than plain files, but took more CPU and wall
@@ -56,7 +59,7 @@ int run_record(const RecordOptions& o, RecordResult* out);
 struct RecordFlags {
   RecordOptions rec;
   std::vector<std::string> args, rets;  // -A, -R
-  std::string time_filter, mode = "discard", wait_children = "10", compress = "none";
+  std::string time_filter, mode = "block", wait_children = "10", compress = "none";
 };
 // Adds record's options to SUB (all but -q); finish_record_flags() checks and converts
 // them once parsed, printing what is wrong as `utramp CMD: ...` (false: exit 2).
