@@ -394,6 +394,11 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
     const size_t obj_maps = map_base;
     map_base += obj->maps.size();
     std::vector<const ebpf::Executable*> by_index(obj->programs.size());  // for the prog_arrays
+    // Any program of the object may run on an fentry/fexit/fmod_ret context (a tail call
+    // keeps its caller's): its links publish the entry frame when any takes stacks.
+    const bool takes_stacks = std::any_of(obj->programs.begin(), obj->programs.end(), [](const ebpf::LoadedProgram& q) {
+      return ebpf::calls_helper(q, ebpf::kGetStackIdHelper) || ebpf::calls_helper(q, ebpf::kGetStackHelper);
+    });
     for (size_t pi = 0; pi < obj->programs.size(); ++pi, ++prog_index) {
       ebpf::LoadedProgram& p = obj->programs[pi];
       ebpf::ProgStatsRecord* counters = prog_index < prog_stats.size() ? &prog_stats[prog_index] : nullptr;
@@ -515,6 +520,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
         st->uprobes.push_back(std::move(u));
       } else {
         tramp::AttachOptions ao;
+        ao.frame = takes_stacks;
         if (counters) {
           ao.stats_at = reinterpret_cast<tramp::ProgStats*>(&counters->run_cnt);
           ao.misses_at = reinterpret_cast<std::atomic<uint64_t>*>(&counters->misses);

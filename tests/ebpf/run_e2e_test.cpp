@@ -999,5 +999,71 @@ TEST(RunE2E, UserStacksThroughReturnProbesNameTheRealCallers) {
   EXPECT_EQ(globals_of(r.out)["returns"]["value"], 7);
 }
 
+// The rows of a --json hash map keyed by stack id: each stack's frames (cut after main)
+// and its value, rows of the same frames added.
+std::map<std::vector<std::string>, uint64_t> stack_rows(const json& map) {
+  std::map<std::vector<std::string>, uint64_t> rows;
+  for (const auto& e : map["entries"]) {
+    std::vector<std::string> fs;
+    if (e.contains("ustack"))
+      for (const auto& f : e["ustack"]) {
+        fs.push_back(f.get<std::string>());
+        if (frame_function(fs.back()) == "main") break;
+      }
+    rows[fs] += e["value"].get<uint64_t>();
+  }
+  return rows;
+}
+
+// fentry and fexit programs take user stacks (the image publishes the function's entry
+// frame, abi/ctx.hpp kCtxEntrySp): on alloc_leaf of stack_target, built by gcc and clang
+// at -O0 and -O2 with and without frame pointers, both give exactly the frames a uprobe
+// at alloc_leaf gives (function+offset, every frame to main), with exactly each path's
+// calls (without unwind tables: the uprobe's frames, whatever they are); bpf_get_stack's
+// first frame is bpf_get_func_ip's, and a skip shifts the frames.
+TEST(RunE2E, FentryAndFexitStacksAreTheUprobesFrames) {
+  std::vector<std::string> builds = {"gcc_O2_nocfi"};
+  for (const char* cc : {"gcc", "clang"})
+    for (const char* opt : {"O0", "O2"})
+      for (const char* fp : {"fp", "nofp"}) builds.push_back(fmt::format("{}_{}_{}", cc, opt, fp));
+  auto functions = [](const std::map<std::vector<std::string>, uint64_t>& rows) {
+    std::map<std::vector<std::string>, uint64_t> out;
+    for (const auto& [fs, n] : rows) {
+      std::vector<std::string> names;
+      for (const auto& f : fs) names.push_back(frame_function(f));
+      out[names] += n;
+    }
+    return out;
+  };
+  const std::map<std::vector<std::string>, uint64_t> want = {
+      {{"alloc_leaf", "path_a3", "path_a2", "path_a1", "main"}, 9}, {{"alloc_leaf", "path_b1", "main"}, 18}};
+  for (const std::string& b : builds) {
+    SCOPED_TRACE(b);
+    const std::string target = std::string(UTRAMP_STACK_TARGETS_DIR) + "/stack_target_" + b;
+    const auto up = test::run_program({UTRAMP_CLI, "run", bad("ustack_uprobe"), "--json", "--", target, "9"},
+                                      {.timeout_s = 120});
+    ASSERT_EQ(up.exit_code, 0) << up.err;
+    const auto fe = test::run_program({UTRAMP_CLI, "run", bad("ustack_fentry"), "--json", "--", target, "9"},
+                                      {.timeout_s = 120});
+    ASSERT_EQ(fe.exit_code, 0) << fe.err;
+    EXPECT_NE(fe.out.find("stack_target: 9 calls of path_a (1000 bytes), 18 of path_b (2000 bytes)"),
+              std::string::npos);
+    auto um = maps_of(up.out), fm = maps_of(fe.out);
+    ASSERT_TRUE(um.count("uprobe_stack_calls")) << up.out;
+    ASSERT_TRUE(fm.count("fentry_stack_calls") && fm.count("fexit_stack_calls")) << fe.out;
+    const auto uprobe = stack_rows(um["uprobe_stack_calls"]);
+    // Without unwind tables the frame-pointer walk at a function's first instruction
+    // skips its caller (docs/ebpf.md), from a uprobe and from fentry alike.
+    if (b != "gcc_O2_nocfi") EXPECT_EQ(functions(uprobe), want) << um["uprobe_stack_calls"].dump();
+    EXPECT_EQ(stack_rows(fm["fentry_stack_calls"]), uprobe) << fm["fentry_stack_calls"].dump();
+    EXPECT_EQ(stack_rows(fm["fexit_stack_calls"]), uprobe) << fm["fexit_stack_calls"].dump();
+    auto g = globals_of(fe.out);
+    EXPECT_EQ(g["errors"]["value"], 0) << g["last_error"].dump();
+    EXPECT_EQ(g["first_is_func"]["value"], 27);
+    EXPECT_EQ(g["skip1_ok"]["value"], 27);
+  }
+}
+
+
 }  // namespace
 }  // namespace utramp
