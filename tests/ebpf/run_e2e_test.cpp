@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -997,6 +998,48 @@ TEST(RunE2E, UserStacksThroughReturnProbesNameTheRealCallers) {
   }
   EXPECT_EQ(path_a, 7u) << m["stack_calls"].dump();
   EXPECT_EQ(globals_of(r.out)["returns"]["value"], 7);
+}
+
+// stackcount (libbpf-tools' way: a struct key with user_stack_id and kern_stack_id):
+// every key's user stack printed as frames, the kernel stack id -EFAULT as a number,
+// the pid and name decoded, each path's calls exact.
+TEST(RunE2E, StackIdsInsideStructKeysPrintedAsStacks) {
+  const std::string target = std::string(UTRAMP_STACK_TARGETS_DIR) + "/stack_target_gcc_O2_nofp";
+  const auto r = test::run_program({UTRAMP_CLI, "run", example("stackcount"), "--json", "--", target, "6"},
+                                   {.timeout_s = 120});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto m = maps_of(r.out);
+  ASSERT_TRUE(m.count("counts")) << r.out;
+  std::map<std::vector<std::string>, uint64_t> rows;
+  std::set<uint64_t> pids;  // the target's, one process
+  for (const auto& e : m["counts"]["entries"]) {
+    EXPECT_EQ(e["key"]["kern_stack_id"], -14) << e.dump();
+    EXPECT_EQ(e["key"]["name"], "stack_target_gc") << e.dump();  // comm: 15 bytes
+    pids.insert(e["key"]["pid"].get<uint64_t>());
+    ASSERT_TRUE(e.contains("ustacks") && e["ustacks"].contains("user_stack_id")) << e.dump();
+    std::vector<std::string> fs;
+    for (const auto& f : e["ustacks"]["user_stack_id"]) {
+      fs.push_back(frame_function(f.get<std::string>()));
+      if (fs.back() == "main") break;
+    }
+    if (fs.size() > 1 && fs[1] == "alloc_leaf") rows[fs] += e["value"].get<uint64_t>();
+  }
+  const std::map<std::vector<std::string>, uint64_t> want = {
+      {{"malloc", "alloc_leaf", "path_a3", "path_a2", "path_a1", "main"}, 6},
+      {{"malloc", "alloc_leaf", "path_b1", "main"}, 12}};
+  EXPECT_EQ(rows, want) << m["counts"].dump();
+  EXPECT_EQ(pids.size(), 1u);
+  EXPECT_NE(pids.count(0), 1u);
+
+  const auto t = test::run_program({UTRAMP_CLI, "run", example("stackcount"), "--", target, "6"}, {.timeout_s = 120});
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const size_t at = t.out.find("        path_b1+", t.out.find("@counts["));  // not the stack map's
+  ASSERT_NE(at, std::string::npos) << t.out;
+  const size_t begin = t.out.rfind("@counts[.pid = ", at), end = t.out.find("]: ", at);
+  ASSERT_NE(begin, std::string::npos) << t.out;
+  const std::string row = t.out.substr(begin, t.out.find('\n', end) - begin);
+  EXPECT_NE(row.find(", .user_stack_id =\n        malloc+0\n        alloc_leaf+"), std::string::npos) << row;
+  EXPECT_NE(row.find("\n, .kern_stack_id = -14, .name = \"stack_target_gc\"]: 12"), std::string::npos) << row;
 }
 
 // The rows of a --json hash map keyed by stack id: each stack's frames (cut after main)
