@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -1000,6 +999,22 @@ TEST(RunE2E, UserStacksThroughReturnProbesNameTheRealCallers) {
   EXPECT_EQ(globals_of(r.out)["returns"]["value"], 7);
 }
 
+// Uprobes at the entry of functions whose xmm and ymm arguments are live there: with
+// programs that call no helper (the handler proven general-purpose-only, nothing saved
+// around it) and with programs that update a hash map (the extended state saved), every
+// call still computes with its arguments intact, and every hit ran its program.
+TEST(RunE2E, VectorArgumentsSurviveUprobes) {
+  for (const char* obj : {"vector_probes", "vector_probes_helpers"}) {
+    SCOPED_TRACE(obj);
+    const auto r = test::run_program({UTRAMP_CLI, "run", bad(obj), "--json", "--", UTRAMP_VECTOR_TARGET, "2000"},
+                                     {.timeout_s = 120});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const bool avx = r.out.find("(no AVX") == std::string::npos;
+    EXPECT_NE(r.out.find("vector_target: 2000 calls, 0 wrong"), std::string::npos) << r.out;
+    EXPECT_EQ(globals_of(r.out)["hits"]["value"], avx ? 6000 : 4000);
+  }
+}
+
 // stackcount (libbpf-tools' way: a struct key with user_stack_id and kern_stack_id):
 // every key's user stack printed as frames, the kernel stack id -EFAULT as a number,
 // the pid and name decoded, each path's calls exact.
@@ -1106,7 +1121,6 @@ TEST(RunE2E, FentryAndFexitStacksAreTheUprobesFrames) {
     EXPECT_EQ(g["skip1_ok"]["value"], 27);
   }
 }
-
 
 }  // namespace
 }  // namespace utramp
