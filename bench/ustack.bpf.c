@@ -13,8 +13,13 @@ struct {
 
 u64 errors = 0;
 
+#ifdef FENTRY
+SEC("fentry/leaf")
+int BPF_PROG(on_leaf, long n)
+#else
 SEC("uprobe/leaf")
 int BPF_KPROBE(on_leaf)
+#endif
 {
 #ifndef EMPTY
 	if (bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK) < 0)

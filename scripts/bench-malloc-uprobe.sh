@@ -3,7 +3,11 @@
 # and one that updates a hash map), beside the kernel's uprobe through bpftrace (empty,
 # and `@[tid] = count()`), in the same run, as a ratio.
 #
-#   scripts/bench-malloc-uprobe.sh [BUILD_DIR] [ROUNDS]
+#   scripts/bench-malloc-uprobe.sh [BUILD_DIR] [ROUNDS] [BASELINE_BUILD_DIR]
+#
+# With BASELINE_BUILD_DIR (another build of utramp, e.g. of the commit before a change),
+# its CLI runs the same programs in the same rounds ("baseline" lines): a change's
+# effect measured in one run.
 #
 # The target is examples/bpf/malloc_target (one thread: N malloc+free pairs). Each
 # configuration is timed at two N (CPU time of everything it starts, user + system, from
@@ -15,9 +19,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 rounds=${2:-3}
+baseline=${3:-}
 target=$build/examples/bpf/malloc_target
 cli=$build/tools/utramp/utramp
 [ -x "$target" ] && [ -x "$cli" ] || { echo "build first: $target and $cli are needed" >&2; exit 2; }
+base_cli=""
+if [ -n "$baseline" ]; then
+  base_cli=$baseline/tools/utramp/utramp
+  [ -x "$base_cli" ] || { echo "no baseline CLI at $base_cli" >&2; exit 2; }
+fi
 tmp=$(mktemp -d /tmp/utramp-bench-malloc-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 arch_inc=/usr/include/$(gcc -print-multiarch)
@@ -42,9 +52,9 @@ elif out=$(bpftrace -e "uprobe:$libc:malloc { }" -c "$target 1 10" 2>&1); then
 else
   why="bpftrace could not attach: $(echo "$out" | grep -v '^Attaching' | head -3 | tr '\n' ' ')"
 fi
-python3 - "$target" "$cli" "$tmp" "$libc" "$rounds" "$have_bpftrace" <<'PY'
+python3 - "$target" "$cli" "$tmp" "$libc" "$rounds" "$have_bpftrace" "$base_cli" <<'PY'
 import os, resource, statistics, subprocess, sys
-target, cli, tmp, libc, rounds, have_bt = sys.argv[1:7]
+target, cli, tmp, libc, rounds, have_bt, base_cli = sys.argv[1:8]
 rounds = int(rounds)
 lo, hi = 200_000, 1_000_000
 def cpu(cmd):
@@ -57,6 +67,9 @@ configs = {
     "utramp uprobe, empty program": lambda n: [cli, "run", f"{tmp}/empty.bpf.o", "--", target, "1", str(n)],
     "utramp uprobe, one map update": lambda n: [cli, "run", f"{tmp}/update.bpf.o", "--", target, "1", str(n)],
 }
+if base_cli:
+    configs["baseline uprobe, empty program"] = lambda n: [base_cli, "run", f"{tmp}/empty.bpf.o", "--", target, "1", str(n)]
+    configs["baseline uprobe, one map update"] = lambda n: [base_cli, "run", f"{tmp}/update.bpf.o", "--", target, "1", str(n)]
 if have_bt:
     configs["kernel uprobe (bpftrace), empty"] = lambda n: ["bpftrace", "-e", f"uprobe:{libc}:malloc {{ }}", "-c", " ".join([target, "1", str(n)])]
     configs["kernel uprobe (bpftrace), @[tid] = count()"] = lambda n: ["bpftrace", "-e", f"uprobe:{libc}:malloc {{ @[tid] = count(); }}", "-c", " ".join([target, "1", str(n)])]
@@ -78,6 +91,11 @@ def ratio(k, u):
         print(f"  kernel/utramp per call ({k.split(', ')[1]}): {(med[k] - base) / (med[u] - base):.1f}x")
 ratio("kernel uprobe (bpftrace), empty", "utramp uprobe, empty program")
 ratio("kernel uprobe (bpftrace), @[tid] = count()", "utramp uprobe, one map update")
+def change(b, u):
+    if b in med and u in med and med[u] - base > 0:
+        print(f"  baseline/this build per call ({u.split(', ')[1]}): {(med[b] - base) / (med[u] - base):.2f}x")
+change("baseline uprobe, empty program", "utramp uprobe, empty program")
+change("baseline uprobe, one map update", "utramp uprobe, one map update")
 PY
 if [ -z "$have_bpftrace" ]; then
   echo "  kernel uprobe (bpftrace): not measured: $why"

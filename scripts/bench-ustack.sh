@@ -9,7 +9,8 @@
 # pointers. Each configuration is timed at two N (CPU time of everything it starts, from
 # getrusage of the children) and the cost per call is the slope between them, so the
 # start-up cancels out; medians of ROUNDS interleaved rounds (default 3). The programs:
-# bench/ustack.bpf.c.
+# bench/ustack.bpf.c, as a uprobe and (-DFENTRY) as an fentry program, whose stack
+# starts from the entry frame its trampoline publishes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -21,6 +22,8 @@ trap 'rm -rf "$tmp"' EXIT
 arch_inc=/usr/include/$(gcc -print-multiarch)
 clang -O2 -g -target bpf -D__TARGET_ARCH_x86 -I"$arch_inc" -Iexamples/bpf -DEMPTY -c bench/ustack.bpf.c -o "$tmp/empty.bpf.o"
 clang -O2 -g -target bpf -D__TARGET_ARCH_x86 -I"$arch_inc" -Iexamples/bpf -c bench/ustack.bpf.c -o "$tmp/stackid.bpf.o"
+clang -O2 -g -target bpf -D__TARGET_ARCH_x86 -I"$arch_inc" -Iexamples/bpf -DFENTRY -DEMPTY -c bench/ustack.bpf.c -o "$tmp/fentry_empty.bpf.o"
+clang -O2 -g -target bpf -D__TARGET_ARCH_x86 -I"$arch_inc" -Iexamples/bpf -DFENTRY -c bench/ustack.bpf.c -o "$tmp/fentry_stackid.bpf.o"
 gcc -O2 -g -fomit-frame-pointer -o "$tmp/target_nofp" bench/ustack_target.c
 gcc -O2 -g -fno-omit-frame-pointer -o "$tmp/target_fp" bench/ustack_target.c
 python3 - "$cli" "$tmp" "$rounds" <<'PY'
@@ -38,6 +41,7 @@ for t in ("nofp", "fp"):
     configs[f"{t}: plain"] = (lambda target: lambda n: [target, str(n)])(target)
     for prog in ("empty", "stackid"):
         configs[f"{t}: uprobe, {prog}"] = (lambda target, prog: lambda n: [cli, "run", f"{tmp}/{prog}.bpf.o", "--", target, str(n)])(target, prog)
+        configs[f"{t}: fentry, {prog}"] = (lambda target, prog: lambda n: [cli, "run", f"{tmp}/fentry_{prog}.bpf.o", "--", target, str(n)])(target, prog)
 slopes = {k: [] for k in configs}
 for r in range(rounds):
     for k, make in configs.items():
@@ -48,6 +52,7 @@ med = {k: statistics.median(v) for k, v in slopes.items()}
 for k, v in med.items():
     print(f"{k:28s} {v:8.1f} ns/call")
 for t in ("nofp", "fp"):
-    e, s = med[f"{t}: uprobe, empty"], med[f"{t}: uprobe, stackid"]
-    print(f"{t}: bpf_get_stackid of 10 frames: {s - e:.1f} ns/call over the empty program ({s / e:.2f}x its cost)")
+    for kind in ("uprobe", "fentry"):
+        e, s = med[f"{t}: {kind}, empty"], med[f"{t}: {kind}, stackid"]
+        print(f"{t}: {kind}: bpf_get_stackid of 10 frames: {s - e:.1f} ns/call over the empty program ({s / e:.2f}x its cost)")
 PY

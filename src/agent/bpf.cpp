@@ -64,6 +64,11 @@ struct UprobeProg {
   uint64_t* misses = nullptr;
 };
 
+// What run_uprobe calls through a pointer, for the probe layer's proof that it touches
+// only general-purpose registers: the program's entry (its JIT-ed code, which calls its
+// helpers directly; the interpreter's when not JIT-ed).
+std::vector<uint64_t> handler_calls(const UprobeProg& u) { return {reinterpret_cast<uint64_t>(u.fn)}; }
+
 // A uprobe or uretprobe program on a function of a shared library: attached while the
 // library is loaded (at start-up, or by the loader's announcement after a dlopen),
 // detached when it is unloaded, and attached again if it is loaded again.
@@ -139,7 +144,24 @@ constexpr uint64_t kUserCs = 0x33, kUserSs = 0x2b;  // the x86-64 user segment s
 // kernel counts a program kept from recursing (bpf_prog_inc_misses_counter). A hit inside
 // this handler (a helper's memcpy, say) is the probe layer's re-entrance: no handler
 // runs, the probe counts a miss (docs/probes.md).
-int run_uprobe(arch::PtRegs* r, uint64_t cookie) {
+//
+// Compiled for the general-purpose registers only (GCC; a compiler without the attribute
+// makes code the probe layer may not prove so): its one call through a pointer is the
+// program's, which handler_calls names to the probe layer, so a program whose JIT-ed
+// code and helpers touch no vector register runs with none saved around it
+// (docs/probes.md, "Vector state"; docs/benchmarks.md, "Uprobes on libc's malloc").
+// One handler per need, so that the plain one has no path the proof must give up on: a
+// program that may call bpf_override_return gets the one that takes its request
+// (kOverride: its fault-safe read of the return address reaches the C library's vector
+// code), a program with run-time counters (run --metrics) the one that times it
+// (kStats: clock_gettime through a PLT slot the loader may not have bound yet).
+#if defined(__GNUC__) && !defined(__clang__)
+#define UTRAMP_GPRS_ONLY __attribute__((target("general-regs-only")))
+#else
+#define UTRAMP_GPRS_ONLY
+#endif
+template <bool kOverride, bool kStats>
+UTRAMP_GPRS_ONLY int run_uprobe(arch::PtRegs* r, uint64_t cookie) {
   const auto* u = reinterpret_cast<const UprobeProg*>(cookie);
   if (ftrace::at_work()) {  // one miss, said at the end and in --metrics alike
     if (u->misses) __atomic_fetch_add(u->misses, 1, __ATOMIC_RELAXED);
@@ -149,21 +171,28 @@ int run_uprobe(arch::PtRegs* r, uint64_t cookie) {
   UprobeCtx c{u->cookie, u->ip, abi::kCtxPtRegs, r->r15, r->r14, r->r13, r->r12, r->rbp, r->rbx, r->r11, r->r10, r->r9,
               r->r8,  r->rax, r->rcx, r->rdx, r->rsi, r->rdi, ~0ull,  r->rip, kUserCs, r->eflags, r->rsp,
               kUserSs};
-  if (u->may_override) ebpf::clear_override();
-  const uint64_t begin = u->stats ? monotonic_ns() : 0;
+  if constexpr (kOverride) ebpf::clear_override();
+  const uint64_t begin = kStats ? monotonic_ns() : 0;
   (void)u->fn(&c.r15);
-  if (u->stats) {  // read by the CLI from the map file, while the target runs
+  if constexpr (kStats) {  // read by the CLI from the map file, while the target runs
     __atomic_fetch_add(&u->stats->run_cnt, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&u->stats->run_ns, monotonic_ns() - begin, __ATOMIC_RELAXED);
   }
-  uint64_t rc = 0, ret = 0;
-  if (!u->may_override || !ebpf::take_override(reinterpret_cast<uint64_t>(&c.r15), &rc) ||
-      !os::safe_read(&ret, r->rsp, 8))
-    return 0;
-  r->rax = rc;
-  r->rip = ret;
-  r->rsp += 8;
-  return 1;
+  if constexpr (kOverride) {
+    uint64_t rc = 0, ret = 0;
+    if (!ebpf::take_override(reinterpret_cast<uint64_t>(&c.r15), &rc) || !os::safe_read(&ret, r->rsp, 8)) return 0;
+    r->rax = rc;
+    r->rip = ret;
+    r->rsp += 8;
+    return 1;
+  }
+  return 0;
+}
+
+// The handler of a program's probes.
+probe::Handler uprobe_handler(const UprobeProg& u) {
+  if (u.may_override) return u.stats ? run_uprobe<true, true> : run_uprobe<true, false>;
+  return u.stats ? run_uprobe<false, true> : run_uprobe<false, false>;
 }
 
 tramp::AttachType attach_type(ebpf::ProgKind k) {
@@ -294,11 +323,13 @@ Result<void> attach_lib_probe(LibProbe& l, const Loaded& obj, uint64_t addr) {
   if (l.ret) {
     probe::RetprobeSpec rs;
     rs.func = addr;
-    rs.ret = run_uprobe;
+    rs.ret = uprobe_handler(*l.u);
     rs.cookie = reinterpret_cast<uint64_t>(l.u);
+    rs.handler_calls = handler_calls(*l.u);
     p = pm.attach_retprobe(rs);
   } else {
-    const probe::ProbeSpec spec{addr, run_uprobe, nullptr, reinterpret_cast<uint64_t>(l.u), false};
+    const probe::ProbeSpec spec{addr, uprobe_handler(*l.u), nullptr, reinterpret_cast<uint64_t>(l.u), false,
+                                handler_calls(*l.u)};
     auto b = pm.attach_batch(std::span(&spec, 1));
     if (b) p = b->front();
     else p = std::move(b).error();
@@ -427,6 +458,11 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
     const size_t obj_maps = map_base;
     map_base += obj->maps.size();
     std::vector<const ebpf::Executable*> by_index(obj->programs.size());  // for the prog_arrays
+    // Any program of the object may run on an fentry/fexit/fmod_ret context (a tail call
+    // keeps its caller's): its links publish the entry frame when any takes stacks.
+    const bool takes_stacks = std::any_of(obj->programs.begin(), obj->programs.end(), [](const ebpf::LoadedProgram& q) {
+      return ebpf::calls_helper(q, ebpf::kGetStackIdHelper) || ebpf::calls_helper(q, ebpf::kGetStackHelper);
+    });
     for (size_t pi = 0; pi < obj->programs.size(); ++pi, ++prog_index) {
       ebpf::LoadedProgram& p = obj->programs[pi];
       ebpf::ProgStatsRecord* counters = prog_index < prog_stats.size() ? &prog_stats[prog_index] : nullptr;
@@ -503,7 +539,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
           u->cookie = plan->first_spec + k;
           u->stats = counters;
           if (prog_index < misses_n) u->misses = misses + prog_index;
-          uprobes.push_back({u->ip, run_uprobe, nullptr, reinterpret_cast<uint64_t>(u.get()), false});
+          uprobes.push_back({u->ip, uprobe_handler(*u), nullptr, reinterpret_cast<uint64_t>(u.get()), false, handler_calls(*u)});
           uprobe_what.push_back(fmt::format("{} (usdt {} at {:#x})", p.name, p.target, site.pc));
           uprobe_lib.push_back(0);
           if (site.semaphore) semaphores.push_back(site.semaphore + bias);
@@ -535,14 +571,15 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
           u->ip = *at;
           const uint64_t cookie = reinterpret_cast<uint64_t>(u.get());
           if (p.kind == ebpf::ProgKind::uprobe) {
-            uprobes.push_back({u->ip, run_uprobe, nullptr, cookie, false});
+            uprobes.push_back({u->ip, uprobe_handler(*u), nullptr, cookie, false, handler_calls(*u)});
             uprobe_what.push_back(w);
             uprobe_lib.push_back(lib_index);
           } else {
             probe::RetprobeSpec rs;
             rs.func = u->ip;
-            rs.ret = run_uprobe;
+            rs.ret = uprobe_handler(*u);
             rs.cookie = cookie;
+            rs.handler_calls = handler_calls(*u);
             uretprobes.push_back(rs);
             uretprobe_what.push_back(w);
             uretprobe_lib.push_back(lib_index);
@@ -551,6 +588,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
         st->uprobes.push_back(std::move(u));
       } else {
         tramp::AttachOptions ao;
+        ao.frame = takes_stacks;
         if (counters) {
           ao.stats_at = reinterpret_cast<tramp::ProgStats*>(&counters->run_cnt);
           ao.misses_at = reinterpret_cast<std::atomic<uint64_t>*>(&counters->misses);

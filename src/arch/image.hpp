@@ -183,6 +183,7 @@ struct ImageSpec {
   uint64_t guard_left = 0;    // uint64_t (*)(uint64_t holder, uint64_t frame): see tramp/threads.hpp
   TracerHooks tracer;         // entry == 0: no tracer on this function
   bool store_caller = false;  // ctx[-4] = the caller's return address (a program reads it)
+  bool store_frame = false;   // ctx[-5] = the entry stack pointer (a program takes stacks)
   // Keep every register, as seen by the function and by its caller, around everything
   // the image runs (see the note above). The stub must have been made with it too:
   // `exit_fn` is then the exit that keeps r11.

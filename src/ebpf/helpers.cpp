@@ -590,17 +590,32 @@ std::atomic<arch::ReturnAddressFix> g_ra_fix{nullptr};
 // The user stack at the probe whose context is `ctx`, the first `skip` frames left out:
 // up to `max` ips into `out`; the count, or -errno as the kernel's: -EFAULT for a stack
 // that has no frame after the skip (a kernel stack: there is none in user space),
-// -EOPNOTSUPP for a context without registers (fentry, fexit, fmod_ret).
+// -EOPNOTSUPP for a context with neither registers nor an entry frame (a tracing
+// context whose image was not asked to publish it: abi/ctx.hpp, kCtxEntrySpValid).
+//
+// A uprobe's context gives its registers. An fentry, fexit or fmod_ret program's gives
+// the traced function's entry as a uprobe at its first instruction would see it: ip the
+// function, sp where its caller's return address is (ctx[-5]), rbp the word just below
+// it (the image pushed the function's rbp there). So the stack is the same from both,
+// and for fexit (the body has returned, the image's frame still holds both words) too.
 template <bool kTrusted>
 int64_t user_stack(u64 ctx, u64 flags, u64* out, uint32_t max) {
   if (!(flags & kStackUser)) return -EFAULT;
   u64 head = 0;
-  if (!read_ctx<kTrusted>(ctx, abi::kCtxArgCount, &head) || !(head & abi::kCtxPtRegs)) return -EOPNOTSUPP;
+  if (!read_ctx<kTrusted>(ctx, abi::kCtxArgCount, &head)) return -EFAULT;
   arch::UnwindRegs regs{};
-  if (!read_ctx<kTrusted>(ctx, pt_regs_offset("ip") / 8, &regs.ip) ||
-      !read_ctx<kTrusted>(ctx, pt_regs_offset("sp") / 8, &regs.sp) ||
-      !read_ctx<kTrusted>(ctx, pt_regs_offset("bp") / 8, &regs.bp))
-    return -EFAULT;
+  if (head & abi::kCtxPtRegs) {
+    if (!read_ctx<kTrusted>(ctx, pt_regs_offset("ip") / 8, &regs.ip) ||
+        !read_ctx<kTrusted>(ctx, pt_regs_offset("sp") / 8, &regs.sp) ||
+        !read_ctx<kTrusted>(ctx, pt_regs_offset("bp") / 8, &regs.bp))
+      return -EFAULT;
+  } else if (head & abi::kCtxEntrySpValid) {
+    if (!read_ctx<kTrusted>(ctx, abi::kCtxFuncIp, &regs.ip) || !read_ctx<kTrusted>(ctx, abi::kCtxEntrySp, &regs.sp) ||
+        !read_ctx<kTrusted>(regs.sp, -1, &regs.bp))
+      return -EFAULT;
+  } else {
+    return -EOPNOTSUPP;
+  }
   const uint32_t skip = static_cast<uint32_t>(flags & kStackSkipMask);
   u64 ips[kMaxStackFrames];
   const size_t n = arch::unwind_user(regs, ips, std::min<size_t>(kMaxStackFrames, size_t(skip) + max),

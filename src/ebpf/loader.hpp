@@ -123,6 +123,10 @@ bool tail_call_only(const Object& obj, size_t prog);
 // is the rule of fmod_ret (those marked UTRAMP_ALLOW_ERROR_INJECTION, unless `utramp
 // run --allow-override`): the agent applies it, since it has the site table.
 inline constexpr int32_t kOverrideReturnHelper = 58;
+// bpf_get_stackid and bpf_get_stack: a program that calls either needs the entry frame
+// of an fentry/fexit/fmod_ret context published (tramp::AttachOptions::frame).
+inline constexpr int32_t kGetStackIdHelper = 27;
+inline constexpr int32_t kGetStackHelper = 67;
 bool calls_helper(const LoadedProgram& p, int32_t id);
 Result<void> check_override(const LoadedProgram& p);
 

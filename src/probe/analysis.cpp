@@ -443,15 +443,20 @@ Result<void> Analysis::check_multi_window(const Function& f, uint64_t addr, uint
   return {};
 }
 
-bool Analysis::gprs_only(uint64_t fn) {
-  auto it = gprs_only_.find(fn);
-  if (it != gprs_only_.end()) return it->second;
+bool Analysis::gprs_only(uint64_t fn, std::span<const uint64_t> calls) {
+  if (calls.empty())
+    if (auto it = gprs_only_.find(fn); it != gprs_only_.end()) return it->second;
   constexpr size_t kBudget = 20000;
-  std::vector<uint64_t> work{fn};
+  struct Work {
+    uint64_t pc;
+    bool own;  // reached from fn without a call: the handler's own code
+  };
+  std::vector<Work> work{{fn, true}};
   std::unordered_set<uint64_t> seen;
-  bool ok = true;
+  bool ok = true, refreshed = false;
   while (ok && !work.empty()) {
-    uint64_t pc = work.back();
+    uint64_t pc = work.back().pc;
+    const bool own = work.back().own;
     work.pop_back();
     while (ok) {
       if (!seen.insert(pc).second) break;
@@ -460,6 +465,10 @@ bool Analysis::gprs_only(uint64_t fn) {
         break;
       }
       const os::Mapping* m = os::find_mapping(maps_, pc);
+      if ((!m || !m->x) && !refreshed) {  // code mapped since the view was read (a JIT's)
+        refreshed = true;
+        if (refresh_maps(true)) m = os::find_mapping(maps_, pc);
+      }
       if (!m || !m->x) {
         ok = false;
         break;
@@ -484,14 +493,23 @@ bool Analysis::gprs_only(uint64_t fn) {
           pc = insn->target;
           continue;
         case arch::Flow::cond_jump:
+          work.push_back({insn->target, own});
+          pc = next;
+          continue;
         case arch::Flow::call:
-          work.push_back(insn->target);
+          work.push_back({insn->target, false});
           pc = next;
           continue;
         case arch::Flow::indirect_jump:
         case arch::Flow::indirect_call: {
           // Through a pointer in memory named RIP-relatively (a PLT's GOT slot): follow
-          // what it holds now. Anything else could go anywhere.
+          // what it holds now. The handler's own call through a register: where the
+          // caller says such calls go. Anything else could go anywhere.
+          if (!insn->rip_relative && insn->flow == arch::Flow::indirect_call && own && !calls.empty()) {
+            for (uint64_t to : calls) work.push_back({to, false});
+            pc = next;
+            continue;
+          }
           uint64_t to = 0;
           const os::Mapping* g = insn->rip_relative ? os::find_mapping(maps_, insn->target) : nullptr;
           if (!g || !g->r || insn->target + 8 > g->end) {
@@ -499,7 +517,7 @@ bool Analysis::gprs_only(uint64_t fn) {
             break;
           }
           std::memcpy(&to, reinterpret_cast<const void*>(insn->target), 8);
-          work.push_back(to);
+          work.push_back({to, false});
           if (insn->flow == arch::Flow::indirect_jump) pc = 0;
           else pc = next;
           if (pc) continue;
@@ -512,7 +530,7 @@ bool Analysis::gprs_only(uint64_t fn) {
       break;
     }
   }
-  gprs_only_[fn] = ok;
+  if (calls.empty()) gprs_only_[fn] = ok;
   return ok;
 }
 

@@ -64,7 +64,10 @@ class Analysis {
   // targets inside, no indirect jump in the function, no C++ landing pads in it.
   Result<void> check_multi_window(const Function& f, uint64_t addr, uint32_t len);
   // The handler at `fn` and what it reaches touch only general-purpose registers.
-  bool gprs_only(uint64_t fn);
+  // `calls`: where the handler's own calls through a register go (ProbeSpec::
+  // handler_calls), each followed as a direct call is; "its own": reached from `fn`
+  // without going through a call. Any other pointer call fails the proof.
+  bool gprs_only(uint64_t fn, std::span<const uint64_t> calls = {});
 
   std::string label(uint64_t addr);  // "func+0x12", or the hex address
 

@@ -152,7 +152,7 @@ struct Manager::Impl {
   using Changes = std::map<SiteRec*, std::vector<Probe*>>;
   Result<void> commit(const Changes& changes);
 
-  Result<void> prepare_probe(Probe* p);
+  Result<void> prepare_probe(Probe* p, std::span<const uint64_t> handler_calls);
   void retire_and_maybe_sync(std::unique_lock<std::mutex>& lock, bool force);
 };
 
@@ -479,9 +479,9 @@ Result<void> Manager::Impl::commit(const Changes& changes) {
   return {};
 }
 
-Result<void> Manager::Impl::prepare_probe(Probe* p) {
-  p->pre_gprs_only = p->pre && an.gprs_only(reinterpret_cast<uint64_t>(p->pre));
-  p->post_gprs_only = p->post && an.gprs_only(reinterpret_cast<uint64_t>(p->post));
+Result<void> Manager::Impl::prepare_probe(Probe* p, std::span<const uint64_t> handler_calls) {
+  p->pre_gprs_only = p->pre && an.gprs_only(reinterpret_cast<uint64_t>(p->pre), handler_calls);
+  p->post_gprs_only = p->post && an.gprs_only(reinterpret_cast<uint64_t>(p->post), handler_calls);
   return {};
 }
 
@@ -529,7 +529,7 @@ Result<std::vector<Probe*>> Manager::attach_batch(std::span<const ProbeSpec> spe
     p->post = s.post;
     p->cookie = s.cookie;
     p->keep_int3 = s.keep_int3;
-    UTRAMP_TRY(m.prepare_probe(p.get()));
+    UTRAMP_TRY(m.prepare_probe(p.get(), s.handler_calls));
     auto [it, fresh] = changes.try_emplace(*rec, (*rec)->probes);
     it->second.push_back(p.get());
     made.push_back(std::move(p));
@@ -599,7 +599,7 @@ Result<Probe*> Manager::attach_retprobe(const RetprobeSpec& spec) {
   p->maxactive = spec.maxactive > 0 ? static_cast<uint32_t>(spec.maxactive) : kDefaultMaxactive;
   p->rp_slot = idx;
   p->keep_int3 = spec.keep_int3;
-  UTRAMP_TRY(m.prepare_probe(p.get()));
+  UTRAMP_TRY(m.prepare_probe(p.get(), spec.handler_calls));
   // The slot names the probe before any entry can record an instance of it.
   RetprobeSlot& rs = retprobe_slots()[idx];
   p->rp_gen = rs.gen.load() + 1;
@@ -702,6 +702,8 @@ std::vector<ProbeInfo> Manager::list() {
       i.not_optimised = rec->not_optimised;
       i.pre = p->pre != nullptr;
       i.post = p->post != nullptr;
+      i.pre_gprs_only = p->pre_gprs_only;
+      i.post_gprs_only = p->post_gprs_only;
       i.hits = p->hits.load();
       i.misses = p->misses.load();
       i.maxactive = static_cast<int>(p->maxactive);

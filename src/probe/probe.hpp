@@ -51,6 +51,14 @@ struct ProbeSpec {
   Handler post = nullptr;
   uint64_t cookie = 0;
   bool keep_int3 = false;  // never jump-optimise this probe's site (benchmarks, tests)
+  // Code the handlers call through a pointer in a register (a JIT-ed program): with
+  // these, the proof that a handler touches only general-purpose registers (then no
+  // vector state is saved around it: docs/probes.md, "Vector state") follows each such
+  // call made by the handler function itself to every address here, as it follows
+  // direct calls; without them, or for such a call anywhere else, the proof fails and
+  // the extended state is saved. The caller vouches that these are all the handler's
+  // own pointer calls can reach; what they reach is proven like the rest.
+  std::vector<uint64_t> handler_calls;
 };
 
 struct RetprobeSpec {
@@ -60,6 +68,7 @@ struct RetprobeSpec {
   uint64_t cookie = 0;
   int maxactive = 0;        // instances per thread; <= 0: the default (32), at most 128
   bool keep_int3 = false;
+  std::vector<uint64_t> handler_calls;  // as ProbeSpec's
 };
 
 enum class State : uint8_t { int3, optimised };
@@ -74,6 +83,9 @@ struct ProbeInfo {
   State state = State::int3;
   std::string not_optimised;  // why the site is an int3 ("" when optimised)
   bool pre = false, post = false;
+  // The handlers were proven to touch only general-purpose registers: no vector state
+  // is saved around them (pre: the pre/entry handler; post: the post/return handler).
+  bool pre_gprs_only = false, post_gprs_only = false;
   uint64_t hits = 0, misses = 0;
   int maxactive = 0;          // return probes
   uint64_t cookie = 0;

@@ -514,6 +514,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     for (Link* l : fexit) add(spec.fexit, l);
     if (hooks) spec.tracer = *hooks;
     spec.store_caller = std::any_of(links.begin(), links.end(), [](Link* l) { return l->caller; });
+    spec.store_frame = std::any_of(links.begin(), links.end(), [](Link* l) { return l->frame; });
     spec.preserve_all = t.preserve_all;
     if (t.preserve_all) spec.xstate = arch::host_xstate();
     // Within rel32 of the stub: the hop jumps to the image, the image to pass/exit.
@@ -713,6 +714,7 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
   link->type = type;
   link->cookie = opts.cookie;
   link->caller = opts.caller;
+  link->frame = opts.frame;
   link->id = next_link_id_++;
   if (type == AttachType::freplace || type == AttachType::tracer) {
     link->replacement = prog;

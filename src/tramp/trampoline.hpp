@@ -70,6 +70,7 @@ struct Link {
   uint64_t id = 0;
   bool attached = false;
   bool caller = false;         // AttachOptions::caller
+  bool frame = false;          // AttachOptions::frame
 };
 
 struct AttachOptions {
@@ -78,6 +79,10 @@ struct AttachOptions {
   // The program reads ctx[-4], the caller's return address (utramp's extension): the
   // image stores it only when one of its links asks (two instructions per call).
   bool caller = false;
+  // The program takes user stacks (bpf_get_stackid, bpf_get_stack): the image stores the
+  // function's entry stack pointer in ctx[-5] for the unwinder (three instructions per
+  // call), only when one of its links asks.
+  bool frame = false;
   // Where the program's counters live when not in the Prog: memory another process
   // reads (utramp run --metrics: the map file). Taken from the program's first link;
   // its later links count where that one does. Null: in the Prog.

@@ -999,5 +999,128 @@ TEST(RunE2E, UserStacksThroughReturnProbesNameTheRealCallers) {
   EXPECT_EQ(globals_of(r.out)["returns"]["value"], 7);
 }
 
+// Uprobes at the entry of functions whose xmm and ymm arguments are live there: with
+// programs that call no helper (the handler proven general-purpose-only, nothing saved
+// around it) and with programs that update a hash map (the extended state saved), every
+// call still computes with its arguments intact, and every hit ran its program.
+TEST(RunE2E, VectorArgumentsSurviveUprobes) {
+  for (const char* obj : {"vector_probes", "vector_probes_helpers"}) {
+    SCOPED_TRACE(obj);
+    const auto r = test::run_program({UTRAMP_CLI, "run", bad(obj), "--json", "--", UTRAMP_VECTOR_TARGET, "2000"},
+                                     {.timeout_s = 120});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const bool avx = r.out.find("(no AVX") == std::string::npos;
+    EXPECT_NE(r.out.find("vector_target: 2000 calls, 0 wrong"), std::string::npos) << r.out;
+    EXPECT_EQ(globals_of(r.out)["hits"]["value"], avx ? 6000 : 4000);
+  }
+}
+
+// stackcount (libbpf-tools' way: a struct key with user_stack_id and kern_stack_id):
+// every key's user stack printed as frames, the kernel stack id -EFAULT as a number,
+// the pid and name decoded, each path's calls exact.
+TEST(RunE2E, StackIdsInsideStructKeysPrintedAsStacks) {
+  const std::string target = std::string(UTRAMP_STACK_TARGETS_DIR) + "/stack_target_gcc_O2_nofp";
+  const auto r = test::run_program({UTRAMP_CLI, "run", example("stackcount"), "--json", "--", target, "6"},
+                                   {.timeout_s = 120});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto m = maps_of(r.out);
+  ASSERT_TRUE(m.count("counts")) << r.out;
+  std::map<std::vector<std::string>, uint64_t> rows;
+  std::set<uint64_t> pids;  // the target's, one process
+  for (const auto& e : m["counts"]["entries"]) {
+    EXPECT_EQ(e["key"]["kern_stack_id"], -14) << e.dump();
+    EXPECT_EQ(e["key"]["name"], "stack_target_gc") << e.dump();  // comm: 15 bytes
+    pids.insert(e["key"]["pid"].get<uint64_t>());
+    ASSERT_TRUE(e.contains("ustacks") && e["ustacks"].contains("user_stack_id")) << e.dump();
+    std::vector<std::string> fs;
+    for (const auto& f : e["ustacks"]["user_stack_id"]) {
+      fs.push_back(frame_function(f.get<std::string>()));
+      if (fs.back() == "main") break;
+    }
+    if (fs.size() > 1 && fs[1] == "alloc_leaf") rows[fs] += e["value"].get<uint64_t>();
+  }
+  const std::map<std::vector<std::string>, uint64_t> want = {
+      {{"malloc", "alloc_leaf", "path_a3", "path_a2", "path_a1", "main"}, 6},
+      {{"malloc", "alloc_leaf", "path_b1", "main"}, 12}};
+  EXPECT_EQ(rows, want) << m["counts"].dump();
+  EXPECT_EQ(pids.size(), 1u);
+  EXPECT_NE(pids.count(0), 1u);
+
+  const auto t = test::run_program({UTRAMP_CLI, "run", example("stackcount"), "--", target, "6"}, {.timeout_s = 120});
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const size_t at = t.out.find("        path_b1+", t.out.find("@counts["));  // not the stack map's
+  ASSERT_NE(at, std::string::npos) << t.out;
+  const size_t begin = t.out.rfind("@counts[.pid = ", at), end = t.out.find("]: ", at);
+  ASSERT_NE(begin, std::string::npos) << t.out;
+  const std::string row = t.out.substr(begin, t.out.find('\n', end) - begin);
+  EXPECT_NE(row.find(", .user_stack_id =\n        malloc+0\n        alloc_leaf+"), std::string::npos) << row;
+  EXPECT_NE(row.find("\n, .kern_stack_id = -14, .name = \"stack_target_gc\"]: 12"), std::string::npos) << row;
+}
+
+// The rows of a --json hash map keyed by stack id: each stack's frames (cut after main)
+// and its value, rows of the same frames added.
+std::map<std::vector<std::string>, uint64_t> stack_rows(const json& map) {
+  std::map<std::vector<std::string>, uint64_t> rows;
+  for (const auto& e : map["entries"]) {
+    std::vector<std::string> fs;
+    if (e.contains("ustack"))
+      for (const auto& f : e["ustack"]) {
+        fs.push_back(f.get<std::string>());
+        if (frame_function(fs.back()) == "main") break;
+      }
+    rows[fs] += e["value"].get<uint64_t>();
+  }
+  return rows;
+}
+
+// fentry and fexit programs take user stacks (the image publishes the function's entry
+// frame, abi/ctx.hpp kCtxEntrySp): on alloc_leaf of stack_target, built by gcc and clang
+// at -O0 and -O2 with and without frame pointers, both give exactly the frames a uprobe
+// at alloc_leaf gives (function+offset, every frame to main), with exactly each path's
+// calls (without unwind tables: the uprobe's frames, whatever they are); bpf_get_stack's
+// first frame is bpf_get_func_ip's, and a skip shifts the frames.
+TEST(RunE2E, FentryAndFexitStacksAreTheUprobesFrames) {
+  std::vector<std::string> builds = {"gcc_O2_nocfi"};
+  for (const char* cc : {"gcc", "clang"})
+    for (const char* opt : {"O0", "O2"})
+      for (const char* fp : {"fp", "nofp"}) builds.push_back(fmt::format("{}_{}_{}", cc, opt, fp));
+  auto functions = [](const std::map<std::vector<std::string>, uint64_t>& rows) {
+    std::map<std::vector<std::string>, uint64_t> out;
+    for (const auto& [fs, n] : rows) {
+      std::vector<std::string> names;
+      for (const auto& f : fs) names.push_back(frame_function(f));
+      out[names] += n;
+    }
+    return out;
+  };
+  const std::map<std::vector<std::string>, uint64_t> want = {
+      {{"alloc_leaf", "path_a3", "path_a2", "path_a1", "main"}, 9}, {{"alloc_leaf", "path_b1", "main"}, 18}};
+  for (const std::string& b : builds) {
+    SCOPED_TRACE(b);
+    const std::string target = std::string(UTRAMP_STACK_TARGETS_DIR) + "/stack_target_" + b;
+    const auto up = test::run_program({UTRAMP_CLI, "run", bad("ustack_uprobe"), "--json", "--", target, "9"},
+                                      {.timeout_s = 120});
+    ASSERT_EQ(up.exit_code, 0) << up.err;
+    const auto fe = test::run_program({UTRAMP_CLI, "run", bad("ustack_fentry"), "--json", "--", target, "9"},
+                                      {.timeout_s = 120});
+    ASSERT_EQ(fe.exit_code, 0) << fe.err;
+    EXPECT_NE(fe.out.find("stack_target: 9 calls of path_a (1000 bytes), 18 of path_b (2000 bytes)"),
+              std::string::npos);
+    auto um = maps_of(up.out), fm = maps_of(fe.out);
+    ASSERT_TRUE(um.count("uprobe_stack_calls")) << up.out;
+    ASSERT_TRUE(fm.count("fentry_stack_calls") && fm.count("fexit_stack_calls")) << fe.out;
+    const auto uprobe = stack_rows(um["uprobe_stack_calls"]);
+    // Without unwind tables the frame-pointer walk at a function's first instruction
+    // skips its caller (docs/ebpf.md), from a uprobe and from fentry alike.
+    if (b != "gcc_O2_nocfi") EXPECT_EQ(functions(uprobe), want) << um["uprobe_stack_calls"].dump();
+    EXPECT_EQ(stack_rows(fm["fentry_stack_calls"]), uprobe) << fm["fentry_stack_calls"].dump();
+    EXPECT_EQ(stack_rows(fm["fexit_stack_calls"]), uprobe) << fm["fexit_stack_calls"].dump();
+    auto g = globals_of(fe.out);
+    EXPECT_EQ(g["errors"]["value"], 0) << g["last_error"].dump();
+    EXPECT_EQ(g["first_is_func"]["value"], 27);
+    EXPECT_EQ(g["skip1_ok"]["value"], 27);
+  }
+}
+
 }  // namespace
 }  // namespace utramp

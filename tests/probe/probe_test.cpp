@@ -458,6 +458,72 @@ TEST_F(Probes, VectorStateSurvivesAHandlerThatUsesIt) {
   EXPECT_EQ(sink, 28.0);
 }
 
+// A handler that calls through a pointer (as utramp run's uprobe handler calls a JIT-ed
+// program) is proven to touch only general-purpose registers when the probe names where
+// such calls go (ProbeSpec::handler_calls) and what they reach touches none: then no
+// vector state is saved around it, and the probed code's live xmm values survive all
+// the same. A callee using vector registers, or no handler_calls, fails the proof.
+#if defined(__GNUC__) && !defined(__clang__)
+#define GPRS_ONLY __attribute__((target("general-regs-only"), noinline, no_sanitize("address", "undefined")))
+#else
+#define GPRS_ONLY __attribute__((noinline))
+#endif
+uint64_t g_gprs_calls = 0;  // __atomic builtins: std::atomic's always_inline members are not general-regs-only
+GPRS_ONLY void callee_gprs(uint64_t) { __atomic_fetch_add(&g_gprs_calls, 1, __ATOMIC_RELAXED); }
+__attribute__((noinline)) void callee_vector(uint64_t cookie) {
+  volatile double x = 1.0;
+  *reinterpret_cast<volatile double*>(cookie) = x * 3.0;
+}
+void (*volatile g_callee)(uint64_t) = callee_gprs;
+GPRS_ONLY int pointer_call_handler(utramp::arch::PtRegs*, uint64_t cookie) {
+  g_callee(cookie);
+  return 0;
+}
+
+TEST_F(Probes, AHandlersPointerCallIsFollowedToWhereTheProbeSaysItGoes) {
+#if defined(__clang__)
+  GTEST_SKIP() << "the handler is made general-purpose-only with GCC's target attribute";
+#endif
+  const uint64_t gprs = reinterpret_cast<uint64_t>(&callee_gprs), vec = reinterpret_cast<uint64_t>(&callee_vector);
+  double sink = 0;
+  auto proven = [&](std::vector<uint64_t> calls) {
+    utramp::probe::ProbeSpec spec{addr_of(&pt_fsum), pointer_call_handler, nullptr, reinterpret_cast<uint64_t>(&sink),
+                                  false, std::move(calls)};
+    auto b = Manager::instance().attach_batch(std::span(&spec, 1));
+    EXPECT_TRUE(b.ok()) << b.error().message;
+    if (!b.ok()) return false;
+    bool gprs_only = false;
+    for (auto& i : Manager::instance().list())
+      if (i.addr == spec.addr) gprs_only = i.pre_gprs_only;
+    EXPECT_TRUE(Manager::instance().detach(b->front()).ok());
+    return gprs_only;
+  };
+  EXPECT_TRUE(proven({gprs}));
+  EXPECT_FALSE(proven({gprs, vec}));
+  EXPECT_FALSE(proven({}));
+
+  // Proven: live xmm values of pt_fsum's loop survive hits at every instruction of it.
+  double v[64];
+  for (int i = 0; i < 64; ++i) v[i] = i * 0.25;
+  const double want = opaque(&pt_fsum)(v, 64);
+  std::vector<utramp::probe::Probe*> ps;
+  size_t proven_gprs = 0;
+  for (uint32_t off : boundaries(addr_of(&pt_fsum), 96)) {
+    if (!Manager::instance().check(addr_of(&pt_fsum, off))) continue;
+    utramp::probe::ProbeSpec spec{addr_of(&pt_fsum, off), pointer_call_handler, nullptr, 0, false, {gprs}};
+    auto b = Manager::instance().attach_batch(std::span(&spec, 1));
+    ASSERT_TRUE(b.ok()) << b.error().message;
+    ps.push_back(b->front());
+  }
+  ASSERT_FALSE(ps.empty());
+  for (auto& i : Manager::instance().list()) proven_gprs += i.pre_gprs_only && i.state == State::optimised;
+  EXPECT_GT(proven_gprs, 0u) << "no detour without a vector-state save";
+  const uint64_t before = __atomic_load_n(&g_gprs_calls, __ATOMIC_RELAXED);
+  EXPECT_EQ(opaque(&pt_fsum)(v, 64), want);
+  EXPECT_GT(__atomic_load_n(&g_gprs_calls, __ATOMIC_RELAXED), before);
+  for (auto* p : ps) EXPECT_TRUE(Manager::instance().detach(p).ok());
+}
+
 TEST_F(Probes, ASystemCallRunsFromTheSlot) {
   std::atomic<uint64_t> n{0};
   attach(at(&pt_getpid, 5), count_hit, nullptr, cookie_of(n));

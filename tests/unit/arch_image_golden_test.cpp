@@ -205,8 +205,9 @@ TEST(CodegenGolden, FentryFexitFmodRet) {
   sp.fmod_ret = {prog(1)};
   sp.fexit = {prog(2)};
   sp.store_caller = true;
+  sp.store_frame = true;
   expect_image("image_all",
-               "fentry (with run-time stats), fmod_ret and fexit; ctx[-4] stored", sp);
+               "fentry (with run-time stats), fmod_ret and fexit; ctx[-4] and ctx[-5] stored", sp);
 }
 
 TEST(CodegenGolden, FreplaceThunk) {

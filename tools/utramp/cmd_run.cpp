@@ -317,6 +317,64 @@ void print_by_stack(const ebpf::MapSpec& s, const std::vector<ebpf::MapEntry>& e
   fmt::print(o.f, "\n");
 }
 
+// A hash map whose struct key holds stack ids (ustack.hpp stack_id_members), as bpftrace
+// prints `@[pid, ustack] = count()`: the key's members in order, `.name = value`, a stack
+// id member naming a stored stack as `.name =`, then its frames a line each; rows by
+// value, the largest last. --json: the key decoded ("key"), "value", and "ustacks": the
+// frames of each stack id member that names a stored stack, by member name.
+void print_by_stack_members(const ebpf::MapSpec& s, const std::vector<ebpf::MapEntry>& entries, const Stacks& st,
+                            const btf* b, uint32_t key_type, const std::vector<std::string>& members,
+                            const Output& o) {
+  struct Row {
+    ojson key;
+    std::vector<uint8_t> value;
+  };
+  std::vector<Row> rows;
+  for (const auto& e : entries) rows.push_back({ebpf::btf_value(b, key_type, e.key), combined(e)});
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& c) { return as_u64(a.value) < as_u64(c.value); });
+  auto stack_of = [&](const std::string& name, const ojson& v) -> const std::vector<std::string>* {
+    if (std::find(members.begin(), members.end(), name) == members.end() || !v.is_number_integer()) return nullptr;
+    auto f = st.by_id.find(v.get<int64_t>());
+    return f == st.by_id.end() ? nullptr : &f->second;
+  };
+  if (o.json) {
+    json es = json::array();
+    for (const Row& r : rows) {
+      json je{{"key", json::parse(r.key.dump())}, {"value", jshow(r.value)}};
+      json stacks = json::object();
+      if (r.key.is_object())
+        for (const auto& [name, v] : r.key.items())
+          if (const auto* f = stack_of(name, v)) stacks[name] = *f;
+      if (!stacks.empty()) je["ustacks"] = stacks;
+      es.push_back(je);
+    }
+    fmt::print(o.f, "{}\n", json{{"type", "map"}, {"name", s.name}, {"map_type", ebpf::map_type_name(s.type)},
+                                  {"entries", es}}.dump());
+    return;
+  }
+  for (const Row& r : rows) {
+    std::string text = "@" + s.name + "[";
+    bool first = true;
+    if (r.key.is_object()) {
+      for (const auto& [name, v] : r.key.items()) {
+        if (!first) text += ", ";
+        first = false;
+        if (const auto* f = stack_of(name, v)) {
+          text += "." + name + " =\n";
+          for (const std::string& fr : *f) text += kFrameIndent + fr + "\n";
+          continue;
+        }
+        text += "." + name + " = " + ebpf::render_value(v);
+      }
+    } else {
+      text += ebpf::render_value(r.key);
+    }
+    fmt::print(o.f, "{}]: {}\n", text, show(r.value));
+  }
+  if (rows.empty()) fmt::print(o.f, "@{}: (empty)\n", s.name);
+  fmt::print(o.f, "\n");
+}
+
 void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs, const Output& o) {
   Stacks stacks = read_stacks(mf);
   for (size_t i = 0; i < mf.count(); ++i) {
@@ -328,6 +386,13 @@ void print_maps(const ebpf::MapFile& mf, const std::vector<ebpf::MapSpec>& specs
     if (stacks.have && keyed_by_stack(s)) {
       print_by_stack(s, mf.entries(i), stacks, o);
       continue;
+    }
+    if (stacks.have && i < specs.size() && !o.raw) {
+      const btf* b = o.globals_btf(i);
+      if (auto members = stack_id_members(s, b, specs[i].key_type); !members.empty()) {
+        print_by_stack_members(s, mf.entries(i), stacks, b, specs[i].key_type, members, o);
+        continue;
+      }
     }
     if (s.global_data || s.type == uint32_t(ebpf::MapType::ringbuf) ||
         s.type == uint32_t(ebpf::MapType::perf_event_array) || s.type == uint32_t(ebpf::MapType::bloom_filter) ||

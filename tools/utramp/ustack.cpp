@@ -1,9 +1,11 @@
 #include "ustack.hpp"
 
+#include <bpf/btf.h>
 #include <elf.h>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 
 #include "os/elf_file.hpp"
@@ -70,10 +72,35 @@ std::vector<std::string> StackSymbols::frames(std::span<const uint8_t> value) {
   return out;
 }
 
+namespace {
+bool is_hash(const ebpf::MapSpec& s) {
+  return s.type == uint32_t(ebpf::MapType::hash) || s.type == uint32_t(ebpf::MapType::lru_hash) ||
+         s.type == uint32_t(ebpf::MapType::percpu_hash);
+}
+}  // namespace
+
 bool keyed_by_stack(const ebpf::MapSpec& s) {
-  const bool hash = s.type == uint32_t(ebpf::MapType::hash) || s.type == uint32_t(ebpf::MapType::lru_hash) ||
-                    s.type == uint32_t(ebpf::MapType::percpu_hash);
-  return hash && s.key_size == 4 && s.name.find("stack") != std::string::npos;
+  return is_hash(s) && s.key_size == 4 && s.name.find("stack") != std::string::npos;
+}
+
+std::vector<std::string> stack_id_members(const ebpf::MapSpec& s, const btf* b, uint32_t key_type) {
+  std::vector<std::string> out;
+  if (!is_hash(s) || !b || !key_type) return out;
+  const int32_t id = btf__resolve_type(b, key_type);  // through typedefs and modifiers
+  const btf_type* t = id > 0 ? btf__type_by_id(b, static_cast<uint32_t>(id)) : nullptr;
+  if (!t || !btf_is_struct(t)) return out;
+  const btf_member* m = btf_members(t);
+  for (uint16_t i = 0; i < btf_vlen(t); ++i, ++m) {
+    if (btf_member_bitfield_size(t, i)) continue;
+    const int32_t mid = btf__resolve_type(b, m->type);
+    const btf_type* mt = mid > 0 ? btf__type_by_id(b, static_cast<uint32_t>(mid)) : nullptr;
+    if (!mt || !btf_is_int(mt) || (mt->size != 4 && mt->size != 8)) continue;
+    std::string name = btf__name_by_offset(b, m->name_off) ? btf__name_by_offset(b, m->name_off) : "";
+    std::string lower = name;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (lower.find("stack") != std::string::npos && lower.ends_with("id")) out.push_back(name);
+  }
+  return out;
 }
 
 }  // namespace utramp::cli

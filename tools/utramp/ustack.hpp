@@ -15,6 +15,8 @@
 
 #include "ebpf/maps.hpp"
 
+struct btf;
+
 namespace utramp::cli {
 
 class StackSymbols {
@@ -37,5 +39,12 @@ class StackSymbols {
 // Whether a hash map's 4-byte integer keys are stack ids (printed as the stacks of the
 // object's stack trace map): its name has "stack" in it.
 bool keyed_by_stack(const ebpf::MapSpec& s);
+
+// The members of a hash map's struct key (its BTF type `key_type` in `b`) that hold
+// stack ids, as bcc's libbpf-tools name them (`user_stack_id`, `kern_stack_id`,
+// `stack_id`, `stackid`): top-level members, 4- or 8-byte integers, whose name has
+// "stack" in it and ends in "id". Empty when the map is no hash map, or its key no
+// struct or one without such members.
+std::vector<std::string> stack_id_members(const ebpf::MapSpec& s, const btf* b, uint32_t key_type);
 
 }  // namespace utramp::cli

@@ -139,6 +139,8 @@ int32_t copy_window(const Signature& sig, const Layout& l) {
 //                         register (preserve_all): a byte saying how the extended state
 //                         was saved (Frame::path), then rdi..r9, rax, r10, r11 always, and
 //                         no xmm area (the extended state is kept below)
+//   ctx-40                the entry stack pointer, rbp+8 (utramp's extension; stored
+//                         only when a link asks: ImageSpec::store_frame)
 //   ctx-32                the caller's return address (utramp's extension; stored only
 //                         when a link asks: ImageSpec::store_caller)
 //   ctx-24, -16, -8       cookie, function address, slot count
@@ -1391,6 +1393,13 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       a.mov(ax::r11, rbp_q(Frame::kReturnAddress));  // the caller's (entered by jmp)
       a.mov(ctx_slot(f, abi::kCtxCaller), ax::r11);
     }
+    // The function's registers at its entry, for the stack helpers: entered by jmp, rsp
+    // was rbp+8 (its caller's return address there) and rbp the word at rbp.
+    if (sp.store_frame) {
+      a.lea(ax::r11, rbp_q(Frame::kReturnAddress));
+      a.mov(ctx_slot(f, abi::kCtxEntrySp), ax::r11);
+      a.mov(ax::dword_ptr(ax::rbp, f.ctx + 8 * abi::kCtxArgCount + 4), Imm(abi::kCtxEntrySpValid >> 32));
+    }
     for (const ImageProg& p : sp.fentry) run_prog(a, sp, f, p, base, misses);
     // Keeping every register, the body's skipped by fmod_ret leaves them as they came
     // but for the result (a function returning nothing keeps rax as well).
@@ -1405,7 +1414,8 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       // tracer's exit hook and fentry programs alone has no use for it); the first
       // fmod_ret program finds 0 in it.
       if (!sp.fmod_ret.empty() || !sp.fexit.empty())
-        a.mov(ax::dword_ptr(ax::rbp, f.ctx + 8 * abi::kCtxArgCount + 4), Imm(abi::kCtxRetValid >> 32));
+        a.mov(ax::dword_ptr(ax::rbp, f.ctx + 8 * abi::kCtxArgCount + 4),
+              Imm((abi::kCtxRetValid | (sp.store_frame ? abi::kCtxEntrySpValid : 0)) >> 32));
       if (!sp.fmod_ret.empty()) a.mov(ctx_slot(f, f.nslots), Imm(0));
       for (const ImageProg& p : sp.fmod_ret) {
         run_prog(a, sp, f, p, base, misses);
