@@ -16,6 +16,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -294,6 +295,13 @@ TEST(Control, MalformedOrKilledClientEndsOnlyItsConnection) {
   EXPECT_NE(apply(cfg).find("writable by others"), std::string::npos) << apply(cfg);
   cfg.trace_dir = dir.path;
   EXPECT_NE(apply(cfg).find("was started under utramp"), std::string::npos) << apply(cfg);
+
+  // The CLI says the same before it creates anything: no trace directory is made.
+  const std::string second = dir.path + "/second";
+  auto r = run_cli({"record", "-p", std::to_string(rec.pid()), "-o", second});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("it was started under utramp"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(second));
 
   auto [out, code] = rec.finish();
   EXPECT_EQ(code, 0) << rec.errors();

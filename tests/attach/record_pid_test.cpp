@@ -157,6 +157,7 @@ class Recorder {
     kill(pid_, sig);
     return utramp::test::reap_child(pid_);
   }
+  int wait() { return utramp::test::reap_child(pid_); }
   std::string errors() const { return read_file(err_); }
 
  private:
@@ -252,6 +253,25 @@ TEST(RecordPidCounts, KilledRecorderLeavesNothingPatched) {
   auto [res, code] = c.finish();
   EXPECT_EQ(res, "ok: 8 workers\n");
   EXPECT_EQ(code, 0);
+}
+
+// The process ends while it is recorded: the CLI says so, keeps what was recorded and
+// exits 0 by itself.
+TEST(RecordPidCounts, ProcessThatExitsEndsTheRecording) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-recpid");
+  Recorder rec(c.pid(), {"-o", dir.path + "/exits"}, dir.path + "/exits.err");
+  ASSERT_TRUE(rec.recording()) << rec.errors();
+  const pid_t pid = c.pid();
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(rec.wait(), 0) << rec.errors();
+  EXPECT_NE(rec.errors().find(fmt::format("process {} exited after", pid)), std::string::npos) << rec.errors();
+  EXPECT_NE(rec.errors().find("what was recorded is kept"), std::string::npos) << rec.errors();
+  EXPECT_GT(recorded_calls(dir.path + "/exits", "count_a"), 0);
 }
 
 // gcc's -fpatchable-function-entry=5 is five 1-byte NOPs: a thread may be stopped

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +45,17 @@ std::string exe_of(pid_t pid) {
   char buf[4096];
   const ssize_t n = readlink(fmt::format("/proc/{}/exe", pid).c_str(), buf, sizeof buf - 1);
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+// Whether PID exists and has not ended (a zombie has: its parent did not reap it yet).
+bool still_running(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  return state != 'Z' && state != 'X';
 }
 
 // Loads the agent into PID unless it is there already (its control channel answers:
@@ -128,8 +138,13 @@ class Attached : public RecordTarget {
     Ended e;
     if (gone) {
       // Its end, or an exec (the channel is close-on-exec; the new image has no agent).
-      struct stat st;
-      const bool alive = stat(fmt::format("/proc/{}", pid_).c_str(), &st) == 0;
+      // Its exit closes the socket a moment before it becomes a zombie: a little time
+      // tells an exit from an exec.
+      bool alive = still_running(pid_);
+      for (int i = 0; alive && i < 20; ++i) {
+        usleep(10'000);
+        alive = still_running(pid_);
+      }
       e.how = alive ? fmt::format("exec'd or closed the control channel after {:.1f} s: recording stopped", secs)
                     : fmt::format("exited after {:.1f} s of recording", secs);
       fmt::print(stderr, "utramp record: process {} {}; what was recorded is kept\n", pid_, e.how);
@@ -184,6 +199,32 @@ int run_record_attach(pid_t pid, const RecordOptions& o, double duration_s) {
   if (!facts) {
     fmt::print(stderr, "utramp record: cannot attach: {}\n", facts.error().message);
     return 2;
+  }
+  // An agent there already (an earlier `record -p`, or the process was started under
+  // utramp) that cannot take a recording now: said before anything is created.
+  if (auto fd = ctl::connect_to(pid); fd) {
+    close(*fd);
+    auto shown = ctl::call(pid, {ctl::MsgType::show, nlohmann::json::object()}, 5000);
+    if (!shown) {
+      fmt::print(stderr, "utramp record: process {}: its agent does not answer: {}\n", pid, shown.error().message);
+      return 2;
+    }
+    const nlohmann::json a = shown->value("agent", nlohmann::json::object());
+    const std::string started = a.value("started", std::string());
+    if (started.starts_with("with the program")) {
+      fmt::print(stderr,
+                 "utramp record: cannot attach to process {}: it was started under utramp (its agent is "
+                 "configured by its launcher; trace directory {}): a second recording cannot be attached; "
+                 "`utramp show -p {}` and `utramp detach -p {}` work on it\n",
+                 pid, a.value("trace_dir", std::string("?")), pid, pid);
+      return 2;
+    }
+    if (a.value("state", std::string()) == "attached") {
+      fmt::print(stderr, "utramp record: cannot attach to process {}: a recording is already attached "
+                         "(trace directory {}); one at a time\n",
+                 pid, a.value("trace_dir", std::string("?")));
+      return 2;
+    }
   }
   trace::TraceInfo info;
   info.command = command_of(pid);
