@@ -274,6 +274,26 @@ TEST(RecordPidCounts, ProcessThatExitsEndsTheRecording) {
   EXPECT_GT(recorded_calls(dir.path + "/exits", "count_a"), 0);
 }
 
+// `utramp hist FUNC -p PID` measures through the same path: a histogram of the calls
+// of the window, then every site back; a second program with -p is refused.
+TEST(RecordPidCounts, HistOfARunningProcess) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  auto r = run_cli({"hist", "count_a", "-p", std::to_string(c.pid()), "--duration", "200ms"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("calls of count_a; target detached after"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nsecs"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(" 0 calls of"), std::string::npos) << r.out;
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  auto both = run_cli({"hist", "count_a", "-p", std::to_string(c.pid()), "--", target});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("give no program as well"), std::string::npos) << both.err;
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
+}
+
 // gcc's -fpatchable-function-entry=5 is five 1-byte NOPs: a thread may be stopped
 // between two of them, so the agent does not change them while threads run. The CLI
 // says how many functions are not traced and why; nothing is changed.

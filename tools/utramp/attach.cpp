@@ -189,7 +189,9 @@ class Attached : public RecordTarget {
 
 }  // namespace
 
-int run_record_attach(pid_t pid, const RecordOptions& o, double duration_s) {
+std::string program_of(pid_t pid) { return exe_of(pid); }
+
+int run_record_attach(pid_t pid, const RecordOptions& o, double duration_s, RecordResult* out) {
   if (!o.command.empty()) {
     fmt::print(stderr, "utramp record: -p attaches to a running process: give no program as well\n");
     return 2;
@@ -230,7 +232,6 @@ int run_record_attach(pid_t pid, const RecordOptions& o, double duration_s) {
   info.command = command_of(pid);
   info.binary = exe_of(pid);
   info.build_id = os::build_id_hex(info.binary);
-  RecordResult r;
   return record(
       o, std::move(info),
       [&](const agent::Config& cfg, const std::string&, int* exit_code) -> std::unique_ptr<RecordTarget> {
@@ -266,7 +267,7 @@ int run_record_attach(pid_t pid, const RecordOptions& o, double duration_s) {
                    duration_s > 0 ? fmt::format(" for {} s", duration_s) : std::string());
         return conn;
       },
-      &r);
+      out);
 }
 
 }  // namespace utramp::cli

@@ -181,7 +181,10 @@ void add_record(CLI::App& app) {
                       : "only with -p PID (a program started by record is recorded until it ends)");
       std::exit(2);
     }
-    if (*pid) std::exit(run_record_attach(*pid, f->rec, static_cast<double>(duration_ns) / 1e9));
+    if (*pid) {
+      RecordResult r;
+      std::exit(run_record_attach(*pid, f->rec, static_cast<double>(duration_ns) / 1e9, &r));
+    }
     RecordResult r;
     std::exit(run_record(f->rec, &r));
   });
