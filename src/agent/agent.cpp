@@ -486,6 +486,8 @@ nlohmann::json show_json() {
             {"tracer", cfg.tracer},
             {"started", running ? "loaded into the running process (utramp record -p)"
                                 : "with the program, by its launcher"},
+            // What `record -p` reads to refuse a second recording of a launched program.
+            {"launched", !running},
             {"trace_dir", cfg.trace_dir},
             {"bpf_objects", cfg.bpf_objects}}},
           {"functions", std::move(fns)},

@@ -8,6 +8,7 @@
 //   r  resume; prints "resumed"
 //   q  (or the end of stdin) stop; prints "ok: N workers" or "BAD: ..." when a
 //      result was wrong
+//   x  exec /bin/sleep 1 (an exec while it is recorded)
 // So the calls made between two pauses are known exactly, whatever the timing.
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -94,6 +95,9 @@ int main(int argc, char** argv) {
       }
       printf("counts %ld %ld\n", a, b);
       fflush(stdout);
+    } else if (c == 'x') {
+      execl("/bin/sleep", "sleep", "1", (char*)NULL);
+      return 127;
     } else if (c == 'r') {
       atomic_store(&g_pause, 0);
       printf("resumed\n");

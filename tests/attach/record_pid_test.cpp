@@ -4,7 +4,8 @@
 // restart. In each cycle the workers are paused (outside the counted functions) while
 // the CLI attaches and while it detaches, so the calls of the attached window are known
 // exactly: the recording must hold exactly those (--mode block: none lost). After each
-// detach the process's .text is its file's; at the end its results are right.
+// detach the process's .text is its file's; at the end its results are right. Then the
+// ends of a recording other than Ctrl-C: the CLI killed, the process's exit or exec.
 //
 // Built by clang with -fpatchable-function-entry=5 (one 5-byte NOP: changed while the
 // threads run) and by gcc with it (five 1-byte NOPs: a thread may be between two, so
@@ -92,6 +93,7 @@ class Counter {
     return {a, b};
   }
   bool resume() { return say('r') == "resumed"; }
+  void exec() { (void)!write(in_, "x", 1); }
   std::pair<std::string, int> finish() {
     (void)!write(in_, "q", 1);
     close(in_);
@@ -272,6 +274,24 @@ TEST(RecordPidCounts, ProcessThatExitsEndsTheRecording) {
   EXPECT_NE(rec.errors().find(fmt::format("process {} exited after", pid)), std::string::npos) << rec.errors();
   EXPECT_NE(rec.errors().find("what was recorded is kept"), std::string::npos) << rec.errors();
   EXPECT_GT(recorded_calls(dir.path + "/exits", "count_a"), 0);
+}
+
+// The process execs while it is recorded: the new image has no agent (the channel is
+// close-on-exec). The CLI says so, keeps what was recorded and exits 0.
+TEST(RecordPidCounts, ProcessThatExecsEndsTheRecording) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-recpid");
+  Recorder rec(c.pid(), {"-o", dir.path + "/execs"}, dir.path + "/execs.err");
+  ASSERT_TRUE(rec.recording()) << rec.errors();
+  c.exec();
+  EXPECT_EQ(rec.wait(), 0) << rec.errors();
+  EXPECT_NE(rec.errors().find(fmt::format("process {} exec'd", c.pid())), std::string::npos) << rec.errors();
+  EXPECT_GT(recorded_calls(dir.path + "/execs", "count_a"), 0);
+  auto [res, code] = c.finish();  // /bin/sleep 1 ends by itself
+  EXPECT_EQ(res, "");
+  EXPECT_EQ(code, 0);
 }
 
 // `utramp hist FUNC -p PID` measures through the same path: a histogram of the calls

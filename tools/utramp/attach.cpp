@@ -212,8 +212,7 @@ int run_record_attach(pid_t pid, const RecordOptions& o, double duration_s, Reco
       return 2;
     }
     const nlohmann::json a = shown->value("agent", nlohmann::json::object());
-    const std::string started = a.value("started", std::string());
-    if (started.starts_with("with the program")) {
+    if (a.value("launched", false)) {
       fmt::print(stderr,
                  "utramp record: cannot attach to process {}: it was started under utramp (its agent is "
                  "configured by its launcher; trace directory {}): a second recording cannot be attached; "
