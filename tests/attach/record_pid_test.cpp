@@ -257,6 +257,27 @@ TEST(RecordPidCounts, KilledRecorderLeavesNothingPatched) {
   EXPECT_EQ(code, 0);
 }
 
+// One recording at a time: a second `record -p` is refused before it makes anything,
+// and the first goes on to its end.
+TEST(RecordPidCounts, ASecondRecordingIsRefused) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-recpid");
+  Recorder rec(c.pid(), {"-o", dir.path + "/first"}, dir.path + "/first.err");
+  ASSERT_TRUE(rec.recording()) << rec.errors();
+  auto second = run_cli({"record", "-p", std::to_string(c.pid()), "-o", dir.path + "/second"});
+  EXPECT_EQ(second.exit_code, 2);
+  EXPECT_NE(second.err.find("a recording is already attached"), std::string::npos) << second.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path + "/second"));
+  EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
+  EXPECT_GT(recorded_calls(dir.path + "/first", "count_a"), 0);
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
+}
+
 // The process ends while it is recorded: the CLI says so, keeps what was recorded and
 // exits 0 by itself.
 TEST(RecordPidCounts, ProcessThatExitsEndsTheRecording) {
