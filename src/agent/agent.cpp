@@ -57,17 +57,27 @@ namespace {
 struct Agent {
   Config cfg;
   TrustedDir dir;  // where cfg came from: the only directory the agent writes into
-  trace::ShmBuffers buffers;
+  // The rings the tracer writes to. Never freed: a configuration sent again to an agent
+  // in a running process gets new ones, and the old are retired (ShmBuffers::retire),
+  // the tracer's threads possibly still holding them.
+  trace::ShmBuffers* buffers = nullptr;
   std::vector<std::unique_ptr<ftrace::FuncRecord>> records;  // cookies: never freed
   ProcessFiles files;  // this process's files in the trace directory
-  std::recursive_mutex mu;
   std::string exe;
+  // Loaded into a running process (`utramp record -p`) and configured over the control
+  // channel, not started with the program by its launcher.
+  bool running_process = false;
   arch::TracerHooks hooks;  // the tracer links' hooks (ftrace::hooks())
   arch::TracerHooks filter_hooks, notrace_hooks;  // those of -F and -N functions (ftrace::scope_hooks)
   bool detached = false;    // `utramp detach -p`: everything removed, nothing attached again
 };
 
 Agent* g_agent = nullptr;
+// The agent's lock: its state, the site table's changes, the control channel's
+// requests. Global, not the agent's: an agent loaded into a running process serves the
+// control channel before it has a configuration (and so before g_agent exists).
+// Constant-initialised (no constructor runs), so usable from any constructor.
+std::recursive_mutex g_mu;
 
 void logf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void logf(const char* fmt, ...) {
@@ -155,7 +165,7 @@ ftrace::FuncRecord* record_for(const symbols::Name& name, const sites::Site& sit
 // a library's when it was built to be traced (compiler sites or -finstrument-functions:
 // a -pg plugin opened with dlopen, as uftrace traces it) or with --libs every one.
 // Judged once per object from its outline (sites::built_for_tracing); call with
-// g_agent->mu held.
+// g_mu held.
 bool traced_object(std::string_view path) {
   if (path == g_agent->exe || g_agent->cfg.libraries) return true;
   // Never freed: the agent's state lives as long as the process.
@@ -193,6 +203,16 @@ struct Selection {
   }
 };
 
+// Selected functions attach_new_sites() could not trace, and the first one's reason:
+// what configure_running() tells the CLI (the others are in the agent's log).
+struct Untraced {
+  size_t count = 0;
+  std::string first;
+  void add(const std::string& why) {
+    if (count++ == 0) first = why;
+  }
+} g_untraced;
+
 // Attaches the tracer to every selected function not traced yet.
 void attach_new_sites() {
   if (g_agent->detached) return;
@@ -226,6 +246,7 @@ void attach_new_sites() {
     if (!s->usable(&why)) {
       ++skipped;
       logf("skipped %s: %s", name.full().c_str(), why.c_str());
+      g_untraced.add(why);
       continue;
     }
     std::optional<abi::Signature> sig;
@@ -271,6 +292,7 @@ void attach_new_sites() {
         ok = false;
         logf("not traced %s: %s", symbols::demangle(cand[i].name).c_str(),
              res[k].error().message.c_str());
+        g_untraced.add(res[k].error().message);
       }
     if (ok) done.push_back(cand[i]);
   }
@@ -299,7 +321,7 @@ struct Inside {
 // thread can be inside their sites and every compiler site can be canonicalised.
 void discover_and_attach(bool fresh) {
   Inside in;
-  std::lock_guard lock(g_agent->mu);
+  std::lock_guard lock(g_mu);
   auto& table = sites::SiteTable::instance();
   // Without --libs only the program's own functions are traced: the libraries are not
   // even analysed (most of the start-up cost otherwise).
@@ -358,7 +380,7 @@ void trace_library_calls() {
     }
   std::vector<std::string> errors;
   auto done = ftrace::hook_imports(reqs, &errors);
-  std::lock_guard lock(g_agent->mu);
+  std::lock_guard lock(g_mu);
   for (const std::string& e : errors) logf("library call not traced: %s", e.c_str());
   logf("traced %zu library calls", done.size());
   log_error(g_agent->files.traced(std::move(done)));
@@ -380,18 +402,14 @@ void on_loader_event(sites::LoaderState state) {
 // agent's lock held by a thread it does not have. Taken before the machinery's own
 // locks (pthread_atfork runs prepare handlers in reverse order of registration, and the
 // runtime registered its handlers at load, before this), as an attach takes them.
-void fork_prepare() {
-  if (g_agent) g_agent->mu.lock();
-}
-void fork_parent() {
-  if (g_agent) g_agent->mu.unlock();
-}
+void fork_prepare() { g_mu.lock(); }
+void fork_parent() { g_mu.unlock(); }
 
 void atfork_child() {
+  new (&g_mu) std::recursive_mutex();  // held by the forking thread's parent copy
+  control_after_fork_child();
   if (!g_agent) return;
   Inside in;
-  new (&g_agent->mu) std::recursive_mutex();  // held by the forking thread's parent copy
-  control_after_fork_child();
   // The child inherits every image; its threads claim new buffers on their first event.
   ftrace::after_fork_child();
   log_error(g_agent->files.forked());
@@ -441,7 +459,20 @@ nlohmann::json show_json() {
   size_t nops = 0;  // sites that hold utramp's NOP instead of the file's bytes
   for (const sites::Site* s : table.all())
     if (std::string_view(site_state_name(*s)) == "nop") ++nops;
-  const Config& cfg = g_agent->cfg;
+  static const Config kNone = [] {
+    Config c;
+    c.tracer = "none";
+    return c;
+  }();
+  const Config& cfg = g_agent ? g_agent->cfg : kNone;
+  std::string exe = g_agent ? g_agent->exe : std::string();
+  if (!g_agent) {
+    char buf[4096];
+    const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n > 0) exe.assign(buf, static_cast<size_t>(n));
+  }
+  const char* state = !g_agent ? "loaded, not configured" : g_agent->detached ? "detached" : "attached";
+  const bool running = !g_agent || g_agent->running_process;
   json not_tracked = json::array();
   if (!stats)
     not_tracked.push_back("calls and run time per link: counted only while program statistics are on "
@@ -449,11 +480,14 @@ nlohmann::json show_json() {
   not_tracked.push_back("events written and lost: counted by the recorder (utramp record's summary), "
                         "not by the agent");
   return {{"pid", getpid()},
-          {"exe", g_agent->exe},
+          {"exe", exe},
           {"agent",
-           {{"state", g_agent->detached ? "detached" : "attached"},
+           {{"state", state},
             {"tracer", cfg.tracer},
-            {"started", "with the program, by its launcher"},
+            {"started", running ? "loaded into the running process (utramp record -p)"
+                                : "with the program, by its launcher"},
+            // What `record -p` reads to refuse a second recording of a launched program.
+            {"launched", !running},
             {"trace_dir", cfg.trace_dir},
             {"bpf_objects", cfg.bpf_objects}}},
           {"functions", std::move(fns)},
@@ -470,7 +504,7 @@ nlohmann::json show_json() {
 Result<nlohmann::json> detach_all() {
   Inside in;
   using nlohmann::json;
-  if (g_agent->detached) return json{{"already_detached", true}, {"links_detached", 0},
+  if (!g_agent || g_agent->detached) return json{{"already_detached", true}, {"links_detached", 0},
                                      {"sites_restored", 0}, {"library_slots_restored", 0},
                                      {"left", json::array()}, {"errors", json::array()}};
   g_agent->detached = true;
@@ -494,6 +528,8 @@ Result<nlohmann::json> detach_all() {
   else errors.push_back("putting the sites' bytes back: " + r.error().message);
   if (!g_agent->cfg.bpf_objects.empty())
     left.push_back("the eBPF programs' int3 probes of utramp run stay until the run ends");
+  // The events written so far are in the rings; what a thread writes from now on (the
+  // exit of a call it was inside) is the recorder's to take until it ends.
   logf("detached: %zu links, %zu sites back to the file's bytes, %zu library-call slots; %zu left, "
        "%zu errors",
        links, restored, slots, left.size(), errors.size());
@@ -504,11 +540,14 @@ Result<nlohmann::json> detach_all() {
 
 void control_log(const char* text) { logf("%s", text); }
 
+Result<nlohmann::json> configure_running(TrustedConfig t);
+
 void start_control_channel() {
   ControlHandlers h;
-  h.lock = &g_agent->mu;
+  h.lock = &g_mu;
   h.show = &show_json;
   h.detach = &detach_all;
+  h.configure = &configure_running;
   h.log = &control_log;
   if (auto r = start_control(h); !r) logf("%s", r.error().message.c_str());
 }
@@ -615,10 +654,19 @@ struct RestartCpuTimers {
   ~RestartCpuTimers() { restart_cpu_timers(&g_stopped); }
 };
 
+Result<void> start_tracer();
+
 __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
   const RestartCpuTimers restart;  // however start-up ends (UTRAMP_INIT_GLUE stopped them)
   const char* path = getenv("UTRAMP_AGENT");
-  if (!path || !*path) return;
+  if (!path || !*path) {
+    // Loaded into a running process (`utramp record -p`: os::inject_library makes one
+    // of its threads call dlopen): no configuration yet. The control channel is how it
+    // gets one (configure_running); nothing else is done until then.
+    pthread_atfork(fork_prepare, fork_parent, atfork_child);
+    start_control_channel();
+    return;
+  }
   // A configuration that cannot be trusted is refused whole: the agent then reads, maps
   // and writes nothing (not even a log: it would go where that file says). The CLI
   // finds no trace of the agent and says why, with the same check (agent/trust.hpp).
@@ -654,33 +702,10 @@ __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
       return;
     }
   }
-  // The ring buffers are outside the trace directory (/dev/shm): mapped only when they
-  // are the user's own file, reached without a symbolic link.
-  auto shm = open_own_shared_file(g_agent->cfg.shm_path);
-  if (!shm) {
-    logf("cannot map the trace buffers: %s", shm.error().message.c_str());
+  if (auto r = start_tracer(); !r) {
+    logf("%s", r.error().message.c_str());
     return;
   }
-  auto buffers = trace::ShmBuffers::attach(fmt::format("/proc/self/fd/{}", *shm));
-  close(*shm);
-  if (!buffers) {
-    logf("cannot map the trace buffers: %s", buffers.error().message.c_str());
-    return;
-  }
-  g_agent->buffers = std::move(*buffers);
-  ftrace::Options o;
-  o.tracer = g_agent->cfg.tracer == "function" ? ftrace::Tracer::function : ftrace::Tracer::function_graph;
-  o.max_depth = g_agent->cfg.max_depth;
-  o.min_duration_ns = g_agent->cfg.min_duration_ns;
-  o.ticks_per_ns = g_agent->cfg.ticks_per_ns;
-  o.tids = g_agent->cfg.tids;
-  o.filter_scopes = !g_agent->cfg.filters.empty() && o.tracer == ftrace::Tracer::function_graph;
-  ftrace::configure(&g_agent->buffers, o);
-  g_agent->hooks = ftrace::hooks();
-  g_agent->filter_hooks = ftrace::scope_hooks(ftrace::Scope::filter);
-  g_agent->notrace_hooks = ftrace::scope_hooks(ftrace::Scope::notrace);
-  tramp::set_unwind_hook(&ftrace::on_unwind);
-  log_error(g_agent->files.started(&g_agent->dir));
   // Registered before the C library registers the dynamic loader's destructor pass (at
   // the start of main's caller): exit() runs its handlers last registered first, so
   // this one runs after the program's exit handlers and every ELF destructor, and the
@@ -701,6 +726,89 @@ __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
   // Last: until now the program had one thread, as some of the checks above need
   // (os::thread_count does not count this one while it waits).
   start_control_channel();
+}
+
+// Maps the rings cfg names and configures the tracer for them, then writes this
+// process's start in the trace directory: what a recording starts with, with the
+// program (agent_init) or in a running process (configure_running).
+Result<void> start_tracer() {
+  // The ring buffers are outside the trace directory (/dev/shm): mapped only when they
+  // are the user's own file, reached without a symbolic link.
+  auto shm = open_own_shared_file(g_agent->cfg.shm_path);
+  if (!shm) return make_error(shm.error().code, "cannot map the trace buffers: " + shm.error().message);
+  auto buffers = trace::ShmBuffers::attach(fmt::format("/proc/self/fd/{}", *shm));
+  close(*shm);
+  if (!buffers)
+    return make_error(buffers.error().code, "cannot map the trace buffers: " + buffers.error().message);
+  g_agent->buffers = new trace::ShmBuffers(std::move(*buffers));
+  ftrace::Options o;
+  o.tracer = g_agent->cfg.tracer == "function" ? ftrace::Tracer::function : ftrace::Tracer::function_graph;
+  o.max_depth = g_agent->cfg.max_depth;
+  o.min_duration_ns = g_agent->cfg.min_duration_ns;
+  o.ticks_per_ns = g_agent->cfg.ticks_per_ns;
+  o.tids = g_agent->cfg.tids;
+  o.filter_scopes = !g_agent->cfg.filters.empty() && o.tracer == ftrace::Tracer::function_graph;
+  ftrace::configure(g_agent->buffers, o);
+  g_agent->hooks = ftrace::hooks();
+  g_agent->filter_hooks = ftrace::scope_hooks(ftrace::Scope::filter);
+  g_agent->notrace_hooks = ftrace::scope_hooks(ftrace::Scope::notrace);
+  tramp::set_unwind_hook(&ftrace::on_unwind);
+  log_error(g_agent->files.started(&g_agent->dir));
+  return {};
+}
+
+// `utramp record -p`: a configuration sent over the control channel (already trusted:
+// agent/trust.hpp) to an agent loaded into a running process, with g_mu held, on the
+// control thread. Tracing starts with the live patch protocol: the program's threads
+// run on while their sites are canonicalised and attached (docs/sites.md); nothing
+// stops them. Taken again after a detach (the next `record -p`): new rings, a new trace
+// directory, the same sites.
+//
+// What a running process does not get (docs/attach.md, "Limits"): library calls
+// (GOT hooks) and objects loaded later (the loader's hook), whose changes are made
+// safely only before main or with the loader's locks, which this thread cannot take
+// without risking a deadlock with a program thread inside dlopen.
+Result<nlohmann::json> configure_running(TrustedConfig t) {
+  if (g_agent && !g_agent->running_process)
+    return make_error(Errc::busy,
+                      "this process was started under utramp (its agent was configured by its "
+                      "launcher, utramp record or utramp run): a second recording cannot be "
+                      "attached to it; `utramp show -p` and `utramp detach -p` work on it");
+  if (g_agent && !g_agent->detached)
+    return make_error(Errc::busy, fmt::format("a recording is already attached to this process "
+                                              "(trace directory {}): one at a time",
+                                              g_agent->cfg.trace_dir));
+  if (!t.config.bpf_objects.empty() || t.config.tracer == "none")
+    return make_error(Errc::unsupported, "only a recording (utramp record -p) is taken by an agent in a "
+                                         "running process; eBPF programs are not, yet");
+  Inside in;
+  const bool first = g_agent == nullptr;
+  if (first) {
+    g_agent = new Agent();
+    g_agent->running_process = true;
+    char exe[4096];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) g_agent->exe.assign(exe, static_cast<size_t>(n));
+  } else {
+    g_agent->buffers->retire();  // the recording before: its recorder is gone
+    g_agent->files = ProcessFiles();
+  }
+  g_agent->cfg = std::move(t.config);
+  g_agent->dir = std::move(t.dir);
+  g_agent->detached = false;
+  if (auto r = start_tracer(); !r) {
+    g_agent->detached = true;  // nothing attached: the next configuration may try again
+    return r.error();
+  }
+  // Sites restored by the last detach are canonicalised and attached again.
+  for (sites::Site* s : sites::SiteTable::instance().all()) s->traced_by_agent = false;
+  g_untraced = {};
+  discover_and_attach(false);
+  size_t links = tramp::Manager::instance().links().size();
+  logf("configured by the control channel: %zu links, trace directory %s", links,
+       g_agent->cfg.trace_dir.c_str());
+  return nlohmann::json{{"links", links}, {"pid", getpid()}, {"not_traced", g_untraced.count},
+                        {"not_traced_first", g_untraced.first}};
 }
 
 __attribute__((destructor)) void agent_fini() {

@@ -59,6 +59,7 @@ struct Client {
   int fd = -1;
   ctl::Peer peer;
   ctl::Decoder decoder;
+  bool owns = false;  // it configured the agent: its end detaches everything
 };
 
 struct Control {
@@ -104,19 +105,25 @@ bool handle(Client& c, const ctl::Message& m) {
     }
     case ctl::MsgType::apply_config: {
       // The configuration of an agent loaded into a running process (record -p), in the
-      // launcher's format, trusted under the file's rules (agent/trust.hpp). Applying it
-      // needs an agent loaded unconfigured, which the injection cannot bring in yet
-      // (docs/attach.md, "Status"): this one was configured by its launcher.
+      // launcher's format, trusted under the file's rules (agent/trust.hpp) before the
+      // agent sees it.
       const auto cfg = m.body.find("config");
       auto trusted = cfg != m.body.end() && cfg->is_object()
                          ? trust_sent_config(cfg->dump())
                          : Result<TrustedConfig>(make_error(Errc::invalid_argument,
                                                             "an apply_config message holds no \"config\" object"));
-      answer(c, ctl::MsgType::error,
-             {{"error", trusted ? std::string("this agent is already configured (it was started with the program); "
-                                              "a configuration is taken only by an agent loaded into a running "
-                                              "process")
-                                : trusted.error().message}});
+      Result<json> r = !trusted ? Result<json>(trusted.error())
+                       : g_ctl->h.configure
+                           ? g_ctl->h.configure(std::move(*trusted))
+                           : Result<json>(make_error(Errc::busy, "this agent takes no configuration"));
+      if (r) {
+        c.owns = true;
+        answer(c, ctl::MsgType::reply, std::move(*r));
+      } else {
+        answer(c, ctl::MsgType::error, {{"error", r.error().message}});
+      }
+      logf(fmt::format("control: configuration sent by process {} (uid {}): {}", c.peer.pid, c.peer.uid,
+                       r ? "tracing" : r.error().message));
       return true;
     }
     case ctl::MsgType::reply:
@@ -131,6 +138,14 @@ bool handle(Client& c, const ctl::Message& m) {
 void drop(size_t i, const char* why) {
   Client& c = g_ctl->clients[i];
   if (why) logf(fmt::format("control: connection of process {} closed: {}", c.peer.pid, why));
+  if (c.owns) {
+    // The recording's client is gone (ended, or killed: its socket closed with it).
+    // What it started is removed now, in this wake-up; after a `detach` it asked for,
+    // there is nothing left to remove.
+    auto r = g_ctl->h.detach();
+    logf(fmt::format("control: the client that configured the agent (process {}) is gone: {}", c.peer.pid,
+                     r ? r->dump() : r.error().message));
+  }
   if (c.own.still()) close(c.fd);
   g_ctl->clients.erase(g_ctl->clients.begin() + static_cast<std::ptrdiff_t>(i));
 }

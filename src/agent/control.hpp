@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/trust.hpp"
 #include "common/result.hpp"
 
 namespace utramp::agent {
@@ -19,6 +20,11 @@ struct ControlHandlers {
   std::recursive_mutex* lock = nullptr;       // the agent's lock
   nlohmann::json (*show)() = nullptr;         // what the agent has put in, as show_json
   Result<nlohmann::json> (*detach)() = nullptr;  // remove all of it
+  // apply_config, its configuration trusted already (agent/trust.hpp): start tracing.
+  // Null: this agent takes none (it was configured by its launcher). The client that
+  // configured it owns what it started: when its connection ends, however (a SIGKILL
+  // included: the kernel closes the socket), `detach` runs at once.
+  Result<nlohmann::json> (*configure)(TrustedConfig) = nullptr;
   void (*log)(const char* text) = nullptr;    // a line in the agent's log
 };
 

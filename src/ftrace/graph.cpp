@@ -53,6 +53,8 @@ uint64_t g_min_ticks = 0;
 // it is what tells a child from its parent on the hit path: getpid() is a system call
 // (glibc no longer caches it) and cost more than the rest of an event.
 uint32_t g_fork_gen = 0;
+// Every state made in this process (ThreadTrace::next_state), the newest first.
+std::atomic<ThreadTrace*> g_states{nullptr};
 
 // getpid from the kernel, not libc's (a traced function under `record --libs`).
 uint32_t own_pid() { return static_cast<uint32_t>(arch::raw_syscall6(SYS_getpid)); }
@@ -131,6 +133,9 @@ ThreadTrace* state() {
     if (p < 0 && p > -4096) return nullptr;
     ts = new (reinterpret_cast<void*>(p)) ThreadTrace();
     t_trace = ts;
+    ThreadTrace* head = g_states.load(std::memory_order_relaxed);
+    do ts->next_state = head;
+    while (!g_states.compare_exchange_weak(head, ts, std::memory_order_release, std::memory_order_relaxed));
   }
   // No ring until one is claimed: a nested_drop() meanwhile must not count into the
   // parent's ring. The generation, which says the state is this process's, is set
@@ -366,9 +371,13 @@ void configure(trace::ShmBuffers* buffers, const Options& opts) {
   g_min_ticks = static_cast<uint64_t>(static_cast<double>(opts.min_duration_ns) * opts.ticks_per_ns);
   detail::g_fast.function_tracer = opts.tracer == Tracer::function;
   g_filter_scopes = opts.filter_scopes;
-  // The calling thread's state (if any) is renewed on its next event, as after a fork.
+  // Every thread's state is renewed on its next event, as after a fork: its fast path
+  // no longer writes to the rings it had (those of an earlier configuration, in an
+  // agent configured again: docs/attach.md). A thread already past its path check
+  // finishes that one write there (the agent keeps old rings mapped: retire()).
   ++g_fork_gen;
-  if (t_trace) t_trace->path = Path::general;
+  for (ThreadTrace* ts = g_states.load(std::memory_order_acquire); ts; ts = ts->next_state)
+    ts->path = Path::general;
 }
 
 arch::TracerHooks hooks() {

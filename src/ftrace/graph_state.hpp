@@ -85,6 +85,11 @@ struct ThreadTrace {
   // `contexts`, mapped on the first switch.
   uint64_t context = 0;
   struct Contexts* contexts = nullptr;
+  // Every thread's state, linked once when it is made (states are never unmapped), so
+  // that configure() can send every thread to the general code: an agent configured
+  // again in a running process (docs/attach.md) must not let a thread write on into the
+  // rings of the recording before.
+  ThreadTrace* next_state = nullptr;
 };
 
 // The frames of execution stacks the thread switched away from, by name (a ucontext_t

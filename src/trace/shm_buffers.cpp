@@ -363,8 +363,9 @@ ShmBuffers::ShmBuffers(ShmBuffers&& o) noexcept { *this = std::move(o); }
 
 ShmBuffers& ShmBuffers::operator=(ShmBuffers&& o) noexcept {
   if (this != &o) {
-    if (base_) ::munmap(base_, size_);
+    if (base_ && !retired_) ::munmap(base_, size_);
     if (fd_ >= 0) ::close(fd_);
+    retired_ = std::exchange(o.retired_, false);
     base_ = std::exchange(o.base_, nullptr);
     size_ = std::exchange(o.size_, 0);
     fd_ = std::exchange(o.fd_, -1);
@@ -384,8 +385,19 @@ ShmBuffers& ShmBuffers::operator=(ShmBuffers&& o) noexcept {
   return *this;
 }
 
+void ShmBuffers::retire() noexcept {
+  if (base_) {
+    void* p = ::mmap(base_, size_, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return;  // still the rings: left mapped as they are
+    retired_ = true;
+  }
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
 ShmBuffers::~ShmBuffers() {
-  if (base_) ::munmap(base_, size_);
+  if (base_ && !retired_) ::munmap(base_, size_);
   if (fd_ >= 0) ::close(fd_);
 }
 

@@ -145,6 +145,15 @@ class ShmBuffers {
   // the CLI's descriptor of the anonymous one.
   const std::string& agent_path() const noexcept { return agent_path_; }
 
+  // Agent side, when a recording ends in a running process (docs/attach.md): replaces
+  // the mapping by zeroed anonymous memory of the same size, in one step (MAP_FIXED),
+  // and closes the file. The rings' file is released; a thread still finishing a write
+  // it began before the tracer moved on (ftrace::configure), or claiming a ring from
+  // this object then, writes into memory no one reads, never into an unmapped page. The
+  // replacement is never unmapped (no thread can be known to be done with it): it costs
+  // address space and the pages such late writes touch, no more.
+  void retire() noexcept;
+
   // Agent side: claims a free buffer for (pid, tid). Async-signal-safe (atomics only).
   // An invalid Producer when all are taken (the loss is counted in the header).
   Producer claim(uint32_t pid, uint32_t tid) noexcept;
@@ -220,6 +229,7 @@ class ShmBuffers {
   void overwrite(Ring& r, std::string what);
 
   void* base_ = nullptr;
+  bool retired_ = false;  // retire(): base_ names memory that is never unmapped
   size_t size_ = 0;
   int fd_ = -1;                 // the anonymous file, held open (CLI side)
   std::string agent_path_;

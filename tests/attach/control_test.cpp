@@ -16,6 +16,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -29,6 +30,7 @@
 #include "cli_runner.hpp"
 #include "os/elf_file.hpp"
 #include "second_user.hpp"
+#include "text_vs_file.hpp"
 #include "temp_dir.hpp"
 
 namespace {
@@ -36,6 +38,8 @@ namespace {
 using nlohmann::json;
 using utramp::test::run_cli;
 using utramp::test::TempDir;
+using utramp::test::text_vs_file;
+using utramp::test::TextDiff;
 namespace ctl = utramp::agent::control;
 
 std::string target_path(const std::string& variant) {
@@ -105,52 +109,6 @@ class Recorded {
   pid_t record_ = -1, target_ = -1;
   int in_ = -1, out_ = -1;
 };
-
-// How many bytes of the program's .text in process PID differ from its file's, and the
-// first few places (from /proc/PID/mem; the load bias from /proc/PID/maps).
-struct TextDiff {
-  size_t bytes = 0;
-  std::string where;
-  bool read = false;
-};
-TextDiff text_vs_file(pid_t pid, const std::string& path) {
-  TextDiff d;
-  auto elf = utramp::os::ElfFile::open(path);
-  if (!elf) return d;
-  const utramp::os::ElfSection* text = (*elf)->section(".text");
-  if (!text) return d;
-  uint64_t bias = 0;
-  if ((*elf)->is_dyn()) {
-    char real[4096];
-    const ssize_t n = readlink(fmt::format("/proc/{}/exe", pid).c_str(), real, sizeof real - 1);
-    if (n <= 0) return d;
-    const std::string exe(real, static_cast<size_t>(n));
-    std::ifstream maps(fmt::format("/proc/{}/maps", pid));
-    for (std::string line; std::getline(maps, line);) {
-      unsigned long lo = 0, off = 0;
-      if (line.size() > exe.size() && line.ends_with(exe) &&
-          sscanf(line.c_str(), "%lx-%*x %*s %lx", &lo, &off) == 2 && off == 0) {
-        bias = lo - ((*elf)->first_load_vaddr() & ~uint64_t{0xfff});
-        break;
-      }
-    }
-    if (!bias) return d;
-  }
-  const auto file = (*elf)->bytes_at(text->addr, text->size);
-  std::vector<uint8_t> mem(text->size);
-  const int fd = open(fmt::format("/proc/{}/mem", pid).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return d;
-  const ssize_t got = pread(fd, mem.data(), mem.size(), static_cast<off_t>(bias + text->addr));
-  close(fd);
-  if (got != static_cast<ssize_t>(mem.size()) || file.size() != mem.size()) return d;
-  d.read = true;
-  for (size_t i = 0; i < mem.size(); ++i)
-    if (mem[i] != file[i]) {
-      if (d.bytes < 4) d.where += fmt::format(" .text+{:#x} ({:02x}, file {:02x})", i, mem[i], file[i]);
-      ++d.bytes;
-    }
-  return d;
-}
 
 json show(pid_t pid) {
   auto r = run_cli({"show", "-p", std::to_string(pid), "--json"});
@@ -324,7 +282,8 @@ TEST(Control, MalformedOrKilledClientEndsOnlyItsConnection) {
   close(*keep);
 
   // A configuration (record -p's hand-over): the launcher's format, checked under the
-  // file's rules; this agent, configured at start-up, takes none.
+  // file's rules; this agent, configured at start-up, takes none (a second recording of
+  // a process started under utramp is refused, saying so).
   utramp::agent::Config cfg;
   cfg.shm_path = "/dev/shm/none";
   cfg.trace_dir = "/tmp";  // others may write there
@@ -335,7 +294,14 @@ TEST(Control, MalformedOrKilledClientEndsOnlyItsConnection) {
   };
   EXPECT_NE(apply(cfg).find("writable by others"), std::string::npos) << apply(cfg);
   cfg.trace_dir = dir.path;
-  EXPECT_NE(apply(cfg).find("already configured"), std::string::npos) << apply(cfg);
+  EXPECT_NE(apply(cfg).find("was started under utramp"), std::string::npos) << apply(cfg);
+
+  // The CLI says the same before it creates anything: no trace directory is made.
+  const std::string second = dir.path + "/second";
+  auto r = run_cli({"record", "-p", std::to_string(rec.pid()), "-o", second});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("it was started under utramp"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(second));
 
   auto [out, code] = rec.finish();
   EXPECT_EQ(code, 0) << rec.errors();

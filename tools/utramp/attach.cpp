@@ -1,28 +1,75 @@
 #include "attach.hpp"
 
 #include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
 
+#include <fstream>
+#include <iterator>
+
+#include "agent/control_protocol.hpp"
 #include "launch.hpp"
+#include "os/dwarf.hpp"
 #include "os/inject.hpp"
+#include "trace/trace_dir.hpp"
 
 namespace utramp::cli {
 
-int run_record_attach(pid_t pid, const RecordOptions& o) {
-  if (!o.command.empty()) {
-    fmt::print(stderr, "utramp record: -p attaches to a running process: give no program as well\n");
-    return 2;
-  }
-  // Every refusal that needs no ptrace, before the process is touched.
-  auto facts = os::check_attachable(pid);
-  if (!facts) {
-    fmt::print(stderr, "utramp record: cannot attach: {}\n", facts.error().message);
-    return 2;
+namespace {
+
+namespace ctl = agent::control;
+
+// How long the agent may take to canonicalise and attach every selected site of the
+// process, while its threads run (the live patch protocol), and to remove them.
+constexpr int kConfigureTimeoutMs = 60'000;
+
+volatile sig_atomic_t g_interrupted = 0;
+
+uint64_t mono_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1'000'000;
+}
+
+// The process's command line, as /proc/PID/cmdline has it.
+std::vector<std::string> command_of(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/cmdline", pid), std::ios::binary);
+  std::vector<std::string> argv;
+  for (std::string arg; std::getline(in, arg, '\0');) argv.push_back(arg);
+  return argv;
+}
+
+std::string exe_of(pid_t pid) {
+  char buf[4096];
+  const ssize_t n = readlink(fmt::format("/proc/{}/exe", pid).c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+// Whether PID exists and has not ended (a zombie has: its parent did not reap it yet).
+bool still_running(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+// Loads the agent into PID unless it is there already (its control channel answers:
+// an earlier `record -p`, or a process started under utramp). Prints why not.
+bool ensure_agent(pid_t pid) {
+  if (auto fd = ctl::connect_to(pid); fd) {
+    close(*fd);
+    return true;
   }
   const std::string agent = agent_library();
   auto loaded = os::inject_library(pid, agent);
   if (!loaded) {
     fmt::print(stderr, "utramp record: cannot attach to process {}: {}\n", pid, loaded.error().message);
-    return 2;
+    return false;
   }
   if (!loaded->handle) {
     // The loader's own reason. "static TLS": the agent's initial-exec thread-local
@@ -38,21 +85,188 @@ int run_record_attach(pid_t pid, const RecordOptions& o) {
                      "into a running process is smaller than the agent's few hundred bytes: "
                      "docs/attach.md)"
                    : "",
-               static_cast<double>(loaded->pause_ns) / 1e6, loaded->threads,
-               loaded->threads == 1 ? "" : "s");
+               static_cast<double>(loaded->pause_ns) / 1e6, loaded->threads, loaded->threads == 1 ? "" : "s");
+    return false;
+  }
+  fmt::print(stderr, "utramp record: the agent was loaded into process {} (paused {:.2f} ms, {} thread{})\n", pid,
+             static_cast<double>(loaded->pause_ns) / 1e6, loaded->threads, loaded->threads == 1 ? "" : "s");
+  return true;
+}
+
+// A running process being recorded: the connection that configured its agent. The agent
+// removes everything when this connection ends, whatever ends it (docs/attach.md).
+class Attached : public RecordTarget {
+ public:
+  Attached(pid_t pid, int fd, double duration_s) : pid_(pid), fd_(fd), duration_s_(duration_s) {}
+  ~Attached() override {
+    if (fd_ >= 0) close(fd_);
+  }
+  pid_t pid() const override { return pid_; }
+
+  // Drains until Ctrl-C (or SIGTERM), --duration, or the connection's end (the process
+  // exited or exec'd: its socket is closed with it), then asks the agent to detach.
+  Ended wait(const std::function<bool()>& work, int idle_ms) override {
+    g_interrupted = 0;
+    struct sigaction stop {}, old_int {}, old_term {};
+    stop.sa_handler = [](int) { g_interrupted = 1; };
+    sigaction(SIGINT, &stop, &old_int);
+    sigaction(SIGTERM, &stop, &old_term);
+    const uint64_t t0 = mono_ms();
+    const uint64_t until = duration_s_ > 0 ? t0 + static_cast<uint64_t>(duration_s_ * 1000) : UINT64_MAX;
+    std::string why;
+    bool gone = false;
+    for (;;) {
+      const bool busy = work();
+      if (g_interrupted) {
+        why = "interrupted";
+        break;
+      }
+      if (mono_ms() >= until) {
+        why = fmt::format("--duration {} s ended", duration_s_);
+        break;
+      }
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, busy ? 0 : idle_ms) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR))) {
+        // Nothing is sent unasked: readable means closed.
+        gone = true;
+        break;
+      }
+    }
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    const double secs = static_cast<double>(mono_ms() - t0) / 1000.0;
+    Ended e;
+    if (gone) {
+      // Its end, or an exec (the channel is close-on-exec; the new image has no agent).
+      // Its exit closes the socket a moment before it becomes a zombie: a little time
+      // tells an exit from an exec.
+      bool alive = still_running(pid_);
+      for (int i = 0; alive && i < 20; ++i) {
+        usleep(10'000);
+        alive = still_running(pid_);
+      }
+      e.how = alive ? fmt::format("exec'd or closed the control channel after {:.1f} s: recording stopped", secs)
+                    : fmt::format("exited after {:.1f} s of recording", secs);
+      fmt::print(stderr, "utramp record: process {} {}; what was recorded is kept\n", pid_, e.how);
+      return e;
+    }
+    Result<Ended> detached = detach(why, secs);
+    if (!detached) {
+      e.how = fmt::format("detach failed: {}", detached.error().message);
+      e.exit_code = 1;
+      fmt::print(stderr, "utramp record: process {}: {}\n", pid_, e.how);
+      return e;
+    }
+    return *detached;
+  }
+
+ private:
+  Result<Ended> detach(const std::string& why, double secs) {
+    if (auto s = ctl::send_message(fd_, {ctl::MsgType::detach, nlohmann::json::object()}); !s) return s.error();
+    ctl::Decoder d;
+    auto m = ctl::receive_message(fd_, &d, kConfigureTimeoutMs);
+    if (!m) return m.error();
+    if (m->type == ctl::MsgType::error) return make_error(Errc::io, m->body.value("error", std::string("?")));
+    const auto& b = m->body;
+    Ended e;
+    e.how = fmt::format("detached after {:.1f} s ({})", secs, why);
+    std::string left;
+    if (const auto l = b.find("left"); l != b.end() && l->is_array() && !l->empty())
+      for (const auto& x : *l) left += fmt::format("; left: {}", x.is_string() ? x.get<std::string>() : x.dump());
+    fmt::print(stderr, "utramp record: detached from process {}: {} links removed, {} sites back to the file's bytes{}\n",
+               pid_, b.value("links_detached", 0), b.value("sites_restored", 0), left);
+    if (const auto er = b.find("errors"); er != b.end() && er->is_array())
+      for (const auto& x : *er) fmt::print(stderr, "utramp record: detach: {}\n", x.is_string() ? x.get<std::string>() : x.dump());
+    close(fd_);
+    fd_ = -1;
+    return e;
+  }
+
+  pid_t pid_;
+  int fd_;
+  double duration_s_;
+};
+
+}  // namespace
+
+std::string program_of(pid_t pid) { return exe_of(pid); }
+
+int run_record_attach(pid_t pid, const RecordOptions& o, double duration_s, RecordResult* out) {
+  if (!o.command.empty()) {
+    fmt::print(stderr, "utramp record: -p attaches to a running process: give no program as well\n");
     return 2;
   }
-  // Loaded. Without the launcher's configuration the agent does nothing (no site
-  // patched, no thread started), and there is no way yet to hand it one in a running
-  // process (the control channel of docs/attach.md, "Status"): said, not pretended.
-  fmt::print(stderr,
-             "utramp record: the agent was loaded into process {} (paused {:.2f} ms, {} thread{}), "
-             "but nothing is traced: this version cannot yet configure an agent in a running "
-             "process (docs/attach.md, \"Status\"); the agent stays loaded and inert (no site "
-             "patched, no thread started) and the process runs on unchanged\n",
-             pid, static_cast<double>(loaded->pause_ns) / 1e6, loaded->threads,
-             loaded->threads == 1 ? "" : "s");
-  return 2;
+  // Every refusal that needs no ptrace, before the process is touched.
+  auto facts = os::check_attachable(pid);
+  if (!facts) {
+    fmt::print(stderr, "utramp record: cannot attach: {}\n", facts.error().message);
+    return 2;
+  }
+  // An agent there already (an earlier `record -p`, or the process was started under
+  // utramp) that cannot take a recording now: said before anything is created.
+  if (auto fd = ctl::connect_to(pid); fd) {
+    close(*fd);
+    auto shown = ctl::call(pid, {ctl::MsgType::show, nlohmann::json::object()}, 5000);
+    if (!shown) {
+      fmt::print(stderr, "utramp record: process {}: its agent does not answer: {}\n", pid, shown.error().message);
+      return 2;
+    }
+    const nlohmann::json a = shown->value("agent", nlohmann::json::object());
+    if (a.value("launched", false)) {
+      fmt::print(stderr,
+                 "utramp record: cannot attach to process {}: it was started under utramp (its agent is "
+                 "configured by its launcher; trace directory {}): a second recording cannot be attached; "
+                 "`utramp show -p {}` and `utramp detach -p {}` work on it\n",
+                 pid, a.value("trace_dir", std::string("?")), pid, pid);
+      return 2;
+    }
+    if (a.value("state", std::string()) == "attached") {
+      fmt::print(stderr, "utramp record: cannot attach to process {}: a recording is already attached "
+                         "(trace directory {}); one at a time\n",
+                 pid, a.value("trace_dir", std::string("?")));
+      return 2;
+    }
+  }
+  trace::TraceInfo info;
+  info.command = command_of(pid);
+  info.binary = exe_of(pid);
+  info.build_id = os::build_id_hex(info.binary);
+  return record(
+      o, std::move(info),
+      [&](const agent::Config& cfg, const std::string&, int* exit_code) -> std::unique_ptr<RecordTarget> {
+        *exit_code = 2;
+        if (!ensure_agent(pid)) return nullptr;
+        auto fd = ctl::connect_to(pid);
+        if (!fd) {
+          fmt::print(stderr, "utramp record: process {}: {}\n", pid, fd.error().message);
+          return nullptr;
+        }
+        auto conn = std::make_unique<Attached>(pid, *fd, duration_s);
+        auto sent = ctl::send_message(*fd, {ctl::MsgType::apply_config,
+                                            {{"config", nlohmann::json::parse(agent::dump_config(cfg))}}});
+        ctl::Decoder d;
+        Result<ctl::Message> m = sent ? ctl::receive_message(*fd, &d, kConfigureTimeoutMs)
+                                      : Result<ctl::Message>(sent.error());
+        if (m && m->type == ctl::MsgType::error)
+          m = make_error(Errc::busy, m->body.value("error", std::string("?")));
+        if (!m) {
+          fmt::print(stderr, "utramp record: process {} refused the recording: {}; nothing was changed\n", pid,
+                     m.error().message);
+          return nullptr;
+        }
+        // Functions whose sites cannot change while threads run (gcc's five 1-byte NOPs,
+        // relocated prologues: docs/attach.md, "Limits") are said, with the first reason.
+        if (const size_t n = m->body.value("not_traced", size_t{0}))
+          fmt::print(stderr,
+                     "utramp record: {} function{} of process {} not traced (the agent's log in {} has each): "
+                     "{}\n",
+                     n, n == 1 ? "" : "s", pid, cfg.trace_dir, m->body.value("not_traced_first", std::string()));
+        fmt::print(stderr, "utramp record: recording process {} ({} links attached){}; Ctrl-C to stop\n", pid,
+                   m->body.value("links", 0),
+                   duration_s > 0 ? fmt::format(" for {} s", duration_s) : std::string());
+        return conn;
+      },
+      out);
 }
 
 }  // namespace utramp::cli

@@ -170,10 +170,22 @@ void add_record(CLI::App& app) {
   // -p PID instead of a program: attach to a running process (docs/attach.md).
   auto pid = std::make_shared<int>(0);
   sub->add_option("-p,--pid", *pid, "attach to the running process PID instead of starting a program");
+  auto duration = std::make_shared<std::string>();
+  sub->add_option("--duration", *duration, "with -p: record this long, then detach (e.g. 10s; default: until Ctrl-C)");
   sub->get_option("command")->required(false);  // run_record says when neither is given
-  sub->callback([f, pid] {
+  sub->callback([f, pid, duration] {
     if (!finish_record_flags(*f, "record")) std::exit(2);
-    if (*pid) std::exit(run_record_attach(*pid, f->rec));
+    uint64_t duration_ns = 0;
+    if (!duration->empty() && (!*pid || !parse_duration(*duration, &duration_ns) || duration_ns == 0)) {
+      fmt::print(stderr, "utramp record: --duration '{}': {}\n", *duration,
+                 *pid ? "expected a duration above 0: a number and one of ns, us, ms, s (10s, 500ms)"
+                      : "only with -p PID (a program started by record is recorded until it ends)");
+      std::exit(2);
+    }
+    if (*pid) {
+      RecordResult r;
+      std::exit(run_record_attach(*pid, f->rec, static_cast<double>(duration_ns) / 1e9, &r));
+    }
     RecordResult r;
     std::exit(run_record(f->rec, &r));
   });

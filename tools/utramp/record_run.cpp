@@ -330,7 +330,32 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     fmt::print(stderr, "utramp record: {}: {}\n", prog, obj.error().message);
     return 2;
   }
+  trace::TraceInfo info;
+  info.command = o.command;
+  info.binary = target->binary;
+  info.build_id = os::build_id_hex(target->binary);
+  const Target launched = *target;
+  return record(
+      o, std::move(info),
+      [&](const agent::Config& cfg, const std::string& config_path, int* exit_code) -> std::unique_ptr<RecordTarget> {
+        auto launch = Launch::start(launched, o.command, cfg, config_path);
+        if (!launch) {
+          fmt::print(stderr, "utramp record: {}\n", launch.error().message);
+          *exit_code = launch.error().code == Errc::not_found ? 2 : 127;
+          return nullptr;
+        }
+        struct Launched : RecordTarget {
+          explicit Launched(Launch l) : launch(std::move(l)) {}
+          pid_t pid() const override { return launch.pid(); }
+          Ended wait(const std::function<bool()>& work, int idle_ms) override { return launch.wait(work, idle_ms); }
+          Launch launch;
+        };
+        return std::make_unique<Launched>(std::move(*launch));
+      },
+      out);
+}
 
+int record(const RecordOptions& o, trace::TraceInfo info, const StartTarget& start, RecordResult* out) {
   // DIR: created 0700 or checked to be the user's, locked against a second recording,
   // emptied of an older trace (TraceWriter).
   auto writer = trace::TraceWriter::create(o.output, o.compression);
@@ -369,10 +394,6 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   cfg.ticks_per_ns = rate0;
 
   // Written first as "recording": what a recording whose CLI was killed keeps.
-  trace::TraceInfo info;
-  info.command = o.command;
-  info.binary = target->binary;
-  info.build_id = os::build_id_hex(target->binary);
   info.date = utc_now();
   info.time_unit = "tsc";
   info.ticks_per_ns = rate0;
@@ -395,11 +416,9 @@ int run_record(const RecordOptions& o, RecordResult* out) {
   (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
   // By its absolute path too: a program exec'd under --follow-exec after a chdir reads it.
   const std::string agent_config = dir_path + "/agent.json";
-  auto launch = Launch::start(*target, o.command, cfg, agent_config);
-  if (!launch) {
-    fmt::print(stderr, "utramp record: {}\n", launch.error().message);
-    return launch.error().code == Errc::not_found ? 2 : 127;
-  }
+  int start_failed = 0;
+  std::unique_ptr<RecordTarget> launch = start(cfg, agent_config, &start_failed);
+  if (!launch) return start_failed;
   const pid_t child = launch->pid();
   Descendants descendants(static_cast<uint32_t>(child), dir_path, "UTRAMP_AGENT=" + agent_config);
 
@@ -555,7 +574,7 @@ int run_record(const RecordOptions& o, RecordResult* out) {
     root = std::move(*p);
   } else {
     root.pid = static_cast<uint32_t>(child);
-    root.command = o.command;
+    root.command = info.command;
     root.start_time = info.start_time;
     // No process file: the agent did not start. If it refused its configuration (one
     // changed after we wrote it, agent/trust.hpp), the same check says why.

@@ -3,12 +3,16 @@
 
 #include <CLI/CLI.hpp>
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "agent/config.hpp"
+#include "launch.hpp"
 #include "trace/shm_buffers.hpp"
 #include "trace/trace_dir.hpp"
 
@@ -54,6 +58,26 @@ inline constexpr int kExitSaveFailed = 74;
 // Returns the target's exit status as the CLI should exit with, kExitSaveFailed when the
 // trace was cut, or a CLI error (> 0 with the message printed) before anything ran.
 int run_record(const RecordOptions& o, RecordResult* out);
+
+// What a recording records: the program `record` starts (Launch), or a running process
+// it attached to (`record -p`, attach.cpp). The recorder (record()) is the same for both.
+class RecordTarget {
+ public:
+  virtual ~RecordTarget() = default;
+  virtual pid_t pid() const = 0;
+  // Calls `work` (the recorder's drain) until the recording of this process ends: the
+  // program exited, or the attached one was detached from. As Launch::wait.
+  virtual Ended wait(const std::function<bool()>& work, int idle_ms) = 0;
+};
+// Starts the target with the agent configuration CFG (the launcher writes it to
+// CONFIG_PATH), or says why not and sets *exit_code.
+using StartTarget = std::function<std::unique_ptr<RecordTarget>(const agent::Config& cfg,
+                                                                const std::string& config_path,
+                                                                int* exit_code)>;
+// The recorder: creates the trace directory (0700, the user's) and the rings (an
+// anonymous file, 0600), starts the target with START, drains until it ends, and saves
+// the trace. INFO holds what is known of the target (command, binary, build id).
+int record(const RecordOptions& o, trace::TraceInfo info, const StartTarget& start, RecordResult* out);
 
 // The options of `record` as given (`record` and `live` take the same ones).
 struct RecordFlags {

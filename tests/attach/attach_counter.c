@@ -1,0 +1,113 @@
+// A long-running process to record while it runs (`utramp record -p`, record_pid_test):
+// WORKERS threads call count_a() and count_b() in a loop and count their own calls, one
+// thread is blocked in read() on stdin (the main one), one sits in a SIGUSR1 handler
+// until the end. It prints "ready PID" once all run, then obeys one-letter commands on
+// stdin:
+//   p  pause: every worker waits outside the counted functions; prints
+//      "counts A B" (the calls of count_a and count_b made so far, all threads)
+//   r  resume; prints "resumed"
+//   q  (or the end of stdin) stop; prints "ok: N workers" or "BAD: ..." when a
+//      result was wrong
+//   x  exec /bin/sleep 1 (an exec while it is recorded)
+// So the calls made between two pauses are known exactly, whatever the timing.
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_WORKERS 64
+
+static atomic_int g_stop, g_pause, g_parked, g_running, g_in_handler, g_bad;
+static long g_a[MAX_WORKERS], g_b[MAX_WORKERS];
+
+__attribute__((noinline)) long count_a(long x) {
+  long s = 0;
+  for (long i = 0; i < 8; ++i) s += (x + i) * 3;
+  __asm__ volatile("" : "+r"(s));
+  return s;
+}
+
+__attribute__((noinline)) long count_b(long x) {
+  __asm__ volatile("" : "+r"(x));
+  return x ^ 0x5a5a;
+}
+
+static void* worker(void* arg) {
+  const long id = (long)arg;
+  atomic_fetch_add(&g_running, 1);
+  const struct timespec nap = {0, 100000};
+  for (long i = 0; !atomic_load(&g_stop); ++i) {
+    if (atomic_load(&g_pause)) {
+      atomic_fetch_add(&g_parked, 1);
+      while (atomic_load(&g_pause) && !atomic_load(&g_stop)) usleep(200);
+      atomic_fetch_sub(&g_parked, 1);
+    }
+    if (count_a(i) != 24 * i + 84) atomic_fetch_add(&g_bad, 1);
+    g_a[id]++;
+    if (i % 3 == 0) {
+      if (count_b(i) != (i ^ 0x5a5a)) atomic_fetch_add(&g_bad, 1);
+      g_b[id]++;
+    }
+    if (i % 32 == 0) nanosleep(&nap, NULL);  // a few hundred thousand calls a second
+  }
+  return NULL;
+}
+
+static void on_usr1(int sig) {
+  (void)sig;
+  atomic_store(&g_in_handler, 1);
+  while (!atomic_load(&g_stop)) usleep(1000);
+}
+
+static void* handler_thread(void* arg) {
+  (void)arg;
+  pthread_kill(pthread_self(), SIGUSR1);
+  return NULL;
+}
+
+int main(int argc, char** argv) {
+  const int workers = argc > 1 ? atoi(argv[1]) : 8;
+  if (workers < 1 || workers > MAX_WORKERS) return 2;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sigaction(SIGUSR1, &sa, NULL);
+  pthread_t t[MAX_WORKERS], h;
+  for (long i = 0; i < workers; ++i) pthread_create(&t[i], NULL, worker, (void*)i);
+  pthread_create(&h, NULL, handler_thread, NULL);
+  while (atomic_load(&g_running) < workers || !atomic_load(&g_in_handler)) usleep(1000);
+  printf("ready %d\n", (int)getpid());
+  fflush(stdout);
+  char c = 0;
+  while (read(0, &c, 1) == 1 && c != 'q') {  // the thread blocked in a system call
+    if (c == 'p') {
+      atomic_store(&g_pause, 1);
+      while (atomic_load(&g_parked) < workers) usleep(100);
+      long a = 0, b = 0;
+      for (int i = 0; i < workers; ++i) {
+        a += g_a[i];
+        b += g_b[i];
+      }
+      printf("counts %ld %ld\n", a, b);
+      fflush(stdout);
+    } else if (c == 'x') {
+      execl("/bin/sleep", "sleep", "1", (char*)NULL);
+      return 127;
+    } else if (c == 'r') {
+      atomic_store(&g_pause, 0);
+      printf("resumed\n");
+      fflush(stdout);
+    }
+  }
+  atomic_store(&g_stop, 1);
+  for (int i = 0; i < workers; ++i) pthread_join(t[i], NULL);
+  pthread_join(h, NULL);
+  if (atomic_load(&g_bad)) printf("BAD: %d wrong results\n", atomic_load(&g_bad));
+  else printf("ok: %d workers\n", workers);
+  return atomic_load(&g_bad) ? 1 : 0;
+}

@@ -1,0 +1,356 @@
+// `utramp record -p PID` end to end (docs/attach.md): attach_counter (8 workers calling
+// count_a and count_b in a loop and counting their calls, one thread blocked in read(),
+// one inside a signal handler) is recorded, RECORD_PID_CYCLES times in a row without a
+// restart. In each cycle the workers are paused (outside the counted functions) while
+// the CLI attaches and while it detaches, so the calls of the attached window are known
+// exactly: the recording must hold exactly those (--mode block: none lost). After each
+// detach the process's .text is its file's; at the end its results are right. Then the
+// ends of a recording other than Ctrl-C: the CLI killed, the process's exit or exec.
+//
+// Built by clang with -fpatchable-function-entry=5 (one 5-byte NOP: changed while the
+// threads run) and by gcc with it (five 1-byte NOPs: a thread may be between two, so
+// they are not changed while threads run; the CLI says so and changes nothing).
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "child_io.hpp"
+#include "cli_runner.hpp"
+#include "temp_dir.hpp"
+#include "text_vs_file.hpp"
+
+#ifndef RECORD_PID_CYCLES
+#define RECORD_PID_CYCLES 10
+#endif
+
+namespace {
+
+using utramp::test::run_cli;
+using utramp::test::TempDir;
+using utramp::test::text_vs_file;
+using utramp::test::TextDiff;
+
+std::string target_path(const std::string& variant) {
+  return std::string(COUNTER_TARGET_DIR) + "/attach_counter_" + variant;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// attach_counter as a child on pipes, told what to do one letter at a time.
+class Counter {
+ public:
+  explicit Counter(const std::string& program) {
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      execl(program.c_str(), program.c_str(), "8", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    in_ = in[1];
+    out_ = out[0];
+    ready_ = utramp::test::read_line(out_).starts_with("ready ");
+  }
+  ~Counter() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      utramp::test::reap_child(pid_);
+    }
+    if (in_ >= 0) close(in_);
+    if (out_ >= 0) close(out_);
+  }
+  Counter(const Counter&) = delete;
+  Counter& operator=(const Counter&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool ready() const { return ready_; }
+  // 'p': the workers wait; the calls of count_a and count_b made so far.
+  std::pair<long, long> pause() {
+    const std::string line = say('p');
+    long a = -1, b = -1;
+    if (sscanf(line.c_str(), "counts %ld %ld", &a, &b) != 2) return {-1, -1};
+    return {a, b};
+  }
+  bool resume() { return say('r') == "resumed"; }
+  void exec() { (void)!write(in_, "x", 1); }
+  std::pair<std::string, int> finish() {
+    (void)!write(in_, "q", 1);
+    close(in_);
+    in_ = -1;
+    std::string rest;
+    char buf[512];
+    ssize_t n;
+    while ((n = read(out_, buf, sizeof buf)) > 0) rest.append(buf, static_cast<size_t>(n));
+    return {rest, utramp::test::reap_child(pid_)};
+  }
+
+ private:
+  std::string say(char c) {
+    if (write(in_, &c, 1) != 1) return {};
+    return utramp::test::read_line(out_);
+  }
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1;
+  bool ready_ = false;
+};
+
+// `utramp record -p PID ARGS` in the background, its stderr in a file.
+class Recorder {
+ public:
+  Recorder(pid_t target, const std::vector<std::string>& args, const std::string& err_path) : err_(err_path) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      dup2(fd, 2);
+      const int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+      dup2(null, 0);
+      dup2(null, 1);
+      std::vector<std::string> argv{UTRAMP_CLI, "record", "-p", std::to_string(target)};
+      argv.insert(argv.end(), args.begin(), args.end());
+      std::vector<char*> p;
+      for (auto& a : argv) p.push_back(a.data());
+      p.push_back(nullptr);
+      execv(p[0], p.data());
+      _exit(127);
+    }
+  }
+  ~Recorder() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      utramp::test::reap_child(pid_);
+    }
+  }
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+  // Until it says it records (true) or it ended (false), 60 s at most.
+  bool recording() {
+    for (int i = 0; i < 6000; ++i) {
+      if (errors().find("Ctrl-C to stop") != std::string::npos) return true;
+      if (waitpid(pid_, nullptr, WNOHANG) != 0) {
+        pid_ = -1;
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  int stop(int sig) {
+    kill(pid_, sig);
+    return utramp::test::reap_child(pid_);
+  }
+  int wait() { return utramp::test::reap_child(pid_); }
+  std::string errors() const { return read_file(err_); }
+
+ private:
+  std::string err_;
+  pid_t pid_ = -1;
+};
+
+// The calls of FUNC in the recording DIR, from `utramp report` (-1: not listed).
+long recorded_calls(const std::string& dir, const std::string& func) {
+  auto r = run_cli({"report", dir});
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    for (std::string x; words >> x;) w.push_back(x);
+    if (w.size() >= 2 && w.back() == func) return std::stol(w[w.size() - 2]);
+  }
+  return -1;
+}
+
+// Waits up to 10 s for the process's .text to be its file's again.
+TextDiff text_back(pid_t pid, const std::string& path) {
+  TextDiff d;
+  for (int i = 0; i < 1000; ++i) {
+    d = text_vs_file(pid, path);
+    if (d.read && d.bytes == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return d;
+}
+
+TEST(RecordPidCounts, EveryCallOfTheAttachedWindowIsRecorded) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-recpid");
+  for (int cycle = 0; cycle < RECORD_PID_CYCLES; ++cycle) {
+    SCOPED_TRACE(fmt::format("cycle {}", cycle));
+    const std::string out = fmt::format("{}/rec{}", dir.path, cycle);
+    const auto [a0, b0] = c.pause();
+    ASSERT_GE(a0, 0);
+    Recorder rec(c.pid(), {"-o", out, "--mode", "block", "-q"}, out + ".err");
+    ASSERT_TRUE(rec.recording()) << rec.errors();
+    ASSERT_TRUE(c.resume());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto [a1, b1] = c.pause();
+    ASSERT_GT(a1, a0);
+    EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
+    EXPECT_NE(rec.errors().find("6 sites back to the file's bytes"), std::string::npos) << rec.errors();
+    const TextDiff d = text_vs_file(c.pid(), target);
+    ASSERT_TRUE(d.read);
+    EXPECT_EQ(d.bytes, 0u) << "after the detach, .text differs from the file at" << d.where;
+    EXPECT_EQ(recorded_calls(out, "count_a"), a1 - a0);
+    EXPECT_EQ(recorded_calls(out, "count_b"), b1 - b0);
+    ASSERT_TRUE(c.resume());
+    // Only this cycle's recording is kept (the directory holds ~10 MB).
+    std::filesystem::remove_all(out);
+  }
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
+}
+
+// The CLI killed with SIGKILL while it records: the agent sees its connection end and
+// puts every site back at once (docs/attach.md: the bound is the control thread's
+// wake-up, which the close causes; the test allows 10 s on a loaded machine). The
+// agent then takes the next recording.
+TEST(RecordPidCounts, KilledRecorderLeavesNothingPatched) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-recpid");
+  {
+    Recorder rec(c.pid(), {"-o", dir.path + "/killed", "-q"}, dir.path + "/killed.err");
+    ASSERT_TRUE(rec.recording()) << rec.errors();
+    const TextDiff patched = text_vs_file(c.pid(), target);
+    EXPECT_GT(patched.bytes, 0u) << "nothing was patched";
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(rec.stop(SIGKILL), 128 + SIGKILL);
+    const TextDiff d = text_back(c.pid(), target);
+    EXPECT_EQ(d.bytes, 0u) << ".text differs from the file at" << d.where;
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(ms, 10000);
+    RecordProperty("restored_ms", static_cast<int>(ms));
+  }
+  // What was recorded until then is readable (the CLI's own state: "recording").
+  EXPECT_EQ(run_cli({"info", dir.path + "/killed"}).exit_code, 0);
+  auto again = run_cli({"record", "-p", std::to_string(c.pid()), "--duration", "200ms", "-o", dir.path + "/again"});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_GT(recorded_calls(dir.path + "/again", "count_a"), 0);
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
+}
+
+// One recording at a time: a second `record -p` is refused before it makes anything,
+// and the first goes on to its end.
+TEST(RecordPidCounts, ASecondRecordingIsRefused) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-recpid");
+  Recorder rec(c.pid(), {"-o", dir.path + "/first"}, dir.path + "/first.err");
+  ASSERT_TRUE(rec.recording()) << rec.errors();
+  auto second = run_cli({"record", "-p", std::to_string(c.pid()), "-o", dir.path + "/second"});
+  EXPECT_EQ(second.exit_code, 2);
+  EXPECT_NE(second.err.find("a recording is already attached"), std::string::npos) << second.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path + "/second"));
+  EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
+  EXPECT_GT(recorded_calls(dir.path + "/first", "count_a"), 0);
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
+}
+
+// The process ends while it is recorded: the CLI says so, keeps what was recorded and
+// exits 0 by itself.
+TEST(RecordPidCounts, ProcessThatExitsEndsTheRecording) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-recpid");
+  Recorder rec(c.pid(), {"-o", dir.path + "/exits"}, dir.path + "/exits.err");
+  ASSERT_TRUE(rec.recording()) << rec.errors();
+  const pid_t pid = c.pid();
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(rec.wait(), 0) << rec.errors();
+  EXPECT_NE(rec.errors().find(fmt::format("process {} exited after", pid)), std::string::npos) << rec.errors();
+  EXPECT_NE(rec.errors().find("what was recorded is kept"), std::string::npos) << rec.errors();
+  EXPECT_GT(recorded_calls(dir.path + "/exits", "count_a"), 0);
+}
+
+// The process execs while it is recorded: the new image has no agent (the channel is
+// close-on-exec). The CLI says so, keeps what was recorded and exits 0.
+TEST(RecordPidCounts, ProcessThatExecsEndsTheRecording) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-recpid");
+  Recorder rec(c.pid(), {"-o", dir.path + "/execs"}, dir.path + "/execs.err");
+  ASSERT_TRUE(rec.recording()) << rec.errors();
+  c.exec();
+  EXPECT_EQ(rec.wait(), 0) << rec.errors();
+  EXPECT_NE(rec.errors().find(fmt::format("process {} exec'd", c.pid())), std::string::npos) << rec.errors();
+  EXPECT_GT(recorded_calls(dir.path + "/execs", "count_a"), 0);
+  auto [res, code] = c.finish();  // /bin/sleep 1 ends by itself
+  EXPECT_EQ(res, "");
+  EXPECT_EQ(code, 0);
+}
+
+// `utramp hist FUNC -p PID` measures through the same path: a histogram of the calls
+// of the window, then every site back; a second program with -p is refused.
+TEST(RecordPidCounts, HistOfARunningProcess) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  auto r = run_cli({"hist", "count_a", "-p", std::to_string(c.pid()), "--duration", "200ms"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("calls of count_a; target detached after"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nsecs"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(" 0 calls of"), std::string::npos) << r.out;
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  auto both = run_cli({"hist", "count_a", "-p", std::to_string(c.pid()), "--", target});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("give no program as well"), std::string::npos) << both.err;
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
+}
+
+// gcc's -fpatchable-function-entry=5 is five 1-byte NOPs: a thread may be stopped
+// between two of them, so the agent does not change them while threads run. The CLI
+// says how many functions are not traced and why; nothing is changed.
+TEST(RecordPidCounts, SitesThatNeedStoppedThreadsAreSaidAndLeft) {
+  const std::string target = target_path("gcc_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-recpid");
+  auto r = run_cli({"record", "-p", std::to_string(c.pid()), "--duration", "200ms", "-o", dir.path + "/gcc"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("not traced (the agent's log"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("needs all other threads stopped"), std::string::npos) << r.err;
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
+}
+
+}  // namespace
