@@ -420,8 +420,7 @@ Result<std::vector<uint8_t>> SiteTable::bytes_for(const Site& s, const SiteState
   return make_error(Errc::invalid_argument, "bad site state");
 }
 
-Result<void> SiteTable::set_desired(Site* site, SiteState state) {
-  std::lock_guard lock(mu_);
+Result<std::vector<uint8_t>> SiteTable::checked_bytes(const Site* site, const SiteState& state) const {
   if (!site) return make_error(Errc::invalid_argument, "no such site");
   std::string why;
   if (!site->usable(&why)) return make_error(Errc::unsupported, why);
@@ -443,6 +442,20 @@ Result<void> SiteTable::set_desired(Site* site, SiteState state) {
                                     "or build with -fpatchable-function-entry=5",
                                     site->label(), threads ? *threads : 0));
   }
+  return b;
+}
+
+Result<void> SiteTable::check_desired(const Site* site, SiteState state) {
+  std::lock_guard lock(mu_);
+  auto b = checked_bytes(site, state);
+  if (!b) return std::move(b).error();
+  return {};
+}
+
+Result<void> SiteTable::set_desired(Site* site, SiteState state) {
+  std::lock_guard lock(mu_);
+  auto b = checked_bytes(site, state);
+  if (!b) return std::move(b).error();
   site->desired = state;
   site->desired_bytes = std::move(*b);
   if (std::find(dirty_.begin(), dirty_.end(), site) == dirty_.end()) dirty_.push_back(site);

@@ -100,6 +100,10 @@ class SiteTable {
 
   // Desired state; checked here (site usable, target reachable), applied by commit().
   Result<void> set_desired(Site* site, SiteState state);
+  // Whether set_desired would accept STATE for SITE now, without asking for it: a batch
+  // of many sites (tramp::Manager::attach_many) leaves out the ones it would refuse
+  // rather than failing all of them.
+  Result<void> check_desired(const Site* site, SiteState state);
   // Applies every desired != applied in one batch; all or nothing. WITH: other ops
   // (a trampoline's hops, tramp/trampoline.cpp) written in the same batch.
   Result<void> commit(std::span<const patch::PatchOp> with = {});
@@ -116,6 +120,8 @@ class SiteTable {
  private:
   SiteTable() = default;
   Result<std::vector<uint8_t>> bytes_for(const Site& s, const SiteState& st) const;
+  // set_desired's checks (mu_ held): the bytes STATE takes at SITE.
+  Result<std::vector<uint8_t>> checked_bytes(const Site* site, const SiteState& state) const;
 
   mutable std::recursive_mutex mu_;
   std::vector<std::unique_ptr<Site>> sites_;

@@ -781,6 +781,7 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
   }
   std::vector<Plan> plans;
   std::vector<const std::vector<size_t>*> plan_reqs;
+  auto& table = sites::SiteTable::instance();
   for (auto& [t, idx] : groups) {
     if (idx.empty()) continue;
     std::vector<Link*> links = t->links;
@@ -790,6 +791,15 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
       for (size_t j : idx) out[j] = plan.error();
       continue;
     }
+    // A site the batch's commit would refuse (a prologue that needs the other threads
+    // stopped, in a process that runs some) is left out with its reason here: the
+    // batch is all or nothing, and the other functions must not fail for it.
+    if (!(t->site->applied == plan->site_state))
+      if (auto c = table.check_desired(t->site, plan->site_state); !c) {
+        drop_image(plan->img);
+        for (size_t j : idx) out[j] = c.error();
+        continue;
+      }
     plans.push_back(std::move(*plan));
     plan_reqs.push_back(&idx);
   }
@@ -1265,11 +1275,21 @@ void Manager::start_reclaimer() {
 
 void Manager::reclaimer_loop() {
   t_utramp_thread = true;  // with `record --libs` the C library it calls is traced
+  // With nothing retired for a second it ends (a process utramp detached from keeps no
+  // thread of it but the control channel's): the decision and reclaimer_pid_'s reset
+  // are made under retired_mu_, under which images are retired, so an image retired
+  // after it finds the pid reset and its kick starts a new reclaimer.
+  int idle = 0;
   for (;;) {
     {
       std::unique_lock lock(retired_mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return !retired_.empty(); });
-      if (retired_.empty()) continue;
+      if (retired_.empty()) {
+        if (++idle < 20) continue;
+        reclaimer_pid_.store(0, std::memory_order_release);
+        return;
+      }
+      idle = 0;
     }
     reclaim_now();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
