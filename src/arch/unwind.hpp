@@ -34,8 +34,13 @@ struct UnwindRegs {
 // probe's trampoline): gives the real one (0: unknown, the stack ends).
 using ReturnAddressFix = uint64_t (*)(uint64_t ra, uint64_t slot) noexcept;
 
+// Copies `len` bytes at `src` into `dst` without faulting; false if any cannot be read
+// (the caller's fault-safe copy: os::safe_read; the OS layer is above this one).
+using SafeRead = bool (*)(void* dst, uint64_t src, size_t len) noexcept;
+
 // Writes the first frame's ip, then each caller's return address, up to `max` frames;
-// returns how many. `fix` (may be null) is asked about every return address read.
-size_t unwind_user(const UnwindRegs& start, uint64_t* ips, size_t max, ReturnAddressFix fix) noexcept;
+// returns how many. `fix` (may be null) is asked about every return address read;
+// `read` proves each stack page readable before a word of it is read.
+size_t unwind_user(const UnwindRegs& start, uint64_t* ips, size_t max, ReturnAddressFix fix, SafeRead read) noexcept;
 
 }  // namespace utramp::arch

@@ -619,7 +619,7 @@ int64_t user_stack(u64 ctx, u64 flags, u64* out, uint32_t max) {
   const uint32_t skip = static_cast<uint32_t>(flags & kStackSkipMask);
   u64 ips[kMaxStackFrames];
   const size_t n = arch::unwind_user(regs, ips, std::min<size_t>(kMaxStackFrames, size_t(skip) + max),
-                                     g_ra_fix.load(std::memory_order_acquire));
+                                     g_ra_fix.load(std::memory_order_acquire), os::safe_read);
   if (n <= skip) return -EFAULT;
   std::memcpy(out, ips + skip, (n - skip) * 8);
   return static_cast<int64_t>(n - skip);

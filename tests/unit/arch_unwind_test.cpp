@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "arch/unwind.hpp"
+#include "os/safe_copy.hpp"
 
 extern "C" {
 typedef void (*chain_cb)(uint64_t ip, uint64_t sp, uint64_t bp);
@@ -29,9 +30,9 @@ size_t g_two_n = 0, g_zero_n = 0;
 void take(uint64_t ip, uint64_t sp, uint64_t bp) {
   g_regs = {ip, sp, bp};
   uint64_t ips[64];
-  g_ips.assign(ips, ips + unwind_user(g_regs, ips, 64, g_fix));
-  g_two_n = unwind_user(g_regs, g_two, 2, g_fix);
-  g_zero_n = unwind_user(g_regs, g_two + 1, 0, g_fix);
+  g_ips.assign(ips, ips + unwind_user(g_regs, ips, 64, g_fix, os::safe_read));
+  g_two_n = unwind_user(g_regs, g_two, 2, g_fix, os::safe_read);
+  g_zero_n = unwind_user(g_regs, g_two + 1, 0, g_fix, os::safe_read);
 }
 
 // One call site, so that every run has the same stack.
@@ -84,7 +85,7 @@ TEST(Unwind, BadRegistersEndTheStackWithoutAFault) {
   for (const UnwindRegs r : {UnwindRegs{1, 2, 3}, UnwindRegs{0x1234, none + 64, none + 128},
                              UnwindRegs{reinterpret_cast<uint64_t>(&take), none + 64, none + 128},
                              UnwindRegs{0, 0, 0}, UnwindRegs{~0ull, ~0ull - 7, ~0ull - 15}}) {
-    EXPECT_EQ(unwind_user(r, ips, 8, nullptr), 1u);
+    EXPECT_EQ(unwind_user(r, ips, 8, nullptr, os::safe_read), 1u);
     EXPECT_EQ(ips[0], r.ip);
   }
   munmap(page, 4096);

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "os/safe_copy.hpp"
 
 namespace utramp::arch {
 
@@ -30,7 +29,7 @@ thread_local uint64_t t_ok_hi UTRAMP_TLS = 0;
 
 void fence() { std::atomic_signal_fence(std::memory_order_seq_cst); }
 
-bool stack_word(uint64_t addr, uint64_t* out) noexcept {
+bool stack_word(uint64_t addr, uint64_t* out, SafeRead read) noexcept {
   if (addr & 7) return false;
   if (addr < t_ok_lo || addr + 8 > t_ok_hi) {
     const uint64_t page = addr & ~(kPage - 1);
@@ -39,15 +38,15 @@ bool stack_word(uint64_t addr, uint64_t* out) noexcept {
       // Above the range, on the same stack as far as it reads: each page up to it
       // proven in turn (a page is readable or not as a whole), the range grown with it.
       for (uint64_t p = t_ok_hi; p <= page; p += kPage) {
-        if (!os::safe_read(&probe, p, sizeof probe)) return false;
+        if (!read(&probe, p, sizeof probe)) return false;
         t_ok_hi = p + kPage;
         fence();
       }
     } else if (page + kPage == t_ok_lo) {
-      if (!os::safe_read(&probe, page, sizeof probe)) return false;
+      if (!read(&probe, page, sizeof probe)) return false;
       t_ok_lo = page;
     } else {
-      if (!os::safe_read(&probe, page, sizeof probe)) return false;
+      if (!read(&probe, page, sizeof probe)) return false;
       t_ok_hi = 0;
       fence();
       t_ok_lo = page;
@@ -416,7 +415,7 @@ bool row_at(uint64_t pc, Row* row) {
 
 }  // namespace
 
-size_t unwind_user(const UnwindRegs& start, uint64_t* ips, size_t max, ReturnAddressFix fix) noexcept {
+size_t unwind_user(const UnwindRegs& start, uint64_t* ips, size_t max, ReturnAddressFix fix, SafeRead read) noexcept {
   if (start.sp < t_ok_lo || start.sp >= t_ok_hi) {  // another stack: prove it anew
     t_ok_hi = 0;
     fence();
@@ -435,14 +434,14 @@ size_t unwind_user(const UnwindRegs& start, uint64_t* ips, size_t max, ReturnAdd
       cfa = (row.cfa_reg == kRegSp ? sp : bp) + static_cast<uint64_t>(row.cfa_off);
       if (row.ra.kind != Rule::offset) break;  // undefined: the outermost frame (_start, a thread's start)
       slot = cfa + static_cast<uint64_t>(row.ra.off);
-      if (!stack_word(slot, &ra)) break;
-      if (row.bp.kind == Rule::offset && !stack_word(cfa + static_cast<uint64_t>(row.bp.off), &next_bp)) break;
+      if (!stack_word(slot, &ra, read)) break;
+      if (row.bp.kind == Rule::offset && !stack_word(cfa + static_cast<uint64_t>(row.bp.off), &next_bp, read)) break;
     } else {
       // No CFI here (or none this unwinder evaluates): the frame pointer's chain.
       if (bp < sp) break;
       slot = bp + 8;
       cfa = bp + 16;
-      if (!stack_word(slot, &ra) || !stack_word(bp, &next_bp)) break;
+      if (!stack_word(slot, &ra, read) || !stack_word(bp, &next_bp, read)) break;
     }
     if (cfa <= sp) break;  // a stack only grows towards its callers
     if (fix) ra = fix(ra, slot);
