@@ -120,7 +120,7 @@ std::shared_ptr<RecordFlags> add_record_options(CLI::App* sub) {
       ->check(CLI::IsMember({"discard", "block", "overwrite"}));
   sub->add_option("--compress", f->compress,
                   "the events files: none (default: plain 32-byte records) or zstd (compressed "
-                  "by the recorder, not the program: a tenth of the size)")
+                  "by the recorder, not the program: 2 to 20 times smaller, at some recording speed)")
       ->check(CLI::IsMember({"none", "zstd"}));
   sub->add_flag("--follow-exec", f->rec.agent.follow_exec, "keep tracing across exec");
   sub->add_option("--wait-children", f->wait_children,
