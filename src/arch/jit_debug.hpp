@@ -1,4 +1,4 @@
-// Making generated images visible to the C++ unwinder, perf and gdb.
+// Making generated images visible to the C++ unwinder and gdb (perf's map: os/perf_map.hpp).
 //
 // Every image shares one frame layout, so one unwind program describes them all:
 //
@@ -13,10 +13,9 @@
 //                            [rbp+0]  caller's rbp       <- CFA-16
 //                            [rbp-…]  the image's locals
 //
-// register_image() publishes three views of one image:
+// register_image() publishes two views of one image:
 //   - an .eh_frame CIE+FDE registered with libgcc (__register_frame), so C++ exceptions
 //     and _Unwind_Backtrace/backtrace() walk through the image;
-//   - a "start size name" line in /tmp/perf-<pid>.map (perf's JIT map), when enabled;
 //   - an in-memory ELF symbol file announced through GDB's JIT interface
 //     (__jit_debug_descriptor / __jit_debug_register_code), so gdb names the frame.
 //
@@ -54,7 +53,7 @@ struct DebugHandle;  // opaque; owned by the registration
 
 // Validates `frame` against the image's bytes (push rbp; mov rbp,rsp at the start,
 // leave; ret at each exit: Errc::bytes_mismatch with the bytes found otherwise), then
-// registers its unwind info, perf map line and GDB symbol file.
+// registers its unwind info and GDB symbol file.
 //
 // `personality`, when non-null, is an _Unwind_Personality_Fn stored in the CIE
 // (augmentation "zPR"); libgcc calls it for the image's frame in both phases of C++
@@ -64,18 +63,13 @@ struct DebugHandle;  // opaque; owned by the registration
 // An image overlapping one still registered is refused (Errc::busy): libgcc >= 13 cannot
 // hold two registrations of one start address.
 //
-// A failing perf map write does not fail the registration (the map is a courtesy to
-// perf); everything else that fails returns an error and leaves nothing registered.
+// Whatever fails returns an error and leaves nothing registered.
 Result<DebugHandle*> register_image(const ImageFrame& frame, std::string_view name,
                                     void* personality);
 
-// __deregister_frame + GDB unregister, then frees the handle. The perf map line stays
-// (perf maps are append-only). Null is ignored.
+// __deregister_frame + GDB unregister, then frees the handle. Null is ignored.
 void unregister_image(DebugHandle* handle);
 
-// Perf map writing. Default: on when the environment has UTRAMP_PERF_MAP=1.
-void set_perf_map(bool on);
-bool perf_map_enabled();
 
 // The .eh_frame bytes register_image() builds for `frame`: one CIE, one FDE, a zero
 // terminator. Pointers are absolute (DW_EH_PE_absptr, 8 bytes), so the buffer may live

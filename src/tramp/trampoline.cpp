@@ -19,6 +19,7 @@
 #include "arch/jit_debug.hpp"
 #include "os/dwarf.hpp"
 #include "os/exec_memory.hpp"
+#include "os/perf_map.hpp"
 #include "os/text_writer.hpp"
 #include "patch/patcher.hpp"
 #include "sites/table.hpp"
@@ -540,10 +541,12 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     // Unwind info, perf map and gdb: published before anything can reach the image.
     arch::ImageFrame frame{block->addr, code->code.size(), code->exits, code->exit_len,
                            code->exit_push};
-    auto dbg = arch::register_image(frame, fmt::format("utramp_image:{}", t.name),
+    const std::string image_name = fmt::format("utramp_image:{}", t.name);
+    auto dbg = arch::register_image(frame, image_name,
                                     reinterpret_cast<void*>(&utramp_image_personality));
     if (!dbg) return fail(dbg.error());
     img->debug = *dbg;
+    if (os::perf_map_enabled()) os::perf_map_append(frame.start, frame.size, image_name);
     {
       std::lock_guard lock(g_images_mu);
       images()[block->addr] = {calls_original ? img->slot : t.site_slot,

@@ -3,12 +3,18 @@
 #include <gtest/gtest.h>
 #include <utramp/utramp.h>
 
+#include <unistd.h>
+
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "targets.h"
+#include "os/perf_map.hpp"
 #include "tramp/trampoline.hpp"
 
 namespace {
@@ -175,3 +181,30 @@ TEST(Tramp, SignatureComesFromDwarfWithoutOptions) {
 
 }  // namespace
 
+
+namespace {
+
+// With perf's map on (UTRAMP_PERF_MAP=1, os/perf_map.hpp), each image a change publishes
+// gets its "START SIZE utramp_image:FUNCTION" line, so perf names samples in it.
+TEST(Tramp, ImageIsNamedInPerfsMapWhenItIsOn) {
+  const std::string path = "/tmp/perf-" + std::to_string(getpid()) + ".map";
+  const bool existed = access(path.c_str(), F_OK) == 0;
+  utramp::os::set_perf_map(true);
+  auto* l = utramp_attach(reinterpret_cast<void*>(&tt_add), UTRAMP_FENTRY, &record_entry, nullptr);
+  utramp::os::set_perf_map(false);
+  ASSERT_NE(l, nullptr) << utramp_last_error();
+  std::ifstream in(path);
+  int found = 0;
+  for (std::string line; std::getline(in, line);) {
+    uint64_t start = 0, size = 0;
+    char name[128] = {};
+    if (std::sscanf(line.c_str(), "%" SCNx64 " %" SCNx64 " %127s", &start, &size, name) == 3 &&
+        std::string(name) == "utramp_image:tt_add" && size > 0)
+      ++found;
+  }
+  EXPECT_GE(found, 1) << "no line for tt_add's image in " << path;
+  ASSERT_EQ(utramp_link_detach(l), 0);
+  if (!existed) unlink(path.c_str());
+}
+
+}  // namespace

@@ -39,4 +39,30 @@ tls)
   fi
   echo "libutramp-agent.so: $((size)) bytes of thread-local storage (budget $budget)"
   ;;
+layers)
+  # Every #include "LAYER/..." of a file in src/ME/ names ME or a layer below it, in the
+  # order of the block under "## Layers" of docs/architecture.md (its unindented lines'
+  # first words, top first). The one allowed exception is described under the block.
+  doc=$2 src=$3
+  order=$(awk '/^## Layers/ { f = 1 } f && /^```/ { n++; next } f && n == 1 && /^[a-z]/ { print $1 } n >= 2 { exit }' "$doc" | sed 's|.*/||')
+  [ "$(echo "$order" | wc -l)" -ge 10 ] || { echo "no layer block found in $doc"; exit 1; }
+  rank() { echo "$order" | grep -nx "$1" | cut -d: -f1; }
+  bad=0
+  while IFS= read -r hit; do
+    file=${hit%%:*}; rest=${hit#*:}; line=${rest%%:*}
+    me=${file#"$src"/}; me=${me%%/*}
+    dep=$(echo "$rest" | sed -n 's|^[0-9]*:[[:space:]]*#[[:space:]]*include[[:space:]]*"\([a-z_0-9]*\)/.*|\1|p')
+    [ -n "$dep" ] && [ "$dep" != "$me" ] || continue
+    rm_=$(rank "$me"); rd=$(rank "$dep")
+    [ -n "$rm_" ] && [ -n "$rd" ] || continue
+    [ "$rd" -gt "$rm_" ] && continue
+    case "${file#"$src"/}:$dep" in
+      arch/bpf_jit.hpp:ebpf | arch/x86_64/bpf_jit.cpp:ebpf) continue ;;
+    esac
+    echo "${file#"$src"/}:$line includes $dep/, a layer above $me/"
+    bad=1
+  done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[a-z_0-9]+/' "$src" --include='*.cpp' --include='*.hpp' --include='*.h' --include='*.c' --include='*.inc' --include='*.S')
+  [ $bad = 0 ] || { echo "(docs/architecture.md, \"Layers\": each layer uses only the ones below it)"; exit 1; }
+  echo "layers: $(echo "$order" | tr '\n' ' ')- every include points down"
+  ;;
 esac

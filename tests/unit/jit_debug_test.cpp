@@ -36,10 +36,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -49,8 +47,6 @@
 #include "arch/jit_debug.hpp"
 #include "common/hex.hpp"
 #include "os/exec_memory.hpp"
-#include "second_user.hpp"
-#include "temp_dir.hpp"
 
 using namespace utramp;
 
@@ -528,104 +524,6 @@ TEST(JitDebug, UnwindRuleHoldsAtEveryInstruction) {
   free_image(img);
 }
 
-// --- perf -------------------------------------------------------------------------------
-
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
-  return lines;
-}
-
-TEST(JitDebug, PerfMapLineWhenEnabled) {
-  const std::string path = fmt::format("/tmp/perf-{}.map", getpid());
-  const bool existed = access(path.c_str(), F_OK) == 0;
-  TestImage img = make_image(&utramp_jd_leaf);
-  ASSERT_TRUE(img.fn);
-
-  arch::set_perf_map(true);
-  EXPECT_TRUE(arch::perf_map_enabled());
-  arch::DebugHandle* h = must_register(img, "utramp_jd_perf_image");
-  arch::unregister_image(h);
-  arch::set_perf_map(false);
-  EXPECT_FALSE(arch::perf_map_enabled());
-  h = must_register(img, "utramp_jd_perf_off");
-  arch::unregister_image(h);
-
-  // perf's format: "START SIZE symbol", hex without 0x.
-  const std::string want = fmt::format("{:x} {:x} utramp_jd_perf_image", img.frame.start,
-                                       img.frame.size);
-  const auto lines = read_lines(path);
-  int found = 0;
-  for (const auto& l : lines) {
-    if (l == want) found++;
-    EXPECT_EQ(l.find("utramp_jd_perf_off"), std::string::npos) << "written while disabled";
-  }
-  EXPECT_EQ(found, 1) << "want '" << want << "' in " << path;
-  if (!existed) unlink(path.c_str());
-  free_image(img);
-}
-
-// /tmp/perf-PID.map is a name anyone can plant in /tmp beforehand. What another user left
-// there (a symbolic link to a file of root's, a file of their own) is never written; a
-// file made anew is the process's own, 0600, as perf requires (owner = its user or root).
-TEST(JitDebug, PerfMapIsTheProcessesOwnFile) {
-  if (auto why = utramp::test::no_second_user(); !why.empty()) GTEST_SKIP() << why;
-  const std::string path = fmt::format("/tmp/perf-{}.map", getpid());
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0) {
-    if (st.st_uid != geteuid()) GTEST_SKIP() << path << " belongs to uid " << st.st_uid;
-    ASSERT_EQ(unlink(path.c_str()), 0);
-  }
-  utramp::test::TempDir tmp("utramp-perfmap");
-  const std::string victim = tmp.path + "/victim";
-  {
-    std::ofstream(victim) << "precious\n";
-  }
-  TestImage img = make_image(&utramp_jd_leaf);
-  ASSERT_TRUE(img.fn);
-  auto register_once = [&](const char* name) {
-    arch::set_perf_map(true);
-    arch::unregister_image(must_register(img, name));
-    arch::set_perf_map(false);
-  };
-  auto slurp = [](const std::string& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-
-  // A symbolic link to root's file.
-  ASSERT_TRUE(utramp::test::as_nobody([&] { return symlink(victim.c_str(), path.c_str()) == 0; }));
-  register_once("utramp_jd_perf_link");
-  EXPECT_EQ(slurp(victim), "precious\n") << "written through nobody's symbolic link";
-  ASSERT_EQ(lstat(path.c_str(), &st), 0);
-  EXPECT_TRUE(S_ISLNK(st.st_mode));
-  ASSERT_EQ(unlink(path.c_str()), 0);
-
-  // A file of nobody's, open to everyone.
-  ASSERT_TRUE(utramp::test::as_nobody([&] {
-    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0666);
-    return fd >= 0 && fchmod(fd, 0666) == 0 && close(fd) == 0;
-  }));
-  register_once("utramp_jd_perf_foreign");
-  EXPECT_EQ(slurp(path), "") << "written into nobody's file";
-  ASSERT_EQ(unlink(path.c_str()), 0);
-
-  // None there: made 0600, the process's own, with the line.
-  const mode_t old_umask = umask(0);
-  register_once("utramp_jd_perf_fresh");
-  umask(old_umask);
-  ASSERT_EQ(lstat(path.c_str(), &st), 0);
-  EXPECT_TRUE(S_ISREG(st.st_mode));
-  EXPECT_EQ(st.st_uid, geteuid());
-  EXPECT_EQ(st.st_mode & 07777, 0600u);
-  EXPECT_NE(slurp(path).find("utramp_jd_perf_fresh"), std::string::npos);
-  unlink(path.c_str());
-  free_image(img);
-}
-
 // --- gdb ------------------------------------------------------------------------------
 
 // This binary doubles as gdb's inferior: with UTRAMP_JD_GDB_TARGET set it registers an
@@ -679,7 +577,6 @@ TEST(JitDebug, GdbBacktraceShowsImageName) {
 TEST(JitDebug, RegisterUnregisterChurnLeavesNothingBehind) {
   TestImage img = make_image(&utramp_jd_leaf);
   ASSERT_TRUE(img.fn);
-  arch::set_perf_map(false);
   jit_code_entry* const first_before = gdb_descriptor().first_entry;
   void* const probe = reinterpret_cast<void*>(img.frame.start + 4);
   dwarf_eh_bases bases{};
@@ -728,7 +625,6 @@ TEST(JitDebug, ConcurrentRegistrationKeepsGdbListConsistent) {
     imgs.push_back(make_image(&utramp_jd_leaf));
     ASSERT_TRUE(imgs.back().fn);
   }
-  arch::set_perf_map(false);
   jit_code_entry* const first_before = gdb_descriptor().first_entry;
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;

@@ -1,4 +1,4 @@
-// Unwind info, perf map lines and GDB symbol files for generated images.
+// Unwind info and GDB symbol files for generated images.
 //
 // The unwind program (one CIE + one FDE per image, pointers DW_EH_PE_absptr so the
 // buffer can live on the heap, far from the image), for an image with exits at e1 < e2:
@@ -24,14 +24,10 @@
 #include "arch/jit_debug.hpp"
 
 #include <elf.h>
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -40,7 +36,6 @@
 #include <string>
 
 #include "common/hex.hpp"
-#include "os/file.hpp"
 
 // ---------------------------------------------------------------------------------
 // GDB's JIT interface, as the GDB manual ("JIT Compilation Interface") specifies it.
@@ -456,45 +451,7 @@ void release_range(const ImageFrame& f) {
   ranges().erase(f.start);
 }
 
-// --- perf map --------------------------------------------------------------------------
-
-constexpr int kPerfUnset = -1;
-std::atomic<int> g_perf_map{kPerfUnset};
-
-// One O_APPEND write per line: lines from concurrent registrations (and other writers
-// of the same file) never interleave. Opened per line, so a forked child writes its own
-// pid's file.
-//
-// /tmp/perf-PID.map is a name anyone can create in /tmp before this process exists. perf
-// reads the file only when the user running it, or root, owns it; so it must be the
-// process's own: created 0600 without following a symbolic link, or, when another JIT
-// of the process made it first, appended to only as a regular file of the same user
-// with one link (os::open_append_at). A link, FIFO or another user's file planted at the
-// name gets nothing.
-void perf_map_append(const ImageFrame& f, std::string_view name) {
-  std::string line = fmt::format("{:x} {:x} ", f.start, f.size);
-  for (char c : name) line.push_back(c == '\n' || c == '\r' || c == '\0' ? '_' : c);
-  line.push_back('\n');
-  auto fd = os::open_append_at(AT_FDCWD, "", fmt::format("/tmp/perf-{}.map", getpid()));
-  if (!fd) return;
-  [[maybe_unused]] const ssize_t n = write(*fd, line.data(), line.size());
-  close(*fd);
-}
-
 }  // namespace
-
-void set_perf_map(bool on) { g_perf_map.store(on ? 1 : 0, std::memory_order_relaxed); }
-
-bool perf_map_enabled() {
-  int v = g_perf_map.load(std::memory_order_relaxed);
-  if (v == kPerfUnset) {
-    const char* env = std::getenv("UTRAMP_PERF_MAP");
-    const int from_env = env && std::string_view(env) == "1" ? 1 : 0;
-    // A concurrent set_perf_map() wins over the environment.
-    if (g_perf_map.compare_exchange_strong(v, from_env, std::memory_order_relaxed)) v = from_env;
-  }
-  return v == 1;
-}
 
 Result<std::vector<uint8_t>> build_eh_frame(const ImageFrame& frame, void* personality) {
   auto exits = checked_exits(frame);
@@ -519,7 +476,6 @@ Result<DebugHandle*> register_image(const ImageFrame& frame, std::string_view na
 
   // Nothing below fails: unwinder first, then the observers.
   __register_frame(h->eh_frame.data());
-  if (perf_map_enabled()) perf_map_append(frame, name);
   gdb_register(&h->entry);
   return h.release();
 }
