@@ -268,7 +268,7 @@ TEST(RecordPidCounts, ASecondRecordingIsRefused) {
   ASSERT_TRUE(rec.recording()) << rec.errors();
   auto second = run_cli({"record", "-p", std::to_string(c.pid()), "-o", dir.path + "/second"});
   EXPECT_EQ(second.exit_code, 2);
-  EXPECT_NE(second.err.find("a recording is already attached"), std::string::npos) << second.err;
+  EXPECT_NE(second.err.find("a recording (utramp record -p) is already attached"), std::string::npos) << second.err;
   EXPECT_FALSE(std::filesystem::exists(dir.path + "/second"));
   EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
   EXPECT_GT(recorded_calls(dir.path + "/first", "count_a"), 0);
