@@ -1084,15 +1084,10 @@ int run(const RunFlags& f) {
   std::optional<Launch> launch;
   std::unique_ptr<RecordTarget> attached;
   pid_t target_pid = f.pid;
+  json answer;  // -p: the agent's, once it attached the programs
   if (f.pid) {
-    json answer;
     attached = attach_configured(f.pid, cfg, f.duration_s, me, &answer);
     if (!attached) return 2;
-    fmt::print(stderr, "{}: {} program{} attached to process {} ({} link{} and probe{}){}; Ctrl-C to stop\n", me,
-               answer.value("programs", 0), answer.value("programs", 0) == 1 ? "" : "s", f.pid,
-               answer.value("attached", 0), answer.value("attached", 0) == 1 ? "" : "s",
-               answer.value("attached", 0) == 1 ? "" : "s",
-               f.duration_s > 0 ? fmt::format(" for {} s", f.duration_s) : std::string());
   } else {
     auto l = Launch::start(*resolved, f.command, cfg, dir + "/agent.json");
     if (!l) {
@@ -1110,6 +1105,19 @@ int run(const RunFlags& f) {
   // a CLI killed later leaves nothing behind.
   SigtrapWatch watch(target_pid, cfg.bpf_status_file);
   std::string st;
+  if (attached) {
+    // The agent wrote its status before it answered: nothing in the scratch directory
+    // is needed any more, and a CLI killed from now on leaves nothing behind.
+    if (watch.read_status()) {
+      st = "ok";
+      scratch->remove();
+    }
+    fmt::print(stderr, "{}: {} program{} attached to process {} ({} link{} and probe{}){}; Ctrl-C to stop\n", me,
+               answer.value("programs", 0), answer.value("programs", 0) == 1 ? "" : "s", f.pid,
+               answer.value("attached", 0), answer.value("attached", 0) == 1 ? "" : "s",
+               answer.value("attached", 0) == 1 ? "" : "s",
+               f.duration_s > 0 ? fmt::format(" for {} s", f.duration_s) : std::string());
+  }
   const auto work =
       [&] {
         if (st.empty() && watch.read_status()) {
@@ -1149,6 +1157,9 @@ int run(const RunFlags& f) {
   report_lost(*mf, out);
   report_misses(*mf, prog_names, out);
   if (ended.signaled) fmt::print(stderr, "{}: target {}\n", me, ended.how);
+  // -p: why the programs stopped (Ctrl-C, --duration); an exit or exec was said already.
+  if (attached && ended.how.starts_with("detached"))
+    fmt::print(stderr, "{}: process {} {}\n", me, f.pid, ended.how);
   if (ended.signaled && WTERMSIG(ended.status) == SIGTRAP) watch.killed_by_sigtrap(me);
   if (mf->unlocked_reads())
     fmt::print(stderr, "{}: {} map bucket(s) were read while a lock the target took was still held "
