@@ -273,8 +273,11 @@ std::unique_ptr<RecordTarget> attach_configured(pid_t pid, const agent::Config& 
                                 : Result<ctl::Message>(sent.error());
   if (m && m->type == ctl::MsgType::error) m = make_error(Errc::busy, m->body.value("error", std::string("?")));
   if (!m) {
-    fmt::print(stderr, "{}: process {} refused the configuration: {}; nothing was changed\n", me, pid,
-               m.error().message);
+    if (!still_running(pid))  // its end closed the connection before the answer
+      fmt::print(stderr, "{}: process {} ended before its agent answered ({})\n", me, pid, m.error().message);
+    else
+      fmt::print(stderr, "{}: process {} refused the configuration: {}; nothing was changed\n", me, pid,
+                 m.error().message);
     return nullptr;
   }
   *answer = std::move(m->body);

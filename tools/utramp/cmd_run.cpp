@@ -45,6 +45,13 @@
 // {"type":"global","name":...,"section":".bss","value":V} (V as btf_value gives it).
 // --metrics HOST:PORT serves all of it (maps, integer globals, ring counts and losses,
 // each program's runs) as Prometheus metrics while the target runs: metrics.hpp.
+//
+// -p PID [--duration D]: the programs go into a process that is already running, with
+// the same checks against its program (/proc/PID/exe), over the control channel of
+// `record -p` (attach.hpp: the refusals, the injection, the configuration sent); the
+// agent attaches them while the threads run and takes them away at Ctrl-C, --duration,
+// or when this CLI's connection ends (docs/attach.md, "eBPF programs in a running
+// process"); the process's exit or exec ends the run too, said. Maps print at the end.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <fcntl.h>
@@ -1176,7 +1183,8 @@ int run(const RunFlags& f) {
 
 void add_run(CLI::App& app) {
   auto f = std::make_shared<RunFlags>();
-  CLI::App* sub = app.add_subcommand("run", "Run a program with eBPF programs (clang -target bpf) attached");
+  CLI::App* sub = app.add_subcommand("run", "Run a program with eBPF programs (clang -target bpf) attached, or "
+                                            "attach them to a running process (-p PID)");
   sub->add_option("object", f->object, "eBPF object file (clang -O2 -g -target bpf)")->required();
   sub->add_option("--interval", f->interval, "print the maps every SEC seconds too")
       ->check(CLI::Range(0.0, 86400.0 * 365));
@@ -1203,7 +1211,7 @@ void add_run(CLI::App& app) {
       ->check(CLI::Range(1u, 1u << 18));
   sub->add_option("--metrics", f->metrics,
                   "HOST:PORT: serve the maps and counters as Prometheus metrics at http://HOST:PORT/metrics "
-                  "while the target runs (loopback only unless --metrics-public; port 0: any free port, printed)");
+                  "while the target runs (or the programs are attached, with -p) (loopback only unless --metrics-public; port 0: any free port, printed)");
   sub->add_flag("--metrics-public", f->metrics_public, "let --metrics listen on an address other than loopback");
   sub->add_option("--metrics-hist", f->metrics_hist,
                   "MAP: an array of u64 log2 slots served as a histogram (maps named *hist* are; repeatable)")
@@ -1219,7 +1227,7 @@ void add_run(CLI::App& app) {
   auto duration = std::make_shared<std::string>();
   sub->add_option("--duration", *duration, "with -p: run the programs this long, then detach (e.g. 10s; "
                                             "default: until Ctrl-C)");
-  sub->add_option("command", f->command, "-- PROGRAM [ARGS]");
+  sub->add_option("command", f->command, "-- PROGRAM [ARGS] (none with -p)");
   sub->callback([f, duration] {
     if (!parse_attach_duration(*duration, f->pid, "utramp run", &f->duration_s)) std::exit(2);
     if (!std::isfinite(f->interval)) {  // CLI::Range lets NaN through
