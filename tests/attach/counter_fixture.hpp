@@ -26,13 +26,6 @@ inline std::string target_path(const std::string& variant) {
   return std::string(COUNTER_TARGET_DIR) + "/attach_counter_" + variant;
 }
 
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // attach_counter as a child on pipes, told what to do one letter at a time.
 class Counter {
  public:
@@ -78,10 +71,7 @@ class Counter {
     (void)!write(in_, "q", 1);
     close(in_);
     in_ = -1;
-    std::string rest;
-    char buf[512];
-    ssize_t n;
-    while ((n = read(out_, buf, sizeof buf)) > 0) rest.append(buf, static_cast<size_t>(n));
+    const std::string rest = read_rest(out_);
     return {rest, reap_child(pid_)};
   }
 
