@@ -25,6 +25,7 @@
 
 #include "cli_runner.hpp"
 #include "counter_fixture.hpp"
+#include "prometheus.hpp"
 #include "temp_dir.hpp"
 
 #ifndef RUN_PID_CYCLES
@@ -279,6 +280,41 @@ TEST(RunPid, MetricsOfARunningProcess) {
                                        a1 - a0)),
             std::string::npos)
       << res->body;
+  EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
+  EXPECT_EQ(run.counts(), std::make_pair(a1 - a0, b1 - b0));
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  ASSERT_TRUE(c.resume());
+  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+}
+
+// The same endpoint scraped by Debian's real Prometheus server, as the launched case is
+// (tests/ebpf/prom_e2e_test.cpp): while the workers are paused, the values its query API
+// gives equal the calls the program counted since the attach.
+TEST(RunPid, PrometheusScrapesARunningProcess) {
+  if (access(utramp::test::kPrometheus, X_OK) != 0)
+    GTEST_SKIP() << utramp::test::kPrometheus << " is not installed (Debian package prometheus)";
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-runpid");
+  const auto [a0, b0] = c.pause();
+  Runner run(c.pid(), dir.path + "/prom", {"--metrics", "127.0.0.1:0"});
+  ASSERT_TRUE(run.attached()) << run.errors();
+  std::smatch m;
+  const std::string err = run.errors();
+  ASSERT_TRUE(std::regex_search(err, m, std::regex("metrics at http://127\\.0\\.0\\.1:([0-9]+)/metrics"))) << err;
+  ASSERT_TRUE(c.resume());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto [a1, b1] = c.pause();
+  utramp::test::PromServer prom(dir.path, std::stoi(m[1].str()));
+  ASSERT_TRUE(prom.started());
+  const std::string why = prom.wait_for({{"up{job=\"utramp\"}", 1},
+                                         {"utramp_map_calls_total{key=\"0\"}", double(a1 - a0)},
+                                         {"utramp_map_calls_total{key=\"1\"}", double(b1 - b0)},
+                                         {"utramp_prog_runs_total{prog=\"on_count_a\"}", double(a1 - a0)},
+                                         {"utramp_prog_runs_total{prog=\"on_count_b\"}", double(b1 - b0)}},
+                                        20);
+  EXPECT_TRUE(why.empty()) << why;
   EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
   EXPECT_EQ(run.counts(), std::make_pair(a1 - a0, b1 - b0));
   EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
