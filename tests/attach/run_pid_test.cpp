@@ -173,6 +173,29 @@ TEST(RunPid, KilledRunLeavesNothingPatched) {
   EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
 }
 
+// `utramp detach -p` while the programs run: they stop and every site goes back at once;
+// the run goes on until Ctrl-C and prints what the map held at the detach.
+TEST(RunPid, DetachStopsThePrograms) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-runpid");
+  const auto [a0, b0] = c.pause();
+  Runner run(c.pid(), dir.path + "/detached");
+  ASSERT_TRUE(run.attached()) << run.errors();
+  ASSERT_TRUE(c.resume());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto [a1, b1] = c.pause();
+  auto det = run_cli({"detach", "-p", std::to_string(c.pid())});
+  EXPECT_EQ(det.exit_code, 0) << det.err;
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  ASSERT_TRUE(c.resume());  // calls the programs no longer see
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
+  EXPECT_EQ(run.counts(), std::make_pair(a1 - a0, b1 - b0));
+  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+}
+
 // The process ends while the programs run: the CLI says so and prints what the maps
 // held.
 TEST(RunPid, ProcessThatExitsEndsTheRun) {
