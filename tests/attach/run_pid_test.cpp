@@ -26,6 +26,7 @@
 #include "cli_runner.hpp"
 #include "counter_fixture.hpp"
 #include "prometheus.hpp"
+#include "second_user.hpp"
 #include "temp_dir.hpp"
 
 #ifndef RUN_PID_CYCLES
@@ -271,6 +272,29 @@ TEST(RunPid, Refusals) {
   auto none = run_cli({"run", kObject, "-p", "4194304"});
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_NE(none.err.find("cannot attach"), std::string::npos) << none.err;
+  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+}
+
+// Another user (nobody) is refused before anything is read or loaded: the process has
+// no agent after, and runs on.
+TEST(RunPid, AnotherUserIsRefused) {
+  if (const std::string why = utramp::test::no_second_user(); !why.empty()) GTEST_SKIP() << why;
+  Counter c(target_path("clang_pfe"));
+  ASSERT_TRUE(c.ready());
+  int err[2];
+  ASSERT_EQ(pipe2(err, O_CLOEXEC), 0);
+  const std::string pid = std::to_string(c.pid());
+  const bool ok = utramp::test::as_nobody([&] {
+    dup2(err[1], 2);
+    execl(UTRAMP_CLI, UTRAMP_CLI, "run", kObject.c_str(), "-p", pid.c_str(), static_cast<char*>(nullptr));
+    return false;
+  });
+  close(err[1]);
+  const std::string text = utramp::test::read_rest(err[0]);
+  close(err[0]);
+  EXPECT_FALSE(ok);
+  EXPECT_NE(text.find(fmt::format("this utramp as uid {}", utramp::test::kNobody)), std::string::npos) << text;
+  EXPECT_EQ(read_file(fmt::format("/proc/{}/maps", c.pid())).find("libutramp"), std::string::npos);
   EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
 }
 
