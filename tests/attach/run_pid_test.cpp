@@ -14,6 +14,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <memory>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -298,75 +299,79 @@ TEST(RunPid, AnotherUserIsRefused) {
   EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
 }
 
+// The attached window of the --metrics tests: `run -p --metrics 127.0.0.1:0` on a paused
+// attach_counter, the workers let run 50 ms, then paused again (record_pid_test's
+// window): the endpoint's port, and the calls of count_a and count_b in between.
+class RunPidMetrics : public ::testing::Test {
+ protected:
+  void open_window() {
+    ASSERT_TRUE(c.ready());
+    const auto [a0, b0] = c.pause();
+    run = std::make_unique<Runner>(c.pid(), dir.path + "/metrics",
+                                   std::vector<std::string>{"--metrics", "127.0.0.1:0"});
+    ASSERT_TRUE(run->attached()) << run->errors();
+    std::smatch m;
+    const std::string err = run->errors();
+    ASSERT_TRUE(std::regex_search(err, m, std::regex("metrics at http://127\\.0\\.0\\.1:([0-9]+)/metrics"))) << err;
+    port = std::stoi(m[1].str());
+    ASSERT_TRUE(c.resume());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto [a1, b1] = c.pause();
+    a = a1 - a0;
+    b = b1 - b0;
+  }
+  // The run stopped: what it printed is the window's, .text is the file's, the process
+  // ends well.
+  void close_window() {
+    EXPECT_EQ(run->stop(SIGINT), 0) << run->errors();
+    EXPECT_EQ(run->counts(), std::make_pair(a, b));
+    EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+    ASSERT_TRUE(c.resume());
+    EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+  }
+
+  const std::string target = target_path("clang_pfe");
+  Counter c{target};
+  TempDir dir{"utramp-runpid"};
+  std::unique_ptr<Runner> run;
+  int port = -1;
+  long a = -1, b = -1;
+};
+
 // --metrics from a running process (issue 15's "and later from attached processes"):
 // scraped while the workers are paused, the map's count and the program's runs equal
 // the calls the program counted since the attach.
-TEST(RunPid, MetricsOfARunningProcess) {
-  const std::string target = target_path("clang_pfe");
-  Counter c(target);
-  ASSERT_TRUE(c.ready());
-  TempDir dir("utramp-runpid");
-  const auto [a0, b0] = c.pause();
-  Runner run(c.pid(), dir.path + "/metrics", {"--metrics", "127.0.0.1:0"});
-  ASSERT_TRUE(run.attached()) << run.errors();
-  std::smatch m;
-  const std::string err = run.errors();
-  ASSERT_TRUE(std::regex_search(err, m, std::regex("metrics at http://127\\.0\\.0\\.1:([0-9]+)/metrics"))) << err;
-  ASSERT_TRUE(c.resume());
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const auto [a1, b1] = c.pause();
-  httplib::Client http("127.0.0.1", std::stoi(m[1].str()));
+TEST_F(RunPidMetrics, MetricsOfARunningProcess) {
+  ASSERT_NO_FATAL_FAILURE(open_window());
+  httplib::Client http("127.0.0.1", port);
   auto res = http.Get("/metrics");
   ASSERT_TRUE(res) << "no answer from the endpoint";
   EXPECT_EQ(res->status, 200);
-  EXPECT_NE(res->body.find(fmt::format("utramp_map_calls_total{{key=\"0\"}} {}\n", a1 - a0)), std::string::npos)
-      << res->body;
-  EXPECT_NE(res->body.find(fmt::format("utramp_map_calls_total{{key=\"1\"}} {}\n", b1 - b0)), std::string::npos)
-      << res->body;
-  EXPECT_NE(res->body.find(fmt::format("utramp_prog_runs_total{{prog=\"on_count_a\",section=\"fentry/count_a\"}} {}\n",
-                                       a1 - a0)),
-            std::string::npos)
-      << res->body;
-  EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
-  EXPECT_EQ(run.counts(), std::make_pair(a1 - a0, b1 - b0));
-  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
-  ASSERT_TRUE(c.resume());
-  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+  for (const std::string& want :
+       {fmt::format("utramp_map_calls_total{{key=\"0\"}} {}\n", a),
+        fmt::format("utramp_map_calls_total{{key=\"1\"}} {}\n", b),
+        fmt::format("utramp_prog_runs_total{{prog=\"on_count_a\",section=\"fentry/count_a\"}} {}\n", a)})
+    EXPECT_NE(res->body.find(want), std::string::npos) << want << " not in\n" << res->body;
+  close_window();
 }
 
 // The same endpoint scraped by Debian's real Prometheus server, as the launched case is
 // (tests/ebpf/prom_e2e_test.cpp): while the workers are paused, the values its query API
 // gives equal the calls the program counted since the attach.
-TEST(RunPid, PrometheusScrapesARunningProcess) {
+TEST_F(RunPidMetrics, PrometheusScrapesARunningProcess) {
   if (access(utramp::test::kPrometheus, X_OK) != 0)
     GTEST_SKIP() << utramp::test::kPrometheus << " is not installed (Debian package prometheus)";
-  const std::string target = target_path("clang_pfe");
-  Counter c(target);
-  ASSERT_TRUE(c.ready());
-  TempDir dir("utramp-runpid");
-  const auto [a0, b0] = c.pause();
-  Runner run(c.pid(), dir.path + "/prom", {"--metrics", "127.0.0.1:0"});
-  ASSERT_TRUE(run.attached()) << run.errors();
-  std::smatch m;
-  const std::string err = run.errors();
-  ASSERT_TRUE(std::regex_search(err, m, std::regex("metrics at http://127\\.0\\.0\\.1:([0-9]+)/metrics"))) << err;
-  ASSERT_TRUE(c.resume());
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const auto [a1, b1] = c.pause();
-  utramp::test::PromServer prom(dir.path, std::stoi(m[1].str()));
+  ASSERT_NO_FATAL_FAILURE(open_window());
+  utramp::test::PromServer prom(dir.path, port);
   ASSERT_TRUE(prom.started());
   const std::string why = prom.wait_for({{"up{job=\"utramp\"}", 1},
-                                         {"utramp_map_calls_total{key=\"0\"}", double(a1 - a0)},
-                                         {"utramp_map_calls_total{key=\"1\"}", double(b1 - b0)},
-                                         {"utramp_prog_runs_total{prog=\"on_count_a\"}", double(a1 - a0)},
-                                         {"utramp_prog_runs_total{prog=\"on_count_b\"}", double(b1 - b0)}},
+                                         {"utramp_map_calls_total{key=\"0\"}", double(a)},
+                                         {"utramp_map_calls_total{key=\"1\"}", double(b)},
+                                         {"utramp_prog_runs_total{prog=\"on_count_a\"}", double(a)},
+                                         {"utramp_prog_runs_total{prog=\"on_count_b\"}", double(b)}},
                                         20);
   EXPECT_TRUE(why.empty()) << why;
-  EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
-  EXPECT_EQ(run.counts(), std::make_pair(a1 - a0, b1 - b0));
-  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
-  ASSERT_TRUE(c.resume());
-  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+  close_window();
 }
 
 }  // namespace
