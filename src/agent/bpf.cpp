@@ -655,8 +655,15 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   // on any failure everything attached so far is detached again.
   auto& pm = probe::Manager::instance();
   std::vector<probe::Probe*> probes;
+  // In a running process a thread may still be inside a program's run when its link or
+  // probe goes: what was attached is never freed then (its maps retired, as bpf_stop
+  // does); before main no thread of the program runs yet.
   auto undo_probes = [&] {
     if (!probes.empty()) (void)pm.detach_batch(probes);
+    if (live && !probes.empty()) {
+      (void)st->maps.retire();
+      (void)st.release();
+    }
   };
   if (!uprobes.empty()) {
     auto b = pm.attach_batch(uprobes);
@@ -690,6 +697,10 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       if (r) made.push_back(*r);
     (void)mgr.detach_many(made);
     undo_probes();
+    if (live && !made.empty() && st) {  // kept, as undo_probes keeps it
+      (void)st->maps.retire();
+      (void)st.release();
+    }
     return make_error(Errc::invalid_argument, "cannot attach " + errors);
   }
   // The uprobes that stayed int3s, named as the errors name them.
