@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <link.h>
 #include <alloca.h>
 #include <signal.h>
@@ -479,12 +480,12 @@ nlohmann::json show_json() {
                           "(utramp run --metrics); the tracer's calls are in the trace");
   not_tracked.push_back("events written and lost: counted by the recorder (utramp record's summary), "
                         "not by the agent");
-  return {{"pid", getpid()},
+  json shown = {{"pid", getpid()},
           {"exe", exe},
           {"agent",
            {{"state", state},
             {"tracer", cfg.tracer},
-            {"started", running ? "loaded into the running process (utramp record -p)"
+            {"started", running ? "loaded into the running process (utramp record -p, run -p)"
                                 : "with the program, by its launcher"},
             // What `record -p` reads to refuse a second recording of a launched program.
             {"launched", !running},
@@ -495,6 +496,9 @@ nlohmann::json show_json() {
           {"library_calls_hooked", ftrace::hooked_imports()},
           {"clients", control_clients()},
           {"not_tracked", std::move(not_tracked)}};
+  // `utramp run`'s programs and maps, as `bpftool prog show` and `map show` list them.
+  if (json b = bpf_show(); !b.empty()) shown["bpf"] = std::move(b);
+  return shown;
 }
 
 // Everything utramp put in, removed; the program runs on untraced. Tracing stops with
@@ -522,20 +526,24 @@ Result<nlohmann::json> detach_all() {
     else errors.push_back(fmt::format("{} link on {}: {}", tramp::attach_type_name(live[i].type),
                                       live[i].function, done[i].error().message));
   }
+  // `utramp run -p`: its probes too, before the sites go back to the file's bytes.
+  size_t probes = 0;
+  if (!g_agent->cfg.bpf_objects.empty()) {
+    if (g_agent->running_process) probes = bpf_stop(&errors);  // `utramp run -p`
+    else left.push_back("the eBPF programs' int3 probes of utramp run stay until the run ends");
+  }
   const size_t slots = ftrace::unhook_imports(&errors);
   size_t restored = 0;
   if (auto r = sites::SiteTable::instance().restore_discovered(&left); r) restored = *r;
   else errors.push_back("putting the sites' bytes back: " + r.error().message);
-  if (!g_agent->cfg.bpf_objects.empty())
-    left.push_back("the eBPF programs' int3 probes of utramp run stay until the run ends");
   // The events written so far are in the rings; what a thread writes from now on (the
   // exit of a call it was inside) is the recorder's to take until it ends.
   logf("detached: %zu links, %zu sites back to the file's bytes, %zu library-call slots; %zu left, "
        "%zu errors",
        links, restored, slots, left.size(), errors.size());
   for (const std::string& e : errors) logf("detach: %s", e.c_str());
-  return json{{"links_detached", links}, {"sites_restored", restored}, {"library_slots_restored", slots},
-              {"left", left}, {"errors", errors}};
+  return json{{"links_detached", links}, {"probes_detached", probes}, {"sites_restored", restored},
+              {"library_slots_restored", slots}, {"left", left}, {"errors", errors}};
 }
 
 void control_log(const char* text) { logf("%s", text); }
@@ -775,12 +783,18 @@ Result<nlohmann::json> configure_running(TrustedConfig t) {
                       "launcher, utramp record or utramp run): a second recording cannot be "
                       "attached to it; `utramp show -p` and `utramp detach -p` work on it");
   if (g_agent && !g_agent->detached)
-    return make_error(Errc::busy, fmt::format("a recording is already attached to this process "
-                                              "(trace directory {}): one at a time",
-                                              g_agent->cfg.trace_dir));
-  if (!t.config.bpf_objects.empty() || t.config.tracer == "none")
-    return make_error(Errc::unsupported, "only a recording (utramp record -p) is taken by an agent in a "
-                                         "running process; eBPF programs are not, yet");
+    return make_error(Errc::busy,
+                      g_agent->cfg.bpf_objects.empty()
+                          ? fmt::format("a recording (utramp record -p) is already attached to this process "
+                                        "(trace directory {}): one client at a time",
+                                        g_agent->cfg.trace_dir)
+                          : fmt::format("eBPF programs (utramp run -p {}) are already attached to this process: "
+                                        "one client at a time",
+                                        fmt::join(g_agent->cfg.bpf_objects, " ")));
+  const bool bpf = !t.config.bpf_objects.empty();
+  if (bpf != (t.config.tracer == "none"))
+    return make_error(Errc::invalid_argument, bpf ? "eBPF programs come without a tracer (utramp run -p)"
+                                                  : "a configuration with neither a tracer nor eBPF programs");
   Inside in;
   const bool first = g_agent == nullptr;
   if (first) {
@@ -790,12 +804,29 @@ Result<nlohmann::json> configure_running(TrustedConfig t) {
     const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) g_agent->exe.assign(exe, static_cast<size_t>(n));
   } else {
-    g_agent->buffers->retire();  // the recording before: its recorder is gone
+    if (g_agent->buffers) g_agent->buffers->retire();  // the recording before: its recorder is gone
     g_agent->files = ProcessFiles();
   }
   g_agent->cfg = std::move(t.config);
   g_agent->dir = std::move(t.dir);
   g_agent->detached = false;
+  if (bpf) {
+    // `utramp run -p`: loaded, verified, JIT-ed and attached here, while the threads run.
+    auto r = bpf_start_live(g_agent->cfg, g_agent->dir);
+    if (!r) {
+      // Nothing attached (bpf_start undoes its own); the sites it made canonical get the
+      // file's bytes back: a refusal changes nothing.
+      g_agent->detached = true;
+      std::vector<std::string> left;
+      (void)sites::SiteTable::instance().restore_discovered(&left);
+      logf("utramp run -p refused: %s", r.error().message.c_str());
+      return r.error();
+    }
+    (*r)["links"] = tramp::Manager::instance().links().size();
+    (*r)["pid"] = getpid();
+    logf("configured by the control channel: eBPF programs, %s", r->dump().c_str());
+    return *r;
+  }
   if (auto r = start_tracer(); !r) {
     g_agent->detached = true;  // nothing attached: the next configuration may try again
     return r.error();

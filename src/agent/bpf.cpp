@@ -97,6 +97,20 @@ struct BpfState {
   std::vector<std::unique_ptr<ebpf::Executable>> progs;
   std::vector<std::unique_ptr<UprobeProg>> uprobes;
   std::vector<LibProbe> lib;
+  // What bpf_stop takes away (`utramp run -p`): the probes attached at the start (those
+  // of LibProbe included), the USDT semaphores raised, the statistics turned on.
+  std::vector<probe::Probe*> probes;
+  std::vector<uint64_t> semaphores;
+  bool stats = false;
+  // Each program, for `utramp show -p`: in load order, with its counters in the map
+  // file (null: not counted) and what it was attached to.
+  struct Shown {
+    std::string name, section, kind, target;
+    ebpf::ProgStatsRecord* stats = nullptr;
+    uint64_t* misses = nullptr;
+    size_t attachments = 0;  // links and probes made for it
+  };
+  std::vector<Shown> shown;
 };
 BpfState* g_bpf = nullptr;
 
@@ -343,7 +357,8 @@ Result<void> attach_lib_probe(LibProbe& l, const Loaded& obj, uint64_t addr) {
 
 }  // namespace
 
-Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std::string>* int3s) {
+Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std::string>* int3s, bool live) {
+  if (g_bpf) return make_error(Errc::busy, "eBPF programs are attached already (one `utramp run` at a time)");
   auto st = std::make_unique<BpfState>();
   auto own = open_own_shared_file(dir, cfg.bpf_map_file);
   if (!own) return std::move(own).error();
@@ -372,6 +387,16 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   // The images call the statistics hooks only while they are on (tramp::Manager::set_stats),
   // as the kernel counts run time only under bpf_stats_enabled: on before anything is attached.
   if (!prog_stats.empty()) tramp::Manager::instance().set_stats(true);
+  st->stats = !prog_stats.empty();
+  // Turned off again, the printk ring forgotten, when the start fails.
+  struct Undo {
+    BpfState* st;
+    ~Undo() {
+      if (!st) return;
+      if (st->stats) tramp::Manager::instance().set_stats(false);
+      ebpf::set_printk_ring(nullptr);
+    }
+  } undo_globals{st.get()};
   size_t prog_index = 0;  // the program's record: in load order over the objects
 
   auto& table = sites::SiteTable::instance();
@@ -479,6 +504,11 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
         if (b && b->library) lib = std::move(*b);
       }
       const Loaded* lib_obj = lib ? loaded_as(libs_now, *lib) : nullptr;
+      if (lib && !lib_obj && live)
+        return make_error(Errc::unsupported,
+                          fmt::format("{}: program '{}' ({}): {} is not loaded in the process: a running "
+                                      "process's later dlopens are not watched (docs/attach.md, \"Limits\")",
+                                      path, p.name, p.section, lib->path));
       if (lib) {
         if (lib_obj) s = table.find_name(p.target, lib_obj->path);
         if (lib_obj && !s)
@@ -527,6 +557,15 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       const std::string w = fmt::format("{} ({} {}{})", p.name, prog_kind_name(p.kind), p.target,
                                         p.offset ? fmt::format("+{:#x}", p.offset) : "");
       by_index[pi] = ex->get();
+      st->shown.push_back({p.name, p.section, std::string(prog_kind_name(p.kind)),
+                           p.offset ? fmt::format("{}+{:#x}", p.target, p.offset) : p.target, counters,
+                           prog_index < misses_n ? misses + prog_index : nullptr,
+                           p.kind == ebpf::ProgKind::usdt && !tail_only
+                               ? std::find_if(usdt.begin(), usdt.end(),
+                                              [&](const ebpf::UsdtPlan& u) { return u.prog == pi; })
+                                     ->sites.size()
+                           : tail_only || (lib && !s) ? 0
+                                                      : 1});
       if (tail_only) {
         // Reached by bpf_tail_call only.
       } else if (p.kind == ebpf::ProgKind::usdt) {
@@ -616,8 +655,15 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   // on any failure everything attached so far is detached again.
   auto& pm = probe::Manager::instance();
   std::vector<probe::Probe*> probes;
+  // In a running process a thread may still be inside a program's run when its link or
+  // probe goes: what was attached is never freed then (its maps retired, as bpf_stop
+  // does); before main no thread of the program runs yet.
   auto undo_probes = [&] {
     if (!probes.empty()) (void)pm.detach_batch(probes);
+    if (live && !probes.empty()) {
+      (void)st->maps.retire();
+      (void)st.release();
+    }
   };
   if (!uprobes.empty()) {
     auto b = pm.attach_batch(uprobes);
@@ -651,6 +697,10 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       if (r) made.push_back(*r);
     (void)mgr.detach_many(made);
     undo_probes();
+    if (live && !made.empty() && st) {  // kept, as undo_probes keeps it
+      (void)st->maps.retire();
+      (void)st.release();
+    }
     return make_error(Errc::invalid_argument, "cannot attach " + errors);
   }
   // The uprobes that stayed int3s, named as the errors name them.
@@ -668,6 +718,9 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   // thread of the program reads it yet); the counter is atomic all the same, as a
   // program may raise its own. Programs stay attached until exit: nothing lowers it.
   for (const uint64_t sem : semaphores) __atomic_fetch_add(reinterpret_cast<uint16_t*>(sem), 1, __ATOMIC_SEQ_CST);
+  st->probes = std::move(probes);
+  st->semaphores = std::move(semaphores);
+  undo_globals.st = nullptr;
   st->exe = exe;
   if (!st->objects.empty()) ebpf::write_loaded_ranges(st->objects, loaded_ranges(st->exe));
   g_bpf = st.release();
@@ -718,9 +771,10 @@ void bpf_loader_changed() {
   }
 }
 
-void bpf_start_or_exit(const Config& cfg, const TrustedDir& dir) {
-  std::vector<std::string> int3s;
-  auto r = bpf_start(cfg, dir, &int3s);
+namespace {
+// bpf_start's outcome in cfg.bpf_status_file (bpf.hpp: bpf_start_or_exit).
+void write_status(const Config& cfg, const TrustedDir& dir, const Result<void>& r,
+                  const std::vector<std::string>& int3s) {
   std::string msg = r ? std::string("ok\n") : "error: " + r.error().message + "\n";
   if (r)
     for (const auto& line : int3s) msg += "int3 " + line + "\n";
@@ -732,7 +786,85 @@ void bpf_start_or_exit(const Config& cfg, const TrustedDir& dir) {
       (void)os::write_file_at(*dfd, dir.path(), name, msg);
       close(*dfd);
     }
+}
+}  // namespace
+
+void bpf_start_or_exit(const Config& cfg, const TrustedDir& dir) {
+  std::vector<std::string> int3s;
+  auto r = bpf_start(cfg, dir, &int3s, /*live=*/false);
+  write_status(cfg, dir, r, int3s);
   if (!r) _exit(125);
+}
+
+Result<nlohmann::json> bpf_start_live(const Config& cfg, const TrustedDir& dir) {
+  std::vector<std::string> int3s;
+  auto r = bpf_start(cfg, dir, &int3s, /*live=*/true);
+  write_status(cfg, dir, r, int3s);
+  if (!r) return std::move(r).error();
+  size_t attached = 0;
+  for (const BpfState::Shown& p : g_bpf->shown) attached += p.attachments;
+  return nlohmann::json{{"programs", g_bpf->shown.size()}, {"attached", attached}, {"int3", int3s}};
+}
+
+size_t bpf_stop(std::vector<std::string>* errors) {
+  BpfState* st = g_bpf;
+  if (!st) return 0;
+  g_bpf = nullptr;
+  // The trampolines' links went with every other link (the caller's detach_many).
+  size_t removed = 0;
+  if (!st->probes.empty()) {
+    if (auto r = probe::Manager::instance().detach_batch(st->probes); r) removed = st->probes.size();
+    else errors->push_back("the eBPF programs' probes: " + r.error().message);
+  }
+  // Lowered as they were raised: the program's `if (PROVIDER_NAME_ENABLED())` code is
+  // skipped again unless something else attached there.
+  for (const uint64_t sem : st->semaphores) __atomic_fetch_sub(reinterpret_cast<uint16_t*>(sem), 1, __ATOMIC_SEQ_CST);
+  if (st->stats) tramp::Manager::instance().set_stats(false);
+  ebpf::set_printk_ring(nullptr);
+  // A thread may still be finishing a run (inside a trampoline image or a probe's
+  // handler when its link went): the programs' code stays, and their maps become a
+  // private copy at the same addresses, the file's pages given back.
+  if (!st->maps.retire()) errors->push_back("the map file stays mapped (its pages could not be replaced)");
+  return removed;  // st is never freed: see above
+}
+
+nlohmann::json bpf_show() {
+  using nlohmann::json;
+  json out = json::object();
+  const BpfState* st = g_bpf;
+  if (!st) return out;
+  json progs = json::array();
+  for (const BpfState::Shown& p : st->shown) {
+    json j{{"name", p.name}, {"section", p.section}, {"type", p.kind}, {"target", p.target},
+           {"attached", p.attachments}};
+    if (p.stats) {
+      j["run_cnt"] = __atomic_load_n(&p.stats->run_cnt, __ATOMIC_RELAXED);
+      j["run_ns"] = __atomic_load_n(&p.stats->run_ns, __ATOMIC_RELAXED);
+    }
+    // The statistics count every miss (the recursion rule's too); without them, the
+    // recursion rule's word of `.misses`.
+    j["misses"] = p.stats ? __atomic_load_n(&p.stats->misses, __ATOMIC_RELAXED)
+                  : p.misses ? __atomic_load_n(p.misses, __ATOMIC_RELAXED)
+                             : 0;
+    progs.push_back(std::move(j));
+  }
+  json maps = json::array();
+  for (size_t i = 0; i < st->maps.count(); ++i) {
+    const ebpf::MapSpec s = st->maps.spec(i);
+    if (s.name == ebpf::kObjectsMap || s.name == ebpf::kProgStatsMap || s.name == ".misses" ||
+        s.name == ".printk")
+      continue;  // the CLI's, not the object's
+    json m{{"name", s.name}, {"type", std::string(ebpf::map_type_name(s.type))}, {"max_entries", s.max_entries}};
+    if (s.type == uint32_t(ebpf::MapType::hash) || s.type == uint32_t(ebpf::MapType::lru_hash) ||
+        s.type == uint32_t(ebpf::MapType::percpu_hash))
+      m["entries"] = st->maps.entry_count(i);
+    maps.push_back(std::move(m));
+  }
+  out["programs"] = std::move(progs);
+  out["maps"] = std::move(maps);
+  out["probes"] = st->probes.size();
+  out["stats"] = st->stats;
+  return out;
 }
 
 }  // namespace utramp::agent

@@ -104,7 +104,7 @@ bool handle(Client& c, const ctl::Message& m) {
       return true;
     }
     case ctl::MsgType::apply_config: {
-      // The configuration of an agent loaded into a running process (record -p), in the
+      // The configuration of an agent loaded into a running process (record -p, run -p), in the
       // launcher's format, trusted under the file's rules (agent/trust.hpp) before the
       // agent sees it.
       const auto cfg = m.body.find("config");
@@ -116,14 +116,16 @@ bool handle(Client& c, const ctl::Message& m) {
                        : g_ctl->h.configure
                            ? g_ctl->h.configure(std::move(*trusted))
                            : Result<json>(make_error(Errc::busy, "this agent takes no configuration"));
+      // Logged before the answer: once answered, the client may remove the directory the
+      // log is in (`run -p` removes its scratch directory at once).
+      logf(fmt::format("control: configuration sent by process {} (uid {}): {}", c.peer.pid, c.peer.uid,
+                       r ? "taken" : r.error().message));
       if (r) {
         c.owns = true;
         answer(c, ctl::MsgType::reply, std::move(*r));
       } else {
         answer(c, ctl::MsgType::error, {{"error", r.error().message}});
       }
-      logf(fmt::format("control: configuration sent by process {} (uid {}): {}", c.peer.pid, c.peer.uid,
-                       r ? "tracing" : r.error().message));
       return true;
     }
     case ctl::MsgType::reply:

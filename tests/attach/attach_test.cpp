@@ -31,15 +31,10 @@
 
 namespace {
 
+using utramp::test::read_file;
+using utramp::test::read_rest;
 using utramp::test::run_cli;
 using utramp::test::TempDir;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // attach_target (or another program that speaks its protocol) as a child: its stdin a
 // pipe the test writes "q" into, its stdout a pipe read for "ready PID" and its result.
@@ -83,10 +78,7 @@ class Target {
     (void)!write(in_, "q", 1);
     close(in_);
     in_ = -1;
-    std::string rest;
-    char buf[512];
-    ssize_t n;
-    while ((n = read(out_, buf, sizeof buf)) > 0) rest.append(buf, static_cast<size_t>(n));
+    const std::string rest = read_rest(out_);
     const int code = reap();
     return {rest, code};
   }

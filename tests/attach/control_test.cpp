@@ -36,6 +36,7 @@
 namespace {
 
 using nlohmann::json;
+using utramp::test::read_rest;
 using utramp::test::run_cli;
 using utramp::test::TempDir;
 using utramp::test::text_vs_file;
@@ -94,10 +95,7 @@ class Recorded {
     (void)!write(in_, "q", 1);
     close(in_);
     in_ = -1;
-    std::string rest;
-    char buf[512];
-    ssize_t n;
-    while ((n = read(out_, buf, sizeof buf)) > 0) rest.append(buf, static_cast<size_t>(n));
+    const std::string rest = read_rest(out_);
     target_ = -1;
     return {rest, reap()};
   }

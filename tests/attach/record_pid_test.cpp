@@ -26,8 +26,8 @@
 #include <thread>
 #include <vector>
 
-#include "child_io.hpp"
 #include "cli_runner.hpp"
+#include "counter_fixture.hpp"
 #include "temp_dir.hpp"
 #include "text_vs_file.hpp"
 
@@ -37,134 +37,21 @@
 
 namespace {
 
+using utramp::test::AttachedCli;
+using utramp::test::Counter;
 using utramp::test::run_cli;
+using utramp::test::target_path;
+using utramp::test::text_back;
 using utramp::test::TempDir;
 using utramp::test::text_vs_file;
 using utramp::test::TextDiff;
 
-std::string target_path(const std::string& variant) {
-  return std::string(COUNTER_TARGET_DIR) + "/attach_counter_" + variant;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// attach_counter as a child on pipes, told what to do one letter at a time.
-class Counter {
+// `utramp record -p PID ARGS` in the background.
+class Recorder : public AttachedCli {
  public:
-  explicit Counter(const std::string& program) {
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(in[0], 0);
-      dup2(out[1], 1);
-      execl(program.c_str(), program.c_str(), "8", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    in_ = in[1];
-    out_ = out[0];
-    ready_ = utramp::test::read_line(out_).starts_with("ready ");
-  }
-  ~Counter() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      utramp::test::reap_child(pid_);
-    }
-    if (in_ >= 0) close(in_);
-    if (out_ >= 0) close(out_);
-  }
-  Counter(const Counter&) = delete;
-  Counter& operator=(const Counter&) = delete;
-
-  pid_t pid() const { return pid_; }
-  bool ready() const { return ready_; }
-  // 'p': the workers wait; the calls of count_a and count_b made so far.
-  std::pair<long, long> pause() {
-    const std::string line = say('p');
-    long a = -1, b = -1;
-    if (sscanf(line.c_str(), "counts %ld %ld", &a, &b) != 2) return {-1, -1};
-    return {a, b};
-  }
-  bool resume() { return say('r') == "resumed"; }
-  void exec() { (void)!write(in_, "x", 1); }
-  std::pair<std::string, int> finish() {
-    (void)!write(in_, "q", 1);
-    close(in_);
-    in_ = -1;
-    std::string rest;
-    char buf[512];
-    ssize_t n;
-    while ((n = read(out_, buf, sizeof buf)) > 0) rest.append(buf, static_cast<size_t>(n));
-    return {rest, utramp::test::reap_child(pid_)};
-  }
-
- private:
-  std::string say(char c) {
-    if (write(in_, &c, 1) != 1) return {};
-    return utramp::test::read_line(out_);
-  }
-  pid_t pid_ = -1;
-  int in_ = -1, out_ = -1;
-  bool ready_ = false;
-};
-
-// `utramp record -p PID ARGS` in the background, its stderr in a file.
-class Recorder {
- public:
-  Recorder(pid_t target, const std::vector<std::string>& args, const std::string& err_path) : err_(err_path) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      const int fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      dup2(fd, 2);
-      const int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-      dup2(null, 0);
-      dup2(null, 1);
-      std::vector<std::string> argv{UTRAMP_CLI, "record", "-p", std::to_string(target)};
-      argv.insert(argv.end(), args.begin(), args.end());
-      std::vector<char*> p;
-      for (auto& a : argv) p.push_back(a.data());
-      p.push_back(nullptr);
-      execv(p[0], p.data());
-      _exit(127);
-    }
-  }
-  ~Recorder() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      utramp::test::reap_child(pid_);
-    }
-  }
-  Recorder(const Recorder&) = delete;
-  Recorder& operator=(const Recorder&) = delete;
-  // Until it says it records (true) or it ended (false), 60 s at most.
-  bool recording() {
-    for (int i = 0; i < 6000; ++i) {
-      if (errors().find("Ctrl-C to stop") != std::string::npos) return true;
-      if (waitpid(pid_, nullptr, WNOHANG) != 0) {
-        pid_ = -1;
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
-  int stop(int sig) {
-    kill(pid_, sig);
-    return utramp::test::reap_child(pid_);
-  }
-  int wait() { return utramp::test::reap_child(pid_); }
-  std::string errors() const { return read_file(err_); }
-
- private:
-  std::string err_;
-  pid_t pid_ = -1;
+  Recorder(pid_t target, const std::vector<std::string>& args, const std::string& err_path)
+      : AttachedCli({"record"}, target, args, err_path) {}
+  bool recording() { return attached(); }
 };
 
 // The calls of FUNC in the recording DIR, from `utramp report` (-1: not listed).
@@ -178,17 +65,6 @@ long recorded_calls(const std::string& dir, const std::string& func) {
     if (w.size() >= 2 && w.back() == func) return std::stol(w[w.size() - 2]);
   }
   return -1;
-}
-
-// Waits up to 10 s for the process's .text to be its file's again.
-TextDiff text_back(pid_t pid, const std::string& path) {
-  TextDiff d;
-  for (int i = 0; i < 1000; ++i) {
-    d = text_vs_file(pid, path);
-    if (d.read && d.bytes == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return d;
 }
 
 TEST(RecordPidCounts, EveryCallOfTheAttachedWindowIsRecorded) {
@@ -268,7 +144,7 @@ TEST(RecordPidCounts, ASecondRecordingIsRefused) {
   ASSERT_TRUE(rec.recording()) << rec.errors();
   auto second = run_cli({"record", "-p", std::to_string(c.pid()), "-o", dir.path + "/second"});
   EXPECT_EQ(second.exit_code, 2);
-  EXPECT_NE(second.err.find("a recording is already attached"), std::string::npos) << second.err;
+  EXPECT_NE(second.err.find("a recording (utramp record -p) is already attached"), std::string::npos) << second.err;
   EXPECT_FALSE(std::filesystem::exists(dir.path + "/second"));
   EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
   EXPECT_GT(recorded_calls(dir.path + "/first", "count_a"), 0);

@@ -1,6 +1,7 @@
 #include "attach.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <signal.h>
 #include <time.h>
@@ -60,7 +61,7 @@ bool still_running(pid_t pid) {
 
 // Loads the agent into PID unless it is there already (its control channel answers:
 // an earlier `record -p`, or a process started under utramp). Prints why not.
-bool ensure_agent(pid_t pid) {
+bool ensure_agent(pid_t pid, const std::string& me) {
   if (auto fd = ctl::connect_to(pid); fd) {
     close(*fd);
     return true;
@@ -68,7 +69,7 @@ bool ensure_agent(pid_t pid) {
   const std::string agent = agent_library();
   auto loaded = os::inject_library(pid, agent);
   if (!loaded) {
-    fmt::print(stderr, "utramp record: cannot attach to process {}: {}\n", pid, loaded.error().message);
+    fmt::print(stderr, "{}: cannot attach to process {}: {}\n", me, pid, loaded.error().message);
     return false;
   }
   if (!loaded->handle) {
@@ -78,9 +79,9 @@ bool ensure_agent(pid_t pid) {
     // later, other libraries loaded that way having taken it.
     const bool tls = loaded->error.find("static TLS") != std::string::npos;
     fmt::print(stderr,
-               "utramp record: cannot attach to process {}: its dynamic loader refused the agent: "
+               "{}: cannot attach to process {}: its dynamic loader refused the agent: "
                "{}{}; the process was paused {:.2f} ms ({} thread{}) and runs on unchanged\n",
-               pid, loaded->error,
+               me, pid, loaded->error,
                tls ? " (what is left of the C library's static TLS reserve for libraries loaded "
                      "into a running process is smaller than the agent's few hundred bytes: "
                      "docs/attach.md)"
@@ -88,16 +89,18 @@ bool ensure_agent(pid_t pid) {
                static_cast<double>(loaded->pause_ns) / 1e6, loaded->threads, loaded->threads == 1 ? "" : "s");
     return false;
   }
-  fmt::print(stderr, "utramp record: the agent was loaded into process {} (paused {:.2f} ms, {} thread{})\n", pid,
+  fmt::print(stderr, "{}: the agent was loaded into process {} (paused {:.2f} ms, {} thread{})\n", me, pid,
              static_cast<double>(loaded->pause_ns) / 1e6, loaded->threads, loaded->threads == 1 ? "" : "s");
   return true;
 }
 
-// A running process being recorded: the connection that configured its agent. The agent
-// removes everything when this connection ends, whatever ends it (docs/attach.md).
+// A running process being recorded (or run eBPF programs in): the connection that
+// configured its agent. The agent removes everything when this connection ends, whatever
+// ends it (docs/attach.md).
 class Attached : public RecordTarget {
  public:
-  Attached(pid_t pid, int fd, double duration_s) : pid_(pid), fd_(fd), duration_s_(duration_s) {}
+  Attached(pid_t pid, int fd, double duration_s, std::string me)
+      : pid_(pid), fd_(fd), duration_s_(duration_s), me_(std::move(me)) {}
   ~Attached() override {
     if (fd_ >= 0) close(fd_);
   }
@@ -145,16 +148,19 @@ class Attached : public RecordTarget {
         usleep(10'000);
         alive = still_running(pid_);
       }
-      e.how = alive ? fmt::format("exec'd or closed the control channel after {:.1f} s: recording stopped", secs)
-                    : fmt::format("exited after {:.1f} s of recording", secs);
-      fmt::print(stderr, "utramp record: process {} {}; what was recorded is kept\n", pid_, e.how);
+      const bool rec = me_ == "utramp record";
+      e.how = alive ? fmt::format("exec'd or closed the control channel after {:.1f} s: {} stopped", secs,
+                                  rec ? "recording" : "the programs")
+                    : fmt::format("exited after {:.1f} s of {}", secs, rec ? "recording" : "running the programs");
+      fmt::print(stderr, "{}: process {} {}; what was {} is kept\n", me_, pid_, e.how,
+                 rec ? "recorded" : "collected");
       return e;
     }
     Result<Ended> detached = detach(why, secs);
     if (!detached) {
       e.how = fmt::format("detach failed: {}", detached.error().message);
       e.exit_code = 1;
-      fmt::print(stderr, "utramp record: process {}: {}\n", pid_, e.how);
+      fmt::print(stderr, "{}: process {}: {}\n", me_, pid_, e.how);
       return e;
     }
     return *detached;
@@ -173,10 +179,13 @@ class Attached : public RecordTarget {
     std::string left;
     if (const auto l = b.find("left"); l != b.end() && l->is_array() && !l->empty())
       for (const auto& x : *l) left += fmt::format("; left: {}", x.is_string() ? x.get<std::string>() : x.dump());
-    fmt::print(stderr, "utramp record: detached from process {}: {} links removed, {} sites back to the file's bytes{}\n",
-               pid_, b.value("links_detached", 0), b.value("sites_restored", 0), left);
+    const size_t probes = b.value("probes_detached", size_t{0});
+    fmt::print(stderr, "{}: detached from process {}: {} links{} removed, {} sites back to the file's bytes{}\n", me_,
+               pid_, b.value("links_detached", 0), probes ? fmt::format(" and {} probes", probes) : "",
+               b.value("sites_restored", 0), left);
     if (const auto er = b.find("errors"); er != b.end() && er->is_array())
-      for (const auto& x : *er) fmt::print(stderr, "utramp record: detach: {}\n", x.is_string() ? x.get<std::string>() : x.dump());
+      for (const auto& x : *er)
+        fmt::print(stderr, "{}: detach: {}\n", me_, x.is_string() ? x.get<std::string>() : x.dump());
     close(fd_);
     fd_ = -1;
     return e;
@@ -185,48 +194,102 @@ class Attached : public RecordTarget {
   pid_t pid_;
   int fd_;
   double duration_s_;
+  std::string me_;
 };
 
 }  // namespace
 
 std::string program_of(pid_t pid) { return exe_of(pid); }
 
-int run_record_attach(pid_t pid, const RecordOptions& o, double duration_s, RecordResult* out) {
-  if (!o.command.empty()) {
-    fmt::print(stderr, "utramp record: -p attaches to a running process: give no program as well\n");
-    return 2;
+bool parse_attach_duration(const std::string& text, pid_t pid, const std::string& me, double* seconds) {
+  *seconds = 0;
+  if (text.empty()) return true;
+  uint64_t ns = 0;
+  if (!pid || !parse_duration(text, &ns) || ns == 0) {
+    fmt::print(stderr, "{}: --duration '{}': {}\n", me, text,
+               pid ? "expected a duration above 0: a number and one of ns, us, ms, s (10s, 500ms)"
+                   : "only with -p PID (a program utramp starts is followed until it ends)");
+    return false;
   }
+  *seconds = static_cast<double>(ns) / 1e9;
+  return true;
+}
+
+int check_attach(pid_t pid, const std::string& me) {
   // Every refusal that needs no ptrace, before the process is touched.
   auto facts = os::check_attachable(pid);
   if (!facts) {
-    fmt::print(stderr, "utramp record: cannot attach: {}\n", facts.error().message);
+    fmt::print(stderr, "{}: cannot attach: {}\n", me, facts.error().message);
     return 2;
   }
-  // An agent there already (an earlier `record -p`, or the process was started under
-  // utramp) that cannot take a recording now: said before anything is created.
+  // An agent there already (an earlier `record -p` or `run -p`, or the process was
+  // started under utramp) that cannot take a configuration now: said before anything is
+  // created.
   if (auto fd = ctl::connect_to(pid); fd) {
     close(*fd);
     auto shown = ctl::call(pid, {ctl::MsgType::show, nlohmann::json::object()}, 5000);
     if (!shown) {
-      fmt::print(stderr, "utramp record: process {}: its agent does not answer: {}\n", pid, shown.error().message);
+      fmt::print(stderr, "{}: process {}: its agent does not answer: {}\n", me, pid, shown.error().message);
       return 2;
     }
     const nlohmann::json a = shown->value("agent", nlohmann::json::object());
     if (a.value("launched", false)) {
       fmt::print(stderr,
-                 "utramp record: cannot attach to process {}: it was started under utramp (its agent is "
-                 "configured by its launcher; trace directory {}): a second recording cannot be attached; "
+                 "{}: cannot attach to process {}: it was started under utramp (its agent is "
+                 "configured by its launcher; trace directory {}): a second client cannot be attached; "
                  "`utramp show -p {}` and `utramp detach -p {}` work on it\n",
-                 pid, a.value("trace_dir", std::string("?")), pid, pid);
+                 me, pid, a.value("trace_dir", std::string("?")), pid, pid);
       return 2;
     }
     if (a.value("state", std::string()) == "attached") {
-      fmt::print(stderr, "utramp record: cannot attach to process {}: a recording is already attached "
-                         "(trace directory {}); one at a time\n",
-                 pid, a.value("trace_dir", std::string("?")));
+      const auto objs = a.value("bpf_objects", std::vector<std::string>{});
+      if (objs.empty())
+        fmt::print(stderr, "{}: cannot attach to process {}: a recording (utramp record -p) is already attached "
+                           "(trace directory {}); one client at a time\n",
+                   me, pid, a.value("trace_dir", std::string("?")));
+      else
+        fmt::print(stderr, "{}: cannot attach to process {}: eBPF programs (utramp run -p {}) are already "
+                           "attached; one client at a time\n",
+                   me, pid, fmt::join(objs, " "));
       return 2;
     }
   }
+  return 0;
+}
+
+std::unique_ptr<RecordTarget> attach_configured(pid_t pid, const agent::Config& cfg, double duration_s,
+                                                const std::string& me, nlohmann::json* answer) {
+  if (!ensure_agent(pid, me)) return nullptr;
+  auto fd = ctl::connect_to(pid);
+  if (!fd) {
+    fmt::print(stderr, "{}: process {}: {}\n", me, pid, fd.error().message);
+    return nullptr;
+  }
+  auto conn = std::make_unique<Attached>(pid, *fd, duration_s, me);
+  auto sent = ctl::send_message(*fd, {ctl::MsgType::apply_config,
+                                      {{"config", nlohmann::json::parse(agent::dump_config(cfg))}}});
+  ctl::Decoder d;
+  Result<ctl::Message> m = sent ? ctl::receive_message(*fd, &d, kConfigureTimeoutMs)
+                                : Result<ctl::Message>(sent.error());
+  if (m && m->type == ctl::MsgType::error) m = make_error(Errc::busy, m->body.value("error", std::string("?")));
+  if (!m) {
+    if (!still_running(pid))  // its end closed the connection before the answer
+      fmt::print(stderr, "{}: process {} ended before its agent answered ({})\n", me, pid, m.error().message);
+    else
+      fmt::print(stderr, "{}: process {} refused the configuration: {}; nothing was changed\n", me, pid,
+                 m.error().message);
+    return nullptr;
+  }
+  *answer = std::move(m->body);
+  return conn;
+}
+
+int run_record_attach(pid_t pid, const RecordOptions& o, double duration_s, RecordResult* out) {
+  if (!o.command.empty()) {
+    fmt::print(stderr, "utramp record: -p attaches to a running process: give no program as well\n");
+    return 2;
+  }
+  if (const int rc = check_attach(pid, "utramp record")) return rc;
   trace::TraceInfo info;
   info.command = command_of(pid);
   info.binary = exe_of(pid);
@@ -235,35 +298,18 @@ int run_record_attach(pid_t pid, const RecordOptions& o, double duration_s, Reco
       o, std::move(info),
       [&](const agent::Config& cfg, const std::string&, int* exit_code) -> std::unique_ptr<RecordTarget> {
         *exit_code = 2;
-        if (!ensure_agent(pid)) return nullptr;
-        auto fd = ctl::connect_to(pid);
-        if (!fd) {
-          fmt::print(stderr, "utramp record: process {}: {}\n", pid, fd.error().message);
-          return nullptr;
-        }
-        auto conn = std::make_unique<Attached>(pid, *fd, duration_s);
-        auto sent = ctl::send_message(*fd, {ctl::MsgType::apply_config,
-                                            {{"config", nlohmann::json::parse(agent::dump_config(cfg))}}});
-        ctl::Decoder d;
-        Result<ctl::Message> m = sent ? ctl::receive_message(*fd, &d, kConfigureTimeoutMs)
-                                      : Result<ctl::Message>(sent.error());
-        if (m && m->type == ctl::MsgType::error)
-          m = make_error(Errc::busy, m->body.value("error", std::string("?")));
-        if (!m) {
-          fmt::print(stderr, "utramp record: process {} refused the recording: {}; nothing was changed\n", pid,
-                     m.error().message);
-          return nullptr;
-        }
+        nlohmann::json m;
+        auto conn = attach_configured(pid, cfg, duration_s, "utramp record", &m);
+        if (!conn) return nullptr;
         // Functions whose sites cannot change while threads run (gcc's five 1-byte NOPs,
         // relocated prologues: docs/attach.md, "Limits") are said, with the first reason.
-        if (const size_t n = m->body.value("not_traced", size_t{0}))
+        if (const size_t n = m.value("not_traced", size_t{0}))
           fmt::print(stderr,
                      "utramp record: {} function{} of process {} not traced (the agent's log in {} has each): "
                      "{}\n",
-                     n, n == 1 ? "" : "s", pid, cfg.trace_dir, m->body.value("not_traced_first", std::string()));
+                     n, n == 1 ? "" : "s", pid, cfg.trace_dir, m.value("not_traced_first", std::string()));
         fmt::print(stderr, "utramp record: recording process {} ({} links attached){}; Ctrl-C to stop\n", pid,
-                   m->body.value("links", 0),
-                   duration_s > 0 ? fmt::format(" for {} s", duration_s) : std::string());
+                   m.value("links", 0), duration_s > 0 ? fmt::format(" for {} s", duration_s) : std::string());
         return conn;
       },
       out);

@@ -175,16 +175,11 @@ void add_record(CLI::App& app) {
   sub->get_option("command")->required(false);  // run_record says when neither is given
   sub->callback([f, pid, duration] {
     if (!finish_record_flags(*f, "record")) std::exit(2);
-    uint64_t duration_ns = 0;
-    if (!duration->empty() && (!*pid || !parse_duration(*duration, &duration_ns) || duration_ns == 0)) {
-      fmt::print(stderr, "utramp record: --duration '{}': {}\n", *duration,
-                 *pid ? "expected a duration above 0: a number and one of ns, us, ms, s (10s, 500ms)"
-                      : "only with -p PID (a program started by record is recorded until it ends)");
-      std::exit(2);
-    }
+    double duration_s = 0;
+    if (!parse_attach_duration(*duration, *pid, "utramp record", &duration_s)) std::exit(2);
     if (*pid) {
       RecordResult r;
-      std::exit(run_record_attach(*pid, f->rec, static_cast<double>(duration_ns) / 1e9, &r));
+      std::exit(run_record_attach(*pid, f->rec, duration_s, &r));
     }
     RecordResult r;
     std::exit(run_record(f->rec, &r));

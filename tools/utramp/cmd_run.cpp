@@ -45,6 +45,13 @@
 // {"type":"global","name":...,"section":".bss","value":V} (V as btf_value gives it).
 // --metrics HOST:PORT serves all of it (maps, integer globals, ring counts and losses,
 // each program's runs) as Prometheus metrics while the target runs: metrics.hpp.
+//
+// -p PID [--duration D]: the programs go into a process that is already running, with
+// the same checks against its program (/proc/PID/exe), over the control channel of
+// `record -p` (attach.hpp: the refusals, the injection, the configuration sent); the
+// agent attaches them while the threads run and takes them away at Ctrl-C, --duration,
+// or when this CLI's connection ends (docs/attach.md, "eBPF programs in a running
+// process"); the process's exit or exec ends the run too, said. Maps print at the end.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <fcntl.h>
@@ -84,6 +91,7 @@
 #include "ebpf/usdt.hpp"
 #include "os/dwarf.hpp"
 #include "probe/sigtrap_mask.hpp"
+#include "attach.hpp"
 #include "launch.hpp"
 #include "map_values.hpp"
 #include "metrics.hpp"
@@ -114,6 +122,8 @@ struct RunFlags {
   std::string metrics;                  // --metrics HOST:PORT
   bool metrics_public = false;          // --metrics-public
   std::vector<std::string> metrics_hist, metrics_counter;  // --metrics-hist MAP, --metrics-counter MAP
+  pid_t pid = 0;              // -p PID: a running process instead of PROGRAM
+  double duration_s = 0;      // --duration with -p (0: until Ctrl-C)
 };
 
 // Where and how `run` prints: stdout or -o FILE (kept apart from the target's own
@@ -716,14 +726,32 @@ class SigtrapWatch {
 
 int run(const RunFlags& f) {
   const std::string me = "utramp run";
-  if (f.command.empty()) {
-    fmt::print(stderr, "{}: no program given (utramp run OBJECT -- PROGRAM [ARGS])\n", me);
+  if (f.command.empty() && !f.pid) {
+    fmt::print(stderr, "{}: no program given (utramp run OBJECT -- PROGRAM [ARGS], or -p PID)\n", me);
     return 2;
   }
-  auto resolved = resolve_target(f.command[0]);
-  if (!resolved) {
-    fmt::print(stderr, "{}: {}\n", me, resolved.error().message);
+  if (!f.command.empty() && f.pid) {
+    fmt::print(stderr, "{}: -p attaches to a running process: give no program as well\n", me);
     return 2;
+  }
+  // The program: started here, or the one process PID runs (its refusals first, before
+  // anything is read or created).
+  std::optional<Target> resolved;
+  if (f.pid) {
+    if (const int rc = check_attach(f.pid, me)) return rc;
+    resolved.emplace();
+    resolved->binary = program_of(f.pid);
+    if (resolved->binary.empty()) {
+      fmt::print(stderr, "{}: process {}: cannot read its program (/proc/{}/exe)\n", me, f.pid, f.pid);
+      return 2;
+    }
+  } else {
+    auto r = resolve_target(f.command[0]);
+    if (!r) {
+      fmt::print(stderr, "{}: {}\n", me, r.error().message);
+      return 2;
+    }
+    resolved = std::move(*r);
   }
   const std::string prog = resolved->binary;
   std::optional<Endpoint> metrics_at;
@@ -1057,10 +1085,24 @@ int run(const RunFlags& f) {
     fmt::print(stderr, "{}: metrics at http://{}{}{}:{}/metrics\n", me, v6 ? "[" : "", metrics_at->host,
                v6 ? "]" : "", server->port());
   }
-  auto launch = Launch::start(*resolved, f.command, cfg, dir + "/agent.json");
-  if (!launch) {
-    fmt::print(stderr, "{}: {}\n", me, launch.error().message);
-    return launch.error().code == Errc::not_found ? 2 : 127;
+  // The target: a program started with the agent, or a running process whose agent
+  // (loaded now, or there from an earlier attach) loads, verifies and attaches the
+  // programs while its threads run (docs/attach.md, "eBPF programs in a running process").
+  std::optional<Launch> launch;
+  std::unique_ptr<RecordTarget> attached;
+  pid_t target_pid = f.pid;
+  json answer;  // -p: the agent's, once it attached the programs
+  if (f.pid) {
+    attached = attach_configured(f.pid, cfg, f.duration_s, me, &answer);
+    if (!attached) return 2;
+  } else {
+    auto l = Launch::start(*resolved, f.command, cfg, dir + "/agent.json");
+    if (!l) {
+      fmt::print(stderr, "{}: {}\n", me, l.error().message);
+      return l.error().code == Errc::not_found ? 2 : 127;
+    }
+    target_pid = l->pid();
+    launch.emplace(std::move(*l));
   }
   using clock = std::chrono::steady_clock;
   auto next_print = clock::now() + std::chrono::duration<double>(f.interval);
@@ -1068,9 +1110,22 @@ int run(const RunFlags& f) {
   // forked children inherit the mapping), nothing in the scratch directory is needed:
   // the watch keeps what the status file says, and the directory goes at once, so that
   // a CLI killed later leaves nothing behind.
-  SigtrapWatch watch(launch->pid(), cfg.bpf_status_file);
+  SigtrapWatch watch(target_pid, cfg.bpf_status_file);
   std::string st;
-  const Ended ended = launch->wait(
+  if (attached) {
+    // The agent wrote its status before it answered: nothing in the scratch directory
+    // is needed any more, and a CLI killed from now on leaves nothing behind.
+    if (watch.read_status()) {
+      st = "ok";
+      scratch->remove();
+    }
+    fmt::print(stderr, "{}: {} program{} attached to process {} ({} link{} and probe{}){}; Ctrl-C to stop\n", me,
+               answer.value("programs", 0), answer.value("programs", 0) == 1 ? "" : "s", f.pid,
+               answer.value("attached", 0), answer.value("attached", 0) == 1 ? "" : "s",
+               answer.value("attached", 0) == 1 ? "" : "s",
+               f.duration_s > 0 ? fmt::format(" for {} s", f.duration_s) : std::string());
+  }
+  const auto work =
       [&] {
         if (st.empty() && watch.read_status()) {
           st = "ok";
@@ -1084,8 +1139,8 @@ int run(const RunFlags& f) {
           next_print += std::chrono::duration<double>(f.interval);
         }
         return any;
-      },
-      5);
+      };
+  const Ended ended = launch ? launch->wait(work, 5) : attached->wait(work, 5);
   server.reset();  // served while the target ran
   if (st.empty()) {
     (void)watch.read_status();
@@ -1109,6 +1164,9 @@ int run(const RunFlags& f) {
   report_lost(*mf, out);
   report_misses(*mf, prog_names, out);
   if (ended.signaled) fmt::print(stderr, "{}: target {}\n", me, ended.how);
+  // -p: why the programs stopped (Ctrl-C, --duration); an exit or exec was said already.
+  if (attached && ended.how.starts_with("detached"))
+    fmt::print(stderr, "{}: process {} {}\n", me, f.pid, ended.how);
   if (ended.signaled && WTERMSIG(ended.status) == SIGTRAP) watch.killed_by_sigtrap(me);
   if (mf->unlocked_reads())
     fmt::print(stderr, "{}: {} map bucket(s) were read while a lock the target took was still held "
@@ -1125,7 +1183,8 @@ int run(const RunFlags& f) {
 
 void add_run(CLI::App& app) {
   auto f = std::make_shared<RunFlags>();
-  CLI::App* sub = app.add_subcommand("run", "Run a program with eBPF programs (clang -target bpf) attached");
+  CLI::App* sub = app.add_subcommand("run", "Run a program with eBPF programs (clang -target bpf) attached, or "
+                                            "attach them to a running process (-p PID)");
   sub->add_option("object", f->object, "eBPF object file (clang -O2 -g -target bpf)")->required();
   sub->add_option("--interval", f->interval, "print the maps every SEC seconds too")
       ->check(CLI::Range(0.0, 86400.0 * 365));
@@ -1152,7 +1211,7 @@ void add_run(CLI::App& app) {
       ->check(CLI::Range(1u, 1u << 18));
   sub->add_option("--metrics", f->metrics,
                   "HOST:PORT: serve the maps and counters as Prometheus metrics at http://HOST:PORT/metrics "
-                  "while the target runs (loopback only unless --metrics-public; port 0: any free port, printed)");
+                  "while the target runs (or the programs are attached, with -p) (loopback only unless --metrics-public; port 0: any free port, printed)");
   sub->add_flag("--metrics-public", f->metrics_public, "let --metrics listen on an address other than loopback");
   sub->add_option("--metrics-hist", f->metrics_hist,
                   "MAP: an array of u64 log2 slots served as a histogram (maps named *hist* are; repeatable)")
@@ -1161,8 +1220,16 @@ void add_run(CLI::App& app) {
                   "MAP: the map's values only grow: served as counters (NAME_total; maps named *_total are; "
                   "repeatable)")
       ->allow_extra_args(false);
-  sub->add_option("command", f->command, "-- PROGRAM [ARGS]");
-  sub->callback([f] {
+  sub->add_option("-p,--pid", f->pid,
+                  "attach the programs to the running process PID instead of starting a program; they "
+                  "are detached at Ctrl-C, --duration or the process's end (docs/attach.md)")
+      ->check(CLI::Range(1, 4194304));  // the kernel's pid_max at most
+  auto duration = std::make_shared<std::string>();
+  sub->add_option("--duration", *duration, "with -p: run the programs this long, then detach (e.g. 10s; "
+                                            "default: until Ctrl-C)");
+  sub->add_option("command", f->command, "-- PROGRAM [ARGS] (none with -p)");
+  sub->callback([f, duration] {
+    if (!parse_attach_duration(*duration, f->pid, "utramp run", &f->duration_s)) std::exit(2);
     if (!std::isfinite(f->interval)) {  // CLI::Range lets NaN through
       fmt::print(stderr, "utramp run: --interval {}: expected a number of seconds\n", f->interval);
       std::exit(2);

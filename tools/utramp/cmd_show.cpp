@@ -1,7 +1,8 @@
 // utramp show -p PID [--json]: what utramp has put into a running process, as the
 // kernel's enabled_functions and `bpftool link show` tell it of the kernel: each patched
-// function with its site and links, the library calls hooked, the agent's state and its
-// clients, and what is not counted. Asked over the control channel
+// function with its site and links, the library calls hooked, `utramp run -p`'s eBPF
+// programs (runs, misses) and maps, the agent's state and its clients, and what is not
+// counted. Asked over the control channel
 // (agent/control_protocol.hpp; docs/attach.md).
 #include <fmt/format.h>
 
@@ -48,6 +49,26 @@ void print_text(const json& j) {
   }
   fmt::print("{} library calls hooked (GOT slots); {} sites hold utramp's NOP instead of the file's bytes\n",
              j.value("library_calls_hooked", 0), j.value("sites_as_nop", 0));
+  // `utramp run`'s programs and maps (`bpftool prog show`, `map show`).
+  if (const auto b = j.find("bpf"); b != j.end() && b->is_object()) {
+    const json progs = b->value("programs", json::array()), maps = b->value("maps", json::array());
+    fmt::print("{} eBPF programs ({} probes){}\n", progs.size(), b->value("probes", 0),
+               b->value("stats", false) ? "" : "; runs counted only with utramp run --metrics");
+    if (!progs.empty()) {
+      fmt::print("  {:<24} {:<10} {:<32} {:>8} {:>12} {:>12} {:>8}\n", "PROGRAM", "TYPE", "TARGET", "ATTACHED",
+                 "RUNS", "RUN NS", "MISSES");
+      for (const json& p : progs)
+        fmt::print("  {:<24} {:<10} {:<32} {:>8} {:>12} {:>12} {:>8}\n", p.value("name", "?"), p.value("type", "?"),
+                   p.value("target", ""), p.value("attached", 0),
+                   p.contains("run_cnt") ? std::to_string(p.at("run_cnt").get<uint64_t>()) : "-",
+                   p.contains("run_ns") ? std::to_string(p.at("run_ns").get<uint64_t>()) : "-",
+                   p.value("misses", uint64_t{0}));
+    }
+    for (const json& m : maps)
+      fmt::print("  map {} ({}, {} max entries{})\n", m.value("name", "?"), m.value("type", "?"),
+                 m.value("max_entries", 0),
+                 m.contains("entries") ? fmt::format(", {} used", m.at("entries").get<uint64_t>()) : "");
+  }
   for (const json& c : j.at("clients"))
     fmt::print("client: process {} (uid {})\n", c.value("pid", 0), c.value("uid", 0));
   for (const json& n : j.at("not_tracked")) fmt::print("not tracked: {}\n", n.get<std::string>());

@@ -1,0 +1,377 @@
+// `utramp run OBJECT -p PID` end to end (docs/attach.md, "eBPF programs in a running
+// process"): bpf/count_calls.bpf.o (an fentry program on count_a, a uprobe in count_b,
+// counting their calls in an array map) run in attach_counter (8 workers counting their
+// own calls, one thread blocked in read(), one in a signal handler) RUN_PID_CYCLES times
+// in a row without a restart. In each cycle the workers are paused while the CLI
+// attaches and while it detaches (record_pid_test's window), so the map must hold
+// exactly the calls the program counted in between. After each detach the process's
+// .text is its file's; at the end its results are right. Then: `show -p` while the
+// programs run, the CLI killed, the process's exit, a second client refused, the
+// refusals, and --metrics served from the running process.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+
+#include <chrono>
+#include <memory>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_runner.hpp"
+#include "counter_fixture.hpp"
+#include "prometheus.hpp"
+#include "second_user.hpp"
+#include "temp_dir.hpp"
+
+#ifndef RUN_PID_CYCLES
+#define RUN_PID_CYCLES 10
+#endif
+
+namespace {
+
+using nlohmann::json;
+using utramp::test::AttachedCli;
+using utramp::test::Counter;
+using utramp::test::read_file;
+using utramp::test::run_cli;
+using utramp::test::target_path;
+using utramp::test::TempDir;
+using utramp::test::text_back;
+using utramp::test::text_vs_file;
+using utramp::test::TextDiff;
+
+const std::string kObject = std::string(RUN_PID_BPF_DIR) + "/count_calls.bpf.o";
+
+// `utramp run count_calls.bpf.o -p PID --json ARGS` in the background.
+class Runner : public AttachedCli {
+ public:
+  Runner(pid_t target, const std::string& out, const std::vector<std::string>& args = {})
+      : AttachedCli({"run", kObject}, target, with_json(args), out + ".err", out), out_(out) {}
+  // The map's counts as printed at the end: {count_a's, count_b's} (-1: not printed).
+  std::pair<long, long> counts() const {
+    std::pair<long, long> c{-1, -1};
+    std::istringstream in(read_file(out_));
+    for (std::string line; std::getline(in, line);) {
+      const json j = json::parse(line, nullptr, false);
+      if (!j.is_object() || j.value("name", "") != "calls_total") continue;
+      c = {0, 0};
+      for (const json& e : j.at("entries")) (e.at("key") == 0 ? c.first : c.second) = e.at("value").get<long>();
+    }
+    return c;
+  }
+
+ private:
+  static std::vector<std::string> with_json(std::vector<std::string> a) {
+    a.push_back("--json");
+    return a;
+  }
+  std::string out_;
+};
+
+TEST(RunPid, EveryCallOfTheAttachedWindowIsCounted) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-runpid");
+  for (int cycle = 0; cycle < RUN_PID_CYCLES; ++cycle) {
+    SCOPED_TRACE(fmt::format("cycle {}", cycle));
+    const auto [a0, b0] = c.pause();
+    ASSERT_GE(a0, 0);
+    Runner run(c.pid(), fmt::format("{}/run{}", dir.path, cycle));
+    ASSERT_TRUE(run.attached()) << run.errors();
+    EXPECT_GT(text_vs_file(c.pid(), target).bytes, 0u) << "nothing was patched";
+    ASSERT_TRUE(c.resume());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto [a1, b1] = c.pause();
+    ASSERT_GT(a1, a0);
+    EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
+    EXPECT_NE(run.errors().find("1 links and 1 probes removed"), std::string::npos) << run.errors();
+    const TextDiff d = text_vs_file(c.pid(), target);
+    ASSERT_TRUE(d.read);
+    EXPECT_EQ(d.bytes, 0u) << "after the detach, .text differs from the file at" << d.where;
+    EXPECT_EQ(run.counts(), std::make_pair(a1 - a0, b1 - b0));
+    ASSERT_TRUE(c.resume());
+  }
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
+}
+
+// `utramp show -p` while the programs run: each program with its type, target and
+// attachments, and the object's map; with --metrics, run counts that grow.
+TEST(RunPid, ShowListsTheProgramsAndMaps) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-runpid");
+  Runner run(c.pid(), dir.path + "/show", {"--metrics", "127.0.0.1:0"});
+  ASSERT_TRUE(run.attached()) << run.errors();
+  auto shown = run_cli({"show", "-p", std::to_string(c.pid()), "--json"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  const json j = json::parse(shown.out);
+  EXPECT_EQ(j.at("agent").value("state", ""), "attached");
+  const json& bpf = j.at("bpf");
+  ASSERT_EQ(bpf.at("programs").size(), 2u) << bpf.dump();
+  const json& a = bpf.at("programs")[0];
+  EXPECT_EQ(a.value("name", ""), "on_count_a");
+  EXPECT_EQ(a.value("type", ""), "fentry");
+  EXPECT_EQ(a.value("target", ""), "count_a");
+  EXPECT_EQ(a.value("attached", 0), 1);
+  EXPECT_GT(a.value("run_cnt", uint64_t{0}), 0u);
+  EXPECT_EQ(a.value("misses", uint64_t{1}), 0u);
+  const json& b = bpf.at("programs")[1];
+  EXPECT_EQ(b.value("type", ""), "uprobe");
+  EXPECT_EQ(b.value("target", ""), "count_b+0x5");
+  EXPECT_EQ(bpf.at("maps").size(), 1u);
+  EXPECT_EQ(bpf.at("maps")[0].value("name", ""), "calls_total");
+  EXPECT_EQ(bpf.value("probes", 0), 1);
+  auto text = run_cli({"show", "-p", std::to_string(c.pid())});
+  EXPECT_NE(text.out.find("2 eBPF programs (1 probes)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("map calls_total (array, 2 max entries)"), std::string::npos) << text.out;
+  EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
+  EXPECT_FALSE(json::parse(run_cli({"show", "-p", std::to_string(c.pid()), "--json"}).out).contains("bpf"));
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+}
+
+// The CLI killed with SIGKILL: the agent sees its connection end and takes every
+// program away at once (the bound of record -p's test); the next run -p is taken.
+TEST(RunPid, KilledRunLeavesNothingPatched) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-runpid");
+  {
+    Runner run(c.pid(), dir.path + "/killed");
+    ASSERT_TRUE(run.attached()) << run.errors();
+    EXPECT_GT(text_vs_file(c.pid(), target).bytes, 0u) << "nothing was patched";
+    const pid_t cli = run.pid();
+    EXPECT_EQ(run.stop(SIGKILL), 128 + SIGKILL);
+    // The scratch directory (the map file, the status) went once the programs were
+    // attached: the killed CLI leaves nothing behind.
+    const char* tmp = getenv("TMPDIR");
+    for (const auto& e : std::filesystem::directory_iterator(tmp && *tmp ? tmp : "/tmp"))
+      EXPECT_FALSE(e.path().filename().string().starts_with(fmt::format("utramp-run-{}-", cli))) << e.path();
+    const TextDiff d = text_back(c.pid(), target);
+    EXPECT_EQ(d.bytes, 0u) << ".text differs from the file at" << d.where;
+  }
+  // The scratch directory of the killed CLI (the map file) is gone once the programs
+  // were attached; the show says nothing is attached.
+  const json j = json::parse(run_cli({"show", "-p", std::to_string(c.pid()), "--json"}).out);
+  EXPECT_EQ(j.at("agent").value("state", ""), "detached");
+  EXPECT_FALSE(j.contains("bpf"));
+  Runner again(c.pid(), dir.path + "/again", {"--duration", "200ms"});
+  EXPECT_EQ(again.wait(), 0) << again.errors();
+  EXPECT_NE(again.errors().find("--duration"), std::string::npos) << again.errors();
+  EXPECT_GT(again.counts().first, 0);
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+}
+
+// `utramp detach -p` while the programs run: they stop and every site goes back at once;
+// the run goes on until Ctrl-C and prints what the map held at the detach.
+TEST(RunPid, DetachStopsThePrograms) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-runpid");
+  const auto [a0, b0] = c.pause();
+  Runner run(c.pid(), dir.path + "/detached");
+  ASSERT_TRUE(run.attached()) << run.errors();
+  ASSERT_TRUE(c.resume());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto [a1, b1] = c.pause();
+  auto det = run_cli({"detach", "-p", std::to_string(c.pid())});
+  EXPECT_EQ(det.exit_code, 0) << det.err;
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  ASSERT_TRUE(c.resume());  // calls the programs no longer see
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
+  EXPECT_EQ(run.counts(), std::make_pair(a1 - a0, b1 - b0));
+  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+}
+
+// The process ends while the programs run: the CLI says so and prints what the maps
+// held.
+TEST(RunPid, ProcessThatExitsEndsTheRun) {
+  Counter c(target_path("clang_pfe"));
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-runpid");
+  Runner run(c.pid(), dir.path + "/exits");
+  ASSERT_TRUE(run.attached()) << run.errors();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+  EXPECT_EQ(run.wait(), 0) << run.errors();
+  EXPECT_NE(run.errors().find("exited after"), std::string::npos) << run.errors();
+  EXPECT_NE(run.errors().find("what was collected is kept"), std::string::npos) << run.errors();
+  EXPECT_GT(run.counts().first, 0);
+}
+
+// One client at a time: a second run -p, or a record -p, is refused while the programs
+// run, and run -p while a recording runs; nothing of the second is made.
+TEST(RunPid, ASecondClientIsRefused) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-runpid");
+  const std::string pid = std::to_string(c.pid());
+  {
+    Runner run(c.pid(), dir.path + "/first");
+    ASSERT_TRUE(run.attached()) << run.errors();
+    auto second = run_cli({"run", kObject, "-p", pid});
+    EXPECT_EQ(second.exit_code, 2);
+    EXPECT_NE(second.err.find("eBPF programs (utramp run -p " + kObject + ") are already attached"),
+              std::string::npos)
+        << second.err;
+    auto rec = run_cli({"record", "-p", pid, "-o", dir.path + "/rec"});
+    EXPECT_EQ(rec.exit_code, 2);
+    EXPECT_NE(rec.err.find("eBPF programs (utramp run -p"), std::string::npos) << rec.err;
+    EXPECT_FALSE(std::filesystem::exists(dir.path + "/rec"));
+    EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
+    EXPECT_GT(run.counts().first, 0);
+  }
+  {
+    AttachedCli rec({"record"}, c.pid(), {"-o", dir.path + "/rec2", "-q"}, dir.path + "/rec2.err");
+    ASSERT_TRUE(rec.attached()) << rec.errors();
+    auto run = run_cli({"run", kObject, "-p", pid});
+    EXPECT_EQ(run.exit_code, 2);
+    EXPECT_NE(run.err.find("a recording (utramp record -p) is already attached"), std::string::npos) << run.err;
+    EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
+  }
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+}
+
+// What run -p refuses, each said, with the process left as it was.
+TEST(RunPid, Refusals) {
+  // gcc's five 1-byte NOPs cannot change while threads run (docs/attach.md, "Limits"):
+  // the fentry program is refused, naming the function and why; nothing stays patched.
+  const std::string gcc = target_path("gcc_pfe");
+  Counter c(gcc);
+  ASSERT_TRUE(c.ready());
+  const std::string pid = std::to_string(c.pid());
+  auto r = run_cli({"run", kObject, "-p", pid});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("refused the configuration: cannot attach on_count_a (fentry count_a)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("nothing was changed"), std::string::npos) << r.err;
+  EXPECT_EQ(text_vs_file(c.pid(), gcc).bytes, 0u);
+  // A program with -p, --duration without it, a process that does not exist.
+  auto both = run_cli({"run", kObject, "-p", pid, "--", "/bin/true"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("give no program as well"), std::string::npos) << both.err;
+  auto dur = run_cli({"run", kObject, "--duration", "1s", "--", "/bin/true"});
+  EXPECT_EQ(dur.exit_code, 2);
+  EXPECT_NE(dur.err.find("only with -p PID"), std::string::npos) << dur.err;
+  auto none = run_cli({"run", kObject, "-p", "4194304"});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("cannot attach"), std::string::npos) << none.err;
+  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+}
+
+// Another user (nobody) is refused before anything is read or loaded: the process has
+// no agent after, and runs on.
+TEST(RunPid, AnotherUserIsRefused) {
+  if (const std::string why = utramp::test::no_second_user(); !why.empty()) GTEST_SKIP() << why;
+  Counter c(target_path("clang_pfe"));
+  ASSERT_TRUE(c.ready());
+  int err[2];
+  ASSERT_EQ(pipe2(err, O_CLOEXEC), 0);
+  const std::string pid = std::to_string(c.pid());
+  const bool ok = utramp::test::as_nobody([&] {
+    dup2(err[1], 2);
+    execl(UTRAMP_CLI, UTRAMP_CLI, "run", kObject.c_str(), "-p", pid.c_str(), static_cast<char*>(nullptr));
+    return false;
+  });
+  close(err[1]);
+  const std::string text = utramp::test::read_rest(err[0]);
+  close(err[0]);
+  EXPECT_FALSE(ok);
+  EXPECT_NE(text.find(fmt::format("this utramp as uid {}", utramp::test::kNobody)), std::string::npos) << text;
+  EXPECT_EQ(read_file(fmt::format("/proc/{}/maps", c.pid())).find("libutramp"), std::string::npos);
+  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+}
+
+// The attached window of the --metrics tests: `run -p --metrics 127.0.0.1:0` on a paused
+// attach_counter, the workers let run 50 ms, then paused again (record_pid_test's
+// window): the endpoint's port, and the calls of count_a and count_b in between.
+class RunPidMetrics : public ::testing::Test {
+ protected:
+  void open_window() {
+    ASSERT_TRUE(c.ready());
+    const auto [a0, b0] = c.pause();
+    run = std::make_unique<Runner>(c.pid(), dir.path + "/metrics",
+                                   std::vector<std::string>{"--metrics", "127.0.0.1:0"});
+    ASSERT_TRUE(run->attached()) << run->errors();
+    std::smatch m;
+    const std::string err = run->errors();
+    ASSERT_TRUE(std::regex_search(err, m, std::regex("metrics at http://127\\.0\\.0\\.1:([0-9]+)/metrics"))) << err;
+    port = std::stoi(m[1].str());
+    ASSERT_TRUE(c.resume());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto [a1, b1] = c.pause();
+    a = a1 - a0;
+    b = b1 - b0;
+  }
+  // The run stopped: what it printed is the window's, .text is the file's, the process
+  // ends well.
+  void close_window() {
+    EXPECT_EQ(run->stop(SIGINT), 0) << run->errors();
+    EXPECT_EQ(run->counts(), std::make_pair(a, b));
+    EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+    ASSERT_TRUE(c.resume());
+    EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+  }
+
+  const std::string target = target_path("clang_pfe");
+  Counter c{target};
+  TempDir dir{"utramp-runpid"};
+  std::unique_ptr<Runner> run;
+  int port = -1;
+  long a = -1, b = -1;
+};
+
+// --metrics from a running process (issue 15's "and later from attached processes"):
+// scraped while the workers are paused, the map's count and the program's runs equal
+// the calls the program counted since the attach.
+TEST_F(RunPidMetrics, MetricsOfARunningProcess) {
+  ASSERT_NO_FATAL_FAILURE(open_window());
+  httplib::Client http("127.0.0.1", port);
+  auto res = http.Get("/metrics");
+  ASSERT_TRUE(res) << "no answer from the endpoint";
+  EXPECT_EQ(res->status, 200);
+  for (const std::string& want :
+       {fmt::format("utramp_map_calls_total{{key=\"0\"}} {}\n", a),
+        fmt::format("utramp_map_calls_total{{key=\"1\"}} {}\n", b),
+        fmt::format("utramp_prog_runs_total{{prog=\"on_count_a\",section=\"fentry/count_a\"}} {}\n", a)})
+    EXPECT_NE(res->body.find(want), std::string::npos) << want << " not in\n" << res->body;
+  close_window();
+}
+
+// The same endpoint scraped by Debian's real Prometheus server, as the launched case is
+// (tests/ebpf/prom_e2e_test.cpp): while the workers are paused, the values its query API
+// gives equal the calls the program counted since the attach.
+TEST_F(RunPidMetrics, PrometheusScrapesARunningProcess) {
+  if (access(utramp::test::kPrometheus, X_OK) != 0)
+    GTEST_SKIP() << utramp::test::kPrometheus << " is not installed (Debian package prometheus)";
+  ASSERT_NO_FATAL_FAILURE(open_window());
+  utramp::test::PromServer prom(dir.path, port);
+  ASSERT_TRUE(prom.started());
+  const std::string why = prom.wait_for({{"up{job=\"utramp\"}", 1},
+                                         {"utramp_map_calls_total{key=\"0\"}", double(a)},
+                                         {"utramp_map_calls_total{key=\"1\"}", double(b)},
+                                         {"utramp_prog_runs_total{prog=\"on_count_a\"}", double(a)},
+                                         {"utramp_prog_runs_total{prog=\"on_count_b\"}", double(b)}},
+                                        20);
+  EXPECT_TRUE(why.empty()) << why;
+  close_window();
+}
+
+}  // namespace
