@@ -331,6 +331,176 @@ TEST_P(JitFusion, FnvOverTheStack) {
             h);
 }
 
+// Strength reduction of (I + K) * R in a loop (bpf_jit.cpp): steps of I other than 1,
+// an R that is a register or a constant whose step overflows 32 bits, counting down,
+// the product and I read after the loop, wraparound. `sum` is the loop in C.
+TEST_P(JitFusion, InductionProductStepsAndConstants) {
+  const uint64_t seed = 0xfedcba9876543211ull;
+  uint64_t sum = 0;
+  for (uint64_t i = 5; i < 100; i += 4) sum += (i + 3) * seed;
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    mov %r0, 0
+    mov %r3, 5
+  l:
+    mov %r4, %r3
+    add %r4, 3
+    mul %r4, %r2
+    add %r0, %r4
+    add %r3, 4
+    jlt %r3, 100, l
+    exit
+  )",
+                seed),
+            sum);
+  // R a constant, C * R beyond 32 bits; no K.
+  uint64_t x = 0;
+  for (uint64_t i = 7; i < 300; i += 3) x = (x ^ i * 0x7fffffffull) * 3;
+  EXPECT_EQ(run(R"(
+    mov %r0, 0
+    mov %r3, 7
+  l:
+    mov %r4, %r3
+    mul %r4, 0x7fffffff
+    xor %r0, %r4
+    mul %r0, 3
+    add %r3, 3
+    jlt %r3, 300, l
+    exit
+  )"),
+            x);
+  // A negative constant R, K negative.
+  x = 0;
+  for (uint64_t i = 0; i < 40; ++i) x += (i - 9) * static_cast<uint64_t>(-7);
+  EXPECT_EQ(run(R"(
+    mov %r0, 0
+    mov %r3, 0
+  l:
+    mov %r4, %r3
+    add %r4, -9
+    mul %r4, -7
+    add %r0, %r4
+    add %r3, 1
+    jlt %r3, 40, l
+    exit
+  )"),
+            x);
+}
+
+TEST_P(JitFusion, InductionProductCountingDownAndReadAfter) {
+  // C = -1 (sub R from the product); I read after its step in the loop; the product
+  // (T) and I read after the loop.
+  const uint64_t seed = 0x8000000000000003ull;
+  uint64_t acc = 0, t = 0, i = 50;
+  do {
+    t = (i - 1) * seed;
+    i -= 1;
+    acc = (acc ^ t) + i;
+  } while (i != 0);
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    mov %r0, 0
+    mov %r3, 50
+  l:
+    mov %r4, %r3
+    add %r4, -1
+    mul %r4, %r2
+    add %r3, -1
+    xor %r0, %r4
+    add %r0, %r3
+    jne %r3, 0, l
+    add %r0, %r4
+    add %r0, %r3
+    exit
+  )",
+                seed),
+            acc + t + i);
+}
+
+TEST_P(JitFusion, InductionProductNotReduced) {
+  // Loops the reduction must leave alone (the code is then the plain one): R written
+  // in the loop; I stepped twice; a second way into the loop head (a forward jump that
+  // would skip the product's set-up); a 32-bit multiply.
+  const uint64_t seed = 0x123456789abcdefull;
+  uint64_t r = seed, x = 0;
+  for (uint64_t i = 0; i < 20; ++i) {
+    x += (i + 1) * r;
+    r += 1;
+  }
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    mov %r0, 0
+    mov %r3, 0
+  l:
+    mov %r4, %r3
+    add %r4, 1
+    mul %r4, %r2
+    add %r0, %r4
+    add %r2, 1
+    add %r3, 1
+    jlt %r3, 20, l
+    exit
+  )",
+                seed),
+            x);
+  x = 0;
+  for (uint64_t i = 0; i < 40; i += 3) x += i * seed;
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    mov %r0, 0
+    mov %r3, 0
+  l:
+    mov %r4, %r3
+    mul %r4, %r2
+    add %r0, %r4
+    add %r3, 1
+    add %r3, 2
+    jlt %r3, 40, l
+    exit
+  )",
+                seed),
+            x);
+  for (uint64_t start : {0ull, 1ull}) {
+    // ctx 0: enter at i = 10 through the jump, else at i = 0 by falling in.
+    x = 0;
+    for (uint64_t i = start ? 0 : 10; i < 16; ++i) x += i * 5;
+    EXPECT_EQ(run(R"(
+      ldxdw %r1, [%r1+0]
+      mov %r0, 0
+      mov %r3, 10
+      jeq %r1, 0, l
+      mov %r3, 0
+    l:
+      mov %r4, %r3
+      mul %r4, 5
+      add %r0, %r4
+      add %r3, 1
+      jlt %r3, 16, l
+      exit
+    )",
+                  start),
+              x)
+        << start;
+  }
+  x = 0;
+  for (uint64_t i = 0; i < 9; ++i) x += static_cast<uint32_t>((i + 0x7fffffff) * static_cast<uint32_t>(seed));
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    mov %r0, 0
+    mov %r3, 0
+  l:
+    mov %r4, %r3
+    add %r4, 0x7fffffff
+    mul32 %r4, %r2
+    add %r0, %r4
+    add %r3, 1
+    jlt %r3, 9, l
+    exit
+  )",
+                seed),
+            x);
+}
+
 INSTANTIATE_TEST_SUITE_P(Both, JitFusion, ::testing::Values(EngineKind::interpreter, EngineKind::jit),
                          [](const ::testing::TestParamInfo<EngineKind>& i) { return engine_name(i.param); });
 
