@@ -128,8 +128,24 @@
 //   add r3, 1; jlt r3, 256, fill     add rdx, 1; cmp rdx, 0x100; jb fill
 //
 // Liveness also keeps a division from saving r0/r3 (rax/rdx) and a shift by a register
-// from saving r4 (rcx) when they are dead after it. Loop heads (targets of backward
-// jumps) are 16-byte aligned with long NOPs; bpf_size_bound() allows for the padding.
+// from saving r4 (rcx) when they are dead after it, and a proven program's entry from
+// setting registers no path reads before writing (the verifier proves none is read
+// uninitialised). Loop heads (targets of backward jumps) are 16-byte aligned with long
+// NOPs; bpf_size_bound() allows for the padding.
+//
+// Strength reduction (proven programs). A loop whose body is straight-line code (one
+// way in besides its back edge: falling into the head; no call, division, shift by a
+// register or atomic, which use r9/r10) with a register I stepped once per iteration
+// by `add I, C`, after a group `mov T, I; [add T, K;] mul T, R` (64-bit, R a register
+// the loop never writes, or a constant), keeps (I + K) * R in r9 (wrapping as the
+// multiply does: the product is linear in I modulo 2^64). fnv's fill loop:
+//
+//   mov r4, r3; add r4, 1            lea  r9, [rdx+1]; imul r9, rsi   (before the head)
+//   mul r4, r2                       mov  rcx, r9
+//   ...; add r3, 1                   ...; add rdx, 1; add r9, rsi
+//
+// The step is R when C is 1, -R (sub) when C is -1, else C * R from r10 (set before
+// the head) or a constant that fits an add.
 #include "arch/bpf_jit.hpp"
 
 #include <asmjit/x86.h>
