@@ -501,6 +501,82 @@ TEST_P(JitFusion, InductionProductNotReduced) {
             x);
 }
 
+// A remainder decomposed as `mov Q, A; div Q, B; mul Q, B; mov R, A; sub R, Q`: one
+// mod when Q is dead after it, for B a register (0 included: both give A) or a
+// constant; left as it is when Q is still read, when R is B, or in 32 bits.
+TEST_P(JitFusion, DecomposedRemainder) {
+  constexpr const char* kReg = R"(
+    ldxdw %r2, [%r1+0]
+    lddw %r1, 0xfedcba9876543210
+    mov %r3, %r1
+    div %r3, %r2
+    mul %r3, %r2
+    mov %r4, %r1
+    sub %r4, %r3
+    mov %r0, %r4
+    exit
+  )";
+  const uint64_t a = 0xfedcba9876543210ull;
+  for (uint64_t b : {0ull, 1ull, 7ull, 0x100000000ull, ~0ull}) EXPECT_EQ(run(kReg, b), b ? a % b : a) << b;
+  EXPECT_EQ(run(R"(
+    ldxdw %r1, [%r1+0]
+    mov %r0, %r1
+    div %r0, 1000
+    mul %r0, 1000
+    mov %r5, %r1
+    sub %r5, %r0
+    mov %r0, %r5
+    exit
+  )",
+                a),
+            a % 1000);
+  // Q read after: the quotient times B is added.
+  for (uint64_t b : {0ull, 9ull})
+    EXPECT_EQ(run(R"(
+      ldxdw %r2, [%r1+0]
+      lddw %r1, 0xfedcba9876543210
+      mov %r3, %r1
+      div %r3, %r2
+      mul %r3, %r2
+      mov %r4, %r1
+      sub %r4, %r3
+      mov %r0, %r4
+      add %r0, %r3
+      exit
+    )",
+                  b),
+              a)
+        << b;
+  // R is B: B changes before the sub reads Q.
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    lddw %r1, 0xfedcba9876543210
+    mov %r3, %r1
+    div %r3, %r2
+    mul %r3, %r2
+    mov %r2, %r1
+    sub %r2, %r3
+    mov %r0, %r2
+    exit
+  )",
+                10),
+            a % 10);
+  // 32 bits: div32 and mul32 truncate.
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    lddw %r1, 0xfedcba9876543210
+    mov %r3, %r1
+    div32 %r3, %r2
+    mul32 %r3, %r2
+    mov %r4, %r1
+    sub %r4, %r3
+    mov %r0, %r4
+    exit
+  )",
+                10),
+            a - static_cast<uint64_t>(static_cast<uint32_t>(static_cast<uint32_t>(a) / 10u * 10u)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Both, JitFusion, ::testing::Values(EngineKind::interpreter, EngineKind::jit),
                          [](const ::testing::TestParamInfo<EngineKind>& i) { return engine_name(i.param); });
 

@@ -203,8 +203,10 @@ TEST(EbpfJitGolden, InductionProducts) {
 }
 
 TEST(EbpfJitGolden, ProvenDivisionLoop) {
-  // The conformance case prime (bench_ebpf_engines' prime): r0 is dead at the division
-  // (written again before any read), so rax is not saved around it; r3 is its DST.
+  // The conformance case prime (bench_ebpf_engines' prime): `mov r3, r1; div r3, r2;
+  // mul r3, r2; mov r4, r1; sub r4, r3` with r3 dead after it is r4 = r1 % r2, the
+  // remainder taken from rdx; r0 is dead at the division (written again before any
+  // read), so rax is not saved around it.
   expect_golden("jit_prime",
                 jit_listing("mov %r1, 67\nmov %r0, 0x1\nmov %r2, 0x2\njgt %r1, 0x2, +4\nja +10\n"
                             "add %r2, 0x1\nmov %r0, 0x1\njge %r2, %r1, +7\nmov %r3, %r1\ndiv %r3, %r2\n"

@@ -146,6 +146,11 @@
 //
 // The step is R when C is 1, -R (sub) when C is -1, else C * R from r10 (set before
 // the head) or a constant that fits an add.
+//
+// Remainders (proven programs). `mov Q, A; div Q, B; mul Q, B; mov R, A; sub R, Q`,
+// with Q dead after it and no jump landing inside, is `mov R, A; mod R, B`: x86's div
+// leaves the remainder in rdx (prime's loop: `mov rcx, rdi; mov rax, rcx; xor edx, edx;
+// div rsi; mov rcx, rdx`). B = 0 gives A both ways.
 #include "arch/bpf_jit.hpp"
 
 #include <asmjit/x86.h>
@@ -251,8 +256,14 @@ class Emitter {
   void find_iv_muls(const std::vector<uint16_t>& def, const std::vector<uint16_t>& jumps_to);
   void iv_mul_entry(const IvMul& m);
   void iv_mul_step(const IvMul& m);
+  // A remainder as compilers decompose it (LLVM's DivRemPairs), in a proven program:
+  // `mov Q, A; div Q, B; mul Q, B; mov R, A; sub R, Q` with Q dead after it is
+  // `mov R, A; mod R, B` (the same for B = 0: both give A). Returns the index of the
+  // last instruction emitted (i when there is none at i).
+  size_t div_rem(size_t i);
   void alu(size_t i, const Insn& n);
-  void divmod(size_t i, const Insn& n);
+  // `dead`: registers known dead after it besides what liveness says (div_rem's Q).
+  void divmod(size_t i, const Insn& n, uint16_t dead = 0);
   void shift(size_t i, const Insn& n);
   void jump(size_t i, const Insn& n);
   void jump_to(size_t i, std::function<void(Label)> jcc, std::function<void(Label)> jncc);
@@ -434,6 +445,10 @@ void Emitter::emit(Label native_entry, Label full_entry, Label tail_entry) {
     if (iv_inc_[i] >= 0) {
       alu(i, n);
       iv_mul_step(iv_muls_[static_cast<size_t>(iv_inc_[i])]);
+      continue;
+    }
+    if (const size_t last = div_rem(i); last != i) {
+      while (i < last) a_.bind(L_[++i]);  // never jump targets (div_rem)
       continue;
     }
     if (const size_t last = fused(i); last != i) {
@@ -662,6 +677,33 @@ void Emitter::iv_mul_entry(const IvMul& m) {
   }
   a_.imul(ax::r9, R(m.r));
   if (m.c != 1 && m.c != -1) a_.imul(ax::r10, R(m.r), Imm(static_cast<int64_t>(m.c)));
+}
+
+size_t Emitter::div_rem(size_t i) {
+  constexpr uint8_t kMovX = op::kAlu64 | op::kMov | op::kX, kSubX = op::kAlu64 | op::kSub | op::kX;
+  if (!s_.proof || i + 4 >= n_) return i;
+  const Insn* n = &s_.insns[i];
+  const uint8_t q = n[0].dst, a = n[0].src, r = n[3].dst;
+  const uint8_t form = n[1].code & op::kX;  // divisor a register or a constant, as in the mul
+  const bool x = form == op::kX;
+  if (n[0].code != kMovX || n[0].off != 0 || q == a) return i;
+  if (n[1].code != (op::kAlu64 | op::kDiv | form) || n[1].dst != q || n[1].off != 0) return i;
+  if (n[2].code != (op::kAlu64 | op::kMul | form) || n[2].dst != q || n[2].off != 0) return i;
+  if (x ? (n[2].src != n[1].src || n[1].src == q) : n[2].imm != n[1].imm) return i;
+  if (n[3].code != kMovX || n[3].off != 0 || n[3].src != a || r == q || r == a || (x && r == n[1].src)) return i;
+  if (n[4].code != kSubX || n[4].dst != r || n[4].src != q || n[4].off != 0 || live_after(i + 4, q)) return i;
+  for (size_t k = i; k <= i + 4; ++k)
+    if ((k > i && target_[k]) || !(s_.proof->insn[k] & ebpf::Proof::kReached) || iv_group_[k] >= 0 ||
+        iv_inc_[k] >= 0 || (k > i && iv_head_[k] >= 0))
+      return i;
+  a_.mov(R(r), R(a));
+  Insn mod = n[1];
+  mod.code = static_cast<uint8_t>(op::kAlu64 | op::kMod | form);
+  mod.dst = r;
+  // The div's proof facts hold (same divisor, unchanged); registers live after the div
+  // are those live after the sub (but R) and more; Q is dead.
+  divmod(i + 1, mod, static_cast<uint16_t>(1u << q));
+  return i + 4;
 }
 
 void Emitter::iv_mul_step(const IvMul& m) {
@@ -924,7 +966,7 @@ void Emitter::shift(size_t i, const Insn& n) {
 //
 // zero: div -> 0, mod -> DST (truncated to 32 bits for ALU32); minus_one: sdiv -> -DST,
 // smod -> 0 (x86 would trap on INT_MIN / -1).
-void Emitter::divmod(size_t i, const Insn& n) {
+void Emitter::divmod(size_t i, const Insn& n, uint16_t dead) {
   const uint8_t proven = s_.proof ? s_.proof->insn[i] : 0;
   const bool is64 = op::cls(n.code) == op::kAlu64;
   const bool is_mod = op::alu_op(n.code) == op::kMod;
@@ -968,7 +1010,8 @@ void Emitter::divmod(size_t i, const Insn& n) {
   }
   // r0 (rax) and r3 (rdx) are kept unless they are DST (its old value is dead) or, in a
   // proven program, no instruction reads them before writing them.
-  const bool keep_rax = d64 != ax::rax && live_after(i, 0), keep_rdx = d64 != ax::rdx && live_after(i, 3);
+  const bool keep_rax = d64 != ax::rax && live_after(i, 0) && !(dead & 1),
+             keep_rdx = d64 != ax::rdx && live_after(i, 3) && !(dead >> 3 & 1);
   if (keep_rax) a_.mov(ax::r9, ax::rax);
   if (keep_rdx) a_.mov(ax::r10, ax::rdx);
   if (d64 != ax::rax) a_.mov(is64 ? ax::Gp(ax::rax) : ax::Gp(ax::eax), d);
