@@ -419,7 +419,7 @@ TEST_P(JitFusion, InductionProductCountingDownAndReadAfter) {
 
 TEST_P(JitFusion, InductionProductNotReduced) {
   // Loops the reduction must leave alone (the code is then the plain one): R written
-  // in the loop; I stepped twice; a second way into the loop head (a forward jump that
+  // in the loop (by an ALU operation, by an lddw); I stepped twice; a second way into the loop head (a forward jump that
   // would skip the product's set-up); a 32-bit multiply.
   const uint64_t seed = 0x123456789abcdefull;
   uint64_t r = seed, x = 0;
@@ -482,6 +482,24 @@ TEST_P(JitFusion, InductionProductNotReduced) {
               x)
         << start;
   }
+  // R written in the loop by an lddw (two slots) before the group.
+  x = 0;
+  for (uint64_t i = 2; i < 12; ++i) x += i * 0x100000003ull;
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    mov %r0, 0
+    mov %r3, 2
+  l:
+    lddw %r2, 0x100000003
+    mov %r4, %r3
+    mul %r4, %r2
+    add %r0, %r4
+    add %r3, 1
+    jlt %r3, 12, l
+    exit
+  )",
+                seed),
+            x);
   x = 0;
   for (uint64_t i = 0; i < 9; ++i) x += static_cast<uint32_t>((i + 0x7fffffff) * static_cast<uint32_t>(seed));
   EXPECT_EQ(run(R"(

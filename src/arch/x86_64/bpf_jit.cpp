@@ -252,6 +252,11 @@ class Emitter {
     size_t head = 0, group = 0, len = 0, inc = 0;
     uint8_t iv = 0, t = 0, r = 0xff;  // r 0xff: R is the constant rimm
     int32_t k = 0, c = 0, rimm = 0;
+    // C * R when R is a constant (64-bit, wrapping).
+    uint64_t const_step() const {
+      return static_cast<uint64_t>(static_cast<int64_t>(c)) * static_cast<uint64_t>(static_cast<int64_t>(rimm));
+    }
+    bool step_fits_add() const { return static_cast<int64_t>(const_step()) == static_cast<int32_t>(const_step()); }
   };
   void find_iv_muls(const std::vector<uint16_t>& def, const std::vector<uint16_t>& jumps_to);
   void iv_mul_entry(const IvMul& m);
@@ -601,6 +606,7 @@ void Emitter::find_iv_muls(const std::vector<uint16_t>& def, const std::vector<u
     for (size_t k = h; k < j && ok; ++k) {
       const Insn& n = s_.insns[k];
       ok = (k == h || !target_[k]) && (s_.proof->insn[k] & ebpf::Proof::kReached);
+      defs |= def[k];
       switch (op::cls(n.code)) {
         case op::kAlu:
         case op::kAlu64: {
@@ -615,7 +621,6 @@ void Emitter::find_iv_muls(const std::vector<uint16_t>& def, const std::vector<u
         case op::kStx: ok &= op::mode(n.code) == op::kMem; break;
         default: ok = false; break;
       }
-      if (k < j) defs |= def[k];
     }
     if (!ok) continue;
     for (size_t e = h; e + 2 < j; ++e) {
@@ -671,8 +676,7 @@ void Emitter::iv_mul_entry(const IvMul& m) {
   else a_.lea(ax::r9, ax::ptr(R(m.iv), m.k));
   if (m.r == 0xff) {
     a_.imul(ax::r9, ax::r9, Imm(static_cast<int64_t>(m.rimm)));
-    const uint64_t step = static_cast<uint64_t>(static_cast<int64_t>(m.c)) * static_cast<uint64_t>(static_cast<int64_t>(m.rimm));
-    if (static_cast<int64_t>(step) != static_cast<int32_t>(step)) a_.mov(ax::r10, Imm(step));
+    if (!m.step_fits_add()) a_.mov(ax::r10, Imm(m.const_step()));
     return;
   }
   a_.imul(ax::r9, R(m.r));
@@ -708,8 +712,7 @@ size_t Emitter::div_rem(size_t i) {
 
 void Emitter::iv_mul_step(const IvMul& m) {
   if (m.r == 0xff) {
-    const uint64_t step = static_cast<uint64_t>(static_cast<int64_t>(m.c)) * static_cast<uint64_t>(static_cast<int64_t>(m.rimm));
-    if (static_cast<int64_t>(step) == static_cast<int32_t>(step)) a_.add(ax::r9, Imm(static_cast<int64_t>(step)));
+    if (m.step_fits_add()) a_.add(ax::r9, Imm(static_cast<int64_t>(m.const_step())));
     else a_.add(ax::r9, ax::r10);
   } else if (m.c == 1) {
     a_.add(ax::r9, R(m.r));
