@@ -4,7 +4,9 @@
 // fusion gets wrong: a jump into a group or onto the access after it, an address
 // register still read after the access, the stored value being the address, constants
 // that add up beyond a displacement, 64- against 32-bit wraparound, registers a
-// division or a shift may or may not clobber, loop heads that follow a group.
+// division or a shift may or may not clobber, loop heads that follow a group; and the
+// strength reduction of induction products and the decomposed remainder ("Strength
+// reduction", "Remainders"): loops and sequences it must and must not rewrite.
 #include <gtest/gtest.h>
 
 #include <cstring>
