@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 
 #include "ebpf/asm.hpp"
 #include "ebpf/engine.hpp"
@@ -525,19 +526,13 @@ TEST_P(JitFusion, InductionProductNotReduced) {
 // mod when Q is dead after it, for B a register (0 included: both give A) or a
 // constant; left as it is when Q is still read, when R is B, or in 32 bits.
 TEST_P(JitFusion, DecomposedRemainder) {
-  constexpr const char* kReg = R"(
-    ldxdw %r2, [%r1+0]
-    lddw %r1, 0xfedcba9876543210
-    mov %r3, %r1
-    div %r3, %r2
-    mul %r3, %r2
-    mov %r4, %r1
-    sub %r4, %r3
-    mov %r0, %r4
-    exit
-  )";
+  // r1 = A, r2 = B (the context), r3 = Q, R = r4 unless said; `width` "" or "32".
+  auto prog = [](const std::string& width, const std::string& r, const std::string& after) {
+    return "ldxdw %r2, [%r1+0]\nlddw %r1, 0xfedcba9876543210\nmov %r3, %r1\ndiv" + width + " %r3, %r2\nmul" + width +
+           " %r3, %r2\nmov %r" + r + ", %r1\nsub %r" + r + ", %r3\nmov %r0, %r" + r + "\n" + after + "exit\n";
+  };
   const uint64_t a = 0xfedcba9876543210ull;
-  for (uint64_t b : {0ull, 1ull, 7ull, 0x100000000ull, ~0ull}) EXPECT_EQ(run(kReg, b), b ? a % b : a) << b;
+  for (uint64_t b : {0ull, 1ull, 7ull, 0x100000000ull, ~0ull}) EXPECT_EQ(run(prog("", "4", ""), b), b ? a % b : a) << b;
   EXPECT_EQ(run(R"(
     ldxdw %r1, [%r1+0]
     mov %r0, %r1
@@ -550,50 +545,12 @@ TEST_P(JitFusion, DecomposedRemainder) {
   )",
                 a),
             a % 1000);
-  // Q read after: the quotient times B is added.
-  for (uint64_t b : {0ull, 9ull})
-    EXPECT_EQ(run(R"(
-      ldxdw %r2, [%r1+0]
-      lddw %r1, 0xfedcba9876543210
-      mov %r3, %r1
-      div %r3, %r2
-      mul %r3, %r2
-      mov %r4, %r1
-      sub %r4, %r3
-      mov %r0, %r4
-      add %r0, %r3
-      exit
-    )",
-                  b),
-              a)
-        << b;
+  // Q read after: the quotient times B is added back.
+  for (uint64_t b : {0ull, 9ull}) EXPECT_EQ(run(prog("", "4", "add %r0, %r3\n"), b), a) << b;
   // R is B: B changes before the sub reads Q.
-  EXPECT_EQ(run(R"(
-    ldxdw %r2, [%r1+0]
-    lddw %r1, 0xfedcba9876543210
-    mov %r3, %r1
-    div %r3, %r2
-    mul %r3, %r2
-    mov %r2, %r1
-    sub %r2, %r3
-    mov %r0, %r2
-    exit
-  )",
-                10),
-            a % 10);
+  EXPECT_EQ(run(prog("", "2", ""), 10), a % 10);
   // 32 bits: div32 and mul32 truncate.
-  EXPECT_EQ(run(R"(
-    ldxdw %r2, [%r1+0]
-    lddw %r1, 0xfedcba9876543210
-    mov %r3, %r1
-    div32 %r3, %r2
-    mul32 %r3, %r2
-    mov %r4, %r1
-    sub %r4, %r3
-    mov %r0, %r4
-    exit
-  )",
-                10),
+  EXPECT_EQ(run(prog("32", "4", ""), 10),
             a - static_cast<uint64_t>(static_cast<uint32_t>(static_cast<uint32_t>(a) / 10u * 10u)));
 }
 
