@@ -4,10 +4,13 @@
 // fusion gets wrong: a jump into a group or onto the access after it, an address
 // register still read after the access, the stored value being the address, constants
 // that add up beyond a displacement, 64- against 32-bit wraparound, registers a
-// division or a shift may or may not clobber, loop heads that follow a group.
+// division or a shift may or may not clobber, loop heads that follow a group; and the
+// strength reduction of induction products and the decomposed remainder ("Strength
+// reduction", "Remainders"): loops and sequences it must and must not rewrite.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 
 #include "ebpf/asm.hpp"
 #include "ebpf/engine.hpp"
@@ -329,6 +332,226 @@ TEST_P(JitFusion, FnvOverTheStack) {
   )",
                 seed),
             h);
+}
+
+// Strength reduction of (I + K) * R in a loop (bpf_jit.cpp): steps of I other than 1,
+// an R that is a register or a constant whose step overflows 32 bits, counting down,
+// the product and I read after the loop, wraparound. `sum` is the loop in C.
+TEST_P(JitFusion, InductionProductStepsAndConstants) {
+  const uint64_t seed = 0xfedcba9876543211ull;
+  uint64_t sum = 0;
+  for (uint64_t i = 5; i < 100; i += 4) sum += (i + 3) * seed;
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    mov %r0, 0
+    mov %r3, 5
+  l:
+    mov %r4, %r3
+    add %r4, 3
+    mul %r4, %r2
+    add %r0, %r4
+    add %r3, 4
+    jlt %r3, 100, l
+    exit
+  )",
+                seed),
+            sum);
+  // R a constant, C * R beyond 32 bits; no K.
+  uint64_t x = 0;
+  for (uint64_t i = 7; i < 300; i += 3) x = (x ^ i * 0x7fffffffull) * 3;
+  EXPECT_EQ(run(R"(
+    mov %r0, 0
+    mov %r3, 7
+  l:
+    mov %r4, %r3
+    mul %r4, 0x7fffffff
+    xor %r0, %r4
+    mul %r0, 3
+    add %r3, 3
+    jlt %r3, 300, l
+    exit
+  )"),
+            x);
+  // A negative constant R, K negative.
+  x = 0;
+  for (uint64_t i = 0; i < 40; ++i) x += (i - 9) * static_cast<uint64_t>(-7);
+  EXPECT_EQ(run(R"(
+    mov %r0, 0
+    mov %r3, 0
+  l:
+    mov %r4, %r3
+    add %r4, -9
+    mul %r4, -7
+    add %r0, %r4
+    add %r3, 1
+    jlt %r3, 40, l
+    exit
+  )"),
+            x);
+}
+
+TEST_P(JitFusion, InductionProductCountingDownAndReadAfter) {
+  // C = -1 (sub R from the product); I read after its step in the loop; the product
+  // (T) and I read after the loop.
+  const uint64_t seed = 0x8000000000000003ull;
+  uint64_t acc = 0, t = 0, i = 50;
+  do {
+    t = (i - 1) * seed;
+    i -= 1;
+    acc = (acc ^ t) + i;
+  } while (i != 0);
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    mov %r0, 0
+    mov %r3, 50
+  l:
+    mov %r4, %r3
+    add %r4, -1
+    mul %r4, %r2
+    add %r3, -1
+    xor %r0, %r4
+    add %r0, %r3
+    jne %r3, 0, l
+    add %r0, %r4
+    add %r0, %r3
+    exit
+  )",
+                seed),
+            acc + t + i);
+}
+
+TEST_P(JitFusion, InductionProductNotReduced) {
+  // Loops the reduction must leave alone (the code is then the plain one): R written
+  // in the loop (by an ALU operation, by an lddw); I stepped twice; a second way into the loop head (a forward jump that
+  // would skip the product's set-up); a 32-bit multiply.
+  const uint64_t seed = 0x123456789abcdefull;
+  uint64_t r = seed, x = 0;
+  for (uint64_t i = 0; i < 20; ++i) {
+    x += (i + 1) * r;
+    r += 1;
+  }
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    mov %r0, 0
+    mov %r3, 0
+  l:
+    mov %r4, %r3
+    add %r4, 1
+    mul %r4, %r2
+    add %r0, %r4
+    add %r2, 1
+    add %r3, 1
+    jlt %r3, 20, l
+    exit
+  )",
+                seed),
+            x);
+  x = 0;
+  for (uint64_t i = 0; i < 40; i += 3) x += i * seed;
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    mov %r0, 0
+    mov %r3, 0
+  l:
+    mov %r4, %r3
+    mul %r4, %r2
+    add %r0, %r4
+    add %r3, 1
+    add %r3, 2
+    jlt %r3, 40, l
+    exit
+  )",
+                seed),
+            x);
+  for (uint64_t start : {0ull, 1ull}) {
+    // ctx 0: enter at i = 10 through the jump, else at i = 0 by falling in.
+    x = 0;
+    for (uint64_t i = start ? 0 : 10; i < 16; ++i) x += i * 5;
+    EXPECT_EQ(run(R"(
+      ldxdw %r1, [%r1+0]
+      mov %r0, 0
+      mov %r3, 10
+      jeq %r1, 0, l
+      mov %r3, 0
+    l:
+      mov %r4, %r3
+      mul %r4, 5
+      add %r0, %r4
+      add %r3, 1
+      jlt %r3, 16, l
+      exit
+    )",
+                  start),
+              x)
+        << start;
+  }
+  // R written in the loop by an lddw (two slots) before the group.
+  x = 0;
+  for (uint64_t i = 2; i < 12; ++i) x += i * 0x100000003ull;
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    mov %r0, 0
+    mov %r3, 2
+  l:
+    lddw %r2, 0x100000003
+    mov %r4, %r3
+    mul %r4, %r2
+    add %r0, %r4
+    add %r3, 1
+    jlt %r3, 12, l
+    exit
+  )",
+                seed),
+            x);
+  x = 0;
+  for (uint64_t i = 0; i < 9; ++i) x += static_cast<uint32_t>((i + 0x7fffffff) * static_cast<uint32_t>(seed));
+  EXPECT_EQ(run(R"(
+    ldxdw %r2, [%r1+0]
+    mov %r0, 0
+    mov %r3, 0
+  l:
+    mov %r4, %r3
+    add %r4, 0x7fffffff
+    mul32 %r4, %r2
+    add %r0, %r4
+    add %r3, 1
+    jlt %r3, 9, l
+    exit
+  )",
+                seed),
+            x);
+}
+
+// A remainder decomposed as `mov Q, A; div Q, B; mul Q, B; mov R, A; sub R, Q`: one
+// mod when Q is dead after it, for B a register (0 included: both give A) or a
+// constant; left as it is when Q is still read, when R is B, or in 32 bits.
+TEST_P(JitFusion, DecomposedRemainder) {
+  // r1 = A, r2 = B (the context), r3 = Q, R = r4 unless said; `width` "" or "32".
+  auto prog = [](const std::string& width, const std::string& r, const std::string& after) {
+    return "ldxdw %r2, [%r1+0]\nlddw %r1, 0xfedcba9876543210\nmov %r3, %r1\ndiv" + width + " %r3, %r2\nmul" + width +
+           " %r3, %r2\nmov %r" + r + ", %r1\nsub %r" + r + ", %r3\nmov %r0, %r" + r + "\n" + after + "exit\n";
+  };
+  const uint64_t a = 0xfedcba9876543210ull;
+  for (uint64_t b : {0ull, 1ull, 7ull, 0x100000000ull, ~0ull}) EXPECT_EQ(run(prog("", "4", ""), b), b ? a % b : a) << b;
+  EXPECT_EQ(run(R"(
+    ldxdw %r1, [%r1+0]
+    mov %r0, %r1
+    div %r0, 1000
+    mul %r0, 1000
+    mov %r5, %r1
+    sub %r5, %r0
+    mov %r0, %r5
+    exit
+  )",
+                a),
+            a % 1000);
+  // Q read after: the quotient times B is added back.
+  for (uint64_t b : {0ull, 9ull}) EXPECT_EQ(run(prog("", "4", "add %r0, %r3\n"), b), a) << b;
+  // R is B: B changes before the sub reads Q.
+  EXPECT_EQ(run(prog("", "2", ""), 10), a % 10);
+  // 32 bits: div32 and mul32 truncate.
+  EXPECT_EQ(run(prog("32", "4", ""), 10),
+            a - static_cast<uint64_t>(static_cast<uint32_t>(static_cast<uint32_t>(a) / 10u * 10u)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Both, JitFusion, ::testing::Values(EngineKind::interpreter, EngineKind::jit),

@@ -179,9 +179,34 @@ TEST(EbpfJitGolden, ProvenLoopsFused) {
                             o, true));
 }
 
+TEST(EbpfJitGolden, InductionProducts) {
+  // (I + K) * R in a loop kept in r9, set before the loop head and stepped where I
+  // steps: by R when I steps by 1, by r10 = 4 * R, by a constant beyond 32 bits from
+  // r10, by -R counting down; not when a jump also enters the loop at its head. The
+  // entry sets no register the program writes before reading.
+  ExecOptions o;
+  o.ctx_size = 8;
+  expect_golden("jit_induction",
+                jit_listing("ldxdw %r2, [%r1+0]\nmov %r0, 0\nmov %r3, 5\n"
+                            "l: mov %r4, %r3\nadd %r4, 3\nmul %r4, %r2\nadd %r0, %r4\nadd %r3, 4\njlt %r3, 100, l\n"
+                            "exit\n",
+                            o, true) +
+                    jit_listing("mov %r0, 0\nmov %r3, 7\nl: mov %r4, %r3\nmul %r4, 0x7fffffff\nxor %r0, %r4\n"
+                                "add %r3, 3\njlt %r3, 300, l\nexit\n",
+                                o, true) +
+                    jit_listing("ldxdw %r2, [%r1+0]\nmov %r0, 0\nmov %r3, 50\nl: mov %r4, %r3\nadd %r4, -1\n"
+                                "mul %r4, %r2\nadd %r3, -1\nxor %r0, %r4\njne %r3, 0, l\nexit\n",
+                                o, true) +
+                    jit_listing("ldxdw %r1, [%r1+0]\nmov %r0, 0\nmov %r3, 10\njeq %r1, 0, l\nmov %r3, 0\n"
+                                "l: mov %r4, %r3\nmul %r4, 5\nadd %r0, %r4\nadd %r3, 1\njlt %r3, 16, l\nexit\n",
+                                o, true));
+}
+
 TEST(EbpfJitGolden, ProvenDivisionLoop) {
-  // The conformance case prime (bench_ebpf_engines' prime): r0 is dead at the division
-  // (written again before any read), so rax is not saved around it; r3 is its DST.
+  // The conformance case prime (bench_ebpf_engines' prime): `mov r3, r1; div r3, r2;
+  // mul r3, r2; mov r4, r1; sub r4, r3` with r3 dead after it is r4 = r1 % r2, the
+  // remainder taken from rdx; r0 is dead at the division (written again before any
+  // read), so rax is not saved around it.
   expect_golden("jit_prime",
                 jit_listing("mov %r1, 67\nmov %r0, 0x1\nmov %r2, 0x2\njgt %r1, 0x2, +4\nja +10\n"
                             "add %r2, 0x1\nmov %r0, 0x1\njge %r2, %r1, +7\nmov %r3, %r1\ndiv %r3, %r2\n"

@@ -182,8 +182,20 @@ VerifierCase generate_case(const uint8_t* data, size_t size) {
         const uint32_t n = b.below(40);
         int dst = wild ? wreg(b) : scalar();
         if (dst == 9) dst = 8;
-        t += fmt::format("mov %r9, 0\nL{}:\nadd %r{}, %r9\nadd %r9, {}\njlt %r9, {}, L{}\n", l, dst, 1 + b.below(3), n,
-                         l);
+        t += fmt::format("mov %r9, 0\nL{}:\n", l);
+        if (b.u8() & 1) {
+          // A product of the counter (the JIT's strength reduction): T = (r9 + K) * R.
+          int tr = wild ? wreg(b) : scalar(), r = scalar();
+          if (tr == 9) tr = 7;
+          t += fmt::format("mov %r{}, %r9\n", tr);
+          if (b.u8() & 1) t += fmt::format("add %r{}, {}\n", tr, b.imm());
+          if (r != tr && r != 9 && (b.u8() & 1)) t += fmt::format("mul %r{}, %r{}\n", tr, r);
+          else t += fmt::format("mul %r{}, {}\n", tr, b.imm());
+          if (tr != dst) t += fmt::format("xor %r{}, %r{}\n", dst, tr);
+        } else {
+          t += fmt::format("add %r{}, %r9\n", dst);
+        }
+        t += fmt::format("add %r9, {}\njlt %r9, {}, L{}\n", 1 + b.below(3), n, l);
         break;
       }
       case 9: {  // helpers without pointers, and probe_read into the stack

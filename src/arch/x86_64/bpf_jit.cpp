@@ -128,8 +128,29 @@
 //   add r3, 1; jlt r3, 256, fill     add rdx, 1; cmp rdx, 0x100; jb fill
 //
 // Liveness also keeps a division from saving r0/r3 (rax/rdx) and a shift by a register
-// from saving r4 (rcx) when they are dead after it. Loop heads (targets of backward
-// jumps) are 16-byte aligned with long NOPs; bpf_size_bound() allows for the padding.
+// from saving r4 (rcx) when they are dead after it, and a proven program's entry from
+// setting registers no path reads before writing (the verifier proves none is read
+// uninitialised). Loop heads (targets of backward jumps) are 16-byte aligned with long
+// NOPs; bpf_size_bound() allows for the padding.
+//
+// Strength reduction (proven programs). A loop whose body is straight-line code (one
+// way in besides its back edge: falling into the head; no call, division, shift by a
+// register or atomic, which use r9/r10) with a register I stepped once per iteration
+// by `add I, C`, after a group `mov T, I; [add T, K;] mul T, R` (64-bit, R a register
+// the loop never writes, or a constant), keeps (I + K) * R in r9 (wrapping as the
+// multiply does: the product is linear in I modulo 2^64). fnv's fill loop:
+//
+//   mov r4, r3; add r4, 1            lea  r9, [rdx+1]; imul r9, rsi   (before the head)
+//   mul r4, r2                       mov  rcx, r9
+//   ...; add r3, 1                   ...; add rdx, 1; add r9, rsi
+//
+// The step is R when C is 1, -R (sub) when C is -1, else C * R from r10 (set before
+// the head) or a constant that fits an add.
+//
+// Remainders (proven programs). `mov Q, A; div Q, B; mul Q, B; mov R, A; sub R, Q`,
+// with Q dead after it and no jump landing inside, is `mov R, A; mod R, B`: x86's div
+// leaves the remainder in rdx (prime's loop: `mov rcx, rdi; mov rax, rcx; xor edx, edx;
+// div rsi; mov rcx, rdx`). B = 0 gives A both ways.
 #include "arch/bpf_jit.hpp"
 
 #include <asmjit/x86.h>
@@ -222,8 +243,32 @@ class Emitter {
   // after it as one access [A+B+disp+off] when P is dead after it. Returns the index of
   // the last instruction emitted (i when there is no group).
   size_t fused(size_t i);
+  // Strength reduction (see the file's comment): in a proven program, a straight-line
+  // loop whose induction variable I steps by a constant C once per iteration, and
+  // which computes T = (I + K) * R (`mov T, I; [add T, K;] mul T, R`, R not written in
+  // the loop, or a constant), keeps that product in r9: set at the loop's entry, moved
+  // into T where the group was, stepped by C * R (r10, or a constant) where I steps.
+  struct IvMul {
+    size_t head = 0, group = 0, len = 0, inc = 0;
+    uint8_t iv = 0, t = 0, r = 0xff;  // r 0xff: R is the constant rimm
+    int32_t k = 0, c = 0, rimm = 0;
+    // C * R when R is a constant (64-bit, wrapping).
+    uint64_t const_step() const {
+      return static_cast<uint64_t>(static_cast<int64_t>(c)) * static_cast<uint64_t>(static_cast<int64_t>(rimm));
+    }
+    bool step_fits_add() const { return static_cast<int64_t>(const_step()) == static_cast<int32_t>(const_step()); }
+  };
+  void find_iv_muls(const std::vector<uint16_t>& def, const std::vector<uint16_t>& jumps_to);
+  void iv_mul_entry(const IvMul& m);
+  void iv_mul_step(const IvMul& m);
+  // A remainder as compilers decompose it (LLVM's DivRemPairs), in a proven program:
+  // `mov Q, A; div Q, B; mul Q, B; mov R, A; sub R, Q` with Q dead after it is
+  // `mov R, A; mod R, B` (the same for B = 0: both give A). Returns the index of the
+  // last instruction emitted (i when there is none at i).
+  size_t div_rem(size_t i);
   void alu(size_t i, const Insn& n);
-  void divmod(size_t i, const Insn& n);
+  // `dead`: registers known dead after it besides what liveness says (div_rem's Q).
+  void divmod(size_t i, const Insn& n, uint16_t dead = 0);
   void shift(size_t i, const Insn& n);
   void jump(size_t i, const Insn& n);
   void jump_to(size_t i, std::function<void(Label)> jcc, std::function<void(Label)> jncc);
@@ -253,6 +298,11 @@ class Emitter {
   std::vector<uint8_t> target_;      // per instruction: some jump or local call lands on it
   std::vector<uint8_t> loop_head_;   // per instruction: a backward jump lands on it
   std::vector<uint16_t> live_out_;   // proven programs: BPF registers live after each
+  uint16_t live_in_ = 0xffff;        // proven programs: registers live at instruction 0
+  std::vector<IvMul> iv_muls_;
+  // Per instruction, the index in iv_muls_ of the loop it heads, the group it starts,
+  // the step of I it is; -1: none.
+  std::vector<int32_t> iv_head_, iv_group_, iv_inc_;
   Label exit_main_, fault_common_, load_stub_, store_stub_;
   bool lean_ = false;
   bool tail_calls_ = false;  // the program makes tail calls (keeps their count)
@@ -328,6 +378,9 @@ void Emitter::emit(Label native_entry, Label full_entry, Label tail_entry) {
       if (used[ebpf::kFp]) a_.lea(ax::rbp, ax::ptr(ax::rsp, stack + count_slot));
     }
     if (tail_calls_) a_.mov(tail_count(), ax::rax);
+    // A proven program reads no register before writing it: only those some path from
+    // the entry reads (liveness, which over-approximates) are set.
+    for (uint8_t r = 0; r <= 9; ++r) used[r] &= (live_in_ >> r & 1) != 0;
     if (s_.no_ctx && used[1]) a_.xor_(ax::edi, ax::edi);
     if (s_.no_ctx && used[2]) a_.xor_(ax::esi, ax::esi);
     if (s_.ctx_size && used[2]) a_.mov(ax::rsi, Imm(s_.ctx_size));
@@ -379,12 +432,28 @@ void Emitter::emit(Label native_entry, Label full_entry, Label tail_entry) {
   }
 
   for (size_t i = 0; i < n_; ++i) {
+    if (iv_head_[i] >= 0) iv_mul_entry(iv_muls_[static_cast<size_t>(iv_head_[i])]);  // before the loop
     if (loop_head_[i]) a_.align(asmjit::AlignMode::kCode, kLoopAlign);
     a_.bind(L_[i]);
     const Insn& n = s_.insns[i];
     if (s_.proof && !(s_.proof->insn[i] & ebpf::Proof::kReached)) {
       a_.ud2();  // no path runs it
       if (n.code == op::kLddw) a_.bind(L_[++i]);
+      continue;
+    }
+    if (iv_group_[i] >= 0) {
+      const IvMul& m = iv_muls_[static_cast<size_t>(iv_group_[i])];
+      a_.mov(R(m.t), ax::r9);
+      for (const size_t last = i + m.len - 1; i < last;) a_.bind(L_[++i]);  // never jump targets
+      continue;
+    }
+    if (iv_inc_[i] >= 0) {
+      alu(i, n);
+      iv_mul_step(iv_muls_[static_cast<size_t>(iv_inc_[i])]);
+      continue;
+    }
+    if (const size_t last = div_rem(i); last != i) {
+      while (i < last) a_.bind(L_[++i]);  // never jump targets (div_rem)
       continue;
     }
     if (const size_t last = fused(i); last != i) {
@@ -425,6 +494,7 @@ void Emitter::analyse() {
   target_.assign(n_, 0);
   loop_head_.assign(n_, 0);
   std::vector<uint8_t> second(n_, 0);  // the second slot of an lddw
+  std::vector<uint16_t> jumps_to(n_, 0);  // jumps and local calls landing on each
   for (size_t i = 0; i < n_; ++i) {
     const Insn& n = s_.insns[i];
     if (n.code == op::kLddw) {
@@ -437,8 +507,12 @@ void Emitter::analyse() {
     const int64_t t = n.code == op::kCallOp ? static_cast<int64_t>(i) + 1 + n.imm : ebpf::jump_target(i, n);
     if (t < 0 || static_cast<uint64_t>(t) >= n_) continue;  // checked programs have none
     target_[static_cast<size_t>(t)] = 1;
+    ++jumps_to[static_cast<size_t>(t)];
     if (n.code != op::kCallOp && t <= static_cast<int64_t>(i)) loop_head_[static_cast<size_t>(t)] = 1;
   }
+  iv_head_.assign(n_, -1);
+  iv_group_.assign(n_, -1);
+  iv_inc_.assign(n_, -1);
   if (!s_.proof) return;
   // Backward liveness to a fixed point. Over-approximate where it is unsure: a call
   // reads r1-r5 and leaves them live (only r0 is written), an atomic reads r0 and
@@ -504,6 +578,148 @@ void Emitter::analyse() {
       live_out_[i] = out;
       in[i] = li;
     }
+  }
+  live_in_ = n_ ? in[0] : 0;
+  find_iv_muls(def, jumps_to);
+}
+
+void Emitter::find_iv_muls(const std::vector<uint16_t>& def, const std::vector<uint16_t>& jumps_to) {
+  constexpr uint8_t kMovX = op::kAlu64 | op::kMov | op::kX;
+  constexpr uint8_t kAddK = op::kAlu64 | op::kAdd | op::kK;
+  constexpr uint8_t kMulX = op::kAlu64 | op::kMul | op::kX, kMulK = op::kAlu64 | op::kMul | op::kK;
+  for (size_t j = 0; j < n_; ++j) {
+    const Insn& b = s_.insns[j];
+    if (b.code == op::kLddw) {
+      ++j;
+      continue;
+    }
+    if (!op::is_jmp(b.code) || b.code == op::kExitOp || b.code == op::kCallOp || b.code == op::kCallxOp) continue;
+    const int64_t t = ebpf::jump_target(j, b);
+    if (t < 0 || t > static_cast<int64_t>(j) || !(s_.proof->insn[j] & ebpf::Proof::kReached)) continue;
+    const size_t h = static_cast<size_t>(t);
+    // No way in but the fall into the head and this back edge; the body straight-line
+    // code that neither calls nor uses r9/r10 (divisions, shifts by a register and
+    // atomics do), every instruction of it reached.
+    if (jumps_to[h] != 1 || iv_head_[h] >= 0 || (j > h && target_[j])) continue;
+    bool ok = true;
+    uint16_t defs = 0;
+    for (size_t k = h; k < j && ok; ++k) {
+      const Insn& n = s_.insns[k];
+      ok = (k == h || !target_[k]) && (s_.proof->insn[k] & ebpf::Proof::kReached);
+      defs |= def[k];
+      switch (op::cls(n.code)) {
+        case op::kAlu:
+        case op::kAlu64: {
+          const uint8_t o = op::alu_op(n.code);
+          ok &= o != op::kDiv && o != op::kMod &&
+                !((o == op::kLsh || o == op::kRsh || o == op::kArsh) && op::src_bit(n.code) == op::kX);
+          break;
+        }
+        case op::kLd: ++k; break;
+        case op::kLdx: break;
+        case op::kSt:
+        case op::kStx: ok &= op::mode(n.code) == op::kMem; break;
+        default: ok = false; break;
+      }
+    }
+    if (!ok) continue;
+    for (size_t e = h; e + 2 < j; ++e) {
+      const Insn& m = s_.insns[e];
+      if (m.code != kMovX || m.off != 0 || m.dst == m.src) continue;
+      IvMul v;
+      v.head = h;
+      v.group = e;
+      v.iv = m.src;
+      v.t = m.dst;
+      size_t at = e + 1;
+      if (s_.insns[at].code == kAddK && s_.insns[at].dst == v.t && s_.insns[at].off == 0) v.k = s_.insns[at++].imm;
+      const Insn& mul = s_.insns[at];
+      if (mul.dst != v.t || mul.off != 0 || (mul.code != kMulX && mul.code != kMulK)) continue;
+      if (mul.code == kMulX) {
+        if (mul.src == v.t || (defs >> mul.src & 1)) continue;  // R changes in the loop
+        v.r = mul.src;
+      } else {
+        v.rimm = mul.imm;
+      }
+      v.len = at + 1 - e;
+      // I steps once, by a constant, after the group.
+      size_t inc = 0, steps = 0;
+      for (size_t k = h; k < j; ++k) {
+        if (s_.insns[k].code == op::kLddw) {
+          if (s_.insns[k].dst == v.iv) steps = 2;
+          ++k;
+          continue;
+        }
+        if (def[k] >> v.iv & 1) {
+          ++steps;
+          inc = k;
+        }
+      }
+      const Insn& n = s_.insns[inc];
+      if (steps != 1 || inc < at + 1 || n.code != kAddK || n.dst != v.iv || n.off != 0) continue;
+      v.inc = inc;
+      v.c = n.imm;
+      const int32_t idx = static_cast<int32_t>(iv_muls_.size());
+      iv_muls_.push_back(v);
+      iv_head_[h] = idx;
+      iv_group_[e] = idx;
+      iv_inc_[inc] = idx;
+      break;
+    }
+  }
+}
+
+// r9 = (I + K) * R, and r10 = C * R when the step is neither R, -R nor a constant that
+// fits an instruction.
+void Emitter::iv_mul_entry(const IvMul& m) {
+  if (m.k == 0) a_.mov(ax::r9, R(m.iv));
+  else a_.lea(ax::r9, ax::ptr(R(m.iv), m.k));
+  if (m.r == 0xff) {
+    a_.imul(ax::r9, ax::r9, Imm(static_cast<int64_t>(m.rimm)));
+    if (!m.step_fits_add()) a_.mov(ax::r10, Imm(m.const_step()));
+    return;
+  }
+  a_.imul(ax::r9, R(m.r));
+  if (m.c != 1 && m.c != -1) a_.imul(ax::r10, R(m.r), Imm(static_cast<int64_t>(m.c)));
+}
+
+size_t Emitter::div_rem(size_t i) {
+  constexpr uint8_t kMovX = op::kAlu64 | op::kMov | op::kX, kSubX = op::kAlu64 | op::kSub | op::kX;
+  if (!s_.proof || i + 4 >= n_) return i;
+  const Insn* n = &s_.insns[i];
+  const uint8_t q = n[0].dst, a = n[0].src, r = n[3].dst;
+  const uint8_t form = n[1].code & op::kX;  // divisor a register or a constant, as in the mul
+  const bool x = form == op::kX;
+  if (n[0].code != kMovX || n[0].off != 0 || q == a) return i;
+  if (n[1].code != (op::kAlu64 | op::kDiv | form) || n[1].dst != q || n[1].off != 0) return i;
+  if (n[2].code != (op::kAlu64 | op::kMul | form) || n[2].dst != q || n[2].off != 0) return i;
+  if (x ? (n[2].src != n[1].src || n[1].src == q) : n[2].imm != n[1].imm) return i;
+  if (n[3].code != kMovX || n[3].off != 0 || n[3].src != a || r == q || r == a || (x && r == n[1].src)) return i;
+  if (n[4].code != kSubX || n[4].dst != r || n[4].src != q || n[4].off != 0 || live_after(i + 4, q)) return i;
+  for (size_t k = i; k <= i + 4; ++k)
+    if ((k > i && target_[k]) || !(s_.proof->insn[k] & ebpf::Proof::kReached) || iv_group_[k] >= 0 ||
+        iv_inc_[k] >= 0 || (k > i && iv_head_[k] >= 0))
+      return i;
+  a_.mov(R(r), R(a));
+  Insn mod = n[1];
+  mod.code = static_cast<uint8_t>(op::kAlu64 | op::kMod | form);
+  mod.dst = r;
+  // The div's proof facts hold (same divisor, unchanged); registers live after the div
+  // are those live after the sub (but R) and more; Q is dead.
+  divmod(i + 1, mod, static_cast<uint16_t>(1u << q));
+  return i + 4;
+}
+
+void Emitter::iv_mul_step(const IvMul& m) {
+  if (m.r == 0xff) {
+    if (m.step_fits_add()) a_.add(ax::r9, Imm(static_cast<int64_t>(m.const_step())));
+    else a_.add(ax::r9, ax::r10);
+  } else if (m.c == 1) {
+    a_.add(ax::r9, R(m.r));
+  } else if (m.c == -1) {
+    a_.sub(ax::r9, R(m.r));
+  } else {
+    a_.add(ax::r9, ax::r10);
   }
 }
 
@@ -753,7 +969,7 @@ void Emitter::shift(size_t i, const Insn& n) {
 //
 // zero: div -> 0, mod -> DST (truncated to 32 bits for ALU32); minus_one: sdiv -> -DST,
 // smod -> 0 (x86 would trap on INT_MIN / -1).
-void Emitter::divmod(size_t i, const Insn& n) {
+void Emitter::divmod(size_t i, const Insn& n, uint16_t dead) {
   const uint8_t proven = s_.proof ? s_.proof->insn[i] : 0;
   const bool is64 = op::cls(n.code) == op::kAlu64;
   const bool is_mod = op::alu_op(n.code) == op::kMod;
@@ -797,7 +1013,8 @@ void Emitter::divmod(size_t i, const Insn& n) {
   }
   // r0 (rax) and r3 (rdx) are kept unless they are DST (its old value is dead) or, in a
   // proven program, no instruction reads them before writing them.
-  const bool keep_rax = d64 != ax::rax && live_after(i, 0), keep_rdx = d64 != ax::rdx && live_after(i, 3);
+  const bool keep_rax = d64 != ax::rax && live_after(i, 0) && !(dead & 1),
+             keep_rdx = d64 != ax::rdx && live_after(i, 3) && !(dead >> 3 & 1);
   if (keep_rax) a_.mov(ax::r9, ax::rax);
   if (keep_rdx) a_.mov(ax::r10, ax::rdx);
   if (d64 != ax::rax) a_.mov(is64 ? ax::Gp(ax::rax) : ax::Gp(ax::eax), d);
