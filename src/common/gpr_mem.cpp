@@ -11,12 +11,7 @@ namespace utramp::gpr {
 
 namespace {
 
-template <class T>
-T load(const uint8_t* p) {
-  T v;
-  __builtin_memcpy(&v, p, sizeof v);  // a constant size: one move
-  return v;
-}
+using detail::load;
 template <class T>
 void store(uint8_t* p, T v) {
   __builtin_memcpy(p, &v, sizeof v);
@@ -66,7 +61,9 @@ void zero(void* dst, size_t n) noexcept {
   }
 }
 
-bool equal(const void* a, const void* b, size_t n) noexcept {
+namespace detail {
+
+bool equal_bytes(const void* a, const void* b, size_t n) noexcept {
   const auto* x = static_cast<const uint8_t*>(a);
   const auto* y = static_cast<const uint8_t*>(b);
   for (; n >= 8; n -= 8, x += 8, y += 8) {
@@ -76,20 +73,18 @@ bool equal(const void* a, const void* b, size_t n) noexcept {
   return tail(x, n) == tail(y, n);
 }
 
-uint64_t hash(const void* p, size_t n) noexcept {
+uint64_t hash_bytes(const void* p, size_t n) noexcept {
   const auto* b = static_cast<const uint8_t*>(p);
-  uint64_t h = 0xcbf29ce484222325ull ^ n;
+  uint64_t h = kSeed ^ n;
   for (; n >= 8; n -= 8, b += 8) {
     opaque(b);
-    h = (h ^ load<uint64_t>(b)) * 0x100000001b3ull;
+    h = (h ^ load<uint64_t>(b)) * kPrime;
     h ^= h >> 29;
   }
-  if (n) h = (h ^ tail(b, n)) * 0x100000001b3ull;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  return h ^ (h >> 33);
+  if (n) h = (h ^ tail(b, n)) * kPrime;
+  return mix(h);
 }
+
+}  // namespace detail
 
 }  // namespace utramp::gpr

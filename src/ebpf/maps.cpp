@@ -188,12 +188,10 @@ Entry* entry(const MapHeader* m, uint32_t idx) {
                                   size_t(idx) * m->entry_size);
 }
 uint8_t* entry_key(Entry* e) { return reinterpret_cast<uint8_t*>(e + 1); }
-uint32_t entry_index(const MapHeader* m, const Entry* e) {
-  return static_cast<uint32_t>((reinterpret_cast<const uint8_t*>(e) - reinterpret_cast<const uint8_t*>(entry(m, 0))) /
-                               m->entry_size);
-}
-uint8_t* entry_value(const MapHeader* m, Entry* e, uint32_t cpu) {
-  return file_base(m) + m->values_off + (size_t(entry_index(m, e)) * m->cpus + cpu) * m->stride;
+// The value of the entry whose index + 1 is `at` (by the index: no division by the
+// entry size on the hit path).
+uint8_t* entry_value(const MapHeader* m, uint32_t at, uint32_t cpu) {
+  return file_base(m) + m->values_off + (size_t(at - 1) * m->cpus + cpu) * m->stride;
 }
 
 uint64_t hash_key(const void* key, uint32_t n) { return gpr::hash(key, n); }
@@ -281,22 +279,21 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
   if (flags > 2) return -EINVAL;
   Bucket& b = buckets(m)[hash_key(key, m->key_size) & (m->nbuckets - 1)];
   const uint32_t cpu = all ? 0 : this_cpu(m);
-  auto write_value = [&](Entry* e, bool fresh) {
+  auto write_value = [&](uint32_t at, bool fresh) {
     if (all) {
-      gpr::copy(entry_value(m, e, 0), value, size_t(m->stride) * m->cpus);
+      gpr::copy(entry_value(m, at, 0), value, size_t(m->stride) * m->cpus);
       return;
     }
-    if (fresh && m->cpus > 1) gpr::zero(entry_value(m, e, 0), size_t(m->stride) * m->cpus);
-    gpr::copy(entry_value(m, e, cpu), value, m->value_size);
+    if (fresh && m->cpus > 1) gpr::zero(entry_value(m, at, 0), size_t(m->stride) * m->cpus);
+    gpr::copy(entry_value(m, at, cpu), value, m->value_size);
   };
   {
     Guard g(b.lock);
     if (!g) return -EBUSY;
     if (uint32_t at = find_in(m, b, key, nullptr)) {
       if (flags == 1) return -EEXIST;
-      Entry* e = entry(m, at - 1);
-      write_value(e, false);
-      stamp(m, e);
+      write_value(at, false);
+      stamp(m, entry(m, at - 1));
       return 0;
     }
     if (flags == 2) return -ENOENT;
@@ -312,7 +309,7 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
   if (!idx) return -E2BIG;
   Entry* e = entry(m, idx - 1);
   gpr::copy(entry_key(e), key, m->key_size);
-  write_value(e, true);
+  write_value(idx, true);
   int64_t rc = 0;
   bool lost_race = false;
   {
@@ -324,9 +321,8 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
       lost_race = true;
       if (flags == 1) rc = -EEXIST;
       else {
-        Entry* old = entry(m, at - 1);
-        write_value(old, false);
-        stamp(m, old);
+        write_value(at, false);
+        stamp(m, entry(m, at - 1));
       }
     } else {
       stamp(m, e);
@@ -995,9 +991,8 @@ void* map_lookup(MapHeader* m, const void* key) noexcept {
       if (!g) return nullptr;
       const uint32_t at = find_in(m, b, key, nullptr);
       if (!at) return nullptr;
-      Entry* e = entry(m, at - 1);
-      stamp(m, e);
-      return entry_value(m, e, m->cpus > 1 ? this_cpu(m) : 0);
+      stamp(m, entry(m, at - 1));
+      return entry_value(m, at, m->cpus > 1 ? this_cpu(m) : 0);
     }
     case MapType::lpm_trie: return lpm_lookup(m, static_cast<const uint8_t*>(key));
     default: return nullptr;  // stack traces: read by the CLI (entries()), not by programs

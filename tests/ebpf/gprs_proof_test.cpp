@@ -45,6 +45,11 @@ TEST(GprMem, CopyZeroEqualAgreeWithTheCLibrary) {
         b[1 + k] ^= 0x10;
       }
     }
+  // The inline 4- and 8-byte cases are the general code's results.
+  for (size_t n : {4, 8}) {
+    EXPECT_EQ(gpr::hash(src + 5, n), gpr::detail::hash_bytes(src + 5, n)) << n;
+    EXPECT_TRUE(gpr::detail::equal_bytes(src + 5, src + 5, n));
+  }
   // The length is part of the hash: a key and its zero-extension differ.
   const uint8_t z[8] = {};
   EXPECT_NE(gpr::hash(z, 4), gpr::hash(z, 8));
