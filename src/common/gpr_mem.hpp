@@ -6,7 +6,7 @@
 // handlers reach on their hit path (the eBPF maps and helpers) copies, compares and
 // hashes through these instead. They are compiled with -mgeneral-regs-only (CMake;
 // gpr_mem.cpp refuses to build otherwise) and written so that no compiler turns their
-// loops back into library calls; tests/ebpf/maps_test.cpp proves the map helpers with
+// loops back into library calls; tests/ebpf/gprs_proof_test.cpp proves the map helpers with
 // the probe layer's own analysis.
 #pragma once
 
