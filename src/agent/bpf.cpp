@@ -159,17 +159,18 @@ constexpr uint64_t kUserCs = 0x33, kUserSs = 0x2b;  // the x86-64 user segment s
 // this handler (a helper's memcpy, say) is the probe layer's re-entrance: no handler
 // runs, the probe counts a miss (docs/probes.md).
 //
-// Compiled for the general-purpose registers only (GCC; a compiler without the attribute
-// makes code the probe layer may not prove so): its one call through a pointer is the
-// program's, which handler_calls names to the probe layer, so a program whose JIT-ed
-// code and helpers touch no vector register runs with none saved around it
+// Compiled for the general-purpose registers only (GCC, and clang since 14: without the
+// attribute clang builds the context in xmm registers, and the proof fails): its one
+// call through a pointer is the program's, which handler_calls names to the probe
+// layer, so a program whose JIT-ed code and helpers touch no vector register runs with
+// none saved around it
 // (docs/probes.md, "Vector state"; docs/benchmarks.md, "Uprobes on libc's malloc").
 // One handler per need, so that the plain one has no path the proof must give up on: a
 // program that may call bpf_override_return gets the one that takes its request
 // (kOverride: its fault-safe read of the return address reaches the C library's vector
 // code), a program with run-time counters (run --metrics) the one that times it
 // (kStats: clock_gettime through a PLT slot the loader may not have bound yet).
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__GNUC__)  // clang too
 #define UTRAMP_GPRS_ONLY __attribute__((target("general-regs-only")))
 #else
 #define UTRAMP_GPRS_ONLY

@@ -21,6 +21,8 @@
 #include "ebpf/loader.hpp"
 #include "ebpf/maps.hpp"
 #include "ebpf/memory.hpp"
+#include "common/gpr_mem.hpp"
+#include "os/cpu_id.hpp"
 #include "os/safe_copy.hpp"
 
 namespace utramp::ebpf {
@@ -188,7 +190,7 @@ bool read_arg(void* dst, u64 src, size_t n) {
     const RunState* r = current_run();
     if (!r || !n || !run_allows(r, src, n, false)) return os::safe_read(dst, src, n);
   }
-  std::memcpy(dst, reinterpret_cast<const void*>(src), n);
+  gpr::copy(dst, reinterpret_cast<const void*>(src), n);
   return true;
 }
 
@@ -253,14 +255,18 @@ u64 h_ktime(u64, u64, u64, u64, u64) {
 // pid/tid cached per thread; a forked child's thread has another pid (the generation
 // changes in the child's atfork handler).
 std::atomic<uint32_t> g_fork_gen{0};
-thread_local uint64_t t_pid_tgid = 0;
-thread_local uint32_t t_gen = ~0u;
+__attribute__((tls_model("initial-exec"))) thread_local uint64_t t_pid_tgid = 0;
+__attribute__((tls_model("initial-exec"))) thread_local uint32_t t_gen = ~0u;
 void on_fork_child() { g_fork_gen.fetch_add(1); }
 
 u64 h_pid_tgid(u64, u64, u64, u64, u64) {
   const uint32_t g = g_fork_gen.load(std::memory_order_relaxed);
   if (t_gen != g) {
-    t_pid_tgid = (static_cast<u64>(getpid()) << 32) | static_cast<uint32_t>(syscall(SYS_gettid));
+    // Made directly, not through libc: its wrappers' PLT slots may not be bound yet, and
+    // the loader's lazy binding saves the vector state (a probe handler reaching it is
+    // not proven general-purpose-only: docs/probes.md, "Vector state").
+    t_pid_tgid = (static_cast<u64>(arch::raw_syscall6(SYS_getpid)) << 32) |
+                 static_cast<uint32_t>(arch::raw_syscall6(SYS_gettid));
     t_gen = g;
   }
   return t_pid_tgid;
@@ -278,11 +284,10 @@ u64 h_comm(u64 dst, u64 size, u64, u64, u64) {
 }
 
 u64 h_cpu(u64, u64, u64, u64, u64) {
-  const int c = sched_getcpu();
-  return c < 0 ? 0 : static_cast<u64>(c);
+  return os::current_cpu();
 }
 
-thread_local uint64_t t_rand = 0;
+__attribute__((tls_model("initial-exec"))) thread_local uint64_t t_rand = 0;
 u64 h_prandom(u64, u64, u64, u64, u64) {
   if (!t_rand) t_rand = (arch::cycles() ^ (h_pid_tgid(0, 0, 0, 0, 0) * 0x9e3779b97f4a7c15ull)) | 1;
   t_rand ^= t_rand << 13;
@@ -297,7 +302,7 @@ u64 h_probe_read(u64 dst, u64 size, u64 src, u64, u64) {
   if (size == 0) return 0;
   if (size > (1u << 16) || !writable<kTrusted>(dst, size)) return neg(EFAULT);
   if (os::safe_read(reinterpret_cast<void*>(dst), src, size)) return 0;
-  std::memset(reinterpret_cast<void*>(dst), 0, size);
+  gpr::zero(reinterpret_cast<void*>(dst), size);
   return neg(EFAULT);
 }
 
@@ -317,17 +322,17 @@ u64 h_probe_read_str(u64 dst, u64 size, u64 src, u64, u64) {
     const u64 chunk = std::min({page_left, size - 1 - n, u64{sizeof buf}});
     if (!os::safe_read(buf, src + n, chunk)) {
       if (n == 0) {
-        std::memset(d, 0, size);
+        gpr::zero(d, size);
         return neg(EFAULT);
       }
       break;
     }
     if (const void* z = std::memchr(buf, 0, chunk)) {
       const u64 len = static_cast<u64>(static_cast<const char*>(z) - buf) + 1;
-      std::memcpy(d + n, buf, len);
+      gpr::copy(d + n, buf, len);
       return n + len;
     }
-    std::memcpy(d + n, buf, chunk);
+    gpr::copy(d + n, buf, chunk);
     n += chunk;
   }
   d[n] = 0;
@@ -621,7 +626,7 @@ int64_t user_stack(u64 ctx, u64 flags, u64* out, uint32_t max) {
   const size_t n = arch::unwind_user(regs, ips, std::min<size_t>(kMaxStackFrames, size_t(skip) + max),
                                      g_ra_fix.load(std::memory_order_acquire), os::safe_read);
   if (n <= skip) return -EFAULT;
-  std::memcpy(out, ips + skip, (n - skip) * 8);
+  gpr::copy(out, ips + skip, (n - skip) * 8);
   return static_cast<int64_t>(n - skip);
 }
 
@@ -654,14 +659,14 @@ u64 h_get_stack(u64 ctx, u64 buf, u64 size, u64 flags, u64) {
       const int64_t n = user_stack<kTrusted>(ctx, flags, ips, static_cast<uint32_t>(std::min<u64>(size / 8, kMaxStackFrames)));
       if (n >= 0) {
         const size_t bytes = std::min<size_t>(size_t(n) * 8, size);
-        std::memcpy(dst, ips, bytes);
-        std::memset(dst + bytes, 0, size - bytes);
+        gpr::copy(dst, ips, bytes);
+        gpr::zero(dst + bytes, size - bytes);
         return bytes;
       }
       err = n;
     }
   }
-  if (size) std::memset(dst, 0, size);
+  if (size) gpr::zero(dst, size);
   return static_cast<u64>(err);
 }
 

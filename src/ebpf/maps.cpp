@@ -16,6 +16,9 @@
 #include <cstring>
 #include <ctime>
 
+#include "common/gpr_mem.hpp"
+#include "os/cpu_id.hpp"
+
 namespace utramp::ebpf {
 
 namespace {
@@ -176,11 +179,7 @@ bool is_queue(uint32_t t) { return t == uint32_t(MapType::queue) || t == uint32_
 bool is_percpu(uint32_t t) {
   return t == uint32_t(MapType::percpu_hash) || t == uint32_t(MapType::percpu_array);
 }
-// The calling thread's CPU (0 where the kernel cannot say).
-uint32_t current_cpu() {
-  const int c = sched_getcpu();
-  return c < 0 ? 0 : static_cast<uint32_t>(c);
-}
+using os::current_cpu;
 uint32_t this_cpu(const MapHeader* m) { return current_cpu() % m->cpus; }
 
 Bucket* buckets(const MapHeader* m) { return reinterpret_cast<Bucket*>(data_of(m)); }
@@ -189,29 +188,19 @@ Entry* entry(const MapHeader* m, uint32_t idx) {
                                   size_t(idx) * m->entry_size);
 }
 uint8_t* entry_key(Entry* e) { return reinterpret_cast<uint8_t*>(e + 1); }
-uint32_t entry_index(const MapHeader* m, const Entry* e) {
-  return static_cast<uint32_t>((reinterpret_cast<const uint8_t*>(e) - reinterpret_cast<const uint8_t*>(entry(m, 0))) /
-                               m->entry_size);
-}
-uint8_t* entry_value(const MapHeader* m, Entry* e, uint32_t cpu) {
-  return file_base(m) + m->values_off + (size_t(entry_index(m, e)) * m->cpus + cpu) * m->stride;
+// The value of the entry whose index + 1 is `at` (by the index: no division by the
+// entry size on the hit path).
+uint8_t* entry_value(const MapHeader* m, uint32_t at, uint32_t cpu) {
+  return file_base(m) + m->values_off + (size_t(at - 1) * m->cpus + cpu) * m->stride;
 }
 
-uint64_t hash_key(const void* key, uint32_t n) {
-  // FNV-1a, then a final mix so that small integer keys spread over the buckets.
-  uint64_t h = 0xcbf29ce484222325ull;
-  const auto* p = static_cast<const uint8_t*>(key);
-  for (uint32_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  return h ^ (h >> 33);
-}
+uint64_t hash_key(const void* key, uint32_t n) { return gpr::hash(key, n); }
 
 // Finds key in the (locked) bucket; returns the entry index + 1, 0 if absent.
 uint32_t find_in(const MapHeader* m, Bucket& b, const void* key, uint32_t* prev) {
   uint32_t p = 0;
   for (uint32_t i = b.head, guard = 0; i && guard <= m->max_entries; i = entry(m, i - 1)->next, ++guard) {
-    if (std::memcmp(entry_key(entry(m, i - 1)), key, m->key_size) == 0) {
+    if (gpr::equal(entry_key(entry(m, i - 1)), key, m->key_size)) {
       if (prev) *prev = p;
       return i;
     }
@@ -266,7 +255,7 @@ bool lru_evict(MapHeader* m) {
   Entry* e = entry(m, best - 1);
   uint8_t key[512];
   if (m->key_size > sizeof key) return false;
-  std::memcpy(key, entry_key(e), m->key_size);
+  gpr::copy(key, entry_key(e), m->key_size);
   Bucket& b = buckets(m)[hash_key(key, m->key_size) & (m->nbuckets - 1)];
   uint32_t prev = 0;
   {
@@ -290,22 +279,21 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
   if (flags > 2) return -EINVAL;
   Bucket& b = buckets(m)[hash_key(key, m->key_size) & (m->nbuckets - 1)];
   const uint32_t cpu = all ? 0 : this_cpu(m);
-  auto write_value = [&](Entry* e, bool fresh) {
+  auto write_value = [&](uint32_t at, bool fresh) {
     if (all) {
-      std::memcpy(entry_value(m, e, 0), value, size_t(m->stride) * m->cpus);
+      gpr::copy(entry_value(m, at, 0), value, size_t(m->stride) * m->cpus);
       return;
     }
-    if (fresh && m->cpus > 1) std::memset(entry_value(m, e, 0), 0, size_t(m->stride) * m->cpus);
-    std::memcpy(entry_value(m, e, cpu), value, m->value_size);
+    if (fresh && m->cpus > 1) gpr::zero(entry_value(m, at, 0), size_t(m->stride) * m->cpus);
+    gpr::copy(entry_value(m, at, cpu), value, m->value_size);
   };
   {
     Guard g(b.lock);
     if (!g) return -EBUSY;
     if (uint32_t at = find_in(m, b, key, nullptr)) {
       if (flags == 1) return -EEXIST;
-      Entry* e = entry(m, at - 1);
-      write_value(e, false);
-      stamp(m, e);
+      write_value(at, false);
+      stamp(m, entry(m, at - 1));
       return 0;
     }
     if (flags == 2) return -ENOENT;
@@ -320,8 +308,8 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
   if (idx == kBusyEntry) return -EBUSY;
   if (!idx) return -E2BIG;
   Entry* e = entry(m, idx - 1);
-  std::memcpy(entry_key(e), key, m->key_size);
-  write_value(e, true);
+  gpr::copy(entry_key(e), key, m->key_size);
+  write_value(idx, true);
   int64_t rc = 0;
   bool lost_race = false;
   {
@@ -333,9 +321,8 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
       lost_race = true;
       if (flags == 1) rc = -EEXIST;
       else {
-        Entry* old = entry(m, at - 1);
-        write_value(old, false);
-        stamp(m, old);
+        write_value(at, false);
+        stamp(m, entry(m, at - 1));
       }
     } else {
       stamp(m, e);
@@ -517,14 +504,14 @@ int64_t lpm_update(MapHeader* m, const uint8_t* key, const void* value, uint64_t
   if (n && n->prefixlen == ml && ml == kp) {  // the prefix has a node: an entry, or intermediate
     if (!(n->flags & kLpmIntermediate)) {
       if (flags == 1) return -EEXIST;
-      std::memcpy(t.value(i), value, m->value_size);
-      std::memcpy(LpmView::data(n), kd, t.data_len);  // the bits past the prefix too, as the kernel's new node
+      gpr::copy(t.value(i), value, m->value_size);
+      gpr::copy(LpmView::data(n), kd, t.data_len);  // the bits past the prefix too, as the kernel's new node
       return 0;
     }
     if (flags == 2) return -ENOENT;
     if (t.ctl->count >= m->max_entries) return -ENOSPC;
-    std::memcpy(t.value(i), value, m->value_size);
-    std::memcpy(LpmView::data(n), kd, t.data_len);
+    gpr::copy(t.value(i), value, m->value_size);
+    gpr::copy(LpmView::data(n), kd, t.data_len);
     n->flags = 0;
     ++t.ctl->count;
     return 0;
@@ -535,8 +522,8 @@ int64_t lpm_update(MapHeader* m, const uint8_t* key, const void* value, uint64_t
   if (!ni) return -ENOSPC;
   LpmNode* nn = t.at(ni);
   *nn = LpmNode{{0, 0}, kp, 0};
-  std::memcpy(LpmView::data(nn), kd, t.data_len);
-  std::memcpy(t.value(ni), value, m->value_size);
+  gpr::copy(LpmView::data(nn), kd, t.data_len);
+  gpr::copy(t.value(ni), value, m->value_size);
   if (!n) {
     *slot = ni;
   } else if (ml == kp) {  // the new prefix contains the node's: it goes above it
@@ -550,7 +537,7 @@ int64_t lpm_update(MapHeader* m, const uint8_t* key, const void* value, uint64_t
     }
     LpmNode* in = t.at(im);
     *in = LpmNode{{0, 0}, ml, kLpmIntermediate};
-    std::memcpy(LpmView::data(in), LpmView::data(n), t.data_len);
+    gpr::copy(LpmView::data(in), LpmView::data(n), t.data_len);
     const uint32_t b = LpmView::bit(kd, ml);
     in->child[b] = ni;
     in->child[1 - b] = i;
@@ -1017,9 +1004,8 @@ void* map_lookup(MapHeader* m, const void* key) noexcept {
       if (!g) return nullptr;
       const uint32_t at = find_in(m, b, key, nullptr);
       if (!at) return nullptr;
-      Entry* e = entry(m, at - 1);
-      stamp(m, e);
-      return entry_value(m, e, m->cpus > 1 ? this_cpu(m) : 0);
+      stamp(m, entry(m, at - 1));
+      return entry_value(m, at, m->cpus > 1 ? this_cpu(m) : 0);
     }
     case MapType::lpm_trie: return lpm_lookup(m, static_cast<const uint8_t*>(key));
     default: return nullptr;  // stack traces: read by the CLI (entries()), not by programs
@@ -1036,8 +1022,8 @@ int64_t map_update(MapHeader* m, const void* key, const void* value, uint64_t fl
       std::memcpy(&k, key, 4);
       if (k >= m->max_entries) return -E2BIG;
       uint8_t* row = data_of(m) + size_t(k) * m->cpus * m->stride;
-      if (all) std::memcpy(row, value, size_t(m->cpus) * m->stride);
-      else std::memcpy(row + (m->cpus > 1 ? this_cpu(m) : 0) * m->stride, value, m->value_size);
+      if (all) gpr::copy(row, value, size_t(m->cpus) * m->stride);
+      else gpr::copy(row + (m->cpus > 1 ? this_cpu(m) : 0) * m->stride, value, m->value_size);
       return 0;
     }
     case MapType::hash:
@@ -1078,9 +1064,9 @@ int64_t stack_map_put(MapHeader* m, const uint64_t* ips, uint32_t n, uint64_t fl
   if (!g) return -EBUSY;
   const bool hash_matches = b->nr && b->hash == hash;
   if (hash_matches && (flags & kStackFastCmp)) return id;
-  if (hash_matches && b->nr == n && std::memcmp(stack_ips(b), ips, n * 8) == 0) return id;
+  if (hash_matches && b->nr == n && gpr::equal(stack_ips(b), ips, n * 8)) return id;
   if (b->nr && !(flags & kStackReuseId)) return -EEXIST;
-  std::memcpy(stack_ips(b), ips, n * 8);
+  gpr::copy(stack_ips(b), ips, n * 8);
   b->hash = hash;
   aref(b->nr).store(n, std::memory_order_release);
   return id;
@@ -1188,7 +1174,7 @@ MapHeader* ringbuf_holding(uint64_t addr) noexcept {
 int64_t ringbuf_output(MapHeader* m, const void* data, uint64_t size) noexcept {
   void* r = ringbuf_reserve(m, size);
   if (!r) return -EAGAIN;
-  std::memcpy(r, data, size);
+  gpr::copy(r, data, size);
   ringbuf_commit(m, r, false);
   return 0;
 }
@@ -1237,7 +1223,7 @@ int64_t perf_output(MapHeader* m, uint64_t flags, const void* data, uint64_t siz
   int64_t err = 0;
   void* r = perf_reserve(m, flags, size, &err);
   if (!r) return err;
-  std::memcpy(r, data, size);
+  gpr::copy(r, data, size);
   perf_commit(r, false);
   return 0;
 }
@@ -1263,7 +1249,7 @@ int64_t qs_push(MapHeader* m, const void* value, uint64_t flags) {
     if (flags != 2) return -E2BIG;
     tail = (tail + 1) % n;  // BPF_EXIST: the oldest element goes
   }
-  std::memcpy(qslot(m, head), value, m->value_size);
+  gpr::copy(qslot(m, head), value, m->value_size);
   aref(q->tail).store(tail, std::memory_order_relaxed);
   aref(q->head).store((head + 1) % n, std::memory_order_relaxed);
   return 0;
@@ -1277,11 +1263,11 @@ int64_t qs_take(MapHeader* m, void* value, bool remove) {
   const uint32_t head = q->head % n, tail = q->tail % n;
   if (head == tail) return -ENOENT;
   if (m->type == uint32_t(MapType::queue)) {
-    std::memcpy(value, qslot(m, tail), m->value_size);
+    gpr::copy(value, qslot(m, tail), m->value_size);
     if (remove) aref(q->tail).store((tail + 1) % n, std::memory_order_relaxed);
   } else {
     const uint32_t top = (head + n - 1) % n;
-    std::memcpy(value, qslot(m, top), m->value_size);
+    gpr::copy(value, qslot(m, top), m->value_size);
     if (remove) aref(q->head).store(top, std::memory_order_relaxed);
   }
   return 0;
@@ -1340,7 +1326,7 @@ int64_t map_get_next_key(MapHeader* m, const void* key, void* next) noexcept {
   LpmNode* n = t.at(i);
   if (!n) return -ENOENT;
   std::memcpy(next, &n->prefixlen, 4);
-  std::memcpy(static_cast<uint8_t*>(next) + 4, LpmView::data(n), t.data_len);
+  gpr::copy(static_cast<uint8_t*>(next) + 4, LpmView::data(n), t.data_len);
   return 0;
 }
 

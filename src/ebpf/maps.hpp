@@ -71,8 +71,12 @@
 // after one. The consumer bounds every length it reads, so a corrupt header stops the
 // consumer, never makes it read outside the ring.)
 //
-// Everything a program calls is async-signal-safe: no allocation, no syscalls but
-// sched_getcpu (a vDSO call), spinlocks held for a bounded walk only.
+// Everything a program calls is async-signal-safe: no allocation, no system calls (the
+// CPU number is read from the thread's rseq area: os/cpu_id.hpp), spinlocks held for a
+// bounded walk only. And it touches only the general-purpose registers (copies,
+// compares and hashes through common/gpr_mem.hpp, maps.cpp compiled with
+// -mgeneral-regs-only), so that a uprobe handler that reaches it is proven so and runs
+// without the vector state saved (docs/probes.md, "Vector state").
 #pragma once
 
 #include <cstdint>

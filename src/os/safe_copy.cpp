@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/gpr_mem.hpp"
+
 namespace utramp::os {
 
 namespace {
@@ -58,7 +60,7 @@ bool safe_read(void* dst, uint64_t src, size_t len) noexcept {
     }
   }
   if (mode == 2) ok = via_pipe(dst, src, len);
-  if (!ok) std::memset(dst, 0, len);
+  if (!ok) gpr::zero(dst, len);
   return ok;
 }
 

@@ -1001,8 +1001,9 @@ TEST(RunE2E, UserStacksThroughReturnProbesNameTheRealCallers) {
 
 // Uprobes at the entry of functions whose xmm and ymm arguments are live there: with
 // programs that call no helper (the handler proven general-purpose-only, nothing saved
-// around it) and with programs that update a hash map (the extended state saved), every
-// call still computes with its arguments intact, and every hit ran its program.
+// around it) and with programs that update a hash map and read the clock (the extended
+// state saved: bpf_ktime_get_ns reaches the vDSO through a pointer), every call still
+// computes with its arguments intact, and every hit ran its program.
 TEST(RunE2E, VectorArgumentsSurviveUprobes) {
   for (const char* obj : {"vector_probes", "vector_probes_helpers"}) {
     SCOPED_TRACE(obj);

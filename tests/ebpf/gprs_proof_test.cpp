@@ -1,0 +1,127 @@
+// What a uprobe program's handler reaches through the map helpers touches only the
+// general-purpose registers, as the probe layer proves it (probe::Analysis::gprs_only,
+// docs/probes.md "Vector state"): then `utramp run` saves no vector state around such a
+// program. And the proof stays honest: code that reaches the C library's vector
+// memcmp, or computes in vector registers itself, is not proven. Plus the routines that
+// replace memcpy/memcmp/memset/the hash there (common/gpr_mem.hpp), against the C library's.
+#include <gtest/gtest.h>
+#include <dlfcn.h>
+
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/gpr_mem.hpp"
+#include "ebpf/helpers.hpp"
+#include "ebpf/maps.hpp"
+#include "os/cpu_id.hpp"
+#include "probe/analysis.hpp"
+
+namespace utramp::ebpf {
+namespace {
+
+TEST(GprMem, CopyZeroEqualAgreeWithTheCLibrary) {
+  uint8_t src[80], a[80], b[80];
+  for (size_t i = 0; i < sizeof src; ++i) src[i] = static_cast<uint8_t>(i * 37 + 11);
+  for (size_t off = 0; off < 8; ++off)
+    for (size_t n = 0; n + off <= 64; ++n) {
+      std::memset(a, 0xaa, sizeof a);
+      std::memset(b, 0xaa, sizeof b);
+      gpr::copy(a + off, src + 3, n);
+      std::memcpy(b + off, src + 3, n);
+      ASSERT_EQ(std::memcmp(a, b, sizeof a), 0) << "copy off " << off << " n " << n;
+      gpr::zero(a + off, n);
+      std::memset(b + off, 0, n);
+      ASSERT_EQ(std::memcmp(a, b, sizeof a), 0) << "zero off " << off << " n " << n;
+      std::memcpy(a + off, src, n);
+      std::memcpy(b + 1, src, n);
+      EXPECT_TRUE(gpr::equal(a + off, b + 1, n));
+      EXPECT_EQ(gpr::hash(a + off, n), gpr::hash(b + 1, n));
+      for (size_t k = 0; k < n; ++k) {  // any one byte different: not equal, another hash
+        b[1 + k] ^= 0x10;
+        EXPECT_FALSE(gpr::equal(a + off, b + 1, n)) << "n " << n << " byte " << k;
+        EXPECT_NE(gpr::hash(a + off, n), gpr::hash(b + 1, n)) << "n " << n << " byte " << k;
+        b[1 + k] ^= 0x10;
+      }
+    }
+  // The inline 4- and 8-byte cases are the general code's results.
+  for (size_t n : {4, 8}) {
+    EXPECT_EQ(gpr::hash(src + 5, n), gpr::detail::hash_bytes(src + 5, n)) << n;
+    EXPECT_TRUE(gpr::detail::equal_bytes(src + 5, src + 5, n));
+  }
+  // The length is part of the hash: a key and its zero-extension differ.
+  const uint8_t z[8] = {};
+  EXPECT_NE(gpr::hash(z, 4), gpr::hash(z, 8));
+}
+
+TEST(GprMem, CurrentCpuIsTheKernels) {
+  // The thread may move between the two reads: pinned, it cannot.
+  cpu_set_t old, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof old, &old), 0);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &old)) continue;
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    EXPECT_EQ(os::current_cpu(), static_cast<uint32_t>(c));
+    EXPECT_EQ(sched_getcpu(), c);
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof old, &old), 0);
+}
+
+// Reaches the C library's memcmp (an AVX2/EVEX implementation on x86-64 machines of
+// this decade, SSE2 at least): never proven.
+__attribute__((noinline)) int compare_with_libc(const void* a, const void* b, size_t n) {
+  return std::memcmp(a, b, n);
+}
+// Computes in vector registers itself.
+__attribute__((noinline)) double scale(double x, double k) { return x * k + 0.5; }
+// Reaches a map update through a call: proven as the update is.
+__attribute__((noinline)) int64_t update_through(MapHeader* m, const void* k, const void* v) {
+  return map_update(m, k, v, 0);
+}
+
+uint64_t addr(auto* fn) { return reinterpret_cast<uint64_t>(fn); }
+
+TEST(GprsOnlyProof, MapHelpersAreProvenAndVectorCodeIsNot) {
+#if defined(__clang__)
+  GTEST_SKIP() << "clang builds compile the maps for the default target (src/CMakeLists.txt)";
+#endif
+  if (dlsym(RTLD_DEFAULT, "__asan_init") || dlsym(RTLD_DEFAULT, "__ubsan_handle_add_overflow"))
+    GTEST_SKIP() << "sanitizer runtimes are on the path";
+  probe::Analysis an{[](uint64_t, std::span<uint8_t>) {}};
+  ASSERT_TRUE(an.refresh_maps(true).ok());
+
+  // The helpers a uprobe program calls for maps, counters, events and its identity, as
+  // a verified program's JIT code calls them (the trusted form: what `utramp run` runs;
+  // the unverified forms check pointers with fault-safe reads, whose fallback is not
+  // proven).
+  const std::vector<uint32_t> ids = {1, 2, 3, 7, 8, 14, 25, 87, 88, 89, 130, 131, 132, 133, 173, 174};
+  for (uint32_t id : ids) {
+    const HelperInfo* h = runtime_helpers().find(id);
+    ASSERT_NE(h, nullptr) << id;
+    EXPECT_TRUE(an.gprs_only(addr(h->trusted_fn()))) << h->name;
+  }
+  // The operations under them, of every map type they reach.
+  EXPECT_TRUE(an.gprs_only(addr(&map_lookup)));
+  EXPECT_TRUE(an.gprs_only(addr(&map_update)));
+  EXPECT_TRUE(an.gprs_only(addr(&map_delete)));
+  EXPECT_TRUE(an.gprs_only(addr(&ringbuf_output)));
+  EXPECT_TRUE(an.gprs_only(addr(&perf_output)));
+  EXPECT_TRUE(an.gprs_only(addr(&stack_map_put)));
+  EXPECT_TRUE(an.gprs_only(addr(&map_push)));
+  EXPECT_TRUE(an.gprs_only(addr(&map_pop)));
+  EXPECT_TRUE(an.gprs_only(addr(&update_through)));
+
+  // The other direction. The PLT slot of memcmp is bound first (a call), so that what
+  // fails the proof is the C library's memcmp itself, not the loader's lazy binding.
+  const char x[] = "abcdefgh", y[] = "abcdefgi";
+  EXPECT_LT(compare_with_libc(x, y, sizeof x), 0);
+  EXPECT_FALSE(an.gprs_only(addr(&compare_with_libc)));
+  EXPECT_EQ(scale(2.0, 3.0), 6.5);
+  EXPECT_FALSE(an.gprs_only(addr(&scale)));
+}
+
+}  // namespace
+}  // namespace utramp::ebpf
