@@ -92,6 +92,8 @@ struct Trampoline {
   bool preserve_all = false;      // stub and images keep every register (arch/image.hpp)
   std::vector<Link*> links;       // in attach order
   std::unique_ptr<Manager::Image> image;
+  std::string stub_label;         // "NAME stub" and "utramp_image:NAME", made once: every
+  std::string image_name;         // attach and detach names the hop's patch and the image
   uint64_t hop_target = 0;        // what the stub's hop jumps to now
   bool site_to_stub = false;      // the site jumps to the stub (else NOP or freplace)
   uint64_t hop() const { return stub_block.addr + stub.hop; }
@@ -274,6 +276,8 @@ Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& 
   t->site = s;
   t->func = s->info.func;
   t->name = s->info.name;
+  t->stub_label = fmt::format("{} stub", t->name);
+  t->image_name = fmt::format("utramp_image:{}", t->name);
   if (opts.signature) {
     t->sig = *opts.signature;
   } else if (auto d = os::signature_from_dwarf(s->object, s->info.func - s->bias); d) {
@@ -387,16 +391,44 @@ constexpr uint8_t kMovImm64Len = 10;
 // program (returning 0, as a missed program does: fmod_ret continues to the body).
 uint64_t skipped_program(uint64_t*) { return 0; }
 
+// The program call that `insn` ends, `prev` being the instruction before it: a `call
+// rel32` (its own address), or an indirect call after an instruction whose last eight
+// bytes are the target (the `mov r11, imm64`: the mov's address). Target 0: none.
+struct CallSeen {
+  uint64_t target = 0;
+  const arch::Insn* at = nullptr;
+};
+CallSeen call_seen(const arch::Insn& insn, const std::optional<arch::Insn>& prev) {
+  CallSeen c;
+  if (insn.flow == arch::Flow::call && insn.relative_branch) {
+    c.target = insn.target;
+    c.at = &insn;
+  } else if (insn.flow == arch::Flow::indirect_call && prev && prev->length == kMovImm64Len) {
+    std::memcpy(&c.target, prev->bytes.data() + prev->length - 8, 8);
+    c.at = &*prev;
+  }
+  return c;
+}
+
+ProgCall prog_call(uint64_t link_id, const arch::Insn& at, const arch::Insn& call) {
+  ProgCall c;
+  c.link_id = link_id;
+  c.at = at.address;
+  c.far = &at != &call;
+  c.resume = call.address + call.length;
+  c.bytes.assign(at.raw().begin(), at.raw().end());
+  return c;
+}
+
 // Where the image of `code` at `base` calls each of `runs` (link id, program), which are
-// in the order the image runs them (ImageSpec: fentry, fmod_ret, fexit; arch/image.hpp).
-// Found by decoding the image rather than reported by the emitter: a call to a program
-// is `call rel32` to it, or an instruction whose last eight bytes are its address (the
-// `mov r11, imm64`) followed by an indirect call. Every run must be found, in order:
-// anything else is an image this protocol does not know, refused before it is used.
-Result<std::vector<ProgCall>> find_prog_calls(std::span<const uint8_t> code, uint64_t base,
-                                              const std::vector<std::pair<uint64_t, uint64_t>>& runs) {
+// in the order the image runs them (ImageSpec: fentry, fmod_ret, fexit; arch/image.hpp),
+// found by decoding the whole image: a call to a program is `call rel32` to it, or an
+// instruction whose last eight bytes are its address (the `mov r11, imm64`) followed by
+// an indirect call. Every run must be found, in order: anything else is an image this
+// protocol does not know, refused before it is used.
+Result<std::vector<ProgCall>> decode_prog_calls(std::span<const uint8_t> code, uint64_t base,
+                                                const std::vector<std::pair<uint64_t, uint64_t>>& runs) {
   std::vector<ProgCall> out;
-  if (runs.empty()) return out;
   auto is_prog = [&](uint64_t a) {
     return std::any_of(runs.begin(), runs.end(), [&](const auto& r) { return r.second == a; });
   };
@@ -405,30 +437,16 @@ Result<std::vector<ProgCall>> find_prog_calls(std::span<const uint8_t> code, uin
     auto insn = arch::decode(code.data() + off, code.size() - off, base + off);
     if (!insn) return make_error(Errc::bad_format, fmt::format("image at {:#x}+{:#x}: {}", base, off,
                                                                insn.error().message));
-    uint64_t target = 0;
-    const arch::Insn* at = nullptr;
-    if (insn->flow == arch::Flow::call && insn->relative_branch) {
-      target = insn->target;
-      at = &*insn;
-    } else if (insn->flow == arch::Flow::indirect_call && prev && prev->length == kMovImm64Len) {
-      std::memcpy(&target, prev->bytes.data() + prev->length - 8, 8);
-      at = &*prev;
-    }
-    if (at && is_prog(target)) {
+    const CallSeen seen = call_seen(*insn, prev);
+    if (seen.at && is_prog(seen.target)) {
       const size_t k = out.size();
-      if (k >= runs.size() || runs[k].second != target)
+      if (k >= runs.size() || runs[k].second != seen.target)
         return make_error(Errc::bad_format,
                           fmt::format("image at {:#x}: call #{} at {:#x} goes to {:#x}, expected {}",
-                                      base, k, at->address, target,
+                                      base, k, seen.at->address, seen.target,
                                       k < runs.size() ? fmt::format("{:#x}", runs[k].second)
                                                       : std::string("no more program calls")));
-      ProgCall c;
-      c.link_id = runs[k].first;
-      c.at = at->address;
-      c.far = at != &*insn;
-      c.resume = insn->address + insn->length;
-      c.bytes.assign(at->raw().begin(), at->raw().end());
-      out.push_back(std::move(c));
+      out.push_back(prog_call(runs[k].first, *seen.at, *insn));
     }
     off += insn->length;
     prev = *insn;
@@ -437,6 +455,74 @@ Result<std::vector<ProgCall>> find_prog_calls(std::span<const uint8_t> code, uin
     return make_error(Errc::bad_format, fmt::format("image at {:#x}: {} program calls found, {} expected",
                                                     base, out.size(), runs.size()));
   return out;
+}
+
+// The same, without decoding the whole image: each call the emitter reports
+// (ImageCode::prog_calls) is decoded and must be the next run's, and every other byte of
+// the image is searched for what any call of a program must contain: its eight-byte
+// address (a far call's mov), or a call opcode (E8) whose rel32 (or rel16, under an
+// operand-size prefix) goes to it from where that form would end. A call of a program
+// the emitter did not report contains one of these, so when none is found the reported
+// calls are all of them. Anything unexpected (a report that does not match the bytes, a
+// pattern elsewhere, even by chance) falls back to decoding the whole image, which
+// decides. An attach and a detach each pay this once: decoding every image cost a third
+// of a cycle's CPU time (docs/benchmarks.md, "Attach and detach latency").
+Result<std::vector<ProgCall>> find_prog_calls(std::span<const uint8_t> code, uint64_t base,
+                                              const std::vector<uint32_t>& reported,
+                                              const std::vector<std::pair<uint64_t, uint64_t>>& runs) {
+  if (runs.empty() && reported.empty()) return std::vector<ProgCall>{};
+  auto fast = [&]() -> std::optional<std::vector<ProgCall>> {
+    if (reported.size() != runs.size()) return std::nullopt;
+    std::vector<ProgCall> out;
+    std::vector<std::pair<size_t, size_t>> spans;  // [from, to) of each reported call
+    for (size_t k = 0; k < reported.size(); ++k) {
+      const size_t off = reported[k];
+      if (off >= code.size()) return std::nullopt;
+      auto first = arch::decode(code.data() + off, code.size() - off, base + off);
+      if (!first) return std::nullopt;
+      std::optional<arch::Insn> prev;
+      arch::Insn call = *first;
+      if (!(first->flow == arch::Flow::call && first->relative_branch)) {
+        const size_t next = off + first->length;
+        if (next >= code.size()) return std::nullopt;
+        auto second = arch::decode(code.data() + next, code.size() - next, base + next);
+        if (!second) return std::nullopt;
+        prev = *first;
+        call = *second;
+      }
+      const CallSeen seen = call_seen(call, prev);
+      if (!seen.at || seen.at->address != base + off || seen.target != runs[k].second) return std::nullopt;
+      out.push_back(prog_call(runs[k].first, *seen.at, call));
+      spans.push_back({off, static_cast<size_t>(call.address + call.length - base)});
+    }
+    std::sort(spans.begin(), spans.end());
+    size_t s = 0;
+    for (size_t i = 0; i < code.size(); ++i) {
+      while (s < spans.size() && spans[s].second <= i) ++s;
+      if (s < spans.size() && spans[s].first <= i) {
+        i = spans[s].second - 1;
+        continue;
+      }
+      for (const auto& r : runs) {
+        const uint64_t prog = r.second;
+        uint64_t imm64 = 0;
+        if (i + 8 <= code.size() && (std::memcpy(&imm64, code.data() + i, 8), imm64 == prog))
+          return std::nullopt;
+        if (code[i] != 0xe8) continue;
+        int32_t rel32 = 0;
+        if (i + 5 <= code.size() && (std::memcpy(&rel32, code.data() + i + 1, 4),
+                                     base + i + 5 + static_cast<uint64_t>(int64_t{rel32}) == prog))
+          return std::nullopt;
+        int16_t rel16 = 0;
+        if (i + 3 <= code.size() && (std::memcpy(&rel16, code.data() + i + 1, 2),
+                                     base + i + 3 + static_cast<uint64_t>(int64_t{rel16}) == prog))
+          return std::nullopt;
+      }
+    }
+    return out;
+  };
+  if (auto out = fast()) return std::move(*out);
+  return decode_prog_calls(code, base, runs);
 }
 
 }  // namespace
@@ -459,7 +545,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
   std::unique_ptr<Image>& img = plan.img;
   Patch patch;
   sites::SiteState& site_state = plan.site_state;
-  const std::string label = fmt::format("{} stub", t.name);
+  const std::string& label = t.stub_label;
 
   if (freplace) {
     // No image: the site jumps straight to the replacement (through a thunk when it
@@ -532,7 +618,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     if (code->code.size() > block->size)
       return fail(make_error(Errc::too_big, fmt::format("image of {} bytes over its bound {}",
                                                         code->code.size(), block->size)));
-    auto calls = find_prog_calls(code->code, block->addr, runs);
+    auto calls = find_prog_calls(code->code, block->addr, code->prog_calls, runs);
     if (!calls) return fail(calls.error());
     img->calls = std::move(*calls);
     if (auto r = os::ExecArena::instance().write(*block, 0, code->code); !r) return fail(r.error());
@@ -540,7 +626,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     // Unwind info, perf map and gdb: published before anything can reach the image.
     arch::ImageFrame frame{block->addr, code->code.size(), code->exits, code->exit_len,
                            code->exit_push};
-    auto dbg = arch::register_image(frame, fmt::format("utramp_image:{}", t.name),
+    auto dbg = arch::register_image(frame, t.image_name,
                                     reinterpret_cast<void*>(&utramp_image_personality));
     if (!dbg) return fail(dbg.error());
     img->debug = *dbg;
@@ -940,12 +1026,20 @@ void backoff(unsigned spins) {
 }  // namespace
 
 bool Manager::still_run(std::vector<Leaving>& leaving) const {
-  std::unordered_set<uint64_t> run;  // link ids some retired image calls
-  {
-    std::lock_guard rl(retired_mu_);
-    for (const auto& r : retired_)
-      for (const ProgCall& c : r->image->calls) run.insert(c.link_id);
+  std::lock_guard rl(retired_mu_);
+  if (leaving.size() <= 4) {
+    // One detach (the common case, called in a loop while threads leave): no set.
+    std::erase_if(leaving, [&](const Leaving& l) {
+      for (const auto& r : retired_)
+        for (const ProgCall& c : r->image->calls)
+          if (c.link_id == l.id) return false;
+      return true;
+    });
+    return !leaving.empty();
   }
+  std::unordered_set<uint64_t> run;  // link ids some retired image calls
+  for (const auto& r : retired_)
+    for (const ProgCall& c : r->image->calls) run.insert(c.link_id);
   std::erase_if(leaving, [&](const Leaving& l) { return !run.count(l.id); });
   return !leaving.empty();
 }
