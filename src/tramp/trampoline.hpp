@@ -171,9 +171,11 @@ class Manager {
   Result<Trampoline*> trampoline_for(uint64_t func, const AttachOptions& opts);
   struct Plan;
   Result<Plan> prepare(Trampoline& t, std::vector<Link*> links);
-  Result<void> publish(std::vector<Plan>& plans);
+  // wake: tell the reclaimer of the images retired (detach does not: it reclaims them
+  // itself at once, and wakes the reclaimer only for what it leaves).
+  Result<void> publish(std::vector<Plan>& plans, bool wake = true);
   Result<void> rebuild(Trampoline& t, std::vector<Link*> links);
-  void retire(Trampoline& t, Image* img);
+  void retire(Trampoline& t, Image* img, bool wake);
   // A detached link whose program may still run from a retired image.
   struct Leaving {
     uint64_t id;
