@@ -4,7 +4,8 @@
 # - no object of the runtime needs a constructor for a namespace-scope variable
 #   (src/common/init.hpp says why);
 # - the agent's thread-local storage fits in what dlopen can give it in a running
-#   process (docs/attach.md): at most 256 bytes.
+#   process (docs/attach.md): at most 256 bytes;
+# - the CLI and the agent do not load the metrics server's HTTP and TLS libraries.
 add_test(NAME unit_boundary.exports
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/boundary_test.sh exports
           $<TARGET_FILE:utramp> $<TARGET_FILE:utramp_agent> ${PROJECT_SOURCE_DIR}/src/agent/agent.map)
@@ -13,5 +14,8 @@ add_test(NAME unit_boundary.no_global_constructors
   COMMAND_EXPAND_LISTS)
 add_test(NAME unit_boundary.agent_tls
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/boundary_test.sh tls $<TARGET_FILE:utramp_agent> 256)
+add_test(NAME unit_boundary.lean_start
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/boundary_test.sh lean $<TARGET_FILE:utramp_cli>
+          $<TARGET_FILE:utramp_agent>)
 set_tests_properties(unit_boundary.exports unit_boundary.no_global_constructors
-  unit_boundary.agent_tls PROPERTIES LABELS unit)
+  unit_boundary.agent_tls unit_boundary.lean_start PROPERTIES LABELS unit)
