@@ -324,23 +324,36 @@ Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& 
     spec.original = s->addr() + arch::kSiteLen;
   }
   const auto w = arch::rel32_window(s->addr());
-  // Size: emit once at the window's start to measure, then for real.
-  auto probe = arch::emit_stub(spec, w.lo);
-  if (!probe) {
-    free_counter_slot(t->site_slot);
-    return make_error(probe.error().code, fmt::format("{}: {}", s->info.name, probe.error().message));
-  }
-  auto block = os::ExecArena::instance().allocate(probe->code.size() + 16, w.lo, w.hi);
+  // The stub's code depends only on the address it is emitted for: a block as large as
+  // the largest stub made so far is allocated and the stub emitted there, once; one
+  // that does not fit (the first, or a larger kind) is emitted again in a block of its
+  // size. (Measuring each stub by emitting it at the window's start first made every
+  // trampoline emit its stub twice.)
+  static size_t guess = 0;  // under mu_
+  auto block = os::ExecArena::instance().allocate(std::max<size_t>(guess, 64), w.lo, w.hi);
   if (!block) {
     free_counter_slot(t->site_slot);
     return std::move(block).error();
   }
   auto stub = arch::emit_stub(spec, block->addr);
+  for (int again = 0; stub && stub->code.size() > block->size && again < 2; ++again) {
+    const size_t need = stub->code.size() + 16;
+    os::ExecArena::instance().free(*block);
+    block = os::ExecArena::instance().allocate(need, w.lo, w.hi);
+    if (!block) {
+      free_counter_slot(t->site_slot);
+      return std::move(block).error();
+    }
+    stub = arch::emit_stub(spec, block->addr);
+  }
   if (!stub || stub->code.size() > block->size) {
     os::ExecArena::instance().free(*block);
     free_counter_slot(t->site_slot);
-    return stub ? make_error(Errc::too_big, "stub grew") : std::move(stub).error();
+    if (!stub)
+      return make_error(stub.error().code, fmt::format("{}: {}", s->info.name, stub.error().message));
+    return make_error(Errc::too_big, "stub grew");
   }
+  guess = std::max(guess, stub->code.size());
   if (auto r = os::ExecArena::instance().write(*block, 0, stub->code); !r) {
     os::ExecArena::instance().free(*block);
     free_counter_slot(t->site_slot);
