@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -60,6 +61,7 @@ std::atomic<void (*)()> g_register_hook{nullptr};
 // alloc_counter_slot().
 std::array<uint32_t, kCounterSlots> g_counter_owners{};
 uint32_t g_next_shared = 0;  // where the search for the least-shared slot starts
+uint32_t g_first_free = 0;   // no slot below it is free (a tracer takes thousands in a row)
 std::array<bool, kProgSlots> g_prog_used{};
 std::atomic<size_t> g_mapped{0};  // blocks mapped so far (mapped_blocks)
 ThreadBlock g_zero_block;          // this_thread_block() when no block can be had
@@ -291,11 +293,13 @@ void set_register_hook(void (*hook)()) { g_register_hook.store(hook, std::memory
 
 Result<uint32_t> alloc_counter_slot() {
   std::lock_guard lock(g_slot_mu);
-  for (uint32_t i = 0; i < kCounterSlots; ++i)
+  for (uint32_t i = g_first_free; i < kCounterSlots; ++i)
     if (g_counter_owners[i] == 0) {
       g_counter_owners[i] = 1;
+      g_first_free = i + 1;
       return i;
     }
+  g_first_free = kCounterSlots;
   // All taken: share the least-shared slot (the search starts after the last one shared,
   // so that owners spread over every slot).
   uint32_t best = g_next_shared % kCounterSlots;
@@ -310,7 +314,8 @@ Result<uint32_t> alloc_counter_slot() {
 
 void free_counter_slot(uint32_t slot) {
   std::lock_guard lock(g_slot_mu);
-  if (slot < kCounterSlots && g_counter_owners[slot] > 0) --g_counter_owners[slot];
+  if (slot < kCounterSlots && g_counter_owners[slot] > 0 && --g_counter_owners[slot] == 0)
+    g_first_free = std::min(g_first_free, slot);
 }
 Result<uint32_t> alloc_prog_slot() { return alloc_in(g_prog_used, "program guard"); }
 void free_prog_slot(uint32_t slot) { free_in(g_prog_used, slot); }
