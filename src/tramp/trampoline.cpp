@@ -378,6 +378,9 @@ struct Manager::Plan {
   std::unique_ptr<Image> img;
   std::vector<patch::PatchOp> hop_ops;  // retarget the stub's hop
   sites::SiteState site_state;          // what the site must become
+  // A new image whose code is not yet written (prepare's `defer`): its unwind and
+  // debugger records, which read the code, are made by register_image() once it is.
+  std::optional<arch::ImageFrame> unregistered;
 };
 
 namespace {
@@ -540,7 +543,8 @@ Result<std::vector<ProgCall>> find_prog_calls(std::span<const uint8_t> code, uin
 
 }  // namespace
 
-Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) {
+Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links,
+                                       std::vector<CodeWrite>* defer) {
   std::vector<Link*> fentry, fexit, fmod;
   Link* freplace = nullptr;
   const arch::TracerHooks* hooks = nullptr;
@@ -634,19 +638,18 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
     auto calls = find_prog_calls(code->code, block->addr, code->prog_calls, runs);
     if (!calls) return fail(calls.error());
     img->calls = std::move(*calls);
-    if (auto r = os::ExecArena::instance().write(*block, 0, code->code); !r) return fail(r.error());
+    if (!defer)
+      if (auto r = os::ExecArena::instance().write(*block, 0, code->code); !r) return fail(r.error());
     img->block = *block;
-    // Unwind info, perf map and gdb: published before anything can reach the image.
-    arch::ImageFrame frame{block->addr, code->code.size(), code->exits, code->exit_len,
-                           code->exit_push};
-    auto dbg = arch::register_image(frame, t.image_name,
-                                    reinterpret_cast<void*>(&utramp_image_personality));
-    if (!dbg) return fail(dbg.error());
-    img->debug = *dbg;
-    {
-      std::lock_guard lock(g_images_mu);
-      images()[block->addr] = {calls_original ? img->slot : t.site_slot,
-                               block->addr + code->code.size(), t.func, calls_original};
+    plan.unregistered = arch::ImageFrame{block->addr, code->code.size(), code->exits, code->exit_len,
+                                         code->exit_push};
+    if (defer) {
+      // Nothing can reach the image before publish(), which follows write_codes() and
+      // register_image().
+      code->code.resize(block->size, arch::kTrapByte);
+      defer->push_back({block->addr, std::move(code->code)});
+    } else if (auto r = register_image(plan); !r) {
+      return fail(r.error());
     }
     site_state = {sites::SiteOp::jmp, t.stub_block.addr};
   } else {
@@ -658,6 +661,40 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links) 
   plan.hop_ops = std::move(patch.ops);
   plan.links = std::move(links);
   return plan;
+}
+
+// Unwind info, perf map and gdb for a plan's new image, whose code is written: published
+// before anything can reach the image.
+Result<void> Manager::register_image(Plan& plan) {
+  if (!plan.unregistered) return {};
+  Image& img = *plan.img;
+  const Trampoline& t = *plan.t;
+  auto dbg = arch::register_image(*plan.unregistered, t.image_name,
+                                  reinterpret_cast<void*>(&utramp_image_personality));
+  if (!dbg) return dbg.error();
+  img.debug = *dbg;
+  {
+    std::lock_guard lock(g_images_mu);
+    images()[img.block.addr] = {img.calls_original ? img.slot : t.site_slot,
+                                img.block.addr + plan.unregistered->size, t.func, img.calls_original};
+  }
+  plan.unregistered.reset();
+  return {};
+}
+
+Result<void> Manager::write_codes(std::vector<CodeWrite>& writes) {
+  std::sort(writes.begin(), writes.end(), [](const CodeWrite& a, const CodeWrite& b) { return a.addr < b.addr; });
+  std::vector<uint8_t> run;
+  uint64_t run_at = 0;
+  for (size_t i = 0; i < writes.size(); ++i) {
+    if (run.empty()) run_at = writes[i].addr;
+    run.insert(run.end(), writes[i].bytes.begin(), writes[i].bytes.end());
+    if (i + 1 == writes.size() || writes[i + 1].addr != run_at + run.size()) {
+      UTRAMP_TRY(os::write_text(run_at, run));
+      run.clear();
+    }
+  }
+  return {};
 }
 
 namespace {
@@ -881,26 +918,50 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
   std::vector<Plan> plans;
   std::vector<const std::vector<size_t>*> plan_reqs;
   auto& table = sites::SiteTable::instance();
+  // The new images' code, written together once all are made: one write into
+  // /proc/self/mem per run of adjacent blocks instead of one per image (a tracer's
+  // attach of 1,000 functions made 1,000 writes).
+  std::vector<CodeWrite> codes;
   for (auto& [t, idx] : groups) {
     if (idx.empty()) continue;
     std::vector<Link*> links = t->links;
     for (size_t j : idx) links.push_back(made[j].get());
-    auto plan = prepare(*t, std::move(links));
+    // A site the batch's commit would refuse (a prologue that needs the other threads
+    // stopped, in a process that runs some) is left out with its reason here: the
+    // batch is all or nothing, and the other functions must not fail for it.
+    const size_t before = codes.size();
+    auto plan = prepare(*t, std::move(links), &codes);
     if (!plan) {
       for (size_t j : idx) out[j] = plan.error();
       continue;
     }
-    // A site the batch's commit would refuse (a prologue that needs the other threads
-    // stopped, in a process that runs some) is left out with its reason here: the
-    // batch is all or nothing, and the other functions must not fail for it.
     if (!(t->site->applied == plan->site_state))
       if (auto c = table.check_desired(t->site, plan->site_state); !c) {
+        codes.resize(before);  // its image's code, never to be written: the block is freed
         drop_image(plan->img);
         for (size_t j : idx) out[j] = c.error();
         continue;
       }
     plans.push_back(std::move(*plan));
     plan_reqs.push_back(&idx);
+  }
+  if (plans.empty()) return out;
+  if (auto w = write_codes(codes); !w) {
+    for (Plan& p : plans) drop_image(p.img);
+    for (auto* idx : plan_reqs)
+      for (size_t j : *idx) out[j] = w.error();
+    return out;
+  }
+  for (size_t k = 0; k < plans.size();) {
+    if (auto r = register_image(plans[k]); !r) {
+      drop_image(plans[k].img);
+      for (size_t j : *plan_reqs[k]) out[j] = make_error(r.error().code,
+                                                         fmt::format("{}: {}", plans[k].t->name, r.error().message));
+      plans.erase(plans.begin() + static_cast<std::ptrdiff_t>(k));
+      plan_reqs.erase(plan_reqs.begin() + static_cast<std::ptrdiff_t>(k));
+      continue;
+    }
+    ++k;
   }
   if (plans.empty()) return out;
   if (auto r = publish(plans); !r) {

@@ -170,7 +170,17 @@ class Manager {
                                           const std::vector<Link*>& links);
   Result<Trampoline*> trampoline_for(uint64_t func, const AttachOptions& opts);
   struct Plan;
-  Result<Plan> prepare(Trampoline& t, std::vector<Link*> links);
+  // A new image's code to be written into its block, whole (the padding up to the
+  // block's end as the arena left it: int3): prepare() given a list leaves its image's
+  // write there, for write_codes() to make together with the others before publish().
+  struct CodeWrite {
+    uint64_t addr;
+    std::vector<uint8_t> bytes;
+  };
+  Result<Plan> prepare(Trampoline& t, std::vector<Link*> links, std::vector<CodeWrite>* defer = nullptr);
+  // Writes them, one /proc/self/mem write per run of adjacent blocks.
+  static Result<void> write_codes(std::vector<CodeWrite>& writes);
+  static Result<void> register_image(Plan& plan);
   // wake: tell the reclaimer of the images retired (detach does not: it reclaims them
   // itself at once, and wakes the reclaimer only for what it leaves).
   Result<void> publish(std::vector<Plan>& plans, bool wake = true);
