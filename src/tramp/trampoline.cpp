@@ -1374,7 +1374,11 @@ size_t Manager::reclaim_now() {
     slots.push_back(r->image->calls_original ? r->image->slot : r->image->site_slot);
   }
   const CounterSnapshot a = snapshot_counters(slots);
-  const CounterSnapshot b = snapshot_counters(slots);
+  // The second look is read only for images that call the original (below): a detach of
+  // fentry programs alone need not pay a system call or two per thread for it.
+  const bool any_calls_original =
+      std::any_of(cand.begin(), cand.end(), [](const Retired* r) { return r->image->calls_original; });
+  const CounterSnapshot b = any_calls_original ? snapshot_counters(slots) : CounterSnapshot{};
   std::map<int, size_t> in_a, in_b;  // tid -> row
   for (size_t t = 0; t < a.tids.size(); ++t) in_a[a.tids[t]] = t;
   for (size_t t = 0; t < b.tids.size(); ++t) in_b[b.tids[t]] = t;
