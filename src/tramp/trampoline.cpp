@@ -646,8 +646,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links,
     if (defer) {
       // Nothing can reach the image before publish(), which follows write_codes() and
       // register_image().
-      code->code.resize(block->size, arch::kTrapByte);
-      defer->push_back({block->addr, std::move(code->code)});
+      defer->push_back({block->addr, block->size, std::move(code->code)});
     } else if (auto r = register_image(plan); !r) {
       return fail(r.error());
     }
@@ -684,12 +683,24 @@ Result<void> Manager::register_image(Plan& plan) {
 
 Result<void> Manager::write_codes(std::vector<CodeWrite>& writes) {
   std::sort(writes.begin(), writes.end(), [](const CodeWrite& a, const CodeWrite& b) { return a.addr < b.addr; });
+  // A run joins the next block when this one ends where it begins and the rest of this
+  // one (int3, as the arena left it: an image's block is its size bound) is short; it is
+  // written at 64 KiB at the latest (a buffer of megabytes cost more in page faults than
+  // the writes it saved).
+  constexpr size_t kRunMax = 64 * 1024, kPadMax = 4096;
   std::vector<uint8_t> run;
+  run.reserve(kRunMax);
   uint64_t run_at = 0;
   for (size_t i = 0; i < writes.size(); ++i) {
-    if (run.empty()) run_at = writes[i].addr;
-    run.insert(run.end(), writes[i].bytes.begin(), writes[i].bytes.end());
-    if (i + 1 == writes.size() || writes[i + 1].addr != run_at + run.size()) {
+    const CodeWrite& w = writes[i];
+    if (run.empty()) run_at = w.addr;
+    run.insert(run.end(), w.bytes.begin(), w.bytes.end());
+    const size_t pad = w.block_size - w.bytes.size();
+    const bool joins = i + 1 < writes.size() && writes[i + 1].addr == w.addr + w.block_size &&
+                       pad <= kPadMax && run.size() + pad + writes[i + 1].bytes.size() <= kRunMax;
+    if (joins) {
+      run.insert(run.end(), pad, arch::kTrapByte);
+    } else {
       UTRAMP_TRY(os::write_text(run_at, run));
       run.clear();
     }

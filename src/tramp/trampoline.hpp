@@ -170,11 +170,12 @@ class Manager {
                                           const std::vector<Link*>& links);
   Result<Trampoline*> trampoline_for(uint64_t func, const AttachOptions& opts);
   struct Plan;
-  // A new image's code to be written into its block, whole (the padding up to the
-  // block's end as the arena left it: int3): prepare() given a list leaves its image's
-  // write there, for write_codes() to make together with the others before publish().
+  // A new image's code to be written at the start of its block: prepare() given a list
+  // leaves its image's write there, for write_codes() to make together with the others
+  // before publish().
   struct CodeWrite {
     uint64_t addr;
+    size_t block_size;
     std::vector<uint8_t> bytes;
   };
   Result<Plan> prepare(Trampoline& t, std::vector<Link*> links, std::vector<CodeWrite>* defer = nullptr);
