@@ -249,7 +249,7 @@ void Manager::fork_release() {
   mu_.unlock();
 }
 
-Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& opts) {
+Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& opts, StubWrites* defer) {
   // By the function's address or its site's (a map of both: a linear search made
   // attaching to every function of a program quadratic).
   if (auto it = tramp_at_.find(func); it != tramp_at_.end() && !it->second->site->unloaded)
@@ -354,7 +354,11 @@ Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& 
     return make_error(Errc::too_big, "stub grew");
   }
   guess = std::max(guess, stub->code.size());
-  if (auto r = os::ExecArena::instance().write(*block, 0, stub->code); !r) {
+  if (defer) {
+    // Nothing reaches the stub before its site is patched, after write_codes().
+    defer->codes.push_back({block->addr, block->size, stub->code});
+    defer->made.push_back({t.get(), s->prologue_ool});
+  } else if (auto r = os::ExecArena::instance().write(*block, 0, stub->code); !r) {
     os::ExecArena::instance().free(*block);
     free_counter_slot(t->site_slot);
     return std::move(r).error();
@@ -708,6 +712,20 @@ Result<void> Manager::write_codes(std::vector<CodeWrite>& writes) {
   return {};
 }
 
+void Manager::unmake_stubs(StubWrites& w) {
+  for (auto it = w.made.rbegin(); it != w.made.rend(); ++it) {
+    Trampoline* t = it->first;
+    for (uint64_t at : {t->func, t->site->addr()})
+      if (auto m = tramp_at_.find(at); m != tramp_at_.end() && m->second == t) tramp_at_.erase(m);
+    if (t->site->info.kind == sites::SiteKind::prologue) t->site->prologue_ool = it->second;
+    os::ExecArena::instance().free(t->stub_block);
+    free_counter_slot(t->site_slot);
+    std::erase_if(tramps_, [t](const std::unique_ptr<Trampoline>& x) { return x.get() == t; });
+  }
+  w.made.clear();
+  w.codes.clear();
+}
+
 namespace {
 
 // Unpublishes an image that never became reachable.
@@ -900,6 +918,10 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
   std::vector<std::pair<Trampoline*, std::vector<size_t>>> groups;
   std::unordered_map<Trampoline*, size_t> group_of;
   std::vector<std::unique_ptr<Link>> made(reqs.size());
+  // The stubs of the trampolines made here, written together below (one write per run
+  // of adjacent blocks, as the images' code: a tracer's attach of 1,000 functions made
+  // 1,000 writes for them).
+  StubWrites stubs;
   for (size_t i = 0; i < reqs.size(); ++i) {
     const AttachRequest& q = reqs[i];
     if (!q.prog) {
@@ -907,7 +929,7 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
                                                               attach_type_name(q.type), q.func));
       continue;
     }
-    auto tr = trampoline_for(q.func, q.opts);
+    auto tr = trampoline_for(q.func, q.opts, &stubs);
     if (!tr) {
       out[i] = std::move(tr).error();
       continue;
@@ -925,6 +947,14 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
     }
     made[i] = std::move(*l);
     g->second.push_back(i);
+  }
+  if (auto w = write_codes(stubs.codes); !w) {
+    // No trampoline made here can be kept with a stub not written: every request fails,
+    // and what was made for them is undone (nothing was published).
+    unmake_stubs(stubs);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      if (made[i]) out[i] = make_error(w.error().code, "cannot write the trampolines' stubs: " + w.error().message);
+    return out;
   }
   std::vector<Plan> plans;
   std::vector<const std::vector<size_t>*> plan_reqs;

@@ -168,7 +168,12 @@ class Manager {
   Result<std::unique_ptr<Link>> make_link(Trampoline& t, AttachType type, uint64_t prog,
                                           const AttachOptions& opts,
                                           const std::vector<Link*>& links);
-  Result<Trampoline*> trampoline_for(uint64_t func, const AttachOptions& opts);
+  struct CodeWrite;
+  // Stubs of trampolines made by one attach_many, written together (write_codes) before
+  // anything can reach them; `made` undoes them when that write fails (unmake_stubs).
+  struct StubWrites;
+  Result<Trampoline*> trampoline_for(uint64_t func, const AttachOptions& opts, StubWrites* defer = nullptr);
+  void unmake_stubs(StubWrites& w);
   struct Plan;
   // A new image's code to be written at the start of its block: prepare() given a list
   // leaves its image's write there, for write_codes() to make together with the others
@@ -177,6 +182,10 @@ class Manager {
     uint64_t addr;
     size_t block_size;
     std::vector<uint8_t> bytes;
+  };
+  struct StubWrites {
+    std::vector<CodeWrite> codes;
+    std::vector<std::pair<Trampoline*, uint64_t>> made;  // with its site's prologue_ool before
   };
   Result<Plan> prepare(Trampoline& t, std::vector<Link*> links, std::vector<CodeWrite>* defer = nullptr);
   // Writes them, one /proc/self/mem write per run of adjacent blocks.
