@@ -197,6 +197,10 @@ struct ImageCode {
   uint32_t exit_len = 0;        // bytes from each `leave` to the end of its exit
   uint32_t exit_push = 0;       // bytes from each `leave` to the end of a `push r11` in
                                 // its exit (preserve_all images), 0 when none
+  // Offsets of each program's call, in the order the image runs them (fentry, fmod_ret,
+  // fexit): a `call rel32`, or the `mov r11, imm64` of a far call. What the emitter says:
+  // the trampoline checks it against the bytes before it relies on it.
+  std::vector<uint32_t> prog_calls;
 };
 
 Result<ImageCode> emit_image(const ImageSpec& spec, uint64_t base);

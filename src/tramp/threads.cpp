@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -60,6 +61,7 @@ std::atomic<void (*)()> g_register_hook{nullptr};
 // alloc_counter_slot().
 std::array<uint32_t, kCounterSlots> g_counter_owners{};
 uint32_t g_next_shared = 0;  // where the search for the least-shared slot starts
+uint32_t g_first_free = 0;   // no slot below it is free (a tracer takes thousands in a row)
 std::array<bool, kProgSlots> g_prog_used{};
 std::atomic<size_t> g_mapped{0};  // blocks mapped so far (mapped_blocks)
 ThreadBlock g_zero_block;          // this_thread_block() when no block can be had
@@ -231,18 +233,31 @@ bool read_remote(void* dst, const void* src, size_t n) {
 
 CounterSnapshot snapshot_counters(const std::vector<uint32_t>& slots) {
   CounterSnapshot out;
-  std::vector<uint32_t> buf(kCounterSlots);
+  // A few slots (a detach's: two per retired image) are read one iovec each, in one
+  // call; many, by copying all the thread's counters (8 KiB) at once.
+  constexpr size_t kFew = 64;
+  const bool few = !slots.empty() && slots.size() <= kFew;
+  std::vector<uint32_t> buf(few ? slots.size() : kCounterSlots);
+  std::vector<iovec> local, remote;
+  if (few)
+    for (size_t i = 0; i < slots.size(); ++i) local.push_back({&buf[i], sizeof(uint32_t)});
+  auto read = [&](ThreadBlock* b) {
+    if (!few) return read_remote(buf.data(), b->counters, buf.size() * sizeof(uint32_t));
+    remote.clear();
+    for (uint32_t s : slots) remote.push_back({&b->counters[s], sizeof(uint32_t)});
+    const auto n = static_cast<ssize_t>(slots.size() * sizeof(uint32_t));
+    return process_vm_readv(getpid(), local.data(), local.size(), remote.data(), remote.size(), 0) == n;
+  };
   std::lock_guard lock(g_release_mu);
-  for_each_thread(
-      true,
-      [&](ThreadBlock* b) { return read_remote(buf.data(), b->counters, buf.size() * sizeof(uint32_t)); },
-      [&](pid_t tid) {
-        std::vector<uint32_t> v;
-        v.reserve(slots.size());
-        for (uint32_t s : slots) v.push_back(buf[s]);
-        out.values.push_back(std::move(v));
-        out.tids.push_back(tid);
-      });
+  for_each_thread(true, read, [&](pid_t tid) {
+    std::vector<uint32_t> v;
+    v.reserve(slots.size());
+    if (few) v.assign(buf.begin(), buf.end());
+    else
+      for (uint32_t s : slots) v.push_back(buf[s]);
+    out.values.push_back(std::move(v));
+    out.tids.push_back(tid);
+  });
   return out;
 }
 
@@ -278,11 +293,13 @@ void set_register_hook(void (*hook)()) { g_register_hook.store(hook, std::memory
 
 Result<uint32_t> alloc_counter_slot() {
   std::lock_guard lock(g_slot_mu);
-  for (uint32_t i = 0; i < kCounterSlots; ++i)
+  for (uint32_t i = g_first_free; i < kCounterSlots; ++i)
     if (g_counter_owners[i] == 0) {
       g_counter_owners[i] = 1;
+      g_first_free = i + 1;
       return i;
     }
+  g_first_free = kCounterSlots;
   // All taken: share the least-shared slot (the search starts after the last one shared,
   // so that owners spread over every slot).
   uint32_t best = g_next_shared % kCounterSlots;
@@ -297,7 +314,8 @@ Result<uint32_t> alloc_counter_slot() {
 
 void free_counter_slot(uint32_t slot) {
   std::lock_guard lock(g_slot_mu);
-  if (slot < kCounterSlots && g_counter_owners[slot] > 0) --g_counter_owners[slot];
+  if (slot < kCounterSlots && g_counter_owners[slot] > 0 && --g_counter_owners[slot] == 0)
+    g_first_free = std::min(g_first_free, slot);
 }
 Result<uint32_t> alloc_prog_slot() { return alloc_in(g_prog_used, "program guard"); }
 void free_prog_slot(uint32_t slot) { free_in(g_prog_used, slot); }

@@ -168,12 +168,34 @@ class Manager {
   Result<std::unique_ptr<Link>> make_link(Trampoline& t, AttachType type, uint64_t prog,
                                           const AttachOptions& opts,
                                           const std::vector<Link*>& links);
-  Result<Trampoline*> trampoline_for(uint64_t func, const AttachOptions& opts);
+  struct CodeWrite;
+  // Stubs of trampolines made by one attach_many, written together (write_codes) before
+  // anything can reach them; `made` undoes them when that write fails (unmake_stubs).
+  struct StubWrites;
+  Result<Trampoline*> trampoline_for(uint64_t func, const AttachOptions& opts, StubWrites* defer = nullptr);
+  void unmake_stubs(StubWrites& w);
   struct Plan;
-  Result<Plan> prepare(Trampoline& t, std::vector<Link*> links);
-  Result<void> publish(std::vector<Plan>& plans);
+  // A new image's code to be written at the start of its block: prepare() given a list
+  // leaves its image's write there, for write_codes() to make together with the others
+  // before publish().
+  struct CodeWrite {
+    uint64_t addr;
+    size_t block_size;
+    std::vector<uint8_t> bytes;
+  };
+  struct StubWrites {
+    std::vector<CodeWrite> codes;
+    std::vector<std::pair<Trampoline*, uint64_t>> made;  // with its site's prologue_ool before
+  };
+  Result<Plan> prepare(Trampoline& t, std::vector<Link*> links, std::vector<CodeWrite>* defer = nullptr);
+  // Writes them, one /proc/self/mem write per run of adjacent blocks.
+  static Result<void> write_codes(std::vector<CodeWrite>& writes);
+  static Result<void> register_image(Plan& plan);
+  // wake: tell the reclaimer of the images retired (detach does not: it reclaims them
+  // itself at once, and wakes the reclaimer only for what it leaves).
+  Result<void> publish(std::vector<Plan>& plans, bool wake = true);
   Result<void> rebuild(Trampoline& t, std::vector<Link*> links);
-  void retire(Trampoline& t, Image* img);
+  void retire(Trampoline& t, Image* img, bool wake);
   // A detached link whose program may still run from a retired image.
   struct Leaving {
     uint64_t id;

@@ -301,6 +301,17 @@ TEST(MetricsEndpoint, LoopbackIsToldApart) {
     EXPECT_FALSE(parse_endpoint(bad)) << bad;
 }
 
+// The HTTP server is a library of its own, loaded only when metrics are asked for: one
+// that cannot be loaded is an error that names it, and nothing is served.
+TEST(MetricsEndpoint, MissingLibraryIsNamed) {
+  auto at = parse_endpoint("127.0.0.1:0");
+  ASSERT_TRUE(at);
+  const std::string lib = std::string(UTRAMP_METRICS_LIBRARY) + ".missing";
+  auto s = MetricsServer::start(*at, [] { return std::string(); }, lib);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find(lib), std::string::npos) << s.error().message;
+}
+
 TEST(MetricsEndpoint, ServesTheTextUntilDestroyed) {
   auto at = parse_endpoint("127.0.0.1:0");
   ASSERT_TRUE(at);
@@ -308,12 +319,13 @@ TEST(MetricsEndpoint, ServesTheTextUntilDestroyed) {
   auto s = MetricsServer::start(*at, [&] {
     ++renders;
     return std::string("# HELP x x\n# TYPE x gauge\nx 1\n");
-  });
+  }, UTRAMP_METRICS_LIBRARY);
   ASSERT_TRUE(s) << s.error().message;
   const int port = (*s)->port();
   ASSERT_GT(port, 0);
   // The port is taken: a second server there is refused, and says where.
-  auto again = MetricsServer::start({"127.0.0.1", port, true}, [] { return std::string(); });
+  auto again = MetricsServer::start({"127.0.0.1", port, true}, [] { return std::string(); },
+                                    UTRAMP_METRICS_LIBRARY);
   ASSERT_FALSE(again);
   EXPECT_NE(again.error().message.find(fmt::format("127.0.0.1:{}", port)), std::string::npos)
       << again.error().message;

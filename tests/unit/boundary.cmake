@@ -5,7 +5,8 @@
 #   (src/common/init.hpp says why);
 # - the agent's thread-local storage fits in what dlopen can give it in a running
 #   process (docs/attach.md): at most 256 bytes;
-# - every #include of src/ points down the layers of docs/architecture.md.
+# - every #include of src/ points down the layers of docs/architecture.md;
+# - the CLI and the agent do not load the metrics server's HTTP and TLS libraries.
 add_test(NAME unit_boundary.exports
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/boundary_test.sh exports
           $<TARGET_FILE:utramp> $<TARGET_FILE:utramp_agent> ${PROJECT_SOURCE_DIR}/src/agent/agent.map)
@@ -17,5 +18,8 @@ add_test(NAME unit_boundary.agent_tls
 add_test(NAME unit_boundary.layers
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/boundary_test.sh layers
           ${PROJECT_SOURCE_DIR}/docs/architecture.md ${PROJECT_SOURCE_DIR}/src)
+add_test(NAME unit_boundary.lean_start
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/boundary_test.sh lean $<TARGET_FILE:utramp_cli>
+          $<TARGET_FILE:utramp_agent>)
 set_tests_properties(unit_boundary.exports unit_boundary.no_global_constructors
-  unit_boundary.agent_tls unit_boundary.layers PROPERTIES LABELS unit)
+  unit_boundary.agent_tls unit_boundary.layers unit_boundary.lean_start PROPERTIES LABELS unit)

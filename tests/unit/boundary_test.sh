@@ -65,4 +65,14 @@ layers)
   [ $bad = 0 ] || { echo "(docs/architecture.md, \"Layers\": each layer uses only the ones below it)"; exit 1; }
   echo "layers: $(echo "$order" | tr '\n' ' ')- every include points down"
   ;;
+lean)
+  # The CLI and the agent load what every command needs and no more: the HTTP server of
+  # `run --metrics` (cpp-httplib, and through it OpenSSL and brotli: 7 ms of every
+  # start-up) is a library of its own, loaded by that command alone (metrics_http.hpp).
+  shift
+  for f in "$@"; do
+    bad=$(ldd "$f" | grep -E 'libcpp-httplib|libssl|libcrypto|libbrotli' || true)
+    if [ -n "$bad" ]; then echo "$(basename "$f") loads the metrics server's libraries:"; echo "$bad"; exit 1; fi
+  done
+  ;;
 esac

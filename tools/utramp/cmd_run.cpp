@@ -1075,7 +1075,7 @@ int run(const RunFlags& f) {
         now[k].misses = r.misses;
       }
       return metrics::render(*mf, specs, spec_btfs, mo, counts, now);
-    });
+    }, cli_library(kMetricsLibrary));
     if (!srv) {
       fmt::print(stderr, "{}: --metrics: {}\n", me, srv.error().message);
       return 2;

@@ -130,7 +130,9 @@ std::string unfollowed_exec_note(const Target& t, bool follow_exec) {
                      t.path, t.interpreter);
 }
 
-std::string agent_library() {
+std::string agent_library() { return cli_library("libutramp-agent.so"); }
+
+std::string cli_library(std::string_view file) {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return {};
@@ -140,7 +142,7 @@ std::string agent_library() {
   std::string first;
   for (size_t pos = 0; pos <= dirs.size();) {
     const size_t c = std::min(dirs.find(':', pos), dirs.size());
-    const std::string path = dir + "/" + dirs.substr(pos, c - pos) + "/libutramp-agent.so";
+    const std::string path = dir + "/" + dirs.substr(pos, c - pos) + "/" + std::string(file);
     if (first.empty()) first = path;
     if (access(path.c_str(), R_OK) == 0) return path;
     pos = c + 1;

@@ -21,6 +21,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/config.hpp"
@@ -47,6 +48,9 @@ std::string unfollowed_exec_note(const Target& t, bool follow_exec);
 // The agent library (libutramp-agent.so) for this CLI, in its build tree or where it is
 // installed; the first place looked at when it is in neither (for the message).
 std::string agent_library();
+// The same for another library of the CLI's, installed beside the agent
+// (libutramp-metrics.so).
+std::string cli_library(std::string_view file);
 
 // A directory of the CLI's own (mode 0700, under $TMPDIR or /tmp), removed with all it
 // holds when the object goes (or sooner, by remove()). Named PREFIX-PID-XXXXXX (PID: the

@@ -1,15 +1,10 @@
 #include "metrics_server.hpp"
 
 #include <arpa/inet.h>
-#include <sys/socket.h>
 #include <fmt/format.h>
-#include <httplib.h>
+#include <dlfcn.h>
 
-#include <atomic>
 #include <charconv>
-#include <chrono>
-#include <cstring>
-#include <thread>
 
 namespace utramp::cli {
 
@@ -47,53 +42,38 @@ Result<Endpoint> parse_endpoint(const std::string& text) {
 }
 
 struct MetricsServer::Impl {
-  httplib::Server server;
-  std::thread thread;
-  int port = 0;
-  std::atomic<bool> ended{false};  // listen_after_bind returned
+  std::unique_ptr<MetricsHttp> http;
 };
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint& at,
-                                                            std::function<std::string()> render) {
+                                                            std::function<std::string()> render,
+                                                            const std::string& library) {
+  // Loaded for good: the server's code runs until it is destroyed, and nothing else
+  // loads it in this process.
+  void* lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* why = dlerror();
+    return make_error(Errc::not_found, fmt::format("cannot load the metrics server {}: {}", library,
+                                                   why ? why : "unknown error"));
+  }
+  auto start = reinterpret_cast<void (*)(MetricsHttpStart*)>(dlsym(lib, kMetricsStartSymbol));
+  if (!start)
+    return make_error(Errc::not_found, fmt::format("{} has no {}", library, kMetricsStartSymbol));
+  MetricsHttpStart s;
+  s.host = at.host;
+  s.port = at.port;
+  s.render = std::move(render);
+  start(&s);
+  if (s.error) return std::move(*s.error);
   auto impl = std::make_unique<Impl>();
-  // Scrapes come one at a time from a Prometheus server: two workers are plenty (the
-  // library's default is one per CPU, at least eight).
-  impl->server.new_task_queue = [] { return new httplib::ThreadPool(2); };
-  // The library's default sets SO_REUSEPORT, which lets a second socket of the same
-  // user bind the port too and take a share of the connections, and a bind to a port
-  // another such server holds succeed: SO_REUSEADDR only (a quick restart past TIME_WAIT).
-  impl->server.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  impl->server.Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  errno = 0;
-  const int port = at.port == 0 ? impl->server.bind_to_any_port(at.host) :
-                   (impl->server.bind_to_port(at.host, at.port) ? at.port : -1);
-  if (port <= 0)
-    return make_error(Errc::io, fmt::format("cannot listen on {}:{}{}", at.host, at.port,
-                                            errno ? fmt::format(": {}", std::strerror(errno)) : ""));
-  impl->port = port;
-  Impl* p = impl.get();
-  impl->thread = std::thread([p] {
-    p->server.listen_after_bind();
-    p->ended = true;
-  });
-  // stop() does nothing to a server not yet listening (whose loop would then never
-  // end): the destructor may stop it only once it runs, or once it gave up.
-  while (!impl->server.is_running() && !impl->ended) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  impl->http = std::move(s.server);
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(impl)));
 }
 
 MetricsServer::MetricsServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-MetricsServer::~MetricsServer() {
-  impl_->server.stop();
-  if (impl_->thread.joinable()) impl_->thread.join();
-}
+MetricsServer::~MetricsServer() = default;  // the server stops and joins its thread
 
-int MetricsServer::port() const { return impl_->port; }
+int MetricsServer::port() const { return impl_->http->port(); }
 
 }  // namespace utramp::cli

@@ -1,6 +1,7 @@
 // The HTTP endpoint of `utramp run --metrics ADDR`: GET /metrics answers with the text
 // the callback renders (Prometheus' text format 0.0.4), from a thread of its own, until
-// the server is destroyed. Built on Debian's cpp-httplib.
+// the server is destroyed. Built on Debian's cpp-httplib, in a library loaded only here
+// (metrics_http.hpp).
 #pragma once
 
 #include <functional>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "common/result.hpp"
+#include "metrics_http.hpp"
 
 namespace utramp::cli {
 
@@ -21,8 +23,10 @@ Result<Endpoint> parse_endpoint(const std::string& text);
 
 class MetricsServer {
  public:
-  // Binds (an error names the address and the reason) and starts serving.
-  static Result<std::unique_ptr<MetricsServer>> start(const Endpoint& at, std::function<std::string()> render);
+  // Loads LIBRARY (libutramp-metrics.so: the CLI's is beside its agent, launch.hpp's
+  // cli_library), binds (an error names the address and the reason) and starts serving.
+  static Result<std::unique_ptr<MetricsServer>> start(const Endpoint& at, std::function<std::string()> render,
+                                                      const std::string& library);
   ~MetricsServer();  // stops serving and joins the thread
   int port() const;
 

@@ -43,20 +43,25 @@ extern __thread uint32_t t_fail_emit_at;
 }  // namespace testing
 
 namespace detail {
+// One instruction about to be emitted: whether the test hook above fails it.
+inline bool failed_by_test() { return testing::t_fail_emit_at != 0 && --testing::t_fail_emit_at == 0; }
+// The text such a failure is reported with (after "asmjit: ").
+inline std::string failed_by_test_text() {
+  return fmt::format("{} (failed by a test)",
+                     asmjit::DebugUtils::errorAsString(asmjit::kErrorInvalidInstruction));
+}
+
 // The assembler assemble() hands to emitters: asmjit's, with the test hook above.
 class Assembler final : public asmjit::x86::Assembler {
  public:
   explicit Assembler(asmjit::CodeHolder* code) : asmjit::x86::Assembler(code) {}
   asmjit::Error _emit(asmjit::InstId id, const asmjit::Operand_& o0, const asmjit::Operand_& o1,
                       const asmjit::Operand_& o2, const asmjit::Operand_* ext) override {
-    if (testing::t_fail_emit_at != 0 && --testing::t_fail_emit_at == 0) {
+    if (failed_by_test()) {
       resetInstOptions();
       resetExtraReg();
-      return reportError(
-          asmjit::DebugUtils::errored(asmjit::kErrorInvalidInstruction),
-          fmt::format("{} (failed by a test)",
-                      asmjit::DebugUtils::errorAsString(asmjit::kErrorInvalidInstruction))
-              .c_str());
+      return reportError(asmjit::DebugUtils::errored(asmjit::kErrorInvalidInstruction),
+                         failed_by_test_text().c_str());
     }
     return asmjit::x86::Assembler::_emit(id, o0, o1, o2, ext);
   }

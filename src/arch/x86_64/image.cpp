@@ -692,6 +692,7 @@ void call_keeping_all(ax::Assembler& a, const XStateSave& x, uint64_t fn, uint64
 struct ProgMiss {
   Label held, after, take;
   const ImageProg* prog;
+  Label call;  // the program's call (its first instruction: ImageCode::prog_calls)
 };
 
 // One program run, guarded against re-entry on this thread:
@@ -728,6 +729,8 @@ void run_prog(ax::Assembler& a, const ImageSpec& sp, const Frame& f, const Image
     a.mov(rbp_q(f.t0), ax::rax);
   }
   a.lea(ax::rdi, ax::ptr(ax::rbp, f.ctx));
+  Label call = a.newLabel();
+  a.bind(call);
   call_abs(a, p.fn, base);
   if (p.stats) {
     a.mov(rbp_q(f.scratch), ax::rax);
@@ -739,7 +742,7 @@ void run_prog(ax::Assembler& a, const ImageSpec& sp, const Frame& f, const Image
   load_block(a, sp.tls);
   a.mov(guard, Imm(0));
   a.bind(after);
-  misses.push_back({miss, after, take, &p});
+  misses.push_back({miss, after, take, &p, call});
 }
 
 // A tracer's hooks (TracerHooks) around the call. They keep every register but rax,
@@ -1369,8 +1372,8 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
   const Frame f = frame_for(sig, l, sp);
   ImageCode out;
   Exits exits;
+  std::vector<ProgMiss> misses;  // in run order
   auto code = assemble(base, fmt::format("the image of {:#x}", sp.func), [&](ax::Assembler& a) {
-    std::vector<ProgMiss> misses;
     std::vector<HookSlow> hook_slow;
     Label fexit = a.newLabel(), skipped = a.newLabel();
     image_enter(a, sp);
@@ -1487,7 +1490,10 @@ Result<ImageCode> emit_image(const ImageSpec& sp, uint64_t base) {
       a.long_().jmp(m.after);
     }
     hook_slow_paths(a, base, hook_slow, nullptr);  // what they change, restore_all undoes
-  }, [&](asmjit::CodeHolder& c) { record_exits(c, exits, out); });
+  }, [&](asmjit::CodeHolder& c) {
+    record_exits(c, exits, out);
+    for (const ProgMiss& m : misses) out.prog_calls.push_back(static_cast<uint32_t>(c.labelOffset(m.call)));
+  });
   if (!code) return std::move(code).error();
   out.code = std::move(*code);
   return out;
