@@ -42,6 +42,7 @@
 #include "os/file.hpp"
 #include "os/signal_stack.hpp"
 #include "patch/patcher.hpp"
+#include "probe/sigtrap_mask.hpp"
 #include "sites/imports.hpp"
 #include "sites/loader_watch.hpp"
 #include "sites/object.hpp"
@@ -420,7 +421,8 @@ void atfork_child() {
 // agent/control.cpp runs the channel; these answer it, with the agent's lock held.
 
 const char* site_state_name(const sites::Site& s) {
-  if (s.applied.op != sites::SiteOp::nop) return s.applied.op == sites::SiteOp::call ? "call" : "jmp";
+  if (s.applied.op != sites::SiteOp::nop)
+    return s.trap_entry ? "int3" : s.applied.op == sites::SiteOp::call ? "call" : "jmp";
   return s.canonical && s.original != std::vector<uint8_t>(arch::kNop5.begin(), arch::kNop5.end()) &&
                  s.info.kind != sites::SiteKind::prologue && s.info.kind != sites::SiteKind::mcount
              ? "nop"
@@ -799,6 +801,17 @@ Result<nlohmann::json> configure_running(TrustedConfig t) {
   if (auto r = start_tracer(); !r) {
     g_agent->detached = true;  // nothing attached: the next configuration may try again
     return r.error();
+  }
+  // Functions whose site cannot change while the threads run (five 1-byte NOPs, a
+  // relocated prologue whose first instruction is shorter than a jump) get their entry
+  // diverted by an int3 (sites::set_trap_entries), unless a thread keeps SIGTRAP blocked:
+  // the kernel would end the process when that thread reached one (docs/sites.md, "A
+  // thread that blocks SIGTRAP unseen"); they are then left out, said in the log.
+  if (auto blocking = probe::threads_keeping_sigtrap_blocked(); blocking && blocking->empty()) {
+    sites::set_trap_entries(true);
+  } else {
+    sites::set_trap_entries(false, blocking ? probe::describe(*blocking) + " keeps SIGTRAP blocked"
+                                            : blocking.error().message);
   }
   // Sites restored by the last detach are canonicalised and attached again.
   for (sites::Site* s : sites::SiteTable::instance().all()) s->traced_by_agent = false;

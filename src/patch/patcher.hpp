@@ -13,6 +13,12 @@
 // go through /proc/self/mem (os::write_text) and are coalesced per step, so a batch
 // costs three membarriers, no protection changes, and one write per cluster of nearby
 // sites, whatever its size.
+//
+// An op whose new bytes begin with int3 (and that has an emulation) leaves the int3 in
+// place with its emulation published: from then on every thread that reaches the site
+// traps and is sent on as the emulation says (an entry diverted by a trap: docs/sites.md,
+// "Entries diverted by int3"). A later batch that writes other bytes there withdraws it
+// as usual; one with the same bytes and another emulation just publishes the new one.
 #pragma once
 
 #include <signal.h>
