@@ -235,6 +235,32 @@ TEST_P(RecordPidBuilds, EveryCallOfTheAttachedWindowIsRecorded) {
   EXPECT_EQ(code, 0);
 }
 
+// Attach and detach while the workers call the functions (nothing paused): threads are
+// inside the first instructions, the int3 handler or the stub at every change. The
+// process never crashes, each recording has calls, .text is the file's after each
+// detach, and the workers' results are right at the end.
+TEST_P(RecordPidBuilds, AttachAndDetachWhileThreadsRun) {
+  const std::string target = target_path(GetParam());
+  if (!std::filesystem::exists(target)) GTEST_SKIP() << target << " not built (no such compiler)";
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-recpid");
+  for (int cycle = 0; cycle < RECORD_PID_CYCLES / 2; ++cycle) {
+    SCOPED_TRACE(fmt::format("cycle {}", cycle));
+    const std::string out = fmt::format("{}/run{}", dir.path, cycle);
+    auto r = run_cli({"record", "-p", std::to_string(c.pid()), "--duration", "100ms", "-q", "-o", out});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_GT(recorded_calls(out, "count_a"), 0) << r.err;
+    const TextDiff d = text_vs_file(c.pid(), target);
+    ASSERT_TRUE(d.read);
+    EXPECT_EQ(d.bytes, 0u) << "after the detach, .text differs from the file at" << d.where;
+    std::filesystem::remove_all(out);
+  }
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Builds, RecordPidBuilds,
                          ::testing::Values("clang_pfe", "gcc_pfe", "gcc_plain", "clang_plain"),
                          [](const auto& info) { return info.param; });
