@@ -127,7 +127,7 @@ struct Cluster {
 constexpr uint64_t kMaxGap = 512;
 
 bool keeps_trap(const PatchOp& op) {
-  return !op.replacement.empty() && op.replacement[0] == arch::kTrapByte &&
+  return op.keep_trap && !op.replacement.empty() && op.replacement[0] == arch::kTrapByte &&
          op.emulate.kind != Emulation::Kind::none;
 }
 

@@ -534,6 +534,7 @@ Result<void> SiteTable::commit(std::span<const patch::PatchOp> with) {
     }
     op.expected = std::move(*from);
     op.replacement = std::move(*to);
+    op.keep_trap = s.trap_entry && s.desired.op != SiteOp::nop;
     switch (s.desired.op) {
       case SiteOp::nop:
         if (s.info.kind == SiteKind::prologue) {
