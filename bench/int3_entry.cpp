@@ -19,15 +19,14 @@
 //   bench_int3_entry [--rounds=N] [--calls=N]
 #include <fmt/format.h>
 #include <time.h>
+#include <unistd.h>
 #include <utramp/utramp.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -89,25 +88,6 @@ void attach(int (*fn)(int)) {
     fail(fmt::format("utramp_attach: {}", utramp_last_error()));
 }
 
-// A second thread, alive while it is in scope (parked on a condition variable).
-struct OtherThread {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stop = false;
-  std::thread t{[this] {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [this] { return stop; });
-  }};
-  ~OtherThread() {
-    {
-      std::lock_guard lock(mu);
-      stop = true;
-    }
-    cv.notify_all();
-    t.join();
-  }
-};
-
 double cpu_ns() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -146,10 +126,15 @@ int main(int argc, char** argv) {
   }
   attach(&utramp_ie_jump);  // one thread: the prologue may be replaced by a jump
   {
-    OtherThread other;
+    std::atomic<bool> stop{false};
+    std::thread other([&] {  // a second thread while the int3 copy is attached
+      while (!stop.load()) usleep(1000);
+    });
     sites::set_trap_entries(true);
     attach(&utramp_ie_int3);
     sites::set_trap_entries(false);  // the site keeps its int3 until detached
+    stop = true;
+    other.join();
   }
   check("plain", &utramp_ie_plain, 0x89, 0);
   check("jump", &utramp_ie_jump, 0xe9, 1);
