@@ -334,7 +334,9 @@ void discover_and_attach(bool fresh) {
     for (const std::string& path : added) (void)table.canonicalize(sites::Quiescence::stopped, path);
   auto left = table.canonicalize(sites::Quiescence::live);
   if (!left) logf("canonicalize: %s", left.error().message.c_str());
-  else if (*left) logf("%zu sites left as five 1-byte NOPs: other threads were running", *left);
+  else if (*left)
+    logf("%zu sites left as five 1-byte NOPs: other threads were running (%s)", *left,
+         sites::trap_entries() ? "diverted by an int3 when traced" : "not traced");
   attach_new_sites();
   log_error(g_agent->files.write_maps());
 }

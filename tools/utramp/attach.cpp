@@ -254,8 +254,9 @@ int run_record_attach(pid_t pid, const RecordOptions& o, double duration_s, Reco
                      m.error().message);
           return nullptr;
         }
-        // Functions whose sites cannot change while threads run (gcc's five 1-byte NOPs,
-        // relocated prologues: docs/attach.md, "Limits") are said, with the first reason.
+        // Functions the agent could not trace (a prologue that cannot be relocated, or,
+        // while a thread keeps SIGTRAP blocked, a site only an int3 could divert:
+        // docs/attach.md, "Limits") are said, with the first reason.
         if (const size_t n = m->body.value("not_traced", size_t{0}))
           fmt::print(stderr,
                      "utramp record: {} function{} of process {} not traced (the agent's log in {} has each): "
