@@ -9,6 +9,11 @@
 //   q  (or the end of stdin) stop; prints "ok: N workers" or "BAD: ..." when a
 //      result was wrong
 //   x  exec /bin/sleep 1 (an exec while it is recorded)
+//   t  install its own SIGTRAP handler (counting); prints "trap handler set"
+//   T  raise(SIGTRAP); prints "trap handler own|not own, N traps": whether the handler
+//      installed now is its own, and how many traps its own handler got
+//   s  raise(SIGUSR2), whose handler (installed with every signal in its mask) calls
+//      no_site(); prints "usr2 handled, mask with|without SIGTRAP" (its mask now)
 // With a second argument "block-trap", one more thread keeps SIGTRAP blocked until the
 // end (it never calls the counted functions): int3 entries must not be used then.
 // So the calls made between two pauses are known exactly, whatever the timing.
@@ -73,6 +78,18 @@ static void on_usr1(int sig) {
   while (!atomic_load(&g_stop)) usleep(1000);
 }
 
+static atomic_int g_traps;
+static void on_trap(int sig, siginfo_t* si, void* uc) {
+  (void)sig, (void)si, (void)uc;
+  atomic_fetch_add(&g_traps, 1);
+}
+
+static atomic_long g_usr2;
+static void on_usr2(int sig) {
+  (void)sig;
+  atomic_store(&g_usr2, no_site(41));
+}
+
 static void* trap_blocker(void* arg) {
   (void)arg;
   sigset_t set;
@@ -97,6 +114,9 @@ int main(int argc, char** argv) {
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_usr1;
   sigaction(SIGUSR1, &sa, NULL);
+  sa.sa_handler = on_usr2;
+  sigfillset(&sa.sa_mask);
+  sigaction(SIGUSR2, &sa, NULL);
   const int block_trap = argc > 2 && strcmp(argv[2], "block-trap") == 0;
   pthread_t t[MAX_WORKERS], h, blocker;
   for (long i = 0; i < workers; ++i) pthread_create(&t[i], NULL, worker, (void*)i);
@@ -120,6 +140,28 @@ int main(int argc, char** argv) {
     } else if (c == 'x') {
       execl("/bin/sleep", "sleep", "1", (char*)NULL);
       return 127;
+    } else if (c == 't') {
+      struct sigaction ta;
+      memset(&ta, 0, sizeof ta);
+      ta.sa_sigaction = on_trap;
+      ta.sa_flags = SA_SIGINFO;
+      sigaction(SIGTRAP, &ta, NULL);
+      printf("trap handler set\n");
+      fflush(stdout);
+    } else if (c == 'T') {
+      raise(SIGTRAP);
+      struct sigaction cur;
+      sigaction(SIGTRAP, NULL, &cur);
+      printf("trap handler %s, %d traps\n", cur.sa_sigaction == on_trap ? "own" : "not own",
+             atomic_load(&g_traps));
+      fflush(stdout);
+    } else if (c == 's') {
+      raise(SIGUSR2);
+      struct sigaction cur;
+      sigaction(SIGUSR2, NULL, &cur);
+      printf("usr2 %s, mask %s SIGTRAP\n", atomic_load(&g_usr2) == 42 ? "handled" : "not handled",
+             sigismember(&cur.sa_mask, SIGTRAP) ? "with" : "without");
+      fflush(stdout);
     } else if (c == 'r') {
       atomic_store(&g_pause, 0);
       printf("resumed\n");

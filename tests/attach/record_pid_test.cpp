@@ -96,6 +96,7 @@ class Counter {
     return {a, b};
   }
   bool resume() { return say('r') == "resumed"; }
+  std::string command(char c) { return say(c); }
   void exec() { (void)!write(in_, "x", 1); }
   std::pair<std::string, int> finish() {
     (void)!write(in_, "q", 1);
@@ -218,9 +219,15 @@ TEST_P(RecordPidBuilds, EveryCallOfTheAttachedWindowIsRecorded) {
     EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
     // clang's NOPs were canonicalised and go back; the others were never changed but
     // for the int3s, which the detach removed.
-    const char* back = GetParam() == "clang_pfe" ? "7 sites back to the file's bytes" : "0 sites back";
+    const char* back = GetParam() == "clang_pfe" ? "9 sites back to the file's bytes" : "0 sites back";
     EXPECT_NE(rec.errors().find(back), std::string::npos) << rec.errors();
-    EXPECT_EQ(rec.errors().find("not traced"), std::string::npos) << rec.errors();
+    // Every function is traced; in a build without sites, main's command switch may be
+    // a jump table, whose prologue cannot be relocated: said, and only that one.
+    const std::string err = rec.errors();
+    const bool only_main = err.find("1 function of process") != std::string::npos &&
+                           err.find("main: main: indirect jump") != std::string::npos;
+    EXPECT_TRUE(err.find("not traced") == std::string::npos || (GetParam().ends_with("plain") && only_main))
+        << err;
     const TextDiff d = text_vs_file(c.pid(), target);
     ASSERT_TRUE(d.read);
     EXPECT_EQ(d.bytes, 0u) << "after the detach, .text differs from the file at" << d.where;
@@ -372,6 +379,61 @@ TEST(RecordPidCounts, HistOfARunningProcess) {
   auto both = run_cli({"hist", "count_a", "-p", std::to_string(c.pid()), "--", target});
   EXPECT_EQ(both.exit_code, 2);
   EXPECT_NE(both.err.find("give no program as well"), std::string::npos) << both.err;
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
+}
+
+// The program installs its own SIGTRAP handler while it is recorded (nothing can be
+// interposed in a running process, so it replaces utramp's): within the control
+// thread's tick utramp's is in front again, the program's gets the traps that are not
+// utramp's (its own raise), and the int3 entries reach utramp's: the calls of the
+// window are all recorded.
+TEST(RecordPidCounts, AProgramsOwnTrapHandlerDoesNotTakeTheInt3Entries) {
+  const std::string target = target_path("gcc_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  TempDir dir("utramp-recpid");
+  const std::string out = dir.path + "/own";
+  const auto [a0, b0] = c.pause();
+  ASSERT_GE(a0, 0);
+  Recorder rec(c.pid(), {"-o", out, "--mode", "block", "-q"}, out + ".err");
+  ASSERT_TRUE(rec.recording()) << rec.errors();
+  EXPECT_EQ(c.command('t'), "trap handler set");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(c.command('T'), "trap handler not own, 1 traps");
+  ASSERT_TRUE(c.resume());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto [a1, b1] = c.pause();
+  EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
+  EXPECT_EQ(recorded_calls(out, "count_a"), a1 - a0);
+  EXPECT_EQ(recorded_calls(out, "count_b"), b1 - b0);
+  EXPECT_EQ(c.command('T'), "trap handler not own, 2 traps") << "no int3 entry reached the program's handler";
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  ASSERT_TRUE(c.resume());
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
+}
+
+// A handler installed with every signal in its mask calls a function with an int3
+// entry: SIGTRAP would be blocked there, and the kernel would end the process. While
+// the process is recorded its mask leaves SIGTRAP out (the call is recorded); after the
+// detach the mask is the program's again.
+TEST(RecordPidCounts, AHandlerThatBlocksEverySignalCallsATracedFunction) {
+  const std::string target = target_path("gcc_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  EXPECT_EQ(c.command('s'), "usr2 handled, mask with SIGTRAP");
+  TempDir dir("utramp-recpid");
+  const std::string out = dir.path + "/usr2";
+  Recorder rec(c.pid(), {"-o", out, "-q"}, out + ".err");
+  ASSERT_TRUE(rec.recording()) << rec.errors();
+  EXPECT_EQ(c.command('s'), "usr2 handled, mask without SIGTRAP");
+  EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
+  EXPECT_EQ(recorded_calls(out, "no_site"), 1);
+  EXPECT_EQ(c.command('s'), "usr2 handled, mask with SIGTRAP");
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
   auto [res, code] = c.finish();
   EXPECT_EQ(res, "ok: 8 workers\n");
   EXPECT_EQ(code, 0);
