@@ -43,6 +43,7 @@
 #include "os/file.hpp"
 #include "os/signal_stack.hpp"
 #include "patch/patcher.hpp"
+#include "probe/sigtrap_mask.hpp"
 #include "sites/imports.hpp"
 #include "sites/loader_watch.hpp"
 #include "sites/object.hpp"
@@ -334,7 +335,9 @@ void discover_and_attach(bool fresh) {
     for (const std::string& path : added) (void)table.canonicalize(sites::Quiescence::stopped, path);
   auto left = table.canonicalize(sites::Quiescence::live);
   if (!left) logf("canonicalize: %s", left.error().message.c_str());
-  else if (*left) logf("%zu sites left as five 1-byte NOPs: other threads were running", *left);
+  else if (*left)
+    logf("%zu sites left as five 1-byte NOPs: other threads were running (%s)", *left,
+         sites::trap_entries() ? "diverted by an int3 when traced" : "not traced");
   attach_new_sites();
   log_error(g_agent->files.write_maps());
 }
@@ -421,7 +424,8 @@ void atfork_child() {
 // agent/control.cpp runs the channel; these answer it, with the agent's lock held.
 
 const char* site_state_name(const sites::Site& s) {
-  if (s.applied.op != sites::SiteOp::nop) return s.applied.op == sites::SiteOp::call ? "call" : "jmp";
+  if (s.applied.op != sites::SiteOp::nop)
+    return s.trap_entry ? "int3" : s.applied.op == sites::SiteOp::call ? "call" : "jmp";
   return s.canonical && s.original != std::vector<uint8_t>(arch::kNop5.begin(), arch::kNop5.end()) &&
                  s.info.kind != sites::SiteKind::prologue && s.info.kind != sites::SiteKind::mcount
              ? "nop"
@@ -501,6 +505,47 @@ nlohmann::json show_json() {
   return shown;
 }
 
+// Handlers of the program whose mask blocks SIGTRAP while they run (a sigfillset mask is
+// common): a function with an int3 entry that one calls would trap with SIGTRAP blocked,
+// and the kernel ends the process for that. While a running process is recorded with
+// int3 entries, SIGTRAP is taken out of their masks (as the launched agent's interposed
+// sigaction does for every handler), and put back at the detach where the handler is
+// still the same one. Agent lock held. (Plain arrays: no load-time constructor.)
+struct Scrubbed {
+  int sig;
+  void* handler;
+};
+Scrubbed g_scrubbed[NSIG];
+int g_nscrubbed = 0;
+
+void* handler_of(const struct sigaction& a) {
+  return (a.sa_flags & SA_SIGINFO) ? reinterpret_cast<void*>(a.sa_sigaction)
+                                   : reinterpret_cast<void*>(a.sa_handler);
+}
+
+void let_handlers_take_sigtrap() {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP || sig == SIGTRAP) continue;  // SIGTRAP: utramp's
+    struct sigaction a;
+    if (sigaction(sig, nullptr, &a) != 0 || !sigismember(&a.sa_mask, SIGTRAP)) continue;
+    if (!(a.sa_flags & SA_SIGINFO) && (a.sa_handler == SIG_DFL || a.sa_handler == SIG_IGN)) continue;
+    sigdelset(&a.sa_mask, SIGTRAP);
+    if (sigaction(sig, &a, nullptr) != 0) continue;
+    if (g_nscrubbed < NSIG) g_scrubbed[g_nscrubbed++] = {sig, handler_of(a)};
+    logf("signal %d: its handler no longer blocks SIGTRAP while it runs, until the detach", sig);
+  }
+}
+
+void put_handler_masks_back() {
+  for (int i = 0; i < g_nscrubbed; ++i) {
+    struct sigaction a;
+    if (sigaction(g_scrubbed[i].sig, nullptr, &a) != 0 || handler_of(a) != g_scrubbed[i].handler) continue;
+    sigaddset(&a.sa_mask, SIGTRAP);
+    (void)sigaction(g_scrubbed[i].sig, &a, nullptr);
+  }
+  g_nscrubbed = 0;
+}
+
 // Everything utramp put in, removed; the program runs on untraced. Tracing stops with
 // it: the events already written are in the shared ring buffers, where the recorder
 // takes them (nothing is held back in the agent), and a thread inside a traced call
@@ -513,6 +558,7 @@ Result<nlohmann::json> detach_all() {
                                      {"left", json::array()}, {"errors", json::array()}};
   g_agent->detached = true;
   std::vector<std::string> left, errors;
+  put_handler_masks_back();
   if (auto r = sites::unwatch_loader(); !r) errors.push_back("the loader's r_brk: " + r.error().message);
   auto& mgr = tramp::Manager::instance();
   size_t links = 0;
@@ -548,6 +594,18 @@ Result<nlohmann::json> detach_all() {
 
 void control_log(const char* text) { logf("%s", text); }
 
+// While a running process is recorded with int3 entries: a SIGTRAP handler the program
+// installed since (nothing can be interposed there) replaced utramp's, and the int3
+// entries would reach it. utramp's goes back in front within kTickMs, passing the
+// program's handler the traps that are not utramp's, as it would have from the start;
+// handlers installed since with SIGTRAP in their mask lose it (docs/attach.md, "Limits").
+void control_tick() {
+  if (!g_agent || g_agent->detached || !sites::trap_entries()) return;
+  Inside in;
+  log_error(patch::install_trap_handler());
+  let_handlers_take_sigtrap();
+}
+
 Result<nlohmann::json> configure_running(TrustedConfig t);
 
 void start_control_channel() {
@@ -557,6 +615,7 @@ void start_control_channel() {
   h.detach = &detach_all;
   h.configure = &configure_running;
   h.log = &control_log;
+  h.tick = &control_tick;
   if (auto r = start_control(h); !r) logf("%s", r.error().message.c_str());
 }
 
@@ -830,6 +889,18 @@ Result<nlohmann::json> configure_running(TrustedConfig t) {
   if (auto r = start_tracer(); !r) {
     g_agent->detached = true;  // nothing attached: the next configuration may try again
     return r.error();
+  }
+  // Functions whose site cannot change while the threads run (five 1-byte NOPs, a
+  // relocated prologue whose first instruction is shorter than a jump) get their entry
+  // diverted by an int3 (sites::set_trap_entries), unless a thread keeps SIGTRAP blocked:
+  // the kernel would end the process when that thread reached one (docs/sites.md, "A
+  // thread that blocks SIGTRAP unseen"); they are then left out, said in the log.
+  if (auto blocking = probe::threads_keeping_sigtrap_blocked(); blocking && blocking->empty()) {
+    sites::set_trap_entries(true);
+    let_handlers_take_sigtrap();
+  } else {
+    sites::set_trap_entries(false, blocking ? probe::describe(*blocking) + " keeps SIGTRAP blocked"
+                                            : blocking.error().message);
   }
   // Sites restored by the last detach are canonicalised and attached again.
   for (sites::Site* s : sites::SiteTable::instance().all()) s->traced_by_agent = false;

@@ -126,6 +126,11 @@ struct Cluster {
 
 constexpr uint64_t kMaxGap = 512;
 
+bool keeps_trap(const PatchOp& op) {
+  return op.keep_trap && !op.replacement.empty() && op.replacement[0] == arch::kTrapByte &&
+         op.emulate.kind != Emulation::Kind::none;
+}
+
 }  // namespace
 
 Result<void> install_trap_handler() {
@@ -214,7 +219,16 @@ Result<void> apply(std::span<const PatchOp> all) {
                                                     m->x ? 'x' : '-')
                                       : std::string("unmapped")));
     std::span<const uint8_t> now(reinterpret_cast<const uint8_t*>(op.addr), n);
-    if (std::equal(now.begin(), now.end(), op.replacement.begin())) continue;  // already so
+    if (std::equal(now.begin(), now.end(), op.replacement.begin())) {
+      // Already so. An int3 that stays may still change where it sends threads (one
+      // atomic store: a thread that trapped reads the old target or the new one).
+      if (keeps_trap(op)) {
+        TrapTable::Entry* e = TrapTable::instance().insert(op.addr);
+        if (!e) return make_error(Errc::no_memory, "trap table full");
+        e->emu.store(TrapTable::pack(op.emulate, op.addr), std::memory_order_release);
+      }
+      continue;
+    }
     if (!std::equal(now.begin(), now.end(), op.expected.begin()))
       return make_error(Errc::bytes_mismatch,
                         fmt::format("{} ({:#x}): bytes seen {}, expected {}; someone else changed "
@@ -258,8 +272,9 @@ Result<void> apply(std::span<const PatchOp> all) {
         const PatchOp& op = all[i];
         const size_t n = std::min(to, op.replacement.size());
         for (size_t k = from; k < n; ++k) {
-          buf[op.addr - c.start + k] = bytes_of(op, k);
-          any = true;
+          uint8_t& b = buf[op.addr - c.start + k];
+          any = any || b != bytes_of(op, k);  // an unchanged step writes nothing
+          b = bytes_of(op, k);
         }
       }
       if (!any) continue;
@@ -303,8 +318,10 @@ Result<void> apply(std::span<const PatchOp> all) {
   if (auto r = write_step(0, 1, [](const PatchOp& op, size_t k) { return op.replacement[k]; }); !r)
     return rollback(r.error());
   if (auto r = sync(); !r) return rollback(r.error());
-  // Withdraw the emulations: a late trap now finds the int3 gone and restarts.
-  for (size_t i : todo) TrapTable::instance().find(all[i].addr)->emu.store(0, std::memory_order_release);
+  // Withdraw the emulations: a late trap now finds the int3 gone and restarts. An int3
+  // that stays keeps its emulation: it is what the site does from now on.
+  for (size_t i : todo)
+    if (!keeps_trap(all[i])) TrapTable::instance().find(all[i].addr)->emu.store(0, std::memory_order_release);
 
   g_stats.batches.fetch_add(1, std::memory_order_relaxed);
   g_stats.ops.fetch_add(todo.size(), std::memory_order_relaxed);

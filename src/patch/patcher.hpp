@@ -13,6 +13,13 @@
 // go through /proc/self/mem (os::write_text) and are coalesced per step, so a batch
 // costs three membarriers, no protection changes, and one write per cluster of nearby
 // sites, whatever its size.
+//
+// An op marked `keep_trap` (its new bytes begin with int3) leaves the int3 in place with
+// its emulation published: from then on every thread that reaches the site traps and is
+// sent on as the emulation says (an entry diverted by a trap: docs/sites.md, "Entries
+// diverted by int3"). A later batch that writes other bytes there withdraws it as usual;
+// one with the same bytes and another emulation just publishes the new one. (The int3s
+// of probes are not so marked: the probe layer's hook handles them.)
 #pragma once
 
 #include <signal.h>
@@ -43,6 +50,7 @@ struct PatchOp {
                                      // instructions, byte 0 starting the first)
   Emulation emulate;                 // the new code's effect, for trapped threads
   std::string label;                 // "symbol+0x4", for diagnostics
+  bool keep_trap = false;            // the int3 of `replacement` stays, `emulate` with it
 };
 
 struct PatchStats {

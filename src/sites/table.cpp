@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 
@@ -86,6 +87,26 @@ struct LoadedObject {
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_trap_entries{false};
+std::mutex g_trap_why_mu;
+std::string* g_trap_why = nullptr;  // never freed: read by refusals after static destructors
+
+// What a refusal of a site that only an int3 could divert adds: why it is not one.
+std::string no_trap_entry() {
+  std::lock_guard lock(g_trap_why_mu);
+  return g_trap_why && !g_trap_why->empty() ? "; not diverted by an int3 either: " + *g_trap_why : std::string();
+}
+}  // namespace
+
+void set_trap_entries(bool on, std::string why_not) {
+  std::lock_guard lock(g_trap_why_mu);
+  if (!g_trap_why) g_trap_why = new std::string();
+  *g_trap_why = on ? std::string() : std::move(why_not);
+  g_trap_entries.store(on, std::memory_order_relaxed);
+}
+bool trap_entries() noexcept { return g_trap_entries.load(std::memory_order_relaxed); }
+
 std::string Site::label() const {
   return fmt::format("{}+{:#x}", info.name, info.site - info.func);
 }
@@ -98,11 +119,12 @@ bool Site::usable(std::string* why) const {
   if (unloaded) return no(fmt::format("{}: its object {} was unloaded", label(), object));
   if (blacklisted) return no(fmt::format("{}: {}", label(), blacklist_reason));
   if (!info.attachable) return no(fmt::format("{}: {}", info.name, info.reason));
-  if (!canonical)
-    return no(fmt::format("{}: {} site not canonicalised yet (needs all other threads stopped)",
-                          label(), site_kind_name(info.kind)));
+  if (!canonical && !(info.kind == SiteKind::nop1x5 && trap_entries()))
+    return no(fmt::format("{}: {} site not canonicalised yet (needs all other threads stopped){}",
+                          label(), site_kind_name(info.kind), no_trap_entry()));
   return true;
 }
+
 
 SiteTable& SiteTable::instance() {
   static SiteTable* t = new SiteTable();  // never destroyed: sites outlive statics
@@ -391,15 +413,27 @@ std::vector<std::string> SiteTable::skipped_objects() const {
 // function nothing traces keeps calling mcount, so a -pg program's gprof profile
 // (gmon.out) of those functions is what it would be without utramp. Attached, the call
 // becomes `jmp stub` (and a 1-byte NOP where the call went through the GOT: no thread
-// can be at its byte 5).
-Result<std::vector<uint8_t>> SiteTable::bytes_for(const Site& s, const SiteState& st) const {
+// can be at its byte 5). In the int3 form (Site::trap_entry) every state but the NOP is
+// the NOP's bytes with an int3 over byte 0: the patcher keeps it and sends threads on
+// as the state's call or jump would (patch/patcher.hpp).
+Result<std::vector<uint8_t>> SiteTable::bytes_for(const Site& s, const SiteState& st, bool trap) const {
   const bool prologue = s.info.kind == SiteKind::prologue;
   const bool mcount = s.info.kind == SiteKind::mcount;
+  auto at_nop = [&] {
+    if (prologue) return std::vector<uint8_t>(s.original.begin(), s.original.begin() + arch::kSiteLen);
+    if (mcount || !s.canonical) return s.original;  // five 1-byte NOPs not canonicalised
+    return std::vector<uint8_t>(arch::kNop5.begin(), arch::kNop5.end());
+  };
+  // The int3 form: the trap table holds the target, but only one the call or jump
+  // could reach is taken, so both forms accept the same states.
+  auto as_trap = [&] {
+    std::vector<uint8_t> out = at_nop();
+    out[0] = arch::kTrapByte;
+    return out;
+  };
   switch (st.op) {
     case SiteOp::nop:
-      if (prologue) return std::vector<uint8_t>(s.original.begin(), s.original.begin() + arch::kSiteLen);
-      if (mcount) return s.original;
-      return std::vector<uint8_t>(arch::kNop5.begin(), arch::kNop5.end());
+      return at_nop();
     case SiteOp::call: {
       if (prologue || mcount)
         return make_error(Errc::unsupported,
@@ -407,11 +441,13 @@ Result<std::vector<uint8_t>> SiteTable::bytes_for(const Site& s, const SiteState
                                       prologue ? "relocated-prologue" : "mcount"));
       auto b = arch::encode_call(s.info.site, st.target);
       if (!b) return make_error(b.error().code, fmt::format("{}: {}", s.label(), b.error().message));
+      if (trap) return as_trap();
       return std::vector<uint8_t>(b->begin(), b->end());
     }
     case SiteOp::jmp: {
       auto b = arch::encode_jmp(s.info.site, st.target);
       if (!b) return make_error(b.error().code, fmt::format("{}: {}", s.label(), b.error().message));
+      if (trap) return as_trap();
       std::vector<uint8_t> out(b->begin(), b->end());
       if (mcount) out.resize(s.info.site_len, arch::kNop1);
       return out;
@@ -420,29 +456,36 @@ Result<std::vector<uint8_t>> SiteTable::bytes_for(const Site& s, const SiteState
   return make_error(Errc::invalid_argument, "bad site state");
 }
 
-Result<std::vector<uint8_t>> SiteTable::checked_bytes(const Site* site, const SiteState& state) const {
+Result<bool> SiteTable::trap_form(const Site* site, const SiteState& state) const {
+  if (state.op == SiteOp::nop) return false;
+  if (site->applied.op != SiteOp::nop) return site->trap_entry;  // kept until back at the NOP
+  if (site->info.kind == SiteKind::nop1x5 && !site->canonical) return true;  // usable(): allowed
+  // A relocated prologue whose first instruction is shorter than the jump replaces
+  // several instructions: a thread stopped between two of them would resume inside the
+  // jump. Only a process with no other thread (the agent before main) may take it;
+  // otherwise only the int3 form, when allowed.
+  if (site->info.kind != SiteKind::prologue) return false;
+  auto first = arch::decode(reinterpret_cast<const uint8_t*>(site->addr()), arch::kMaxInsnLen, site->addr());
+  auto threads = os::thread_count();
+  if (!first || first->length >= arch::kSiteLen || (threads && *threads == 1)) return false;
+  if (trap_entries()) return true;
+  return make_error(Errc::busy,
+                    fmt::format("{}: no compiler site; its relocated prologue replaces several "
+                                "instructions, which is only safe while no other thread runs "
+                                "({} threads now): attach at start-up (utramp record does), "
+                                "or build with -fpatchable-function-entry=5{}",
+                                site->label(), threads ? *threads : 0, no_trap_entry()));
+}
+
+Result<std::vector<uint8_t>> SiteTable::checked_bytes(const Site* site, const SiteState& state,
+                                                      bool* trap) const {
   if (!site) return make_error(Errc::invalid_argument, "no such site");
   std::string why;
   if (!site->usable(&why)) return make_error(Errc::unsupported, why);
-  auto b = bytes_for(*site, state);  // proves the state is encodable before accepting it
-  if (!b) return std::move(b).error();
-  // A relocated prologue whose first instruction is shorter than the jump replaces
-  // several instructions: a thread stopped between two of them would resume inside the
-  // jump. Only a process with no other thread (the agent before main) may take it.
-  if (site->info.kind == SiteKind::prologue && site->applied.op == SiteOp::nop &&
-      state.op != SiteOp::nop) {
-    auto first = arch::decode(reinterpret_cast<const uint8_t*>(site->addr()), arch::kMaxInsnLen,
-                              site->addr());
-    auto threads = os::thread_count();
-    if (first && first->length < arch::kSiteLen && (!threads || *threads > 1))
-      return make_error(Errc::busy,
-                        fmt::format("{}: no compiler site; its relocated prologue replaces several "
-                                    "instructions, which is only safe while no other thread runs "
-                                    "({} threads now): attach at start-up (utramp record does), "
-                                    "or build with -fpatchable-function-entry=5",
-                                    site->label(), threads ? *threads : 0));
-  }
-  return b;
+  auto t = trap_form(site, state);
+  if (!t) return std::move(t).error();
+  if (trap) *trap = *t;
+  return bytes_for(*site, state, *t);  // proves the state is encodable before accepting it
 }
 
 Result<void> SiteTable::check_desired(const Site* site, SiteState state) {
@@ -454,8 +497,10 @@ Result<void> SiteTable::check_desired(const Site* site, SiteState state) {
 
 Result<void> SiteTable::set_desired(Site* site, SiteState state) {
   std::lock_guard lock(mu_);
-  auto b = checked_bytes(site, state);
+  bool trap = false;
+  auto b = checked_bytes(site, state, &trap);
   if (!b) return std::move(b).error();
+  if (site->applied.op == SiteOp::nop) site->trap_entry = trap;
   site->desired = state;
   site->desired_bytes = std::move(*b);
   if (std::find(dirty_.begin(), dirty_.end(), site) == dirty_.end()) dirty_.push_back(site);
@@ -476,12 +521,12 @@ Result<void> SiteTable::commit(std::span<const patch::PatchOp> with) {
     op.addr = s.info.site;
     op.label = s.label();
     if (s.applied_bytes.empty()) {
-      auto a = bytes_for(s, s.applied);
+      auto a = bytes_for(s, s.applied, s.trap_entry);
       if (a) s.applied_bytes = std::move(*a);
     }
-    Result<std::vector<uint8_t>> from = s.applied_bytes.empty() ? bytes_for(s, s.applied)
+    Result<std::vector<uint8_t>> from = s.applied_bytes.empty() ? bytes_for(s, s.applied, s.trap_entry)
                                                                : Result<std::vector<uint8_t>>(s.applied_bytes);
-    Result<std::vector<uint8_t>> to = s.desired_bytes.empty() ? bytes_for(s, s.desired)
+    Result<std::vector<uint8_t>> to = s.desired_bytes.empty() ? bytes_for(s, s.desired, s.trap_entry)
                                                              : Result<std::vector<uint8_t>>(s.desired_bytes);
     if (!from || !to) {
       for (Site* d : dirty) { d->desired = d->applied; d->desired_bytes = d->applied_bytes; }  // nothing changed, nothing pending
@@ -489,6 +534,7 @@ Result<void> SiteTable::commit(std::span<const patch::PatchOp> with) {
     }
     op.expected = std::move(*from);
     op.replacement = std::move(*to);
+    op.keep_trap = s.trap_entry && s.desired.op != SiteOp::nop;
     switch (s.desired.op) {
       case SiteOp::nop:
         if (s.info.kind == SiteKind::prologue) {

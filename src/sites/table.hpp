@@ -54,6 +54,11 @@ struct Site {
                                     // (sites/object.hpp): a tracer needs no site here
   std::string blacklist_reason;
   uint64_t prologue_ool = 0;        // for prologue sites: relocated copy that resumes the body
+  // While the site is not at its NOP: its entry is diverted by an int3 over byte 0 (the
+  // rest of the bytes the file's), which sends every thread where the state says, rather
+  // than by a call or jump written over it. Decided when it leaves its NOP, kept until
+  // it is back (see set_trap_entries).
+  bool trap_entry = false;
   SiteState desired, applied;
   // The bytes of each state, encoded once when it is set (empty: not computed yet).
   std::vector<uint8_t> desired_bytes, applied_bytes;
@@ -62,6 +67,17 @@ struct Site {
   std::string label() const;        // "symbol+0x4"
   bool usable(std::string* why = nullptr) const;
 };
+
+// Entries diverted by int3, for functions whose site cannot change while other threads
+// run (five 1-byte NOPs not canonicalised, a relocated prologue whose first instruction
+// is shorter than a jump): one byte is written atomically, and a thread that already ran
+// part of the first instructions is not affected. Each call then costs a SIGTRAP, and a
+// thread that blocks SIGTRAP and reaches one ends the process, so it is off unless asked
+// for (the agent attached to a running process turns it on once it has seen that no
+// thread keeps SIGTRAP blocked: docs/attach.md, "Limits"). Off, such sites are refused;
+// WHY_NOT, when given, is added to the refusal.
+void set_trap_entries(bool on, std::string why_not = {});
+bool trap_entries() noexcept;
 
 class SiteTable {
  public:
@@ -119,9 +135,14 @@ class SiteTable {
 
  private:
   SiteTable() = default;
-  Result<std::vector<uint8_t>> bytes_for(const Site& s, const SiteState& st) const;
+  // TRAP: the int3 form of a state that is not the NOP (Site::trap_entry).
+  Result<std::vector<uint8_t>> bytes_for(const Site& s, const SiteState& st, bool trap) const;
+  // Whether STATE at SITE takes the int3 form (Site::trap_entry), or an error when it can
+  // take neither form now.
+  Result<bool> trap_form(const Site* site, const SiteState& state) const;
   // set_desired's checks (mu_ held): the bytes STATE takes at SITE.
-  Result<std::vector<uint8_t>> checked_bytes(const Site* site, const SiteState& state) const;
+  Result<std::vector<uint8_t>> checked_bytes(const Site* site, const SiteState& state,
+                                             bool* trap = nullptr) const;
 
   mutable std::recursive_mutex mu_;
   std::vector<std::unique_ptr<Site>> sites_;

@@ -9,6 +9,13 @@
 //   q  (or the end of stdin) stop; prints "ok: N workers" or "BAD: ..." when a
 //      result was wrong
 //   x  exec /bin/sleep 1 (an exec while it is recorded)
+//   t  install its own SIGTRAP handler (counting); prints "trap handler set"
+//   T  raise(SIGTRAP); prints "trap handler own|not own, N traps": whether the handler
+//      installed now is its own, and how many traps its own handler got
+//   s  raise(SIGUSR2), whose handler (installed with every signal in its mask) calls
+//      no_site(); prints "usr2 handled, mask with|without SIGTRAP" (its mask now)
+// With a second argument "block-trap", one more thread keeps SIGTRAP blocked until the
+// end (it never calls the counted functions): int3 entries must not be used then.
 // So the calls made between two pauses are known exactly, whatever the timing.
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -38,9 +45,10 @@ __attribute__((noinline)) long count_b(long x) {
 }
 
 // No compiler site (the attribute overrides -fpatchable-function-entry) and a first
-// instruction shorter than a jump: in a running process it cannot be traced (its
-// relocated prologue needs the other threads stopped). It used to make the whole attach
-// batch fail, so that nothing was traced; the other functions must be traced anyway.
+// instruction shorter than a jump: in a running process its entry is diverted by an
+// int3 (its relocated prologue as a jump needs the other threads stopped), or, when a
+// thread keeps SIGTRAP blocked, it is not traced. It used to make the whole attach batch
+// fail, so that nothing was traced; the other functions must be traced anyway.
 __attribute__((noinline, used, patchable_function_entry(0, 0))) long no_site(long x) { return x + 1; }
 
 static void* worker(void* arg) {
@@ -70,6 +78,29 @@ static void on_usr1(int sig) {
   while (!atomic_load(&g_stop)) usleep(1000);
 }
 
+static atomic_int g_traps;
+static void on_trap(int sig, siginfo_t* si, void* uc) {
+  (void)sig, (void)si, (void)uc;
+  atomic_fetch_add(&g_traps, 1);
+}
+
+static atomic_long g_usr2;
+static void on_usr2(int sig) {
+  (void)sig;
+  atomic_store(&g_usr2, no_site(41));
+}
+
+static void* trap_blocker(void* arg) {
+  (void)arg;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTRAP);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  atomic_fetch_add(&g_running, 1);
+  while (!atomic_load(&g_stop)) usleep(1000);
+  return NULL;
+}
+
 static void* handler_thread(void* arg) {
   (void)arg;
   pthread_kill(pthread_self(), SIGUSR1);
@@ -83,10 +114,15 @@ int main(int argc, char** argv) {
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_usr1;
   sigaction(SIGUSR1, &sa, NULL);
-  pthread_t t[MAX_WORKERS], h;
+  sa.sa_handler = on_usr2;
+  sigfillset(&sa.sa_mask);
+  sigaction(SIGUSR2, &sa, NULL);
+  const int block_trap = argc > 2 && strcmp(argv[2], "block-trap") == 0;
+  pthread_t t[MAX_WORKERS], h, blocker;
   for (long i = 0; i < workers; ++i) pthread_create(&t[i], NULL, worker, (void*)i);
   pthread_create(&h, NULL, handler_thread, NULL);
-  while (atomic_load(&g_running) < workers || !atomic_load(&g_in_handler)) usleep(1000);
+  if (block_trap) pthread_create(&blocker, NULL, trap_blocker, NULL);
+  while (atomic_load(&g_running) < workers + block_trap || !atomic_load(&g_in_handler)) usleep(1000);
   printf("ready %d\n", (int)no_site(getpid() - 1));
   fflush(stdout);
   char c = 0;
@@ -104,6 +140,28 @@ int main(int argc, char** argv) {
     } else if (c == 'x') {
       execl("/bin/sleep", "sleep", "1", (char*)NULL);
       return 127;
+    } else if (c == 't') {
+      struct sigaction ta;
+      memset(&ta, 0, sizeof ta);
+      ta.sa_sigaction = on_trap;
+      ta.sa_flags = SA_SIGINFO;
+      sigaction(SIGTRAP, &ta, NULL);
+      printf("trap handler set\n");
+      fflush(stdout);
+    } else if (c == 'T') {
+      raise(SIGTRAP);
+      struct sigaction cur;
+      sigaction(SIGTRAP, NULL, &cur);
+      printf("trap handler %s, %d traps\n", cur.sa_sigaction == on_trap ? "own" : "not own",
+             atomic_load(&g_traps));
+      fflush(stdout);
+    } else if (c == 's') {
+      raise(SIGUSR2);
+      struct sigaction cur;
+      sigaction(SIGUSR2, NULL, &cur);
+      printf("usr2 %s, mask %s SIGTRAP\n", atomic_load(&g_usr2) == 42 ? "handled" : "not handled",
+             sigismember(&cur.sa_mask, SIGTRAP) ? "with" : "without");
+      fflush(stdout);
     } else if (c == 'r') {
       atomic_store(&g_pause, 0);
       printf("resumed\n");
@@ -113,6 +171,7 @@ int main(int argc, char** argv) {
   atomic_store(&g_stop, 1);
   for (int i = 0; i < workers; ++i) pthread_join(t[i], NULL);
   pthread_join(h, NULL);
+  if (block_trap) pthread_join(blocker, NULL);
   if (atomic_load(&g_bad)) printf("BAD: %d wrong results\n", atomic_load(&g_bad));
   else printf("ok: %d workers\n", workers);
   return atomic_load(&g_bad) ? 1 : 0;

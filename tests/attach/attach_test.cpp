@@ -323,10 +323,11 @@ TEST(RecordPid, RecordsARunningProcessAndDetaches) {
     }
     EXPECT_EQ(now, threads + 1) << "the agent's threads: its control thread only";
     EXPECT_TRUE(text_as_in_file(t.pid(), ATTACH_TARGET)) << "the program's code is not the file's";
-    // attach_target has no compiler sites: its relocated prologues replace several
-    // instructions, never done while threads run. Said, and the recording is readable.
-    EXPECT_NE(r.err.find("not traced (the agent's log"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("relocated prologue"), std::string::npos) << r.err;
+    // attach_target has no compiler sites: relocated prologues that replace several
+    // instructions are never written while threads run; those functions get their
+    // entry diverted by an int3 instead (docs/attach.md, "Limits"): all are traced,
+    // and the recording is readable.
+    EXPECT_EQ(r.err.find("not traced"), std::string::npos) << r.err;
     auto rep = run_cli({"report", out});
     EXPECT_EQ(rep.exit_code, 0) << rep.err;
   }

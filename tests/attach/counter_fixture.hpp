@@ -29,14 +29,14 @@ inline std::string target_path(const std::string& variant) {
 // attach_counter as a child on pipes, told what to do one letter at a time.
 class Counter {
  public:
-  explicit Counter(const std::string& program) {
+  explicit Counter(const std::string& program, const char* extra = nullptr) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
       dup2(in[0], 0);
       dup2(out[1], 1);
-      execl(program.c_str(), program.c_str(), "8", static_cast<char*>(nullptr));
+      execl(program.c_str(), program.c_str(), "8", extra, static_cast<char*>(nullptr));
       _exit(127);
     }
     close(in[0]);

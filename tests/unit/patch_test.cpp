@@ -195,6 +195,42 @@ TEST_F(StubFixture, TrappedThreadIsSentOnAsTheNewInstruction) {
   EXPECT_EQ(patch_target(1), 2);
 }
 
+// An op marked keep_trap (its new bytes begin with int3) keeps it: every call traps and
+// is sent on as its emulation says, after the batch too; a batch with the same bytes
+// and another emulation only changes where threads go; going back withdraws it, and a
+// call then runs the site's own bytes again.
+TEST_F(StubFixture, AnInt3ThatStaysDivertsEveryCall) {
+  std::vector<uint8_t> trapped = nop5();
+  trapped[0] = arch::kTrapByte;
+  patch::PatchOp op{site, nop5(), trapped, patch::Emulation::call(block.addr, site + 5), "patch_target+0x0",
+                    true};
+  ASSERT_TRUE(patch::apply({&op, 1}).ok());
+  EXPECT_EQ(bytes(site, 5), trapped);
+  const auto s0 = patch::stats();
+  EXPECT_EQ(patch_target(10), 11);
+  EXPECT_EQ(patch_target(20), 21);
+  EXPECT_EQ(counter, 2u) << "each call must reach the stub through the trap";
+  EXPECT_EQ(patch::stats().traps_emulated - s0.traps_emulated, 2u);
+  patch::PatchOp past{site, trapped, trapped, patch::Emulation::jump_to(site + 5), "patch_target+0x0", true};
+  ASSERT_TRUE(patch::apply({&past, 1}).ok());
+  EXPECT_EQ(patch_target(30), 31);
+  EXPECT_EQ(counter, 2u) << "the new emulation jumps past the stub";
+  patch::PatchOp back{site, trapped, nop5(), patch::Emulation::jump_to(site + 5), "patch_target+0x0"};
+  ASSERT_TRUE(patch::apply({&back, 1}).ok());
+  EXPECT_EQ(bytes(site, 5), nop5());
+  const auto s1 = patch::stats();
+  EXPECT_EQ(patch_target(1), 2);
+  EXPECT_EQ(patch::stats().traps_emulated, s1.traps_emulated);
+  EXPECT_EQ(patch::TrapTable::instance().find(site)->emu.load(), 0u) << "the emulation is withdrawn";
+  // Unmarked (a probe's int3: the probe layer's hook handles it), the emulation goes
+  // once the batch ends. Nothing calls the function meanwhile.
+  patch::PatchOp probe{site, nop5(), trapped, patch::Emulation::jump_to(site + 5), "patch_target+0x0"};
+  ASSERT_TRUE(patch::apply({&probe, 1}).ok());
+  EXPECT_EQ(bytes(site, 5), trapped);
+  EXPECT_EQ(patch::TrapTable::instance().find(site)->emu.load(), 0u);
+  ASSERT_TRUE(patch::apply({&back, 1}).ok());
+}
+
 // Slots follow addresses (a slot per 16 bytes, wrapping every 16 MiB): sites closer
 // than that, and sites a multiple of 16 MiB apart, share a slot's neighbourhood; each
 // is still its own entry, found again, and an address never inserted is not found.

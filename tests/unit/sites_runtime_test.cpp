@@ -239,6 +239,27 @@ TEST(RuntimeSitesThreads, FiveOneByteNopsWaitForQuiescence) {
   EXPECT_NE(r.error().message.find("not canonicalised"), std::string::npos) << r.error().message;
   EXPECT_EQ(site->desired, sites::SiteState{});
 
+  // With int3 entries allowed, the NOPs stay and an int3 over the first diverts the
+  // entry (here past the NOPs: the function runs as before, each call through a trap).
+  sites::set_trap_entries(true);
+  ASSERT_TRUE(table.set_desired(site, {SiteOp::jmp, site->addr() + 5}).ok());
+  ASSERT_TRUE(table.commit().ok());
+  EXPECT_TRUE(site->trap_entry);
+  EXPECT_EQ(hex_at(site->addr(), 5), "cc 90 90 90 90");
+  const auto traps = patch::stats().traps_emulated;
+  EXPECT_EQ(reinterpret_cast<AddFn>(add)(20, 22), 42);
+  EXPECT_EQ(patch::stats().traps_emulated - traps, 1u);
+  ASSERT_TRUE(table.set_desired(site, {}).ok());
+  ASSERT_TRUE(table.commit().ok());
+  EXPECT_EQ(hex_at(site->addr(), 5), "90 90 90 90 90");
+  EXPECT_FALSE(site->canonical);
+  sites::set_trap_entries(false, "a test");
+  r = table.set_desired(site, {SiteOp::call, site->addr() + 0x100});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("not diverted by an int3 either: a test"), std::string::npos)
+      << r.error().message;
+  sites::set_trap_entries(false);
+
   other.finish();
   // The thread is joined; its /proc/self/task entry goes when the kernel reaps it.
   for (int i = 0; i < 5000 && threads() != 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));

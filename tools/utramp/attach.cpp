@@ -301,8 +301,9 @@ int run_record_attach(pid_t pid, const RecordOptions& o, double duration_s, Reco
         nlohmann::json m;
         auto conn = attach_configured(pid, cfg, duration_s, "utramp record", &m);
         if (!conn) return nullptr;
-        // Functions whose sites cannot change while threads run (gcc's five 1-byte NOPs,
-        // relocated prologues: docs/attach.md, "Limits") are said, with the first reason.
+        // Functions the agent could not trace (a prologue that cannot be relocated, or,
+        // while a thread keeps SIGTRAP blocked, a site only an int3 could divert:
+        // docs/attach.md, "Limits") are said, with the first reason.
         if (const size_t n = m.value("not_traced", size_t{0}))
           fmt::print(stderr,
                      "utramp record: {} function{} of process {} not traced (the agent's log in {} has each): "
