@@ -66,6 +66,8 @@ class Counter {
     return {a, b};
   }
   bool resume() { return say('r') == "resumed"; }
+  // Any other letter the fixture knows (attach_counter.c): its one-line answer.
+  std::string command(char c) { return say(c); }
   void exec() { (void)!write(in_, "x", 1); }
   std::pair<std::string, int> finish() {
     (void)!write(in_, "q", 1);
