@@ -558,7 +558,6 @@ Result<nlohmann::json> detach_all() {
                                      {"left", json::array()}, {"errors", json::array()}};
   g_agent->detached = true;
   std::vector<std::string> left, errors;
-  put_handler_masks_back();
   if (auto r = sites::unwatch_loader(); !r) errors.push_back("the loader's r_brk: " + r.error().message);
   auto& mgr = tramp::Manager::instance();
   size_t links = 0;
@@ -582,6 +581,11 @@ Result<nlohmann::json> detach_all() {
   size_t restored = 0;
   if (auto r = sites::SiteTable::instance().restore_discovered(&left); r) restored = *r;
   else errors.push_back("putting the sites' bytes back: " + r.error().message);
+  // Only now that no int3 entry is left may the program's handlers block SIGTRAP again: a
+  // handler that ran during the batches above and reached one would have been killed.
+  // Int3 entries end with the recording that asked for them (`run -p` never uses them).
+  sites::set_trap_entries(false, "only a recording attached by record -p diverts entries by an int3");
+  put_handler_masks_back();
   // The events written so far are in the rings; what a thread writes from now on (the
   // exit of a call it was inside) is the recorder's to take until it ends.
   logf("detached: %zu links, %zu sites back to the file's bytes, %zu library-call slots; %zu left, "
@@ -871,6 +875,8 @@ Result<nlohmann::json> configure_running(TrustedConfig t) {
   g_agent->detached = false;
   if (bpf) {
     // `utramp run -p`: loaded, verified, JIT-ed and attached here, while the threads run.
+    // No int3 entries (a record -p before may have left them on): its refusals stand.
+    sites::set_trap_entries(false, "utramp run -p does not divert entries by an int3");
     auto r = bpf_start_live(g_agent->cfg, g_agent->dir);
     if (!r) {
       // Nothing attached (bpf_start undoes its own); the sites it made canonical get the

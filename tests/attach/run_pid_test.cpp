@@ -263,6 +263,20 @@ TEST(RunPid, Refusals) {
       << r.err;
   EXPECT_NE(r.err.find("nothing was changed"), std::string::npos) << r.err;
   EXPECT_EQ(text_vs_file(c.pid(), gcc).bytes, 0u);
+  // The same after a record -p, which diverts those entries by int3s while it records: its
+  // int3 entries end with it (they used to stay on, and run -p then took them).
+  {
+    TempDir dir("utramp-runpid");
+    AttachedCli rec({"record"}, c.pid(), {"-o", dir.path + "/rec", "-q"}, dir.path + "/rec.err");
+    ASSERT_TRUE(rec.attached()) << rec.errors();
+    EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
+  }
+  EXPECT_EQ(text_back(c.pid(), gcc).bytes, 0u);
+  r = run_cli({"run", kObject, "-p", pid, "--duration", "1s"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("refused the configuration: cannot attach on_count_a (fentry count_a)"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(text_back(c.pid(), gcc).bytes, 0u);
   // A program with -p, --duration without it, a process that does not exist.
   auto both = run_cli({"run", kObject, "-p", pid, "--", "/bin/true"});
   EXPECT_EQ(both.exit_code, 2);
