@@ -235,8 +235,13 @@ void unlink(MapHeader* m, Bucket& b, uint32_t idx, uint32_t prev) {
   aref(m->count).fetch_sub(1, std::memory_order_relaxed);
 }
 
-// LRU: evicts the least recently stamped of a window of used entries. True if one went.
-bool lru_evict(MapHeader* m) {
+// LRU: evicts the least recently stamped of a window of used entries. False if the
+// window had none to evict. An entry it evicted is handed to the caller in `got` (its
+// index + 1) rather than put back on the free list, where another thread's update could
+// take it first: under threads that race, an update evicting for itself would otherwise
+// starve and fail with a full map that it had just made room in.
+bool lru_evict(MapHeader* m, uint32_t& got) {
+  got = 0;
   const uint64_t start = aref(m->lru_hand).fetch_add(kLruWindow, std::memory_order_relaxed);
   uint32_t best = 0;
   uint64_t best_stamp = UINT64_MAX;
@@ -265,7 +270,7 @@ bool lru_evict(MapHeader* m) {
     if (at != best) return true;  // someone else changed it: retry the allocation
     unlink(m, b, at, prev);
   }
-  free_entry(m, best);
+  got = best;
   return true;
 }
 
@@ -301,9 +306,9 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
   // Not there: take a free entry outside the bucket lock (eviction locks other
   // buckets), fill it, then link it unless another thread inserted the key meanwhile.
   uint32_t idx = alloc_entry(m);
-  for (int tries = 0; !idx && m->type == uint32_t(MapType::lru_hash) && tries < 8; ++tries) {
-    if (!lru_evict(m)) break;
-    idx = alloc_entry(m);
+  for (int tries = 0; !idx && m->type == uint32_t(MapType::lru_hash) && tries < 16; ++tries) {
+    if (!lru_evict(m, idx)) break;
+    if (!idx) idx = alloc_entry(m);  // lost the race to evict: maybe another freed one
   }
   if (idx == kBusyEntry) return -EBUSY;
   if (!idx) return -E2BIG;
