@@ -203,6 +203,9 @@ Result<void> apply(std::span<const PatchOp> all) {
 
   // 0. Validate everything before writing anything.
   std::vector<size_t> todo;
+  // Int3s that stay and only change where they send threads: published when the batch
+  // commits, not before (a batch that fails changes nothing).
+  std::vector<std::pair<TrapTable::Entry*, uint64_t>> retargeted;
   for (size_t i = 0; i < all.size(); ++i) {
     const PatchOp& op = all[i];
     const size_t n = op.replacement.size();
@@ -225,7 +228,7 @@ Result<void> apply(std::span<const PatchOp> all) {
       if (keeps_trap(op)) {
         TrapTable::Entry* e = TrapTable::instance().insert(op.addr);
         if (!e) return make_error(Errc::no_memory, "trap table full");
-        e->emu.store(TrapTable::pack(op.emulate, op.addr), std::memory_order_release);
+        retargeted.emplace_back(e, TrapTable::pack(op.emulate, op.addr));
       }
       continue;
     }
@@ -236,7 +239,13 @@ Result<void> apply(std::span<const PatchOp> all) {
                                     op.label, op.addr, hex_bytes(now), hex_bytes(op.expected)));
     todo.push_back(i);
   }
-  if (todo.empty()) return {};
+  auto publish_retargeted = [&] {
+    for (const auto& [e, emu] : retargeted) e->emu.store(emu, std::memory_order_release);
+  };
+  if (todo.empty()) {
+    publish_retargeted();
+    return {};
+  }
   std::sort(todo.begin(), todo.end(), [&](size_t a, size_t b) { return all[a].addr < all[b].addr; });
   for (size_t k = 1; k < todo.size(); ++k) {
     const PatchOp& a = all[todo[k - 1]];
@@ -322,6 +331,7 @@ Result<void> apply(std::span<const PatchOp> all) {
   // that stays keeps its emulation: it is what the site does from now on.
   for (size_t i : todo)
     if (!keeps_trap(all[i])) TrapTable::instance().find(all[i].addr)->emu.store(0, std::memory_order_release);
+  publish_retargeted();
 
   g_stats.batches.fetch_add(1, std::memory_order_relaxed);
   g_stats.ops.fetch_add(todo.size(), std::memory_order_relaxed);

@@ -18,7 +18,8 @@
 // its emulation published: from then on every thread that reaches the site traps and is
 // sent on as the emulation says (an entry diverted by a trap: docs/sites.md, "Entries
 // diverted by int3"). A later batch that writes other bytes there withdraws it as usual;
-// one with the same bytes and another emulation just publishes the new one. (The int3s
+// one with the same bytes and another emulation just publishes the new one, once the
+// whole batch has been written (a batch that fails leaves the old one). (The int3s
 // of probes are not so marked: the probe layer's hook handles them.)
 #pragma once
 

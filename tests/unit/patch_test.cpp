@@ -231,6 +231,30 @@ TEST_F(StubFixture, AnInt3ThatStaysDivertsEveryCall) {
   ASSERT_TRUE(patch::apply({&back, 1}).ok());
 }
 
+// An int3 that stays and only changes where it sends threads is part of its batch: a
+// batch that fails (here a second op whose bytes are not what it expects) changes
+// nothing, the old emulation included.
+TEST_F(StubFixture, AFailedBatchKeepsTheEmulationOfAnInt3ThatStays) {
+  std::vector<uint8_t> trapped = nop5();
+  trapped[0] = arch::kTrapByte;
+  patch::PatchOp op{site, nop5(), trapped, patch::Emulation::call(block.addr, site + 5), "patch_target+0x0",
+                    true};
+  ASSERT_TRUE(patch::apply({&op, 1}).ok());
+  const uint64_t other = addr_of(reinterpret_cast<void*>(&patch_target2));
+  std::vector<uint8_t> wrong = nop5();
+  wrong[1] ^= 0xff;
+  patch::PatchOp batch[] = {
+      {site, trapped, trapped, patch::Emulation::jump_to(site + 5), "patch_target+0x0", true},
+      {other, wrong, trapped, patch::Emulation::jump_to(other + 5), "patch_target2+0x0"}};
+  auto r = patch::apply(batch);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::bytes_mismatch);
+  EXPECT_EQ(patch_target(10), 11);
+  EXPECT_EQ(counter, 1u) << "the failed batch must not have retargeted the int3";
+  patch::PatchOp back{site, trapped, nop5(), patch::Emulation::jump_to(site + 5), "patch_target+0x0"};
+  ASSERT_TRUE(patch::apply({&back, 1}).ok());
+}
+
 // Slots follow addresses (a slot per 16 bytes, wrapping every 16 MiB): sites closer
 // than that, and sites a multiple of 16 MiB apart, share a slot's neighbourhood; each
 // is still its own entry, found again, and an address never inserted is not found.
