@@ -71,6 +71,12 @@ Result<void> install_trap_handler();
 // ours stays; OLD gets the program's previous one. Without ours, the real sigaction.
 Result<void> set_program_trap_action(const struct sigaction* act, struct sigaction* old);
 
+// Gives SIGTRAP back to the program's action (the one ours passed foreign traps to, as
+// the program set it since through set_program_trap_action) when ours is installed; the
+// next batch installs ours again. For when nothing of utramp's can trap any more (the
+// agent's detach from a running process, a forked child that is not traced).
+Result<void> restore_program_trap_action();
+
 // Consulted by the SIGTRAP handler for a trap that is not explained by a batch in
 // flight, before passing it to the program's previous handler; returns true when it
 // handled the trap. Async-signal-safe. The handler runs with SA_NODEFER, so a hook may

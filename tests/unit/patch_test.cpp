@@ -301,4 +301,41 @@ TEST(Patcher, ForeignTrapsGoToTheProgramsHandler) {
   sigaction(SIGTRAP, &old, nullptr);
 }
 
+
+// A foreign trap is given to the program's handler as the kernel would give it: with
+// the handler's mask blocked while it runs, and, installed with SA_RESETHAND, the
+// default action back once it ran (its flags and mask kept, as the kernel keeps them).
+// restore_program_trap_action then gives the kernel the program's action again.
+sig_atomic_t g_usr2_blocked_in_handler = -1;
+void once_handler(int, siginfo_t*, void*) {
+  sigset_t now;
+  pthread_sigmask(SIG_BLOCK, nullptr, &now);
+  g_usr2_blocked_in_handler = sigismember(&now, SIGUSR2);
+}
+
+TEST(Patcher, ForwardingHonoursTheProgramsMaskAndFlags) {
+  struct sigaction act {}, old{};
+  act.sa_sigaction = once_handler;
+  act.sa_flags = SA_SIGINFO | SA_RESETHAND;
+  sigemptyset(&act.sa_mask);
+  sigaddset(&act.sa_mask, SIGUSR2);
+  ASSERT_EQ(sigaction(SIGTRAP, &act, &old), 0);
+  ASSERT_TRUE(patch::install_trap_handler().ok());
+  foreign_trap();
+  EXPECT_EQ(g_usr2_blocked_in_handler, 1);
+  sigset_t now;
+  pthread_sigmask(SIG_BLOCK, nullptr, &now);
+  EXPECT_EQ(sigismember(&now, SIGUSR2), 0) << "the handler's mask outlived it";
+  struct sigaction seen {};
+  ASSERT_TRUE(patch::set_program_trap_action(nullptr, &seen).ok());
+  EXPECT_EQ(seen.sa_handler, SIG_DFL) << "SA_RESETHAND: the default action once the handler ran";
+  EXPECT_EQ(seen.sa_flags & SA_RESETHAND, SA_RESETHAND);
+  EXPECT_EQ(sigismember(&seen.sa_mask, SIGUSR2), 1);
+  ASSERT_TRUE(patch::restore_program_trap_action().ok());
+  struct sigaction kernel {};
+  ASSERT_EQ(sigaction(SIGTRAP, nullptr, &kernel), 0);
+  EXPECT_EQ(kernel.sa_handler, SIG_DFL) << "utramp's handler is still the kernel's action";
+  sigaction(SIGTRAP, &old, nullptr);
+}
+
 }  // namespace
