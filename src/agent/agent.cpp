@@ -64,6 +64,7 @@ Result<void> take_over();
 void give_back(bool wait_for_traps = true);
 bool taken_over();
 void child_gives_back();
+void child_forgets_lock_holder();
 }  // namespace sig
 
 namespace {
@@ -458,6 +459,7 @@ void fork_parent() { g_mu.unlock(); }
 void atfork_child() {
   new (&g_mu) std::recursive_mutex();  // held by the forking thread's parent copy
   control_after_fork_child();
+  sig::child_forgets_lock_holder();
   if (!g_agent) return;
   Inside in;
   // The child inherits every image; its threads claim new buffers on their first event.
@@ -471,8 +473,8 @@ void atfork_child() {
       g_agent->detached = true;
       sites::SiteTable::instance().put_file_bytes_back_in_child();
       sites::set_trap_entries(false, "a forked child is not recorded");
+      sig::child_gives_back();
     }
-    sig::child_gives_back();
     return;
   }
   log_error(g_agent->files.forked());
@@ -1142,13 +1144,16 @@ int action(int signo, const struct sigaction* act, struct sigaction* old, bool a
 // signal() for the program. glibc's calls its internal sigaction, not the interposed
 // one. As glibc's, system calls are restarted (SIGTRAP itself is never added to its
 // handler's mask).
+// The real signal() under the lock: the new handler's mask has no SIGTRAP to put back.
+sighandler_t real_signal(int signo, sighandler_t handler) {
+  ActionLock lock;
+  const sighandler_t r = g_signal(signo, handler);
+  if (r != SIG_ERR && valid(signo)) g_mask_had_trap[signo].store(false, std::memory_order_relaxed);
+  return r;
+}
+
 sighandler_t signal_for(int signo, sighandler_t handler) {
-  if (signo != SIGTRAP) {
-    ActionLock lock;
-    const sighandler_t r = g_signal(signo, handler);
-    if (r != SIG_ERR && valid(signo)) g_mask_had_trap[signo].store(false, std::memory_order_relaxed);
-    return r;
-  }
+  if (signo != SIGTRAP) return real_signal(signo, handler);
   struct sigaction act, old;
   memset(&act, 0, sizeof act);
   act.sa_handler = handler;
@@ -1167,13 +1172,8 @@ int hooked_sigaction(int signo, const struct sigaction* act, struct sigaction* o
   return action(signo, act, old, active());
 }
 sighandler_t hooked_signal(int signo, sighandler_t handler) {
-  if (t_inside || !active()) {
-    if (t_inside || signo == SIGTRAP || !valid(signo)) return g_signal(signo, handler);
-    ActionLock lock;
-    const sighandler_t r = g_signal(signo, handler);
-    if (r != SIG_ERR) g_mask_had_trap[signo].store(false, std::memory_order_relaxed);
-    return r;
-  }
+  if (t_inside) return g_signal(signo, handler);
+  if (!active()) return real_signal(signo, handler);  // being given back
   return signal_for(signo, handler);
 }
 int hooked_sigprocmask(int how, const sigset_t* set, sigset_t* old) {
@@ -1298,10 +1298,12 @@ void give_back(bool wait_for_traps) {
   g_taken = false;
 }
 
+// In a forked child: the lock's holder may be a thread the child does not have.
+void child_forgets_lock_holder() { g_action_owner.store(0, std::memory_order_relaxed); }
+
 // In a forked child that is not traced (atfork_child: single-threaded, its sites back
 // to the file's bytes already), with the forking thread's own mask.
 void child_gives_back() {
-  g_action_owner.store(0, std::memory_order_relaxed);  // a thread the child does not have
   if (!g_taken) {
     (void)patch::restore_program_trap_action();
     return;
