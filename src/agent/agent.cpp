@@ -1192,16 +1192,9 @@ struct HookedSlot {
 std::vector<HookedSlot>* g_slots = nullptr;  // never freed; agent's lock
 bool g_taken = false;                        // agent's lock
 
-// Writes VALUE into the slot at GOT, which must hold EXPECTED (a lazily bound slot the
-// loader's resolver may be writing: compared and swapped); RELRO: read-only since the
-// relocation, written through /proc/self/mem as code is (ftrace/libcall.hpp).
 bool write_slot(uint64_t got, uint64_t expected, uint64_t value, bool relro) {
-  auto* slot = reinterpret_cast<uint64_t*>(got);
-  if (relro) {
-    if (__atomic_load_n(slot, __ATOMIC_ACQUIRE) != expected) return false;
-    return static_cast<bool>(os::write_text(got, {reinterpret_cast<const uint8_t*>(&value), sizeof value}));
-  }
-  return __atomic_compare_exchange_n(slot, &expected, value, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  auto w = os::replace_word(got, expected, value, relro);
+  return w && *w;
 }
 
 size_t hook_slots() {
