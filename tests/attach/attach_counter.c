@@ -24,6 +24,8 @@
 //      action and SIGUSR2's mask, then waits for 'F'; prints "forked PID: LINE" (the
 //      child's line)
 //   F  end the child: prints "child exit N"
+//   b  block SIGTRAP (pthread_sigmask), call no_site(), read the mask back, unblock it
+//      (sigprocmask); prints "blocked: no_site N, mask with|without SIGTRAP"
 // With a second argument "block-trap", one more thread keeps SIGTRAP blocked until the
 // end (it never calls the counted functions): int3 entries must not be used then.
 // So the calls made between two pauses are known exactly, whatever the timing.
@@ -245,6 +247,16 @@ int main(int argc, char** argv) {
       __asm__ volatile("int3");
       printf("int3: %d traps, usr2 %s in the handler\n", atomic_load(&g_traps),
              atomic_load(&g_usr2_blocked_in_trap) ? "blocked" : "unblocked");
+      fflush(stdout);
+    } else if (c == 'b') {
+      sigset_t trap, now;
+      sigemptyset(&trap);
+      sigaddset(&trap, SIGTRAP);
+      pthread_sigmask(SIG_BLOCK, &trap, NULL);
+      const long r = no_site(1);
+      pthread_sigmask(SIG_BLOCK, NULL, &now);
+      sigprocmask(SIG_UNBLOCK, &trap, NULL);
+      printf("blocked: no_site %ld, mask %s SIGTRAP\n", r, sigismember(&now, SIGTRAP) ? "with" : "without");
       fflush(stdout);
     } else if (c == 'f') {
       fork_child();

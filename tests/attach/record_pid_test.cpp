@@ -287,15 +287,16 @@ class RecordPidInt3Builds : public ::testing::TestWithParam<std::string> {};
 
 // The program's own SIGTRAP while its entries are diverted by int3s: it installs a
 // handler, raises SIGTRAP, executes an int3 of its own, installs a one-shot handler with
-// SIGUSR2 in its mask, reads back what it set (sigaction(SIGTRAP, NULL, &old)); after
-// the detach again. Every answer is the untraced run's (its handler's mask and flags
+// SIGUSR2 in its mask, reads back what it set (sigaction(SIGTRAP, NULL, &old)), blocks
+// SIGTRAP and calls a function with an int3 entry (which the kernel would end the
+// process for, were SIGTRAP blocked), reading its mask back; after the detach again. Every answer is the untraced run's (its handler's mask and flags
 // honoured, its action read back as it set it, the default action back when the
 // one-shot handler ran), the int3 entries all reach utramp (the calls of the window are
 // all recorded), and after the detach the kernel holds the program's action again.
 TEST_P(RecordPidInt3Builds, TheProgramsOwnSigtrapStaysItsOwn) {
   const std::string target = target_path(GetParam());
   if (!std::filesystem::exists(target)) GTEST_SKIP() << target << " not built (no such compiler)";
-  constexpr std::string_view kWhile = "gtgTihgig", kAfter = "gtgTig";
+  constexpr std::string_view kWhile = "gtgTihgigb", kAfter = "gtgTigb";
   std::vector<std::string> while_untraced, after_untraced;
   {
     Counter u(target);
