@@ -9,7 +9,9 @@
 #include <fmt/ranges.h>
 #include <link.h>
 #include <alloca.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -42,6 +44,7 @@
 #include "os/elf_file.hpp"
 #include "os/file.hpp"
 #include "os/signal_stack.hpp"
+#include "os/text_writer.hpp"
 #include "patch/patcher.hpp"
 #include "probe/sigtrap_mask.hpp"
 #include "sites/imports.hpp"
@@ -53,6 +56,16 @@
 #include "tramp/trampoline.hpp"
 
 namespace utramp::agent {
+
+// A running process's signal functions, taken over while an int3 entry may be reached
+// (below, "SIGTRAP stays deliverable").
+namespace sig {
+Result<void> take_over();
+void give_back(bool wait_for_traps = true);
+bool taken_over();
+void child_gives_back();
+void child_forgets_lock_holder();
+}  // namespace sig
 
 namespace {
 
@@ -215,6 +228,24 @@ struct Untraced {
   }
 } g_untraced;
 
+// SIGTRAP back to the program's action (patch::restore_program_trap_action) once no int3
+// of utramp's is left: a thread that trapped on one just before it went, and has not
+// been handled yet, has the signal pending, and must reach utramp's handler (which
+// sends it back to the instruction now there), not the program's action (by default the
+// kernel's: a core dump). So first no SIGTRAP pending in any thread, in two looks a few
+// milliseconds apart (a thread preempted between its trap and the signal's generation
+// is not seen: docs/attach.md, "Limits").
+void give_trap_action_back() {
+  for (int look = 0, clear = 0; look < 500 && clear < 2; ++look) {
+    auto pending = probe::sigtrap_pending();
+    if (!pending) break;
+    clear = *pending ? 0 : clear + 1;
+    timespec ts{0, 2 * 1000 * 1000};
+    nanosleep(&ts, nullptr);
+  }
+  log_error(patch::restore_program_trap_action());
+}
+
 // Attaches the tracer to every selected function not traced yet.
 void attach_new_sites() {
   if (g_agent->detached) return;
@@ -227,6 +258,7 @@ void attach_new_sites() {
   std::vector<trace::Function> reported;  // functions that report their own calls
   std::vector<Reported> reported_addrs;
   size_t skipped = 0;
+  bool wants_int3 = false;  // a selected function's entry would be diverted by an int3
   const Selection sel(cfg);
   for (sites::Site* s : table.all()) {
     if (s->traced_by_agent) continue;
@@ -274,6 +306,7 @@ void attach_new_sites() {
     }
     cand.push_back({s->info.func, s->info.size, s->info.name, s->object});
     first_req.push_back(reqs.size());
+    wants_int3 = wants_int3 || table.takes_int3_form(s);
   }
   if (!reported.empty()) {
     logf("%zu functions report their calls (-finstrument-functions): traced without sites",
@@ -285,7 +318,21 @@ void attach_new_sites() {
     if (!reported.empty()) log_error(g_agent->files.traced(std::move(reported)));
     return;
   }
+  // In a running process the program's signal functions go through utramp before the
+  // first int3 entry is written (the program keeps SIGTRAP deliverable and its own
+  // SIGTRAP action, docs/attach.md), and only then; given back if none was written.
+  if (g_agent->running_process && wants_int3 && !sig::taken_over())
+    if (auto r = sig::take_over(); !r) {
+      logf("%s", r.error().message.c_str());
+      sites::set_trap_entries(false, r.error().message);
+    }
   auto res = mgr.attach_many(reqs);
+  if (g_agent->running_process) {
+    if (sig::taken_over() && !table.any_int3_entry()) sig::give_back();
+    // Without int3 entries SIGTRAP is utramp's only for the patch batches' own int3s:
+    // the program's action again between batches (each installs utramp's handler).
+    if (!sig::taken_over()) give_trap_action_back();
+  }
   std::vector<trace::Function> done = std::move(reported);
   for (size_t i = 0; i < cand.size(); ++i) {
     bool ok = true;
@@ -412,10 +459,24 @@ void fork_parent() { g_mu.unlock(); }
 void atfork_child() {
   new (&g_mu) std::recursive_mutex();  // held by the forking thread's parent copy
   control_after_fork_child();
+  sig::child_forgets_lock_holder();
   if (!g_agent) return;
   Inside in;
   // The child inherits every image; its threads claim new buffers on their first event.
   ftrace::after_fork_child();
+  if (g_agent->running_process) {
+    // A recording attached to a running process is the parent's (the child has no
+    // control channel, hence no recorder): the child runs as untraced, with the file's
+    // bytes at every site, its signal functions, masks and SIGTRAP action its own. It is
+    // single-threaded here. (`run -p`'s probes stay, as the kernel's uprobes do.)
+    if (!g_agent->detached && g_agent->cfg.bpf_objects.empty()) {
+      g_agent->detached = true;
+      sites::SiteTable::instance().put_file_bytes_back_in_child();
+      sites::set_trap_entries(false, "a forked child is not recorded");
+      sig::child_gives_back();
+    }
+    return;
+  }
   log_error(g_agent->files.forked());
 }
 
@@ -505,47 +566,6 @@ nlohmann::json show_json() {
   return shown;
 }
 
-// Handlers of the program whose mask blocks SIGTRAP while they run (a sigfillset mask is
-// common): a function with an int3 entry that one calls would trap with SIGTRAP blocked,
-// and the kernel ends the process for that. While a running process is recorded with
-// int3 entries, SIGTRAP is taken out of their masks (as the launched agent's interposed
-// sigaction does for every handler), and put back at the detach where the handler is
-// still the same one. Agent lock held. (Plain arrays: no load-time constructor.)
-struct Scrubbed {
-  int sig;
-  void* handler;
-};
-Scrubbed g_scrubbed[NSIG];
-int g_nscrubbed = 0;
-
-void* handler_of(const struct sigaction& a) {
-  return (a.sa_flags & SA_SIGINFO) ? reinterpret_cast<void*>(a.sa_sigaction)
-                                   : reinterpret_cast<void*>(a.sa_handler);
-}
-
-void let_handlers_take_sigtrap() {
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig == SIGKILL || sig == SIGSTOP || sig == SIGTRAP) continue;  // SIGTRAP: utramp's
-    struct sigaction a;
-    if (sigaction(sig, nullptr, &a) != 0 || !sigismember(&a.sa_mask, SIGTRAP)) continue;
-    if (!(a.sa_flags & SA_SIGINFO) && (a.sa_handler == SIG_DFL || a.sa_handler == SIG_IGN)) continue;
-    sigdelset(&a.sa_mask, SIGTRAP);
-    if (sigaction(sig, &a, nullptr) != 0) continue;
-    if (g_nscrubbed < NSIG) g_scrubbed[g_nscrubbed++] = {sig, handler_of(a)};
-    logf("signal %d: its handler no longer blocks SIGTRAP while it runs, until the detach", sig);
-  }
-}
-
-void put_handler_masks_back() {
-  for (int i = 0; i < g_nscrubbed; ++i) {
-    struct sigaction a;
-    if (sigaction(g_scrubbed[i].sig, nullptr, &a) != 0 || handler_of(a) != g_scrubbed[i].handler) continue;
-    sigaddset(&a.sa_mask, SIGTRAP);
-    (void)sigaction(g_scrubbed[i].sig, &a, nullptr);
-  }
-  g_nscrubbed = 0;
-}
-
 // Everything utramp put in, removed; the program runs on untraced. Tracing stops with
 // it: the events already written are in the shared ring buffers, where the recorder
 // takes them (nothing is held back in the agent), and a thread inside a traced call
@@ -585,7 +605,12 @@ Result<nlohmann::json> detach_all() {
   // handler that ran during the batches above and reached one would have been killed.
   // Int3 entries end with the recording that asked for them (`run -p` never uses them).
   sites::set_trap_entries(false, "only a recording attached by record -p diverts entries by an int3");
-  put_handler_masks_back();
+  // The program's handler masks, its SIGTRAP action (utramp's handler came with the
+  // first patch batch) and its signal functions' slots, as they are without utramp.
+  if (g_agent->running_process) {
+    if (sig::taken_over()) sig::give_back();
+    else give_trap_action_back();
+  }
   // The events written so far are in the rings; what a thread writes from now on (the
   // exit of a call it was inside) is the recorder's to take until it ends.
   logf("detached: %zu links, %zu sites back to the file's bytes, %zu library-call slots; %zu left, "
@@ -598,18 +623,6 @@ Result<nlohmann::json> detach_all() {
 
 void control_log(const char* text) { logf("%s", text); }
 
-// While a running process is recorded with int3 entries: a SIGTRAP handler the program
-// installed since (nothing can be interposed there) replaced utramp's, and the int3
-// entries would reach it. utramp's goes back in front within kTickMs, passing the
-// program's handler the traps that are not utramp's, as it would have from the start;
-// handlers installed since with SIGTRAP in their mask lose it (docs/attach.md, "Limits").
-void control_tick() {
-  if (!g_agent || g_agent->detached || !sites::trap_entries()) return;
-  Inside in;
-  log_error(patch::install_trap_handler());
-  let_handlers_take_sigtrap();
-}
-
 Result<nlohmann::json> configure_running(TrustedConfig t);
 
 void start_control_channel() {
@@ -619,7 +632,6 @@ void start_control_channel() {
   h.detach = &detach_all;
   h.configure = &configure_running;
   h.log = &control_log;
-  h.tick = &control_tick;
   if (auto r = start_control(h); !r) logf("%s", r.error().message.c_str());
 }
 
@@ -902,8 +914,7 @@ Result<nlohmann::json> configure_running(TrustedConfig t) {
   // the kernel would end the process when that thread reached one (docs/sites.md, "A
   // thread that blocks SIGTRAP unseen"); they are then left out, said in the log.
   if (auto blocking = probe::threads_keeping_sigtrap_blocked(); blocking && blocking->empty()) {
-    sites::set_trap_entries(true);
-    let_handlers_take_sigtrap();
+    sites::set_trap_entries(true);  // the signal functions taken over first (attach_new_sites)
   } else {
     sites::set_trap_entries(false, blocking ? probe::describe(*blocking) + " keeps SIGTRAP blocked"
                                             : blocking.error().message);
@@ -935,15 +946,24 @@ __attribute__((destructor)) void agent_fini() {
 //     set still shows SIGTRAP when the program had asked for it blocked (per thread; a new
 //     thread starts as not having asked);
 //   - sigaction drops SIGTRAP from every handler's sa_mask (it would be blocked while the
-//     handler runs), and sigaction/signal for SIGTRAP itself go to
-//     patch::set_program_trap_action: the program's handler becomes the one the
-//     patcher's handler forwards foreign traps to, instead of replacing it;
+//     handler runs; the old action shows it again where the program had put it), and
+//     sigaction/signal for SIGTRAP itself go to patch::set_program_trap_action: the
+//     program's handler becomes the one the patcher's handler forwards foreign traps to,
+//     instead of replacing it, and the program reads back its own;
 //   - at start-up, a SIGTRAP blocked across exec is unblocked.
 // Calls made by utramp's own objects (the patcher installs its handler and, to dump core
 // on a foreign trap, blocks SIGTRAP) pass through untouched, as do the program's calls
 // before the agent is set up and after it declined to run. The real functions are
 // resolved in a constructor that runs before any other of ours; after it, the
-// interposers are async-signal-safe: no allocation, no lock, an initial-exec thread-local.
+// interposers are async-signal-safe: no allocation, an initial-exec thread-local, and a
+// signal's action changed under a spin lock with the signals blocked (ActionLock).
+//
+// A launched program's calls reach them by interposition (LD_PRELOAD). A running
+// process's cannot (its objects are bound already): while an int3 entry may be reached
+// there, the GOT slots of these functions in every loaded object are pointed at the
+// same code (take_over, the slots found as the library-call tracer finds them:
+// sites/imports.hpp), and put back at the detach (give_back), with the handler masks and
+// the program's own SIGTRAP action. Objects loaded after that call the real functions.
 namespace sig {
 
 using MaskFn = int (*)(int, const sigset_t*, sigset_t*);
@@ -955,7 +975,9 @@ MaskFn g_sigprocmask = nullptr, g_pthread_sigmask = nullptr;
 ActionFn g_sigaction = nullptr;
 SignalFn g_signal = nullptr;
 AltStackFn g_sigaltstack = nullptr;
-bool g_active = false;  // set once, before main; read-only after
+// Launched: set once, before main. In a running process: while its signal functions
+// are taken over.
+std::atomic<bool> g_active{false};
 
 // The executable text of libutramp*.so: calls from there are utramp's own.
 struct Range {
@@ -966,6 +988,41 @@ int g_own_count = 0;
 
 // Whether this thread's program asked for SIGTRAP blocked (what the old set reports).
 __attribute__((tls_model("initial-exec"))) thread_local bool t_asked_blocked = false;
+
+// Signals whose action the program set with SIGTRAP in its mask, which the kernel holds
+// without it: what the old action shows, and what give_back puts back.
+std::atomic<bool> g_mask_had_trap[NSIG];
+
+// Serialises changes of a signal's action between the program's threads and the agent
+// (read, change, write: the scrub and its undoing). Every signal is blocked while it is
+// held but SIGTRAP and the faults (an int3 entry in a function the holder calls must
+// still be handled); a SIGTRAP handler that calls sigaction on the holding thread goes on
+// (the owner is the thread).
+std::atomic<long> g_action_owner{0};
+class ActionLock {
+ public:
+  ActionLock() {
+    sigset_t all;
+    sigfillset(&all);
+    for (int s : {SIGTRAP, SIGSEGV, SIGBUS, SIGILL, SIGFPE}) sigdelset(&all, s);
+    g_pthread_sigmask(SIG_BLOCK, &all, &saved_);
+    const long me = syscall(SYS_gettid);
+    if (g_action_owner.load(std::memory_order_acquire) == me) return;
+    for (long none = 0; !g_action_owner.compare_exchange_weak(none, me, std::memory_order_acquire); none = 0)
+      sched_yield();
+    taken_ = true;
+  }
+  ~ActionLock() {
+    if (taken_) g_action_owner.store(0, std::memory_order_release);
+    g_pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+  }
+  ActionLock(const ActionLock&) = delete;
+  ActionLock& operator=(const ActionLock&) = delete;
+
+ private:
+  sigset_t saved_;
+  bool taken_ = false;
+};
 
 // A call the agent makes, directly or through a library it uses (libdw, libelf, the C++
 // runtime), on a thread inside it.
@@ -1015,8 +1072,10 @@ __attribute__((constructor(UTRAMP_INIT_GLUE))) void init() {
   sigaddset(&trap, SIGTRAP);
   if (g_pthread_sigmask(SIG_UNBLOCK, &trap, &old) == 0 && sigismember(&old, SIGTRAP) == 1)
     t_asked_blocked = true;
-  g_active = true;
+  g_active.store(true, std::memory_order_release);
 }
+
+bool active() { return g_active.load(std::memory_order_acquire); }
 
 // sigprocmask and pthread_sigmask for the program: REAL with SIGTRAP out of SET.
 int mask(MaskFn real, int how, const sigset_t* set, sigset_t* old) {
@@ -1045,26 +1104,211 @@ int mask(MaskFn real, int how, const sigset_t* set, sigset_t* old) {
 // The interposed sigprocmask/pthread_sigmask, called from CALLER.
 int mask_for(MaskFn* real, int how, const sigset_t* set, sigset_t* old, const void* caller) {
   resolve();
-  if (!g_active || own_caller(caller)) return (*real)(how, set, old);
+  if (!active() || own_caller(caller)) return (*real)(how, set, old);
   return mask(*real, how, set, old);
 }
 
+bool valid(int signo) { return signo > 0 && signo < NSIG; }
+
 // sigaction for the program: SIGTRAP out of the handler's mask; SIGTRAP's own through
-// the patcher.
-int action(int signo, const struct sigaction* act, struct sigaction* old) {
-  struct sigaction copy;
-  if (act && sigismember(&act->sa_mask, SIGTRAP) == 1) {
-    copy = *act;
-    sigdelset(&copy.sa_mask, SIGTRAP);
-    act = &copy;
+// the patcher. With ACTIVE false (being given back) the real one, remembering that the
+// kernel holds what the program asked for.
+int action(int signo, const struct sigaction* act, struct sigaction* old, bool active = true) {
+  ActionLock lock;
+  const bool had = valid(signo) && g_mask_had_trap[signo].load(std::memory_order_relaxed);
+  const bool has = act && sigismember(&act->sa_mask, SIGTRAP) == 1;
+  int r = 0;
+  if (!active) {
+    r = g_sigaction(signo, act, old);
+  } else {
+    struct sigaction copy;
+    if (has) {
+      copy = *act;
+      sigdelset(&copy.sa_mask, SIGTRAP);
+      act = &copy;
+    }
+    if (signo != SIGTRAP) {
+      r = g_sigaction(signo, act, old);
+    } else if (!patch::set_program_trap_action(act, old)) {
+      errno = EINVAL;
+      r = -1;
+    }
   }
-  if (signo != SIGTRAP) return g_sigaction(signo, act, old);
-  auto r = patch::set_program_trap_action(act, old);
-  if (!r) {
-    errno = EINVAL;
-    return -1;
+  if (r == 0 && valid(signo)) {
+    if (old && had) sigaddset(&old->sa_mask, SIGTRAP);
+    if (act) g_mask_had_trap[signo].store(active && has, std::memory_order_relaxed);
   }
-  return 0;
+  return r;
+}
+
+// signal() for the program. glibc's calls its internal sigaction, not the interposed
+// one. As glibc's, system calls are restarted (SIGTRAP itself is never added to its
+// handler's mask).
+// The real signal() under the lock: the new handler's mask has no SIGTRAP to put back.
+sighandler_t real_signal(int signo, sighandler_t handler) {
+  ActionLock lock;
+  const sighandler_t r = g_signal(signo, handler);
+  if (r != SIG_ERR && valid(signo)) g_mask_had_trap[signo].store(false, std::memory_order_relaxed);
+  return r;
+}
+
+sighandler_t signal_for(int signo, sighandler_t handler) {
+  if (signo != SIGTRAP) return real_signal(signo, handler);
+  struct sigaction act, old;
+  memset(&act, 0, sizeof act);
+  act.sa_handler = handler;
+  sigemptyset(&act.sa_mask);
+  act.sa_flags = SA_RESTART;
+  if (action(signo, &act, &old) != 0) return SIG_ERR;
+  return old.sa_handler;
+}
+
+// ---- A running process's GOT slots ----
+
+// What the slots point at while taken over: the program's calls, as the interposers
+// take them (the libraries the agent uses call them too, inside it: passed on).
+int hooked_sigaction(int signo, const struct sigaction* act, struct sigaction* old) {
+  if (t_inside) return g_sigaction(signo, act, old);
+  return action(signo, act, old, active());
+}
+sighandler_t hooked_signal(int signo, sighandler_t handler) {
+  if (t_inside) return g_signal(signo, handler);
+  if (!active()) return real_signal(signo, handler);  // being given back
+  return signal_for(signo, handler);
+}
+int hooked_sigprocmask(int how, const sigset_t* set, sigset_t* old) {
+  if (t_inside || !active()) return g_sigprocmask(how, set, old);
+  return mask(g_sigprocmask, how, set, old);
+}
+int hooked_pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
+  if (t_inside || !active()) return g_pthread_sigmask(how, set, old);
+  return mask(g_pthread_sigmask, how, set, old);
+}
+
+struct HookedSlot {
+  uint64_t got, was, now;
+  bool relro;
+};
+std::vector<HookedSlot>* g_slots = nullptr;  // never freed; agent's lock
+bool g_taken = false;                        // agent's lock
+
+bool write_slot(uint64_t got, uint64_t expected, uint64_t value, bool relro) {
+  auto w = os::replace_word(got, expected, value, relro);
+  return w && *w;
+}
+
+size_t hook_slots() {
+  static const std::pair<const char*, uint64_t> kOurs[] = {
+      {"sigaction", reinterpret_cast<uint64_t>(&hooked_sigaction)},
+      {"signal", reinterpret_cast<uint64_t>(&hooked_signal)},
+      {"sigprocmask", reinterpret_cast<uint64_t>(&hooked_sigprocmask)},
+      {"pthread_sigmask", reinterpret_cast<uint64_t>(&hooked_pthread_sigmask)}};
+  if (!g_slots) g_slots = new std::vector<HookedSlot>();
+  // Every object but utramp's own and the loader's (whose calls are the C library's).
+  auto objects = sites::loaded_imports([](std::string_view path) {
+    const std::string_view base = path.substr(path.rfind('/') + 1);
+    return !base.starts_with("libutramp") && !base.starts_with("ld-linux") && !base.starts_with("linux-vdso");
+  });
+  for (const sites::ObjectImports& o : objects)
+    for (const sites::ImportSlot& slot : o.slots)
+      for (const auto& [name, ours] : kOurs) {
+        if (slot.name != name) continue;
+        const uint64_t was = __atomic_load_n(reinterpret_cast<uint64_t*>(slot.got), __ATOMIC_ACQUIRE);
+        const bool relro = o.in_relro(slot.got);
+        if (write_slot(slot.got, was, ours, relro)) g_slots->push_back({slot.got, was, ours, relro});
+        else logf("%s: GOT slot %#lx of %s could not be written", name, static_cast<unsigned long>(slot.got),
+                  o.path.empty() ? "the program" : o.path.c_str());
+      }
+  return g_slots->size();
+}
+
+// Handlers of the program whose mask blocks SIGTRAP while they run (a sigfillset mask is
+// common): a function with an int3 entry that one calls would trap with SIGTRAP blocked,
+// and the kernel ends the process for that. SIGTRAP is taken out of their masks, as the
+// interposed sigaction does for every handler, and put back by give_back.
+void let_handlers_take_sigtrap() {
+  for (int signo = 1; signo < NSIG; ++signo) {
+    if (signo == SIGKILL || signo == SIGSTOP || signo == SIGTRAP) continue;  // SIGTRAP: utramp's
+    ActionLock lock;
+    struct sigaction a;
+    if (g_sigaction(signo, nullptr, &a) != 0 || !sigismember(&a.sa_mask, SIGTRAP)) continue;
+    if (!(a.sa_flags & SA_SIGINFO) && (a.sa_handler == SIG_DFL || a.sa_handler == SIG_IGN)) continue;
+    sigdelset(&a.sa_mask, SIGTRAP);
+    if (g_sigaction(signo, &a, nullptr) != 0) continue;
+    g_mask_had_trap[signo].store(true, std::memory_order_relaxed);
+    logf("signal %d: its handler no longer blocks SIGTRAP while it runs, until the detach", signo);
+  }
+}
+
+void put_handler_masks_back() {
+  for (int signo = 1; signo < NSIG; ++signo) {
+    ActionLock lock;
+    if (!g_mask_had_trap[signo].exchange(false, std::memory_order_relaxed)) continue;
+    struct sigaction a;
+    if (g_sigaction(signo, nullptr, &a) != 0) continue;
+    sigaddset(&a.sa_mask, SIGTRAP);
+    (void)g_sigaction(signo, &a, nullptr);
+  }
+}
+
+// Agent's lock held.
+Result<void> take_over() {
+  if (g_taken) return {};
+  resolve();
+  if (!g_sigaction || !g_signal || !g_sigprocmask || !g_pthread_sigmask)
+    return make_error(Errc::unsupported, "the C library's signal functions were not found: no entry is diverted by an int3");
+  // utramp's own calls of them (the patcher's) may reach the interposers below.
+  static const bool own_known = (dl_iterate_phdr(add_own_ranges, nullptr), true);
+  (void)own_known;
+  g_active.store(true, std::memory_order_release);
+  const size_t slots = hook_slots();
+  g_taken = true;
+  // After the slots: a SIGTRAP action the program sets from now on is passed to ours.
+  if (auto r = patch::install_trap_handler(); !r) {
+    give_back();
+    return make_error(r.error().code, "SIGTRAP: " + r.error().message + ": no entry is diverted by an int3");
+  }
+  let_handlers_take_sigtrap();
+  logf("int3 entries: the program's sigaction, signal, sigprocmask and pthread_sigmask go through utramp "
+       "(%zu GOT slots) until the detach", slots);
+  return {};
+}
+
+bool taken_over() { return g_taken; }
+
+// Agent's lock held; no int3 entry left. WAIT_FOR_TRAPS: other threads may have one of
+// utramp's traps pending (not in a forked child: pending signals are not inherited).
+void give_back(bool wait_for_traps) {
+  if (!g_taken) return;
+  g_active.store(false, std::memory_order_release);
+  put_handler_masks_back();
+  if (wait_for_traps) give_trap_action_back();
+  else log_error(patch::restore_program_trap_action());
+  for (const HookedSlot& h : *g_slots)
+    if (!write_slot(h.got, h.now, h.was, h.relro))
+      logf("GOT slot %#lx: changed since it was hooked, left as it is", static_cast<unsigned long>(h.got));
+  g_slots->clear();
+  g_taken = false;
+}
+
+// In a forked child: the lock's holder may be a thread the child does not have.
+void child_forgets_lock_holder() { g_action_owner.store(0, std::memory_order_relaxed); }
+
+// In a forked child that is not traced (atfork_child: single-threaded, its sites back
+// to the file's bytes already), with the forking thread's own mask.
+void child_gives_back() {
+  if (!g_taken) {
+    (void)patch::restore_program_trap_action();
+    return;
+  }
+  give_back(false);
+  if (t_asked_blocked) {
+    sigset_t trap;
+    sigemptyset(&trap);
+    sigaddset(&trap, SIGTRAP);
+    g_pthread_sigmask(SIG_BLOCK, &trap, nullptr);
+    t_asked_blocked = false;
+  }
 }
 
 }  // namespace sig
@@ -1087,25 +1331,16 @@ int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
 int sigaction(int signo, const struct sigaction* act, struct sigaction* old) {
   namespace sig = utramp::agent::sig;
   sig::resolve();
-  if (!sig::g_active || sig::own_caller(__builtin_return_address(0)))
+  if (!sig::active() || sig::own_caller(__builtin_return_address(0)))
     return sig::g_sigaction(signo, act, old);
   return sig::action(signo, act, old);
 }
 
-// glibc's signal() calls its internal sigaction, not the interposed one. As glibc's,
-// system calls are restarted (SIGTRAP itself is never added to its handler's mask).
 sighandler_t signal(int signo, sighandler_t handler) {
   namespace sig = utramp::agent::sig;
   sig::resolve();
-  if (signo != SIGTRAP || !sig::g_active || sig::own_caller(__builtin_return_address(0)))
-    return sig::g_signal(signo, handler);
-  struct sigaction act, old;
-  memset(&act, 0, sizeof act);
-  act.sa_handler = handler;
-  sigemptyset(&act.sa_mask);
-  act.sa_flags = SA_RESTART;
-  if (sig::action(signo, &act, &old) != 0) return SIG_ERR;
-  return old.sa_handler;
+  if (!sig::active() || sig::own_caller(__builtin_return_address(0))) return sig::g_signal(signo, handler);
+  return sig::signal_for(signo, handler);
 }
 
 }  // extern "C"

@@ -216,19 +216,16 @@ void* control_thread(void*) {
     fds.clear();
     fds.push_back({g_ctl->listen_fd, POLLIN, 0});
     for (const Client& c : g_ctl->clients) fds.push_back({c.fd, POLLIN, 0});
-    const bool recording = g_ctl->h.tick && std::any_of(g_ctl->clients.begin(), g_ctl->clients.end(),
-                                                        [](const Client& c) { return c.owns; });
     // Parked: in utramp's own code, in a system call made directly (os/text_writer.hpp).
     os::set_own_thread_parked(true);
     mu.unlock();
     long r;
     do {
       r = arch::raw_syscall6(SYS_poll, reinterpret_cast<long>(fds.data()), static_cast<long>(fds.size()),
-                             recording ? kTickMs : -1);
+                             -1);
     } while (r == -EINTR);
     mu.lock();
     os::set_own_thread_parked(false);
-    if (recording) g_ctl->h.tick();
     if (r < 0) {
       logf(fmt::format("control: poll: {}; the control channel stops", strerror(static_cast<int>(-r))));
       break;

@@ -26,12 +26,7 @@ struct ControlHandlers {
   // included: the kernel closes the socket), `detach` runs at once.
   Result<nlohmann::json> (*configure)(TrustedConfig) = nullptr;
   void (*log)(const char* text) = nullptr;    // a line in the agent's log
-  // Called every kTickMs while a client that configured the agent is connected (and
-  // after each wake-up then): what the agent must look after while it records.
-  void (*tick)() = nullptr;
 };
-
-inline constexpr int kTickMs = 100;
 
 // Starts the thread (once per process). Errors (the name is taken: another process
 // squats @utramp/PID) are returned for the log; the program runs on either way.

@@ -206,16 +206,9 @@ size_t unhook_imports(std::vector<std::string>* errors) {
         if (pass == 0) ++restored;
         continue;
       }
-      if (h->relro) {
-        if (auto w = os::write_text(reinterpret_cast<uint64_t>(h->got),
-                                    {reinterpret_cast<const uint8_t*>(&target), sizeof target});
-            !w) {
-          if (pass == 0) errors->push_back(fmt::format("GOT slot {}: {}", static_cast<void*>(h->got), w.error().message));
-          continue;
-        }
-      } else if (!__atomic_compare_exchange_n(h->got, &seen, target, false, __ATOMIC_ACQ_REL,
-                                              __ATOMIC_ACQUIRE)) {
-        if (pass == 0) ++restored;  // the resolver wrote the function meanwhile
+      // Not written: the resolver wrote the function meanwhile (it is restored too).
+      if (auto w = os::replace_word(reinterpret_cast<uint64_t>(h->got), seen, target, h->relro); !w) {
+        if (pass == 0) errors->push_back(fmt::format("GOT slot {}: {}", static_cast<void*>(h->got), w.error().message));
         continue;
       }
       if (pass == 0) ++restored;

@@ -57,6 +57,14 @@ Result<void> write_text(uint64_t addr, std::span<const uint8_t> bytes) {
   return {};
 }
 
+Result<bool> replace_word(uint64_t addr, uint64_t expected, uint64_t value, bool read_only) {
+  auto* word = reinterpret_cast<uint64_t*>(addr);
+  if (!read_only) return __atomic_compare_exchange_n(word, &expected, value, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != expected) return false;
+  UTRAMP_TRY(write_text(addr, {reinterpret_cast<const uint8_t*>(&value), sizeof value}));
+  return true;
+}
+
 Result<void> sync_cores() {
   static std::once_flag once;
   static int reg_errno = 0;

@@ -15,6 +15,13 @@ namespace utramp::os {
 // Writes `bytes` at `addr` of this process. Thread-safe; reopens after fork.
 Result<void> write_text(uint64_t addr, std::span<const uint8_t> bytes);
 
+// Replaces the 8-byte word at ADDR with VALUE if it holds EXPECTED (a GOT slot that
+// utramp points elsewhere and back: ftrace/libcall.hpp, the agent's signal functions);
+// true when written, false when it held something else. READ_ONLY: written through
+// write_text (a slot in RELRO, which only utramp writes after relocation); otherwise
+// compared and swapped atomically (the loader's resolver may be binding it).
+Result<bool> replace_word(uint64_t addr, uint64_t expected, uint64_t value, bool read_only);
+
 // Serialises the instruction stream of every running thread of this process
 // (membarrier PRIVATE_EXPEDITED_SYNC_CORE, registered on first use).
 Result<void> sync_cores();

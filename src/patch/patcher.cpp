@@ -35,12 +35,22 @@ void publish_prev(const struct sigaction& act) {
   g_prev.store(next, std::memory_order_release);  // pairs with the acquire in forward()
 }
 std::atomic<TrapHook> g_hook{nullptr};
+// The kernel's default action, when the program had none of its own.
+const struct sigaction g_default_action{};
+// A program handler installed with SA_RESETHAND, once it ran: the kernel's default
+// action with the flags and mask the program gave (as the kernel keeps them). forward()
+// cannot take g_mu: it writes this slot and points g_prev here.
+struct sigaction g_reset_slot;
+
+bool has_handler(const struct sigaction& a) { return a.sa_handler != SIG_DFL && a.sa_handler != SIG_IGN; }
 
 struct Counters {
   std::atomic<uint64_t> batches{0}, ops{0}, writes{0}, syncs{0}, emulated{0}, restarted{0},
       forwarded{0};
 } g_stats;
 
+// A trap that is not utramp's, given to the program's action as the kernel would have:
+// its handler with its flags and mask, or the kernel's own action.
 void forward(int sig, siginfo_t* si, void* uc) {
   g_stats.forwarded.fetch_add(1, std::memory_order_relaxed);
   const struct sigaction* prev = g_prev.load(std::memory_order_acquire);
@@ -48,8 +58,12 @@ void forward(int sig, siginfo_t* si, void* uc) {
   // One copy, of a slot a later publish does not write (a torn copy would need two
   // publishes during it: programs set a SIGTRAP handler once, if ever).
   if (prev) p = *prev;
-  if (!prev || (!(p.sa_flags & SA_SIGINFO) && p.sa_handler == SIG_DFL)) {
-    // Not ours and nobody else's: the default action (core dump), as without us.
+  const bool handler = has_handler(p);
+  // Ignored, a SIGTRAP that kill() sent is dropped; one the CPU raised (an int3 of the
+  // program's own) is forced by the kernel: the default action, as for SIG_DFL.
+  if (!handler && p.sa_handler == SIG_IGN && si->si_code <= 0) return;
+  if (!handler) {
+    // Nobody's: the default action (core dump), as without us.
     signal(sig, SIG_DFL);
     sigset_t block;  // pending until we return (SA_NODEFER leaves it unblocked here)
     sigemptyset(&block);
@@ -58,11 +72,19 @@ void forward(int sig, siginfo_t* si, void* uc) {
     raise(sig);
     return;
   }
-  if (p.sa_flags & SA_SIGINFO) {
-    p.sa_sigaction(sig, si, uc);
-  } else if (p.sa_handler != SIG_IGN) {
-    p.sa_handler(sig);
+  // The program's SA_RESETHAND: the kernel's action again before its handler runs. Its
+  // mask is blocked while the handler runs (sigreturn puts the thread's back), SIGTRAP
+  // itself excepted: it stays deliverable (docs/attach.md, "Limits").
+  if (p.sa_flags & SA_RESETHAND) {
+    g_reset_slot = p;
+    g_reset_slot.sa_handler = SIG_DFL;
+    g_prev.compare_exchange_strong(prev, &g_reset_slot, std::memory_order_acq_rel);
   }
+  sigset_t mask = p.sa_mask;
+  sigdelset(&mask, SIGTRAP);
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  if (p.sa_flags & SA_SIGINFO) p.sa_sigaction(sig, si, uc);
+  else p.sa_handler(sig);
 }
 
 // Runs on the thread that hit an int3. Async-signal-safe: atomics and arithmetic only.
@@ -102,15 +124,23 @@ void on_sigtrap(int sig, siginfo_t* si, void* ucv) {
   forward(sig, si, ucv);
 }
 
+bool ours(const struct sigaction& a) { return (a.sa_flags & SA_SIGINFO) && a.sa_sigaction == on_sigtrap; }
+
+// Ours restarts the system calls a SIGTRAP sent with kill() interrupts as the program's
+// handler would (with a default or ignored action the kernel would not interrupt them).
+int restart_flag(const struct sigaction& program) {
+  return !has_handler(program) || (program.sa_flags & SA_RESTART) ? SA_RESTART : 0;
+}
+
 Result<void> install_locked() {
   struct sigaction cur;
   if (sigaction(SIGTRAP, nullptr, &cur) != 0)
     return make_error(Errc::io, fmt::format("sigaction(SIGTRAP): {}", strerror(errno)));
-  if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigtrap) return {};
+  if (ours(cur)) return {};
   struct sigaction act;
   memset(&act, 0, sizeof act);
   act.sa_sigaction = on_sigtrap;
-  act.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
+  act.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | restart_flag(cur);
   sigemptyset(&act.sa_mask);
   publish_prev(cur);
   if (sigaction(SIGTRAP, &act, nullptr) != 0)
@@ -143,7 +173,7 @@ Result<void> set_program_trap_action(const struct sigaction* act, struct sigacti
   struct sigaction cur;
   if (sigaction(SIGTRAP, nullptr, &cur) != 0)
     return make_error(Errc::io, fmt::format("sigaction(SIGTRAP): {}", strerror(errno)));
-  if (!((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigtrap)) {
+  if (!ours(cur)) {
     // Ours is not installed (yet): the program's handler is the kernel's, and
     // install_locked() chains to it when a batch needs ours.
     if (sigaction(SIGTRAP, act, old) != 0)
@@ -158,7 +188,27 @@ Result<void> set_program_trap_action(const struct sigaction* act, struct sigacti
       old->sa_handler = SIG_DFL;
     }
   }
-  if (act) publish_prev(*act);
+  if (act) {
+    publish_prev(*act);
+    if ((cur.sa_flags & SA_RESTART) != restart_flag(*act)) {
+      cur.sa_flags = (cur.sa_flags & ~SA_RESTART) | restart_flag(*act);
+      (void)sigaction(SIGTRAP, &cur, nullptr);
+    }
+  }
+  return {};
+}
+
+Result<void> restore_program_trap_action() {
+  std::lock_guard lock(g_mu);
+  struct sigaction cur;
+  if (sigaction(SIGTRAP, nullptr, &cur) != 0)
+    return make_error(Errc::io, fmt::format("sigaction(SIGTRAP): {}", strerror(errno)));
+  if (!ours(cur)) return {};
+  const struct sigaction* prev = g_prev.load(std::memory_order_acquire);
+  const struct sigaction program = prev ? *prev : g_default_action;
+  if (sigaction(SIGTRAP, &program, nullptr) != 0)
+    return make_error(Errc::io, fmt::format("sigaction(SIGTRAP): {}", strerror(errno)));
+  g_prev.store(nullptr, std::memory_order_release);
   return {};
 }
 
@@ -203,6 +253,9 @@ Result<void> apply(std::span<const PatchOp> all) {
 
   // 0. Validate everything before writing anything.
   std::vector<size_t> todo;
+  // Int3s that stay and only change where they send threads: published when the batch
+  // commits, not before (a batch that fails changes nothing).
+  std::vector<std::pair<TrapTable::Entry*, uint64_t>> retargeted;
   for (size_t i = 0; i < all.size(); ++i) {
     const PatchOp& op = all[i];
     const size_t n = op.replacement.size();
@@ -225,7 +278,7 @@ Result<void> apply(std::span<const PatchOp> all) {
       if (keeps_trap(op)) {
         TrapTable::Entry* e = TrapTable::instance().insert(op.addr);
         if (!e) return make_error(Errc::no_memory, "trap table full");
-        e->emu.store(TrapTable::pack(op.emulate, op.addr), std::memory_order_release);
+        retargeted.emplace_back(e, TrapTable::pack(op.emulate, op.addr));
       }
       continue;
     }
@@ -236,7 +289,13 @@ Result<void> apply(std::span<const PatchOp> all) {
                                     op.label, op.addr, hex_bytes(now), hex_bytes(op.expected)));
     todo.push_back(i);
   }
-  if (todo.empty()) return {};
+  auto publish_retargeted = [&] {
+    for (const auto& [e, emu] : retargeted) e->emu.store(emu, std::memory_order_release);
+  };
+  if (todo.empty()) {
+    publish_retargeted();
+    return {};
+  }
   std::sort(todo.begin(), todo.end(), [&](size_t a, size_t b) { return all[a].addr < all[b].addr; });
   for (size_t k = 1; k < todo.size(); ++k) {
     const PatchOp& a = all[todo[k - 1]];
@@ -322,6 +381,7 @@ Result<void> apply(std::span<const PatchOp> all) {
   // that stays keeps its emulation: it is what the site does from now on.
   for (size_t i : todo)
     if (!keeps_trap(all[i])) TrapTable::instance().find(all[i].addr)->emu.store(0, std::memory_order_release);
+  publish_retargeted();
 
   g_stats.batches.fetch_add(1, std::memory_order_relaxed);
   g_stats.ops.fetch_add(todo.size(), std::memory_order_relaxed);

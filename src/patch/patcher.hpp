@@ -18,7 +18,8 @@
 // its emulation published: from then on every thread that reaches the site traps and is
 // sent on as the emulation says (an entry diverted by a trap: docs/sites.md, "Entries
 // diverted by int3"). A later batch that writes other bytes there withdraws it as usual;
-// one with the same bytes and another emulation just publishes the new one. (The int3s
+// one with the same bytes and another emulation just publishes the new one, once the
+// whole batch has been written (a batch that fails leaves the old one). (The int3s
 // of probes are not so marked: the probe layer's hook handles them.)
 #pragma once
 
@@ -69,6 +70,12 @@ Result<void> install_trap_handler();
 // our handler is installed, ACT becomes the handler that traps not ours are passed to and
 // ours stays; OLD gets the program's previous one. Without ours, the real sigaction.
 Result<void> set_program_trap_action(const struct sigaction* act, struct sigaction* old);
+
+// Gives SIGTRAP back to the program's action (the one ours passed foreign traps to, as
+// the program set it since through set_program_trap_action) when ours is installed; the
+// next batch installs ours again. For when nothing of utramp's can trap any more (the
+// agent's detach from a running process, a forked child that is not traced).
+Result<void> restore_program_trap_action();
 
 // Consulted by the SIGTRAP handler for a trap that is not explained by a batch in
 // flight, before passing it to the program's previous handler; returns true when it

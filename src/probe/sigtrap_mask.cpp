@@ -75,6 +75,23 @@ Result<std::vector<BlockingThread>> threads_blocking_sigtrap(pid_t pid) {
   return out;
 }
 
+Result<bool> sigtrap_pending() {
+  const std::string proc = "/proc/self/task";
+  DIR* d = ::opendir(proc.c_str());
+  if (!d) return make_error(Errc::io, fmt::format("{}: {}", proc, strerror(errno)));
+  bool pending = false;
+  while (dirent* e = ::readdir(d)) {
+    if (pending) break;
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const std::string status = read_small(proc + "/" + e->d_name + "/status");
+    for (const char* key : {"SigPnd", "ShdPnd"})
+      if (const std::string v = field(status, key); !v.empty())
+        pending = pending || (std::strtoull(v.c_str(), nullptr, 16) >> (SIGTRAP - 1)) & 1;
+  }
+  ::closedir(d);
+  return pending;
+}
+
 Result<std::vector<BlockingThread>> threads_keeping_sigtrap_blocked() {
   auto seen = threads_blocking_sigtrap();
   for (int look = 1; look < 5 && seen && !seen->empty(); ++look) {

@@ -40,6 +40,10 @@ Result<std::vector<BlockingThread>> threads_blocking_sigtrap(pid_t pid = 0);
 // named. Returns at the first look that finds none.
 Result<std::vector<BlockingThread>> threads_keeping_sigtrap_blocked();
 
+// Whether a SIGTRAP is pending in a thread of this process (SigPnd) or in the process
+// (ShdPnd): generated and not delivered yet.
+Result<bool> sigtrap_pending();
+
 // "thread 1234 (worker, SigBlk 0000000000000020)", joined by ", ".
 std::string describe(const std::vector<BlockingThread>& threads);
 

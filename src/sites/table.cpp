@@ -477,6 +477,31 @@ Result<bool> SiteTable::trap_form(const Site* site, const SiteState& state) cons
                                 site->label(), threads ? *threads : 0, no_trap_entry()));
 }
 
+bool SiteTable::takes_int3_form(const Site* site) const {
+  std::lock_guard lock(mu_);
+  auto t = trap_form(site, SiteState{SiteOp::jmp, 0});
+  return t && *t;
+}
+
+bool SiteTable::any_int3_entry() const {
+  std::lock_guard lock(mu_);
+  for (const auto& s : sites_)
+    if (!s->unloaded && s->trap_entry && s->applied.op != SiteOp::nop) return true;
+  return false;
+}
+
+size_t SiteTable::put_file_bytes_back_in_child() {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const auto& s : sites_) {
+    if (s->unloaded || s->original.empty()) continue;
+    const auto* now = reinterpret_cast<const uint8_t*>(s->info.site);
+    if (std::equal(s->original.begin(), s->original.end(), now)) continue;
+    if (os::write_text(s->info.site, s->original)) ++n;
+  }
+  return n;
+}
+
 Result<std::vector<uint8_t>> SiteTable::checked_bytes(const Site* site, const SiteState& state,
                                                       bool* trap) const {
   if (!site) return make_error(Errc::invalid_argument, "no such site");

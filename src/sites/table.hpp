@@ -113,6 +113,14 @@ class SiteTable {
   // form is two instructions (fentry_gotpcrel, xray_sled: a thread may be between them)
   // stays canonical and is named in LEFT with the reason. Returns how many were restored.
   Result<size_t> restore_discovered(std::vector<std::string>* left);
+  // Whether attaching SITE now would divert its entry by an int3 (Site::trap_entry).
+  bool takes_int3_form(const Site* site) const;
+  // Whether a site's entry is diverted by an int3 now.
+  bool any_int3_entry() const;
+  // In a forked child that is not traced, single-threaded (a pthread_atfork child
+  // handler): every site that differs from the bytes it had at discovery gets them
+  // back, written directly (no other thread can be inside). Returns how many.
+  size_t put_file_bytes_back_in_child();
 
   // Desired state; checked here (site usable, target reachable), applied by commit().
   Result<void> set_desired(Site* site, SiteState state);

@@ -14,6 +14,18 @@
 //      installed now is its own, and how many traps its own handler got
 //   s  raise(SIGUSR2), whose handler (installed with every signal in its mask) calls
 //      no_site(); prints "usr2 handled, mask with|without SIGTRAP" (its mask now)
+//   g  prints what sigaction(SIGTRAP, NULL, &old) shows: "trap action own|default|
+//      ignore|other, flags[ siginfo][ resethand], mask with|without SIGUSR2"
+//   h  install its own SIGTRAP handler once (SA_RESETHAND, SIGUSR2 in its mask):
+//      prints "trap handler set once"
+//   i  execute an int3 of its own; prints "int3: N traps, usr2 blocked|unblocked in the
+//      handler" (the handler saw SIGUSR2 blocked while it ran, as its mask says)
+//   f  fork a child that calls no_site() and count_a(), prints what it sees of SIGTRAP's
+//      action and SIGUSR2's mask, then waits for 'F'; prints "forked PID: LINE" (the
+//      child's line)
+//   F  end the child: prints "child exit N"
+//   b  block SIGTRAP (pthread_sigmask), call no_site(), read the mask back, unblock it
+//      (sigprocmask); prints "blocked: no_site N, mask with|without SIGTRAP"
 // With a second argument "block-trap", one more thread keeps SIGTRAP blocked until the
 // end (it never calls the counted functions): int3 entries must not be used then.
 // So the calls made between two pauses are known exactly, whatever the timing.
@@ -24,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -78,10 +91,64 @@ static void on_usr1(int sig) {
   while (!atomic_load(&g_stop)) usleep(1000);
 }
 
-static atomic_int g_traps;
+static atomic_int g_traps, g_usr2_blocked_in_trap;
 static void on_trap(int sig, siginfo_t* si, void* uc) {
   (void)sig, (void)si, (void)uc;
+  sigset_t now;
+  pthread_sigmask(SIG_BLOCK, NULL, &now);
+  atomic_store(&g_usr2_blocked_in_trap, sigismember(&now, SIGUSR2));
   atomic_fetch_add(&g_traps, 1);
+}
+
+// What sigaction(SIGTRAP, NULL, &old) shows, in words.
+static void describe_trap_action(char* out, size_t n) {
+  struct sigaction cur;
+  sigaction(SIGTRAP, NULL, &cur);
+  const char* who = "other";
+  if (cur.sa_handler == SIG_DFL)  // (a union: sa_sigaction too)
+    who = "default";
+  else if (cur.sa_handler == SIG_IGN)
+    who = "ignore";
+  else if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_trap)
+    who = "own";
+  snprintf(out, n, "trap action %s, flags%s%s, mask %s SIGUSR2", who, cur.sa_flags & SA_SIGINFO ? " siginfo" : "",
+           cur.sa_flags & SA_RESETHAND ? " resethand" : "", sigismember(&cur.sa_mask, SIGUSR2) ? "with" : "without");
+}
+
+static pid_t g_child = -1;
+static int g_child_wait = -1;
+static void fork_child(void) {
+  int go[2], report[2];
+  if (pipe(go) != 0 || pipe(report) != 0) return;
+  g_child = fork();
+  if (g_child == 0) {
+    close(go[1]);
+    close(report[0]);
+    char line[256], trap[128];
+    long sum = 0;
+    for (long i = 0; i < 1000; ++i) sum += count_a(i) - (24 * i + 84);
+    describe_trap_action(trap, sizeof trap);
+    struct sigaction usr2;
+    sigaction(SIGUSR2, NULL, &usr2);
+    const int n = snprintf(line, sizeof line, "child: no_site %ld, count_a %s, %s, usr2 mask %s SIGTRAP\n",
+                           no_site(41), sum == 0 ? "right" : "WRONG", trap,
+                           sigismember(&usr2.sa_mask, SIGTRAP) ? "with" : "without");
+    (void)!write(report[1], line, (size_t)n);
+    char c;
+    while (read(go[0], &c, 1) > 0) {
+    }
+    _exit(no_site(6));
+  }
+  close(go[0]);
+  close(report[1]);
+  g_child_wait = go[1];
+  char line[256];
+  ssize_t n = 0, k;
+  while (n < (ssize_t)sizeof line - 1 && (k = read(report[0], line + n, 1)) == 1 && line[n] != '\n') ++n;
+  line[n] = 0;
+  close(report[0]);
+  printf("forked %d: %s\n", (int)g_child, line);
+  fflush(stdout);
 }
 
 static atomic_long g_usr2;
@@ -161,6 +228,43 @@ int main(int argc, char** argv) {
       sigaction(SIGUSR2, NULL, &cur);
       printf("usr2 %s, mask %s SIGTRAP\n", atomic_load(&g_usr2) == 42 ? "handled" : "not handled",
              sigismember(&cur.sa_mask, SIGTRAP) ? "with" : "without");
+      fflush(stdout);
+    } else if (c == 'g') {
+      char trap[128];
+      describe_trap_action(trap, sizeof trap);
+      printf("%s\n", trap);
+      fflush(stdout);
+    } else if (c == 'h') {
+      struct sigaction ta;
+      memset(&ta, 0, sizeof ta);
+      ta.sa_sigaction = on_trap;
+      ta.sa_flags = SA_SIGINFO | SA_RESETHAND;
+      sigaddset(&ta.sa_mask, SIGUSR2);
+      sigaction(SIGTRAP, &ta, NULL);
+      printf("trap handler set once\n");
+      fflush(stdout);
+    } else if (c == 'i') {
+      __asm__ volatile("int3");
+      printf("int3: %d traps, usr2 %s in the handler\n", atomic_load(&g_traps),
+             atomic_load(&g_usr2_blocked_in_trap) ? "blocked" : "unblocked");
+      fflush(stdout);
+    } else if (c == 'b') {
+      sigset_t trap, now;
+      sigemptyset(&trap);
+      sigaddset(&trap, SIGTRAP);
+      pthread_sigmask(SIG_BLOCK, &trap, NULL);
+      const long r = no_site(1);
+      pthread_sigmask(SIG_BLOCK, NULL, &now);
+      sigprocmask(SIG_UNBLOCK, &trap, NULL);
+      printf("blocked: no_site %ld, mask %s SIGTRAP\n", r, sigismember(&now, SIGTRAP) ? "with" : "without");
+      fflush(stdout);
+    } else if (c == 'f') {
+      fork_child();
+    } else if (c == 'F') {
+      int status = 0;
+      close(g_child_wait);
+      waitpid(g_child, &status, 0);
+      printf("child exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
       fflush(stdout);
     } else if (c == 'r') {
       atomic_store(&g_pause, 0);

@@ -231,6 +231,30 @@ TEST_F(StubFixture, AnInt3ThatStaysDivertsEveryCall) {
   ASSERT_TRUE(patch::apply({&back, 1}).ok());
 }
 
+// An int3 that stays and only changes where it sends threads is part of its batch: a
+// batch that fails (here a second op whose bytes are not what it expects) changes
+// nothing, the old emulation included.
+TEST_F(StubFixture, AFailedBatchKeepsTheEmulationOfAnInt3ThatStays) {
+  std::vector<uint8_t> trapped = nop5();
+  trapped[0] = arch::kTrapByte;
+  patch::PatchOp op{site, nop5(), trapped, patch::Emulation::call(block.addr, site + 5), "patch_target+0x0",
+                    true};
+  ASSERT_TRUE(patch::apply({&op, 1}).ok());
+  const uint64_t other = addr_of(reinterpret_cast<void*>(&patch_target2));
+  std::vector<uint8_t> wrong = nop5();
+  wrong[1] ^= 0xff;
+  patch::PatchOp batch[] = {
+      {site, trapped, trapped, patch::Emulation::jump_to(site + 5), "patch_target+0x0", true},
+      {other, wrong, trapped, patch::Emulation::jump_to(other + 5), "patch_target2+0x0"}};
+  auto r = patch::apply(batch);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::bytes_mismatch);
+  EXPECT_EQ(patch_target(10), 11);
+  EXPECT_EQ(counter, 1u) << "the failed batch must not have retargeted the int3";
+  patch::PatchOp back{site, trapped, nop5(), patch::Emulation::jump_to(site + 5), "patch_target+0x0"};
+  ASSERT_TRUE(patch::apply({&back, 1}).ok());
+}
+
 // Slots follow addresses (a slot per 16 bytes, wrapping every 16 MiB): sites closer
 // than that, and sites a multiple of 16 MiB apart, share a slot's neighbourhood; each
 // is still its own entry, found again, and an address never inserted is not found.
@@ -274,6 +298,43 @@ TEST(Patcher, ForeignTrapsGoToTheProgramsHandler) {
   // A SIGTRAP sent with kill() is never ours either.
   raise(SIGTRAP);
   EXPECT_EQ(g_program_handler_calls, 2);
+  sigaction(SIGTRAP, &old, nullptr);
+}
+
+
+// A foreign trap is given to the program's handler as the kernel would give it: with
+// the handler's mask blocked while it runs, and, installed with SA_RESETHAND, the
+// default action back once it ran (its flags and mask kept, as the kernel keeps them).
+// restore_program_trap_action then gives the kernel the program's action again.
+sig_atomic_t g_usr2_blocked_in_handler = -1;
+void once_handler(int, siginfo_t*, void*) {
+  sigset_t now;
+  pthread_sigmask(SIG_BLOCK, nullptr, &now);
+  g_usr2_blocked_in_handler = sigismember(&now, SIGUSR2);
+}
+
+TEST(Patcher, ForwardingHonoursTheProgramsMaskAndFlags) {
+  struct sigaction act {}, old{};
+  act.sa_sigaction = once_handler;
+  act.sa_flags = SA_SIGINFO | SA_RESETHAND;
+  sigemptyset(&act.sa_mask);
+  sigaddset(&act.sa_mask, SIGUSR2);
+  ASSERT_EQ(sigaction(SIGTRAP, &act, &old), 0);
+  ASSERT_TRUE(patch::install_trap_handler().ok());
+  foreign_trap();
+  EXPECT_EQ(g_usr2_blocked_in_handler, 1);
+  sigset_t now;
+  pthread_sigmask(SIG_BLOCK, nullptr, &now);
+  EXPECT_EQ(sigismember(&now, SIGUSR2), 0) << "the handler's mask outlived it";
+  struct sigaction seen {};
+  ASSERT_TRUE(patch::set_program_trap_action(nullptr, &seen).ok());
+  EXPECT_EQ(seen.sa_handler, SIG_DFL) << "SA_RESETHAND: the default action once the handler ran";
+  EXPECT_EQ(seen.sa_flags & SA_RESETHAND, SA_RESETHAND);
+  EXPECT_EQ(sigismember(&seen.sa_mask, SIGUSR2), 1);
+  ASSERT_TRUE(patch::restore_program_trap_action().ok());
+  struct sigaction kernel {};
+  ASSERT_EQ(sigaction(SIGTRAP, nullptr, &kernel), 0);
+  EXPECT_EQ(kernel.sa_handler, SIG_DFL) << "utramp's handler is still the kernel's action";
   sigaction(SIGTRAP, &old, nullptr);
 }
 
