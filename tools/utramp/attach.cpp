@@ -99,9 +99,20 @@ bool ensure_agent(pid_t pid, const std::string& me) {
 // ends it (docs/attach.md).
 class Attached : public RecordTarget {
  public:
+  // Ctrl-C (or SIGTERM) stops the recording from the moment the agent is configured, not
+  // only once wait() runs: the CLI says "Ctrl-C to stop" before it drains, and a Ctrl-C in
+  // between killed the CLI (exit 130) instead of detaching cleanly.
   Attached(pid_t pid, int fd, double duration_s, std::string me)
-      : pid_(pid), fd_(fd), duration_s_(duration_s), me_(std::move(me)) {}
+      : pid_(pid), fd_(fd), duration_s_(duration_s), me_(std::move(me)) {
+    g_interrupted = 0;
+    struct sigaction stop {};
+    stop.sa_handler = [](int) { g_interrupted = 1; };
+    sigaction(SIGINT, &stop, &old_int_);
+    sigaction(SIGTERM, &stop, &old_term_);
+  }
   ~Attached() override {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
     if (fd_ >= 0) close(fd_);
   }
   pid_t pid() const override { return pid_; }
@@ -109,11 +120,6 @@ class Attached : public RecordTarget {
   // Drains until Ctrl-C (or SIGTERM), --duration, or the connection's end (the process
   // exited or exec'd: its socket is closed with it), then asks the agent to detach.
   Ended wait(const std::function<bool()>& work, int idle_ms) override {
-    g_interrupted = 0;
-    struct sigaction stop {}, old_int {}, old_term {};
-    stop.sa_handler = [](int) { g_interrupted = 1; };
-    sigaction(SIGINT, &stop, &old_int);
-    sigaction(SIGTERM, &stop, &old_term);
     const uint64_t t0 = mono_ms();
     const uint64_t until = duration_s_ > 0 ? t0 + static_cast<uint64_t>(duration_s_ * 1000) : UINT64_MAX;
     std::string why;
@@ -135,8 +141,6 @@ class Attached : public RecordTarget {
         break;
       }
     }
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
     const double secs = static_cast<double>(mono_ms() - t0) / 1000.0;
     Ended e;
     if (gone) {
@@ -195,6 +199,7 @@ class Attached : public RecordTarget {
   int fd_;
   double duration_s_;
   std::string me_;
+  struct sigaction old_int_ {}, old_term_ {};
 };
 
 }  // namespace
