@@ -147,6 +147,20 @@
 // The step is R when C is 1, -R (sub) when C is -1, else C * R from r10 (set before
 // the head) or a constant that fits an add.
 //
+// Byte fills (proven programs). A reduced loop (above, I stepping by 1) whose body is
+// only the product, at most one `rsh T, S` with S <= 8, an address group P = A + I +
+// disp (A a register the loop never writes) with `stxb [P+off], T` after it, and the
+// step of I after the store, closed by `jlt I, N` or `jne I, N` (N > 16), stores bytes
+// that are bits S..S+7 of (I + K) * R: bits of the product's low 16, which 16-bit SSE2
+// lanes compute exactly. Before the head, while I + 16 < N, one chunk stores the bytes
+// of 16 iterations at once (pmullw for the lanes' start, paddw by 16 * R, psrlw,
+// packuswb, one movdqu); the scalar loop then runs what is left, at least the last
+// iteration, so T, P, I and r9 leave the loop as they would. fnv's fill: 15 chunks and
+// 16 scalar iterations (as gcc -O2, which vectorises it the same way; the stores are
+// proven in bounds one by one, and a chunk stores exactly the bytes of iterations that
+// run). The code then uses xmm0-5: a uprobe handler reaching it gets the vector state
+// saved (docs/probes.md, "Vector state").
+//
 // Remainders (proven programs). `mov Q, A; div Q, B; mul Q, B; mov R, A; sub R, Q`,
 // with Q dead after it and no jump landing inside, is `mov R, A; mod R, B`: x86's div
 // leaves the remainder in rdx (prime's loop: `mov rcx, rdi; mov rax, rcx; xor edx, edx;
@@ -249,7 +263,7 @@ class Emitter {
   // the loop, or a constant), keeps that product in r9: set at the loop's entry, moved
   // into T where the group was, stepped by C * R (r10, or a constant) where I steps.
   struct IvMul {
-    size_t head = 0, group = 0, len = 0, inc = 0;
+    size_t head = 0, group = 0, len = 0, inc = 0, back = 0;  // back: the backward jump
     uint8_t iv = 0, t = 0, r = 0xff;  // r 0xff: R is the constant rimm
     int32_t k = 0, c = 0, rimm = 0;
     // C * R when R is a constant (64-bit, wrapping).
@@ -261,6 +275,19 @@ class Emitter {
   void find_iv_muls(const std::vector<uint16_t>& def, const std::vector<uint16_t>& jumps_to);
   void iv_mul_entry(const IvMul& m);
   void iv_mul_step(const IvMul& m);
+  // Byte fills (see the file's comment): a reduced loop whose body is the product, at
+  // most one `rsh T, S` (S <= 8), an address group A + I + disp and `stxb [P+off], T`,
+  // I stepping by 1 after the store, and the back edge `jlt/jne I, N` (N > 16): its
+  // iterations run 16 at a time in SSE2 16-bit lanes while more than 16 are left.
+  struct VecFill {
+    size_t iv_mul = 0;
+    AddrGroup g;
+    int16_t off = 0;
+    uint8_t shift = 0;
+    int32_t bound = 0;  // N
+  };
+  void find_vec_fills(const std::vector<uint16_t>& def);
+  void vec_fill(const IvMul& m, const VecFill& v);
   // A remainder as compilers decompose it (LLVM's DivRemPairs), in a proven program:
   // `mov Q, A; div Q, B; mul Q, B; mov R, A; sub R, Q` with Q dead after it is
   // `mov R, A; mod R, B` (the same for B = 0: both give A). Returns the index of the
@@ -300,6 +327,8 @@ class Emitter {
   std::vector<uint16_t> live_out_;   // proven programs: BPF registers live after each
   uint16_t live_in_ = 0xffff;        // proven programs: registers live at instruction 0
   std::vector<IvMul> iv_muls_;
+  std::vector<VecFill> vec_fills_;
+  std::vector<int32_t> vec_fill_of_;  // per entry of iv_muls_: its index in vec_fills_, or -1
   // Per instruction, the index in iv_muls_ of the loop it heads, the group it starts,
   // the step of I it is; -1: none.
   std::vector<int32_t> iv_head_, iv_group_, iv_inc_;
@@ -432,7 +461,11 @@ void Emitter::emit(Label native_entry, Label full_entry, Label tail_entry) {
   }
 
   for (size_t i = 0; i < n_; ++i) {
-    if (iv_head_[i] >= 0) iv_mul_entry(iv_muls_[static_cast<size_t>(iv_head_[i])]);  // before the loop
+    if (iv_head_[i] >= 0) {  // before the loop
+      const size_t m = static_cast<size_t>(iv_head_[i]);
+      iv_mul_entry(iv_muls_[m]);
+      if (vec_fill_of_[m] >= 0) vec_fill(iv_muls_[m], vec_fills_[static_cast<size_t>(vec_fill_of_[m])]);
+    }
     if (loop_head_[i]) a_.align(asmjit::AlignMode::kCode, kLoopAlign);
     a_.bind(L_[i]);
     const Insn& n = s_.insns[i];
@@ -581,6 +614,7 @@ void Emitter::analyse() {
   }
   live_in_ = n_ ? in[0] : 0;
   find_iv_muls(def, jumps_to);
+  find_vec_fills(def);
 }
 
 void Emitter::find_iv_muls(const std::vector<uint16_t>& def, const std::vector<uint16_t>& jumps_to) {
@@ -628,6 +662,7 @@ void Emitter::find_iv_muls(const std::vector<uint16_t>& def, const std::vector<u
       if (m.code != kMovX || m.off != 0 || m.dst == m.src) continue;
       IvMul v;
       v.head = h;
+      v.back = j;
       v.group = e;
       v.iv = m.src;
       v.t = m.dst;
@@ -681,6 +716,124 @@ void Emitter::iv_mul_entry(const IvMul& m) {
   }
   a_.imul(ax::r9, R(m.r));
   if (m.c != 1 && m.c != -1) a_.imul(ax::r10, R(m.r), Imm(static_cast<int64_t>(m.c)));
+}
+
+void Emitter::find_vec_fills(const std::vector<uint16_t>& def) {
+  constexpr uint8_t kRshK = op::kAlu64 | op::kRsh | op::kK, kStxB = op::kStx | op::kMem | op::kB;
+  vec_fill_of_.assign(iv_muls_.size(), -1);
+  for (size_t x = 0; x < iv_muls_.size(); ++x) {
+    const IvMul& m = iv_muls_[x];
+    const Insn& b = s_.insns[m.back];
+    if (m.c != 1 || b.dst != m.iv || b.imm <= 16) continue;
+    if (b.code != (op::kJmp | op::kJlt | op::kK) && b.code != (op::kJmp | op::kJne | op::kK)) continue;
+    uint16_t defs = 0;
+    for (size_t k = m.head; k < m.back; ++k) defs |= def[k];
+    VecFill v;
+    v.iv_mul = x;
+    v.bound = b.imm;
+    bool have_t = false, shifted = false, stored = false, stepped = false, ok = true;
+    for (size_t k = m.head; k < m.back && ok;) {
+      const Insn& n = s_.insns[k];
+      if (k == m.group) {  // T = (I + K) * R
+        have_t = true;
+        k += m.len;
+      } else if (k == m.inc) {  // I += 1, after the store
+        ok = stored;
+        stepped = true;
+        ++k;
+      } else if (n.code == kRshK && n.dst == m.t && n.off == 0 && have_t && !shifted && !stored && n.imm >= 0 &&
+                 n.imm <= 8) {
+        v.shift = static_cast<uint8_t>(n.imm);
+        shifted = true;
+        ++k;
+      } else if (const AddrGroup g = addr_group(k); g.len && have_t && !stored && k + g.len < m.back) {
+        // P = A + I + disp, A not written in the loop; then stxb [P+off], T.
+        const Insn& st = s_.insns[k + g.len];
+        const uint8_t base = g.a == m.iv ? g.b : g.b == m.iv ? g.a : 0xff;
+        ok = st.code == kStxB && st.dst == g.p && st.src == m.t && base != 0xff && base != m.iv &&
+             !(defs >> base & 1) && g.p != m.iv && g.p != m.t && g.p != base && group_mem(g, st.off, 16);
+        v.g = g;
+        v.off = st.off;
+        stored = true;
+        k += g.len + 1;
+      } else {
+        ok = false;
+      }
+    }
+    if (!ok || !have_t || !stored || !stepped) continue;
+    vec_fill_of_[x] = static_cast<int32_t>(vec_fills_.size());
+    vec_fills_.push_back(v);
+  }
+}
+
+// A byte fill's 16-iteration chunks, between the product's set-up and the loop head
+// (r9 = (I + K) * R there). A chunk runs only while I + 16 < N, so that the scalar
+// loop still runs the last iteration (at least one): T, P and r9 leave the loop as
+// they would, and a loop entered with I >= N - 16 runs as before. The byte of
+// iteration I + j is bits S..S+7 of (r9 + j*R) mod 2^64: bits of its low 16, which
+// 16-bit lanes compute exactly (sums and products mod 2^16).
+//
+//   cmp  I, N-16; jae head
+//   xmm0 = r9 + (0..7)*R, xmm1 = r9 + (8..15)*R, xmm3 = 16*R  (words; pmullw, paddw)
+//   xmm2 = 0x00ff in each word                                 (S < 8 only)
+//   vloop: movdqa xmm4, xmm0; movdqa xmm5, xmm1; psrlw xmm4/xmm5, S
+//          [pand xmm4/xmm5, xmm2]; packuswb xmm4, xmm5; movdqu [A+I+disp+off], xmm4
+//          paddw xmm0, xmm3; paddw xmm1, xmm3; add I, 16; cmp I, N-16; jb vloop
+//   r9 = (I + K) * R
+void Emitter::vec_fill(const IvMul& m, const VecFill& v) {
+  const ax::Gp i = R(m.iv);
+  const int32_t last = v.bound - 16;
+  a_.cmp(i, Imm(last));
+  a_.jae(L_[m.head]);
+  auto splat = [this](const ax::Xmm& x) {
+    a_.pshuflw(x, x, Imm(0));
+    a_.punpcklqdq(x, x);
+  };
+  a_.movd(ax::xmm0, ax::r9d);
+  splat(ax::xmm0);
+  if (m.r == 0xff) {
+    a_.mov(ax::r11d, Imm(static_cast<uint32_t>(m.rimm)));
+    a_.movd(ax::xmm3, ax::r11d);
+  } else {
+    a_.movd(ax::xmm3, R(m.r).r32());
+  }
+  splat(ax::xmm3);
+  a_.mov(ax::r11, Imm(0x0003000200010000ull));
+  a_.movq(ax::xmm4, ax::r11);
+  a_.mov(ax::r11, Imm(0x0007000600050004ull));
+  a_.movq(ax::xmm5, ax::r11);
+  a_.punpcklqdq(ax::xmm4, ax::xmm5);
+  a_.pmullw(ax::xmm4, ax::xmm3);
+  a_.paddw(ax::xmm0, ax::xmm4);
+  a_.psllw(ax::xmm3, Imm(3));
+  a_.movdqa(ax::xmm1, ax::xmm0);
+  a_.paddw(ax::xmm1, ax::xmm3);
+  a_.paddw(ax::xmm3, ax::xmm3);
+  if (v.shift < 8) {
+    a_.pcmpeqw(ax::xmm2, ax::xmm2);
+    a_.psrlw(ax::xmm2, Imm(8));
+  }
+  Label loop = a_.newLabel();
+  a_.align(asmjit::AlignMode::kCode, kLoopAlign);
+  a_.bind(loop);
+  a_.movdqa(ax::xmm4, ax::xmm0);
+  a_.movdqa(ax::xmm5, ax::xmm1);
+  if (v.shift) {
+    a_.psrlw(ax::xmm4, Imm(v.shift));
+    a_.psrlw(ax::xmm5, Imm(v.shift));
+  }
+  if (v.shift < 8) {
+    a_.pand(ax::xmm4, ax::xmm2);
+    a_.pand(ax::xmm5, ax::xmm2);
+  }
+  a_.packuswb(ax::xmm4, ax::xmm5);
+  a_.movdqu(*group_mem(v.g, v.off, 16), ax::xmm4);
+  a_.paddw(ax::xmm0, ax::xmm3);
+  a_.paddw(ax::xmm1, ax::xmm3);
+  a_.add(i, Imm(16));
+  a_.cmp(i, Imm(last));
+  a_.jb(loop);
+  iv_mul_entry(m);
 }
 
 size_t Emitter::div_rem(size_t i) {
@@ -1399,7 +1552,8 @@ Result<size_t> bpf_size_bound(const BpfJitSpec& spec) {
              ebpf::jump_target(i, n) <= static_cast<int64_t>(i))
       ++backward;
   }
-  return code->code.size() + backward * (kLoopAlign - 1 + 4);
+  // A byte fill (Emitter::vec_fill) adds one more aligned loop per backward jump at most.
+  return code->code.size() + 2 * backward * (kLoopAlign - 1 + 4);
 }
 
 }  // namespace utramp::arch
