@@ -626,6 +626,23 @@ TEST_P(JitFusion, ByteFillsInLanes) {
       const uint64_t rv = f.r == "%r2" ? r : static_cast<uint64_t>(std::stoll(f.r, nullptr, 0));
       EXPECT_EQ(run(fill_program(f), r), fill_expect(f, rv)) << fill_program(f) << "r2 = " << r;
     }
+  // And 60 drawn at random (a fixed seed): any start, bound, K, S, R, offset, jump.
+  uint64_t x = 0x2545f4914f6cdd1dull;
+  auto draw = [&x](uint64_t n) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return x % n;
+  };
+  for (int c = 0; c < 60; ++c) {
+    Fill f{draw(300), 1 + draw(400), static_cast<int32_t>(draw(2001)) - 1000, static_cast<int>(draw(10)) - 1};
+    f.off = static_cast<int>(draw(16));
+    if (std::max(f.n, f.start + 1) + static_cast<uint64_t>(f.off) > 512) f.n = f.start = 100;
+    if (draw(2)) f.r = std::to_string(static_cast<int32_t>(draw(1ull << 32)));
+    if (f.start < f.n && draw(2)) f.jop = "jne";
+    f.base_r6 = draw(2);
+    const uint64_t r = draw(~0ull);
+    const uint64_t rv = f.r == "%r2" ? r : static_cast<uint64_t>(std::stoll(f.r));
+    EXPECT_EQ(run(fill_program(f), r), fill_expect(f, rv)) << fill_program(f) << "r2 = " << r;
+  }
 }
 
 TEST_P(JitFusion, ByteFillsNotInLanes) {
