@@ -573,22 +573,27 @@ struct Fill {
   bool base_r6 = false;  // the buffer's address in r6, else r10-512 in the group
   int off = 0;
   bool rsh32 = false;  // the shift a 32-bit one
+  // The value stepped in r9 (`add %r9, R` after reading it: clang -O2's own reduction)
+  // instead of `mov T, I; add T, K; mul T, R`; r9's last value is in the result too.
+  bool stepped = false;
 };
 
 std::string fill_program(const Fill& f) {
-  std::string t = "ldxdw %r2, [%r1+0]\nmov %r6, %r10\nadd %r6, -512\nmov %r3, " + std::to_string(f.start) +
-                  "\nfill:\nmov %r4, %r3\n";
-  if (f.k) t += "add %r4, " + std::to_string(f.k) + "\n";
-  t += "mul %r4, " + f.r + "\n";
+  std::string t = "ldxdw %r2, [%r1+0]\nmov %r6, %r10\nadd %r6, -512\nmov %r3, " + std::to_string(f.start) + "\n";
+  const std::string k = f.k ? "add %r4, " + std::to_string(f.k) + "\n" : "";
+  if (f.stepped) t += "mov %r4, %r3\n" + k + "mul %r4, " + f.r + "\nmov %r9, %r4\nfill:\nmov %r4, %r9\n";
+  else t += "fill:\nmov %r4, %r3\n" + k + "mul %r4, " + f.r + "\n";
   if (f.s >= 0) t += (f.rsh32 ? "rsh32 %r4, " : "rsh %r4, ") + std::to_string(f.s) + "\n";
   t += f.base_r6 ? "mov %r5, %r6\n" : "mov %r5, %r10\nadd %r5, -512\n";
-  t += "add %r5, %r3\nstxb [%r5+" + std::to_string(f.off) + "], %r4\nadd %r3, 1\n" + f.jop + " %r3, " +
+  t += "add %r5, %r3\nstxb [%r5+" + std::to_string(f.off) + "], %r4\n" + (f.stepped ? "add %r9, " + f.r + "\n" : "") +
+       "add %r3, 1\n" + f.jop + " %r3, " +
        std::to_string(f.n) + ", fill\n";
   const uint64_t end = std::max(f.n, f.start + 1);
   t += "mov %r7, %r4\nmov %r8, %r3\nmov %r0, 0\nmov %r3, " + std::to_string(f.start) +
        "\nsum:\nmov %r5, %r10\nadd %r5, -512\nadd %r5, %r3\nldxb %r4, [%r5+" + std::to_string(f.off) +
        "]\nmul %r0, 31\nadd %r0, %r4\nadd %r3, 1\njlt %r3, " + std::to_string(end) +
-       ", sum\nmul %r0, 1000003\nadd %r0, %r7\nmul %r0, 1000003\nadd %r0, %r8\nexit\n";
+       ", sum\nmul %r0, 1000003\nadd %r0, %r7\nmul %r0, 1000003\nadd %r0, %r8\n" +
+       (f.stepped ? "mul %r0, 1000003\nadd %r0, %r9\n" : "") + "exit\n";
   return t;
 }
 
@@ -604,7 +609,8 @@ uint64_t fill_expect(const Fill& f, uint64_t r) {
   uint64_t sum = 0;
   for (uint64_t j = f.start; j < std::max(f.n, f.start + 1); ++j)
     sum = sum * 31 + buf[j + static_cast<uint64_t>(f.off)];
-  return (sum * 1000003 + t) * 1000003 + i;
+  const uint64_t out = (sum * 1000003 + t) * 1000003 + i;
+  return f.stepped ? out * 1000003 + (i + static_cast<uint64_t>(static_cast<int64_t>(f.k))) * r : out;
 }
 
 TEST_P(JitFusion, ByteFillsInLanes) {
@@ -620,6 +626,9 @@ TEST_P(JitFusion, ByteFillsInLanes) {
       {1, 100, 2, 5, "%r2", "jne"},               // jne
       {5, 400, 0, -1, "-3", "jlt", true, 7},      // no shift, a negative constant, r6, an offset
       {0, 300, -1000, 7, "0x7fffffff", "jlt", true, 0},
+      {0, 256, 1, 8, "%r2", "jne", false, 0, false, true},  // clang -O2's fnv fill
+      {239, 256, 3, 2, "%r2", "jlt", true, 3, false, true},
+      {0, 100, -7, 0, "-5", "jne", false, 9, false, true},
   };
   for (const Fill& f : cases)
     for (uint64_t r : {seed, uint64_t{0xffffffffffff0001ull}, uint64_t{0}}) {
@@ -639,6 +648,7 @@ TEST_P(JitFusion, ByteFillsInLanes) {
     if (draw(2)) f.r = std::to_string(static_cast<int32_t>(draw(1ull << 32)));
     if (f.start < f.n && draw(2)) f.jop = "jne";
     f.base_r6 = draw(2);
+    f.stepped = draw(2);
     const uint64_t r = draw(~0ull);
     const uint64_t rv = f.r == "%r2" ? r : static_cast<uint64_t>(std::stoll(f.r));
     EXPECT_EQ(run(fill_program(f), r), fill_expect(f, rv)) << fill_program(f) << "r2 = " << r;
