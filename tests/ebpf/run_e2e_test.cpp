@@ -182,6 +182,31 @@ TEST(RunE2E, GlobalsPrintedByName) {
       << t.out;
 }
 
+TEST(RunE2E, ByteFillInLanesHashesAsC) {
+  // tests/ebpf/bpf/byte_fill.bpf.c: clang's fill loop, which the JIT runs in SSE2 lanes,
+  // then FNV-1a; one thread, n = 0..99 (its calls of work in order).
+  uint64_t x = 0, sum = 0;
+  for (uint64_t n = 0; n < 100; ++n) {
+    const uint64_t seed = n * 0x9e3779b97f4a7c15ull + 1;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint64_t i = 0; i < 256; i++) h = (h ^ static_cast<uint8_t>(((i + 1) * seed) >> 8)) * 0x100000001b3ull;
+    x ^= h;
+    sum += h;
+  }
+  auto r = run(bad("byte_fill"), {"1", "100"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, json> g;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    json j = json::parse(line);
+    if (j["type"] == "global") g[j["name"]] = j;
+  }
+  EXPECT_EQ(g["calls"]["value"], 100) << r.out;
+  EXPECT_EQ(g["hash_xor"]["value"], x) << r.out;
+  EXPECT_EQ(g["hash_sum"]["value"], sum) << r.out;
+}
+
 TEST(RunE2E, PercpuCounters) {
   auto r = run(example("percpu_count"), {"4", "1000"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
