@@ -268,7 +268,7 @@ class Emitter {
   // the loop, or a constant), keeps that product in r9: set at the loop's entry, moved
   // into T where the group was, stepped by C * R (r10, or a constant) where I steps.
   struct IvMul {
-    size_t head = 0, group = 0, len = 0, inc = 0, back = 0;  // back: the backward jump
+    size_t head = 0, group = 0, len = 0, inc = 0;
     uint8_t iv = 0, t = 0, r = 0xff;  // r 0xff: R is the constant rimm
     int32_t k = 0, c = 0, rimm = 0;
     // C * R when R is a constant (64-bit, wrapping).
@@ -672,7 +672,6 @@ void Emitter::find_iv_muls(const std::vector<uint16_t>& def, const std::vector<u
       if (m.code != kMovX || m.off != 0 || m.dst == m.src) continue;
       IvMul v;
       v.head = h;
-      v.back = j;
       v.group = e;
       v.iv = m.src;
       v.t = m.dst;
