@@ -11,6 +11,7 @@
 //   - `prime` again with its input raised from 67 to 10007 (10005 loop iterations);
 //   - `fnv`: FNV-1a over a 256-byte stack buffer it fills first (two loops of 256
 //     iterations, a store or a load per iteration), seeded from its 8-byte context;
+//     `fnv(clang)` the same as clang -O2 -target bpf compiles it from C;
 //   - `empty` (mov r0, 0; exit): the fixed cost of a run, through Executable::run and,
 //     for the JIT, through the native entry a trampoline calls.
 // Every run is checked against the expected r0 (native C's result for fnv) before
@@ -126,6 +127,39 @@ hash:
   exit
 )";
 
+// The same computation as clang -O2 -target bpf compiles ebpf_native.c's C (its own
+// strength reduction: the product stepped by `add r3, r1`; the hash loop's exit a
+// forward jeq and its back edge a ja).
+constexpr const char* kFnvClang = R"(
+  mov %r2, 0
+  ldxdw %r1, [%r1+0]
+  mov %r3, %r1
+fill:
+  mov %r4, %r10
+  add %r4, -256
+  add %r4, %r2
+  mov %r5, %r3
+  rsh %r5, 8
+  stxb [%r4+0], %r5
+  add %r3, %r1
+  add %r2, 1
+  jne %r2, 256, fill
+  lddw %r0, 0xcbf29ce484222325
+  mov %r1, 0
+  lddw %r2, 0x100000001b3
+hash:
+  mov %r3, %r10
+  add %r3, -256
+  add %r3, %r1
+  ldxb %r3, [%r3+0]
+  xor %r0, %r3
+  mul %r0, %r2
+  add %r1, 1
+  jeq %r1, 256, +1
+  ja hash
+  exit
+)";
+
 void setup() {
   add("empty", must(assemble("mov %r0, 0\nexit\n"), "assembling"), {}, 0);
   {
@@ -140,6 +174,10 @@ void setup() {
       fmt::print(stderr, "fnv: the scalar native build disagrees\n");
       std::exit(2);
     }
+    Workload* c = add("fnv(clang)", must(assemble(kFnvClang), "assembling fnv(clang)"), mem, w->expect);
+    c->native = utramp_bn_fnv;
+    c->native_scalar = utramp_bn_fnv_scalar;
+    c->native_arg = seed;
   }
   if (!testing::conformance_present()) {
     fmt::print("no conformance cases in {}: only `empty` and `fnv` run\n", testing::conformance_dir().string());

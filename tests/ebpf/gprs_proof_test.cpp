@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "common/gpr_mem.hpp"
+#include "ebpf/asm.hpp"
+#include "ebpf/engine.hpp"
 #include "ebpf/helpers.hpp"
 #include "ebpf/maps.hpp"
 #include "os/cpu_id.hpp"
@@ -121,6 +123,34 @@ TEST(GprsOnlyProof, MapHelpersAreProvenAndVectorCodeIsNot) {
   EXPECT_FALSE(an.gprs_only(addr(&compare_with_libc)));
   EXPECT_EQ(scale(2.0, 3.0), 6.5);
   EXPECT_FALSE(an.gprs_only(addr(&scale)));
+}
+
+// The JIT's byte fills compute in xmm registers (bpf_jit.cpp, "Byte fills"): a program
+// with one is not proven, so a uprobe running it gets the vector state saved; the same
+// loop too short for a chunk (N = 16) is plain general-purpose code.
+TEST(GprsOnlyProof, JitCodeWithAByteFillIsNot) {
+  if (dlsym(RTLD_DEFAULT, "__asan_init") || dlsym(RTLD_DEFAULT, "__ubsan_handle_add_overflow"))
+    GTEST_SKIP() << "sanitizer runtimes are on the path";
+  auto fill = [](int n) {
+    return "ldxdw %r2, [%r1+0]\nmov %r3, 0\nl: mov %r4, %r3\nmul %r4, %r2\nrsh %r4, 8\nmov %r5, %r10\n"
+           "add %r5, -256\nadd %r5, %r3\nstxb [%r5+0], %r4\nadd %r3, 1\njlt %r3, " +
+           std::to_string(n) + ", l\nmov %r0, 0\nexit\n";
+  };
+  for (int n : {256, 16}) {
+    auto p = assemble(fill(n));
+    ASSERT_TRUE(p) << p.error().message;
+    ExecOptions o;
+    o.ctx_size = 8;
+    auto e = load(Program{"fill", "", std::move(*p)}, o, EngineKind::jit);
+    ASSERT_TRUE(e) << e.error().message;
+    uint64_t ctx = 3;
+    ASSERT_TRUE((*e)->execute(&ctx, sizeof ctx));
+    // An analysis of its own: the second program's code may reuse the first's address,
+    // and an analysis keeps its answer per address.
+    probe::Analysis an{[](uint64_t, std::span<uint8_t>) {}};
+    ASSERT_TRUE(an.refresh_maps(true).ok());
+    EXPECT_EQ(an.gprs_only(addr((*e)->native())), n == 16) << "N = " << n;
+  }
 }
 
 }  // namespace

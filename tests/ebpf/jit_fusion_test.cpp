@@ -9,6 +9,7 @@
 // reduction", "Remainders"): loops and sequences it must and must not rewrite.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -552,6 +553,133 @@ TEST_P(JitFusion, DecomposedRemainder) {
   // 32 bits: div32 and mul32 truncate.
   EXPECT_EQ(run(prog("32", "4", ""), 10),
             a - static_cast<uint64_t>(static_cast<uint32_t>(static_cast<uint32_t>(a) / 10u * 10u)));
+}
+
+// Byte fills in 16-bit lanes (bpf_jit.cpp, "Byte fills"). `fill` writes the program:
+// a loop storing byte (((I + K) * R) >> S) at base + I + off for I from `start` while
+// `jop` I, N holds, then a second loop summing the bytes written (which no fill
+// matches: it loads), and the T and I the fill left. `expect` is the same in C. Each
+// case is an edge the chunks must get right: a remainder after the last chunk, an
+// entry with 16 or fewer iterations left (one chunk exactly, none), a loop whose exit
+// is taken at its first iteration, S < 8 (the mask) and S = 0, K negative or 0, R a
+// register with bits beyond 16 (and 64-bit wraparound) or a negative constant, the
+// base in another register, a store offset, `jne`.
+struct Fill {
+  uint64_t start, n;
+  int32_t k;
+  int s;  // -1: no shift
+  std::string r = "%r2";  // a register (the context's value) or a constant
+  std::string jop = "jlt";
+  bool base_r6 = false;  // the buffer's address in r6, else r10-512 in the group
+  int off = 0;
+  bool rsh32 = false;  // the shift a 32-bit one
+  // The value stepped in r9 (`add %r9, R` after reading it: clang -O2's own reduction)
+  // instead of `mov T, I; add T, K; mul T, R`; r9's last value is in the result too.
+  bool stepped = false;
+};
+
+std::string fill_program(const Fill& f) {
+  std::string t = "ldxdw %r2, [%r1+0]\nmov %r6, %r10\nadd %r6, -512\nmov %r3, " + std::to_string(f.start) + "\n";
+  const std::string k = f.k ? "add %r4, " + std::to_string(f.k) + "\n" : "";
+  if (f.stepped) t += "mov %r4, %r3\n" + k + "mul %r4, " + f.r + "\nmov %r9, %r4\nfill:\nmov %r4, %r9\n";
+  else t += "fill:\nmov %r4, %r3\n" + k + "mul %r4, " + f.r + "\n";
+  if (f.s >= 0) t += (f.rsh32 ? "rsh32 %r4, " : "rsh %r4, ") + std::to_string(f.s) + "\n";
+  t += f.base_r6 ? "mov %r5, %r6\n" : "mov %r5, %r10\nadd %r5, -512\n";
+  t += "add %r5, %r3\nstxb [%r5+" + std::to_string(f.off) + "], %r4\n" + (f.stepped ? "add %r9, " + f.r + "\n" : "") +
+       "add %r3, 1\n" + f.jop + " %r3, " +
+       std::to_string(f.n) + ", fill\n";
+  const uint64_t end = std::max(f.n, f.start + 1);
+  t += "mov %r7, %r4\nmov %r8, %r3\nmov %r0, 0\nmov %r3, " + std::to_string(f.start) +
+       "\nsum:\nmov %r5, %r10\nadd %r5, -512\nadd %r5, %r3\nldxb %r4, [%r5+" + std::to_string(f.off) +
+       "]\nmul %r0, 31\nadd %r0, %r4\nadd %r3, 1\njlt %r3, " + std::to_string(end) +
+       ", sum\nmul %r0, 1000003\nadd %r0, %r7\nmul %r0, 1000003\nadd %r0, %r8\n" +
+       (f.stepped ? "mul %r0, 1000003\nadd %r0, %r9\n" : "") + "exit\n";
+  return t;
+}
+
+uint64_t fill_expect(const Fill& f, uint64_t r) {
+  uint8_t buf[512] = {};
+  uint64_t i = f.start, t = 0;
+  do {
+    t = (i + static_cast<uint64_t>(static_cast<int64_t>(f.k))) * r;
+    if (f.s >= 0) t = (f.rsh32 ? static_cast<uint32_t>(t) : t) >> f.s;
+    buf[i + static_cast<uint64_t>(f.off)] = static_cast<uint8_t>(t);
+    ++i;
+  } while (f.jop == "jlt" ? i < f.n : i != f.n);
+  uint64_t sum = 0;
+  for (uint64_t j = f.start; j < std::max(f.n, f.start + 1); ++j)
+    sum = sum * 31 + buf[j + static_cast<uint64_t>(f.off)];
+  const uint64_t out = (sum * 1000003 + t) * 1000003 + i;
+  return f.stepped ? out * 1000003 + (i + static_cast<uint64_t>(static_cast<int64_t>(f.k))) * r : out;
+}
+
+TEST_P(JitFusion, ByteFillsInLanes) {
+  const uint64_t seed = 0x9e3779b97f4a7c15ull;
+  const Fill cases[] = {
+      {0, 256, 1, 8},                             // bench_ebpf_engines' fnv fill: 15 chunks, 16 scalar
+      {3, 200, -5, 3},                            // a remainder; the mask
+      {0, 17, 0, 0},                              // one chunk, then the last iteration
+      {0, 16, 1, 8},                              // N too small: no chunk
+      {300, 256, 1, 8},                           // the exit at the first iteration
+      {240, 256, 1, 8},                           // 16 left at the entry: no chunk
+      {239, 256, 1, 8},                           // 17 left: one chunk
+      {1, 100, 2, 5, "%r2", "jne"},               // jne
+      {5, 400, 0, -1, "-3", "jlt", true, 7},      // no shift, a negative constant, r6, an offset
+      {0, 300, -1000, 7, "0x7fffffff", "jlt", true, 0},
+      {0, 256, 1, 8, "%r2", "jne", false, 0, false, true},  // clang -O2's fnv fill
+      {239, 256, 3, 2, "%r2", "jlt", true, 3, false, true},
+      {0, 100, -7, 0, "-5", "jne", false, 9, false, true},
+  };
+  for (const Fill& f : cases)
+    for (uint64_t r : {seed, uint64_t{0xffffffffffff0001ull}, uint64_t{0}}) {
+      const uint64_t rv = f.r == "%r2" ? r : static_cast<uint64_t>(std::stoll(f.r, nullptr, 0));
+      EXPECT_EQ(run(fill_program(f), r), fill_expect(f, rv)) << fill_program(f) << "r2 = " << r;
+    }
+  // And 60 drawn at random (a fixed seed): any start, bound, K, S, R, offset, jump.
+  uint64_t x = 0x2545f4914f6cdd1dull;
+  auto draw = [&x](uint64_t n) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return x % n;
+  };
+  for (int c = 0; c < 60; ++c) {
+    Fill f{draw(300), 1 + draw(400), static_cast<int32_t>(draw(2001)) - 1000, static_cast<int>(draw(10)) - 1};
+    f.off = static_cast<int>(draw(16));
+    if (std::max(f.n, f.start + 1) + static_cast<uint64_t>(f.off) > 512) f.n = f.start = 100;
+    if (draw(2)) f.r = std::to_string(static_cast<int32_t>(draw(1ull << 32)));
+    if (f.start < f.n && draw(2)) f.jop = "jne";
+    f.base_r6 = draw(2);
+    f.stepped = draw(2);
+    const uint64_t r = draw(~0ull);
+    const uint64_t rv = f.r == "%r2" ? r : static_cast<uint64_t>(std::stoll(f.r));
+    EXPECT_EQ(run(fill_program(f), r), fill_expect(f, rv)) << fill_program(f) << "r2 = " << r;
+  }
+}
+
+TEST_P(JitFusion, ByteFillsNotInLanes) {
+  // Loops a fill must leave to the scalar code: an instruction it does not know (the
+  // base stepped up and down), T read again after the store, the step before the
+  // store, a 32-bit shift.
+  const uint64_t seed = 0x0123456789abcdefull;
+  auto with = [](std::string from, const std::string& what, const std::string& by) {
+    from.replace(from.find(what), what.size(), by);
+    return from;
+  };
+  const Fill f{0, 64, 1, 8, "%r2", "jlt", true, 0};
+  const std::string base = fill_program(f);
+  const uint64_t plain = fill_expect(f, seed);
+  EXPECT_EQ(run(base, seed), plain);
+  // r6 stepped up and down in the loop: the same addresses, a base the loop writes.
+  EXPECT_EQ(run(with(base, "add %r3, 1\njlt", "add %r6, 1\nadd %r6, -1\nadd %r3, 1\njlt"), seed), plain);
+  // T read after the store (r0 is then overwritten: the result is unchanged).
+  EXPECT_EQ(run(with(base, "add %r3, 1\njlt", "mov %r0, %r4\nadd %r3, 1\njlt"), seed), plain);
+  // I stepped before the address group, the offset -1: the same addresses.
+  const std::string early = with(with(with(base, "add %r3, 1\njlt", "jlt"), "mov %r5, %r6", "add %r3, 1\nmov %r5, %r6"),
+                                 "[%r5+0]", "[%r5-1]");
+  EXPECT_EQ(run(early, seed), plain);
+  // A 32-bit shift (T's high half cleared).
+  Fill w = f;
+  w.rsh32 = true;
+  EXPECT_EQ(run(fill_program(w), seed), fill_expect(w, seed));
 }
 
 INSTANTIATE_TEST_SUITE_P(Both, JitFusion, ::testing::Values(EngineKind::interpreter, EngineKind::jit),

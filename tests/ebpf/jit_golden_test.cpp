@@ -163,7 +163,8 @@ TEST(EbpfJitGolden, ProvenProgram) {
 }
 
 TEST(EbpfJitGolden, ProvenLoopsFused) {
-  // bench_ebpf_engines' fnv: each loop head 16-byte aligned; `mov r4, r3; add r4, 1` is
+  // bench_ebpf_engines' fnv: each loop head 16-byte aligned; the fill's chunks of 16
+  // bytes in 16-bit lanes before its head (psrlw 8: no mask); `mov r4, r3; add r4, 1` is
   // one lea; `mov r5, r10; add r5, -256; add r5, r3` and the store or load through r5
   // after it (r5 dead there) are one access [rbp+rdx-0x100]; mov 0 is an xor; the exit,
   // last, falls into the epilogue.
@@ -176,6 +177,19 @@ TEST(EbpfJitGolden, ProvenLoopsFused) {
                             "lddw %r0, 0xcbf29ce484222325\nlddw %r6, 0x100000001b3\nmov %r3, 0\n"
                             "hash: mov %r5, %r10\nadd %r5, -256\nadd %r5, %r3\nldxb %r4, [%r5+0]\nxor %r0, %r4\n"
                             "mul %r0, %r6\nadd %r3, 1\njlt %r3, 256, hash\nexit\n",
+                            o, true));
+}
+
+TEST(EbpfJitGolden, ByteFill) {
+  // A byte fill with R a constant (its low 16 bits from r11d), K negative, S = 3 (the
+  // lanes masked to their low byte before packuswb), the base in r6 and a store offset,
+  // closed by jne.
+  ExecOptions o;
+  o.ctx_size = 8;
+  expect_golden("jit_byte_fill",
+                jit_listing("mov %r6, %r10\nadd %r6, -512\nmov %r3, 2\n"
+                            "l: mov %r4, %r3\nadd %r4, -5\nmul %r4, 0x12345\nrsh %r4, 3\nmov %r5, %r6\n"
+                            "add %r5, %r3\nstxb [%r5+7], %r4\nadd %r3, 1\njne %r3, 300, l\nmov %r0, 0\nexit\n",
                             o, true));
 }
 

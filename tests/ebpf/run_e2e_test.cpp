@@ -37,17 +37,19 @@ test::RunResult run(const std::string& obj, std::vector<std::string> target_args
   return test::run_program(a);
 }
 
-// The JSON lines of type "map", by name.
-std::map<std::string, json> maps_of(const std::string& out) {
+// The JSON lines of one type ("map", "global") of a --json run, by name.
+std::map<std::string, json> records_of(const std::string& out, const char* type) {
   std::map<std::string, json> m;
   std::istringstream in(out);
   for (std::string line; std::getline(in, line);) {
     if (line.empty() || line[0] != '{') continue;
     json j = json::parse(line);
-    if (j["type"] == "map") m[j["name"]] = j;
+    if (j["type"] == type) m[j["name"]] = j;
   }
   return m;
 }
+std::map<std::string, json> maps_of(const std::string& out) { return records_of(out, "map"); }
+std::map<std::string, json> globals_of(const std::string& out) { return records_of(out, "global"); }
 
 std::map<uint64_t, uint64_t> entries(const json& map) {
   std::map<uint64_t, uint64_t> e;
@@ -157,13 +159,7 @@ TEST(RunE2E, GlobalsPrintedByName) {
   // One thread, n = 0..99: every value follows from that.
   auto r = run(example("globals"), {"1", "100"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::map<std::string, json> g;
-  std::istringstream in(r.out);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] != '{') continue;
-    json j = json::parse(line);
-    if (j["type"] == "global") g[j["name"]] = j;
-  }
+  std::map<std::string, json> g = globals_of(r.out);
   ASSERT_EQ(g.size(), 6u) << r.out;
   EXPECT_EQ(g["calls"]["value"], 100);
   EXPECT_EQ(g["calls"]["section"], ".bss");
@@ -180,6 +176,25 @@ TEST(RunE2E, GlobalsPrintedByName) {
                        "@pair: { .a = 1, .b = 2 }\n@threshold: -5\n"),
             std::string::npos)
       << t.out;
+}
+
+TEST(RunE2E, ByteFillInLanesHashesAsC) {
+  // tests/ebpf/bpf/byte_fill.bpf.c: clang's fill loop, which the JIT runs in SSE2 lanes,
+  // then FNV-1a; one thread, n = 0..99 (its calls of work in order).
+  uint64_t x = 0, sum = 0;
+  for (uint64_t n = 0; n < 100; ++n) {
+    const uint64_t seed = n * 0x9e3779b97f4a7c15ull + 1;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint64_t i = 0; i < 256; i++) h = (h ^ static_cast<uint8_t>(((i + 1) * seed) >> 8)) * 0x100000001b3ull;
+    x ^= h;
+    sum += h;
+  }
+  auto r = run(bad("byte_fill"), {"1", "100"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, json> g = globals_of(r.out);
+  EXPECT_EQ(g["calls"]["value"], 100) << r.out;
+  EXPECT_EQ(g["hash_xor"]["value"], x) << r.out;
+  EXPECT_EQ(g["hash_sum"]["value"], sum) << r.out;
 }
 
 TEST(RunE2E, PercpuCounters) {
@@ -879,18 +894,6 @@ TEST(RunE2E, UsdtRefusalsNeverStartTheTarget) {
 
 // A frame's function: "path_a3+12" -> "path_a3".
 std::string frame_function(const std::string& f) { return f.substr(0, f.rfind('+')); }
-
-// The globals of a --json run, by name.
-std::map<std::string, json> globals_of(const std::string& out) {
-  std::map<std::string, json> g;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] != '{') continue;
-    json j = json::parse(line);
-    if (j["type"] == "global") g[j["name"]] = j;
-  }
-  return g;
-}
 
 // mallocstacks (a uprobe on libc's malloc, bytes and calls by user stack) on
 // stack_target, whose two call paths to malloc are known, built by gcc and clang at -O0

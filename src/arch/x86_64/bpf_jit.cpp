@@ -147,6 +147,25 @@
 // The step is R when C is 1, -R (sub) when C is -1, else C * R from r10 (set before
 // the head) or a constant that fits an add.
 //
+// Byte fills (proven programs). A loop with one way in (falling into its head), closed
+// by `jlt I, N` or `jne I, N` (N > 16), whose body only stores bytes of a value stepped
+// by R each iteration, is run 16 iterations at a time. The body, in this order where
+// it matters: the value, either the reduced product above (r9, its I the loop's) or
+// `mov T, V` with V stepped by `add V, R` after it (R a register the loop never writes,
+// or a constant: clang -O2 reduces fnv's multiply so itself); at most `rsh T, S` with
+// S <= 8 in all; an address group P = A + I + disp (A a register the loop never
+// writes); `stxb [P+off], T`; then `add I, 1`; nothing else. Each byte is bits S..S+7
+// of the value, bits of its low 16, which 16-bit SSE2 lanes compute exactly: before the
+// head, while I + 16 < N, a chunk stores 16 iterations' bytes at once (pmullw for the
+// lanes' start, paddw by 16 * R, psrlw, pand when S < 8, packuswb, one movdqu; V
+// stepped by 16 * R from r11). The scalar loop then runs what is left, at least the
+// last iteration, so every register leaves the loop as it would. fnv's fill: 15 chunks
+// and 16 scalar iterations, as gcc -O2 vectorises it. The stores are proven in bounds
+// one by one, and a chunk stores exactly the bytes of 16 iterations that run; the loop
+// loads nothing, so no order of its stores can be seen. The code then uses xmm0-5: a
+// uprobe handler reaching it gets the vector state saved (docs/probes.md, "Vector
+// state").
+//
 // Remainders (proven programs). `mov Q, A; div Q, B; mul Q, B; mov R, A; sub R, Q`,
 // with Q dead after it and no jump landing inside, is `mov R, A; mod R, B`: x86's div
 // leaves the remainder in rdx (prime's loop: `mov rcx, rdi; mov rax, rcx; xor edx, edx;
@@ -261,6 +280,25 @@ class Emitter {
   void find_iv_muls(const std::vector<uint16_t>& def, const std::vector<uint16_t>& jumps_to);
   void iv_mul_entry(const IvMul& m);
   void iv_mul_step(const IvMul& m);
+  // Byte fills (see the file's comment): a straight-line loop whose only effect is
+  // `stxb [A+I+disp+off], T` with T bits S..S+7 (S <= 8) of a value stepped by R once
+  // per iteration, I stepping by 1 after the store, closed by `jlt/jne I, N` (N > 16):
+  // its iterations run 16 at a time in SSE2 16-bit lanes while more than 16 are left.
+  struct VecFill {
+    size_t head = 0;
+    uint8_t iv = 0;           // I
+    int32_t iv_mul = -1;      // the value: the reduced product in r9 (index in iv_muls_), or
+    uint8_t v = 0xff;         // a register V the loop steps by `add V, R` after reading it
+    uint8_t r = 0xff;         // R, or 0xff: the constant rimm
+    int32_t rimm = 0;
+    AddrGroup g;
+    int16_t off = 0;
+    uint8_t shift = 0;
+    int32_t bound = 0;  // N
+  };
+  void find_vec_fills(const std::vector<uint16_t>& def, const std::vector<uint16_t>& jumps_to);
+  std::optional<VecFill> vec_fill_at(size_t h, size_t j, const std::vector<uint16_t>& def) const;
+  void vec_fill(const VecFill& v);
   // A remainder as compilers decompose it (LLVM's DivRemPairs), in a proven program:
   // `mov Q, A; div Q, B; mul Q, B; mov R, A; sub R, Q` with Q dead after it is
   // `mov R, A; mod R, B` (the same for B = 0: both give A). Returns the index of the
@@ -300,6 +338,8 @@ class Emitter {
   std::vector<uint16_t> live_out_;   // proven programs: BPF registers live after each
   uint16_t live_in_ = 0xffff;        // proven programs: registers live at instruction 0
   std::vector<IvMul> iv_muls_;
+  std::vector<VecFill> vec_fills_;
+  std::vector<int32_t> fill_head_;  // per instruction: the index in vec_fills_ of the loop it heads, or -1
   // Per instruction, the index in iv_muls_ of the loop it heads, the group it starts,
   // the step of I it is; -1: none.
   std::vector<int32_t> iv_head_, iv_group_, iv_inc_;
@@ -432,7 +472,9 @@ void Emitter::emit(Label native_entry, Label full_entry, Label tail_entry) {
   }
 
   for (size_t i = 0; i < n_; ++i) {
-    if (iv_head_[i] >= 0) iv_mul_entry(iv_muls_[static_cast<size_t>(iv_head_[i])]);  // before the loop
+    // Before the loop: the product's set-up, a fill's chunks.
+    if (iv_head_[i] >= 0) iv_mul_entry(iv_muls_[static_cast<size_t>(iv_head_[i])]);
+    if (fill_head_[i] >= 0) vec_fill(vec_fills_[static_cast<size_t>(fill_head_[i])]);
     if (loop_head_[i]) a_.align(asmjit::AlignMode::kCode, kLoopAlign);
     a_.bind(L_[i]);
     const Insn& n = s_.insns[i];
@@ -513,6 +555,7 @@ void Emitter::analyse() {
   iv_head_.assign(n_, -1);
   iv_group_.assign(n_, -1);
   iv_inc_.assign(n_, -1);
+  fill_head_.assign(n_, -1);
   if (!s_.proof) return;
   // Backward liveness to a fixed point. Over-approximate where it is unsure: a call
   // reads r1-r5 and leaves them live (only r0 is written), an atomic reads r0 and
@@ -581,6 +624,7 @@ void Emitter::analyse() {
   }
   live_in_ = n_ ? in[0] : 0;
   find_iv_muls(def, jumps_to);
+  find_vec_fills(def, jumps_to);
 }
 
 void Emitter::find_iv_muls(const std::vector<uint16_t>& def, const std::vector<uint16_t>& jumps_to) {
@@ -681,6 +725,185 @@ void Emitter::iv_mul_entry(const IvMul& m) {
   }
   a_.imul(ax::r9, R(m.r));
   if (m.c != 1 && m.c != -1) a_.imul(ax::r10, R(m.r), Imm(static_cast<int64_t>(m.c)));
+}
+
+void Emitter::find_vec_fills(const std::vector<uint16_t>& def, const std::vector<uint16_t>& jumps_to) {
+  for (size_t j = 0; j < n_; ++j) {
+    const Insn& b = s_.insns[j];
+    if (b.code == op::kLddw) {
+      ++j;
+      continue;
+    }
+    if (b.code != (op::kJmp | op::kJlt | op::kK) && b.code != (op::kJmp | op::kJne | op::kK)) continue;
+    const int64_t t = ebpf::jump_target(j, b);
+    if (t < 0 || t >= static_cast<int64_t>(j) || !(s_.proof->insn[j] & ebpf::Proof::kReached)) continue;
+    const size_t h = static_cast<size_t>(t);
+    // One way in besides the back edge (falling into the head), no jump into the body.
+    if (jumps_to[h] != 1 || fill_head_[h] >= 0 || target_[j]) continue;
+    auto v = vec_fill_at(h, j, def);
+    if (!v) continue;
+    fill_head_[h] = static_cast<int32_t>(vec_fills_.size());
+    vec_fills_.push_back(*v);
+  }
+}
+
+// What each register holds in the iteration, from the head to the back edge j:
+// lane(S): bits from S of the stepped value (of r9 or of V), addr: A + I + disp.
+std::optional<Emitter::VecFill> Emitter::vec_fill_at(size_t h, size_t j, const std::vector<uint16_t>& def) const {
+  constexpr uint8_t kMovX = op::kAlu64 | op::kMov | op::kX, kRshK = op::kAlu64 | op::kRsh | op::kK;
+  constexpr uint8_t kAddK = op::kAlu64 | op::kAdd | op::kK, kAddX = op::kAlu64 | op::kAdd | op::kX;
+  constexpr uint8_t kStxB = op::kStx | op::kMem | op::kB;
+  const Insn& b = s_.insns[j];
+  VecFill v;
+  v.head = h;
+  v.iv = b.dst;
+  v.bound = b.imm;
+  if (b.imm <= 16 || b.dst == ebpf::kFp) return std::nullopt;
+  uint16_t defs = 0;
+  int writes[ebpf::kNumRegs] = {};
+  for (size_t k = h; k < j; ++k) {
+    if (k > h && target_[k]) return std::nullopt;
+    if (!(s_.proof->insn[k] & ebpf::Proof::kReached)) return std::nullopt;
+    defs |= def[k];
+    for (uint8_t r = 0; r < ebpf::kNumRegs; ++r) writes[r] += def[k] >> r & 1;
+  }
+  const IvMul* m = iv_head_[h] >= 0 ? &iv_muls_[static_cast<size_t>(iv_head_[h])] : nullptr;
+  if (m && (m->iv != v.iv || m->c != 1)) m = nullptr;
+  enum Kind : uint8_t { kNone, kLane, kAddr };
+  Kind kind[ebpf::kNumRegs] = {};
+  uint8_t shift[ebpf::kNumRegs] = {};
+  bool stored = false, i_stepped = false, v_stepped = false, have_g = false;
+  for (size_t k = h; k < j;) {
+    const Insn& n = s_.insns[k];
+    if (m && k == m->group) {  // T = (I + K) * R, kept in r9
+      if (v.v != 0xff || v.iv_mul >= 0) return std::nullopt;
+      v.iv_mul = iv_head_[h];
+      v.r = m->r;
+      v.rimm = m->rimm;
+      kind[m->t] = kLane;
+      shift[m->t] = 0;
+      k += m->len;
+      continue;
+    }
+    ++k;
+    if (n.off != 0 && op::cls(n.code) != op::kStx) return std::nullopt;
+    if (n.code == kAddK && n.dst == v.iv && n.imm == 1 && stored && !i_stepped) {
+      i_stepped = true;
+    } else if ((n.code == kAddK || n.code == kAddX) && n.dst == v.v && !v_stepped) {
+      // V += R (R not written in the loop), after T read it.
+      if (n.code == kAddX && (n.src == v.v || (defs >> n.src & 1))) return std::nullopt;
+      v.r = n.code == kAddX ? n.src : 0xff;
+      v.rimm = n.imm;
+      v_stepped = true;
+      kind[v.v] = kNone;
+    } else if (n.code == kMovX && v.v == 0xff && v.iv_mul < 0 && n.src != n.dst && n.src != v.iv &&
+               n.dst != v.iv && n.src != ebpf::kFp && writes[n.src] == 1) {
+      v.v = n.src;  // T = V
+      kind[n.dst] = kLane;
+      shift[n.dst] = 0;
+    } else if (n.code == kRshK && kind[n.dst] == kLane && n.imm >= 0 && shift[n.dst] + n.imm <= 8) {
+      shift[n.dst] = static_cast<uint8_t>(shift[n.dst] + n.imm);
+    } else if (const AddrGroup g = addr_group(k - 1); g.len && !have_g && !i_stepped) {
+      // P = A + I + disp, A not written in the loop.
+      const uint8_t base = g.a == v.iv ? g.b : g.b == v.iv ? g.a : 0xff;
+      if (base == 0xff || base == v.iv || (defs >> base & 1) || g.p == v.iv || g.p == base) return std::nullopt;
+      v.g = g;
+      have_g = true;
+      kind[g.p] = kAddr;
+      k += g.len - 1;
+    } else if (n.code == kStxB && have_g && n.dst == v.g.p && kind[n.dst] == kAddr && kind[n.src] == kLane &&
+               !stored) {
+      v.shift = shift[n.src];
+      v.off = n.off;
+      stored = true;
+      if (!group_mem(v.g, v.off, 16)) return std::nullopt;
+    } else {
+      return std::nullopt;
+    }
+  }
+  // I and V are each written once (by their steps), and the value is one of the two.
+  if (!stored || !i_stepped || writes[v.iv] != 1) return std::nullopt;
+  if (v.iv_mul < 0 && (v.v == 0xff || !v_stepped)) return std::nullopt;
+  return v;
+}
+
+// A byte fill's 16-iteration chunks, between the product's set-up and the loop head
+// (r9 = (I + K) * R there). A chunk runs only while I + 16 < N, so that the scalar
+// loop still runs the last iteration (at least one): T, P and r9 leave the loop as
+// they would, and a loop entered with I >= N - 16 runs as before. The byte of
+// iteration I + j is bits S..S+7 of (r9 + j*R) mod 2^64: bits of its low 16, which
+// 16-bit lanes compute exactly (sums and products mod 2^16).
+//
+//   cmp  I, N-16; jae head
+//   xmm0 = r9 + (0..7)*R, xmm1 = r9 + (8..15)*R, xmm3 = 16*R  (words; pmullw, paddw)
+//   xmm2 = 0x00ff in each word                                 (S < 8 only)
+//   vloop: movdqa xmm4, xmm0; movdqa xmm5, xmm1; psrlw xmm4/xmm5, S
+//          [pand xmm4/xmm5, xmm2]; packuswb xmm4, xmm5; movdqu [A+I+disp+off], xmm4
+//          paddw xmm0, xmm3; paddw xmm1, xmm3; add I, 16; cmp I, N-16; jb vloop
+//   r9 = (I + K) * R
+void Emitter::vec_fill(const VecFill& v) {
+  const ax::Gp i = R(v.iv);
+  const int32_t last = v.bound - 16;
+  a_.cmp(i, Imm(last));
+  a_.jae(L_[v.head]);
+  auto splat = [this](const ax::Xmm& x) {
+    a_.pshuflw(x, x, Imm(0));
+    a_.punpcklqdq(x, x);
+  };
+  a_.movd(ax::xmm0, v.iv_mul >= 0 ? ax::r9d : R(v.v).r32());
+  splat(ax::xmm0);
+  if (v.r == 0xff) {
+    a_.mov(ax::r11d, Imm(static_cast<uint32_t>(v.rimm)));
+    a_.movd(ax::xmm3, ax::r11d);
+  } else {
+    a_.movd(ax::xmm3, R(v.r).r32());
+  }
+  splat(ax::xmm3);
+  a_.mov(ax::r11, Imm(0x0003000200010000ull));
+  a_.movq(ax::xmm4, ax::r11);
+  a_.mov(ax::r11, Imm(0x0007000600050004ull));
+  a_.movq(ax::xmm5, ax::r11);
+  a_.punpcklqdq(ax::xmm4, ax::xmm5);
+  a_.pmullw(ax::xmm4, ax::xmm3);
+  a_.paddw(ax::xmm0, ax::xmm4);
+  a_.psllw(ax::xmm3, Imm(3));
+  a_.movdqa(ax::xmm1, ax::xmm0);
+  a_.paddw(ax::xmm1, ax::xmm3);
+  a_.paddw(ax::xmm3, ax::xmm3);
+  if (v.shift < 8) {
+    a_.pcmpeqw(ax::xmm2, ax::xmm2);
+    a_.psrlw(ax::xmm2, Imm(8));
+  }
+  if (v.iv_mul < 0) {  // r11 = 16 * R: V's step per chunk
+    if (v.r == 0xff) {
+      a_.mov(ax::r11, Imm(static_cast<uint64_t>(static_cast<int64_t>(v.rimm)) << 4));
+    } else {
+      a_.mov(ax::r11, R(v.r));
+      a_.shl(ax::r11, Imm(4));
+    }
+  }
+  Label loop = a_.newLabel();
+  a_.align(asmjit::AlignMode::kCode, kLoopAlign);
+  a_.bind(loop);
+  a_.movdqa(ax::xmm4, ax::xmm0);
+  a_.movdqa(ax::xmm5, ax::xmm1);
+  if (v.shift) {
+    a_.psrlw(ax::xmm4, Imm(v.shift));
+    a_.psrlw(ax::xmm5, Imm(v.shift));
+  }
+  if (v.shift < 8) {
+    a_.pand(ax::xmm4, ax::xmm2);
+    a_.pand(ax::xmm5, ax::xmm2);
+  }
+  a_.packuswb(ax::xmm4, ax::xmm5);
+  a_.movdqu(*group_mem(v.g, v.off, 16), ax::xmm4);
+  a_.paddw(ax::xmm0, ax::xmm3);
+  a_.paddw(ax::xmm1, ax::xmm3);
+  if (v.iv_mul < 0) a_.add(R(v.v), ax::r11);
+  a_.add(i, Imm(16));
+  a_.cmp(i, Imm(last));
+  a_.jb(loop);
+  if (v.iv_mul >= 0) iv_mul_entry(iv_muls_[static_cast<size_t>(v.iv_mul)]);  // r9 for the iterations left
 }
 
 size_t Emitter::div_rem(size_t i) {
@@ -1399,7 +1622,8 @@ Result<size_t> bpf_size_bound(const BpfJitSpec& spec) {
              ebpf::jump_target(i, n) <= static_cast<int64_t>(i))
       ++backward;
   }
-  return code->code.size() + backward * (kLoopAlign - 1 + 4);
+  // A byte fill (Emitter::vec_fill) adds one more aligned loop per backward jump at most.
+  return code->code.size() + 2 * backward * (kLoopAlign - 1 + 4);
 }
 
 }  // namespace utramp::arch
