@@ -14,9 +14,12 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -25,6 +28,8 @@
 #include "bpf_runner.hpp"
 #include "cli_runner.hpp"
 #include "counter_fixture.hpp"
+#define UTRAMP_GOLDEN_DIR "tests/attach/golden"
+#include "golden.hpp"
 #include "temp_dir.hpp"
 
 #ifndef CLIENTS_CYCLES
@@ -34,23 +39,14 @@
 namespace {
 
 using nlohmann::json;
-using utramp::test::Counter;
-using utramp::test::recorded_calls;
-using utramp::test::Recorder;
-using utramp::test::Runner;
-using utramp::test::run_cli;
-using utramp::test::target_path;
-using utramp::test::TempDir;
-using utramp::test::text_back;
-using utramp::test::text_vs_file;
-using utramp::test::TextDiff;
+using namespace utramp::test;  // the attach tests' fixtures
 
 using Counts = std::pair<long, long>;
 Counts minus(Counts a, Counts b) { return {a.first - b.first, a.second - b.second}; }
 
 // The object that counts count_a's and count_b's calls in BUILD.
 std::string object_for(const std::string& build) {
-  return std::string(CLIENTS_BPF_DIR) + (build == "clang_pfe" ? "/count_calls.bpf.o" : "/count_probes.bpf.o");
+  return std::string(RUN_PID_BPF_DIR) + (build == "clang_pfe" ? "/count_calls.bpf.o" : "/count_probes.bpf.o");
 }
 
 json show(pid_t pid) {
@@ -63,22 +59,29 @@ size_t programs_shown(const json& j) {
   return j.contains("bpf") ? j["bpf"].value("programs", json::array()).size() : 0;
 }
 
-// Waits up to 10 s for show -p to list N eBPF programs.
-bool programs_become(pid_t pid, size_t n) {
+// show -p once WANTED holds for it, or after 10 s; whether it held.
+bool show_becomes(pid_t pid, const std::function<bool(const json&)>& wanted, json* last = nullptr) {
+  json j;
   for (int i = 0; i < 200; ++i) {
-    if (programs_shown(show(pid)) == n) return true;
+    j = show(pid);
+    if (wanted(j)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return false;
+  const bool held = wanted(j);
+  if (last) *last = std::move(j);
+  return held;
 }
-
-// Waits up to 10 s for the recording to be gone from show -p.
+bool programs_become(pid_t pid, size_t n) {
+  return show_becomes(pid, [n](const json& j) { return programs_shown(j) == n; });
+}
 bool recording_ends(pid_t pid) {
-  for (int i = 0; i < 200; ++i) {
-    if (!show(pid)["agent"].value("recording", true)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
+  return show_becomes(pid, [](const json& j) { return !j["agent"].value("recording", true); });
+}
+// What gone clients' programs used is freed after the grace period.
+void expect_all_released(pid_t pid) {
+  json j;
+  EXPECT_TRUE(show_becomes(pid, [](const json& x) { return x.value("awaiting_release", 1) == 0; }, &j))
+      << j.dump(2);
 }
 
 // Lets the paused workers run a little, then pauses them: the counts so far.
@@ -90,40 +93,83 @@ Counts run_a_while(Counter& c) {
 
 // The process's address space (VmSize of /proc/PID/status), in KiB.
 long vm_size_kib(pid_t pid) {
-  std::istringstream in(utramp::test::read_file(fmt::format("/proc/{}/status", pid)));
+  std::istringstream in(read_file(fmt::format("/proc/{}/status", pid)));
   for (std::string line; std::getline(in, line);)
     if (line.starts_with("VmSize:")) return std::stol(line.substr(7));
   return -1;
 }
 
-class ClientsBuilds : public ::testing::TestWithParam<std::string> {
+// attach_counter of BUILD running (c), the object that counts its calls, a directory.
+class ClientsOn {
  protected:
-  void SetUp() override {
-    target_ = target_path(GetParam());
-    if (!std::filesystem::exists(target_)) GTEST_SKIP() << target_ << " not built (no such compiler)";
-    object_ = object_for(GetParam());
+  void start(const std::string& build) {
+    target = target_path(build);
+    if (!std::filesystem::exists(target)) GTEST_SKIP() << target << " not built (no such compiler)";
+    object = object_for(build);
+    c = std::make_unique<Counter>(target);
+    ASSERT_TRUE(c->ready());
   }
-  std::string target_, object_;
+  // .text is the file's, and the program ends with its results right.
+  void expect_untouched_end() {
+    const TextDiff d = text_back(c->pid(), target);
+    EXPECT_EQ(d.bytes, 0u) << "with every client gone, .text differs from the file at" << d.where;
+    auto [res, code] = c->finish();
+    EXPECT_EQ(res, "ok: 8 workers\n");
+    EXPECT_EQ(code, 0);
+  }
+  std::string target, object;
+  std::unique_ptr<Counter> c;
+  TempDir dir{"utramp-clients"};
+};
+
+class Clients : public ClientsOn, public ::testing::Test {
+ protected:
+  void SetUp() override { start("clang_pfe"); }
+};
+
+class ClientsBuilds : public ClientsOn, public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { start(GetParam()); }
+};
+
+// The workers of C paused (their counts so far in p0), then a `record -p` (into
+// DIR/recTAG, no event lost) and a `run -p` of OBJECT (DIR/runTAG) attached, one after
+// the other.
+struct RecordAndRun {
+  RecordAndRun(Counter& c, const std::string& object, const std::string& dir, const std::string& tag)
+      : p0(c.pause()), out(dir + "/rec" + tag), rec(c.pid(), {"-o", out, "--mode", "block", "-q"}, out + ".err") {
+    if (p0.first >= 0 && rec.recording()) run = std::make_unique<Runner>(object, c.pid(), dir + "/run" + tag);
+  }
+  bool attached() { return run && run->attached(); }
+  std::string errors() const { return rec.errors() + (run ? run->errors() : std::string()); }
+  // Ctrl-C to the recording (or to the run): it holds exactly the calls of WINDOW.
+  void stop_and_expect(bool recording, Counts window) {
+    if (recording) {
+      EXPECT_EQ(rec.stop(SIGINT), 0) << errors();
+      EXPECT_EQ(recorded_calls(out, "count_a"), window.first);
+      EXPECT_EQ(recorded_calls(out, "count_b"), window.second);
+    } else {
+      EXPECT_EQ(run->stop(SIGINT), 0) << errors();
+      EXPECT_EQ(run->counts(), window);
+    }
+  }
+  Counts p0;
+  std::string out;
+  Recorder rec;
+  std::unique_ptr<Runner> run;
 };
 
 // A recording and eBPF programs at once, each ending first in turn: each gets exactly the
 // calls of its own window, the one left goes on alone, and once both are gone .text is
 // the file's.
 TEST_P(ClientsBuilds, RecordAndRunSideBySide) {
-  Counter c(target_);
-  ASSERT_TRUE(c.ready());
-  TempDir dir("utramp-clients");
   for (const bool run_ends_first : {true, false}) {
     SCOPED_TRACE(run_ends_first ? "the run ends first" : "the recording ends first");
-    const std::string tag = run_ends_first ? "a" : "b";
-    const Counts p0 = c.pause();
-    ASSERT_GE(p0.first, 0);
-    Recorder rec(c.pid(), {"-o", dir.path + "/rec" + tag, "--mode", "block", "-q"}, dir.path + "/rec" + tag + ".err");
-    ASSERT_TRUE(rec.recording()) << rec.errors();
-    Runner run(object_, c.pid(), dir.path + "/run" + tag);
-    ASSERT_TRUE(run.attached()) << run.errors();
+    RecordAndRun both(*c, object, dir.path, run_ends_first ? "a" : "b");
+    ASSERT_TRUE(both.attached()) << both.errors();
+    const Counts p0 = both.p0;
     // show -p: both clients, each with what it made.
-    const json j = show(c.pid());
+    const json j = show(c->pid());
     size_t recording = 0, programs = 0;
     for (const json& cl : j.value("clients", json::array())) {
       if (!cl.value("recording", std::string()).empty()) ++recording;
@@ -131,94 +177,59 @@ TEST_P(ClientsBuilds, RecordAndRunSideBySide) {
     }
     EXPECT_EQ(recording, 1u) << j.dump(2);
     EXPECT_EQ(programs, 1u) << j.dump(2);
-    const Counts p1 = run_a_while(c);
+    const Counts p1 = run_a_while(*c);
     ASSERT_GT(p1.first, p0.first);
-    if (run_ends_first) {
-      EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
-      EXPECT_EQ(run.counts(), minus(p1, p0));
-      EXPECT_GT(text_vs_file(c.pid(), target_).bytes, 0u) << "the recording's sites went with the run";
-    } else {
-      EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
-      EXPECT_EQ(recorded_calls(dir.path + "/rec" + tag, "count_a"), p1.first - p0.first);
-      EXPECT_EQ(recorded_calls(dir.path + "/rec" + tag, "count_b"), p1.second - p0.second);
-      EXPECT_EQ(programs_shown(show(c.pid())), 2u) << "the run's programs went with the recording";
-    }
+    both.stop_and_expect(!run_ends_first, minus(p1, p0));
+    if (run_ends_first)
+      EXPECT_GT(text_vs_file(c->pid(), target).bytes, 0u) << "the recording's sites went with the run";
+    else
+      EXPECT_EQ(programs_shown(show(c->pid())), 2u) << "the run's programs went with the recording";
     // The one left goes on alone.
-    const Counts p2 = run_a_while(c);
-    if (run_ends_first) {
-      EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
-      EXPECT_EQ(recorded_calls(dir.path + "/rec" + tag, "count_a"), p2.first - p0.first);
-      EXPECT_EQ(recorded_calls(dir.path + "/rec" + tag, "count_b"), p2.second - p0.second);
-    } else {
-      EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
-      EXPECT_EQ(run.counts(), minus(p2, p0));
-    }
-    const TextDiff d = text_vs_file(c.pid(), target_);
+    both.stop_and_expect(run_ends_first, minus(run_a_while(*c), p0));
+    const TextDiff d = text_vs_file(c->pid(), target);
     ASSERT_TRUE(d.read);
     EXPECT_EQ(d.bytes, 0u) << "with both gone, .text differs from the file at" << d.where;
-    ASSERT_TRUE(c.resume());
+    ASSERT_TRUE(c->resume());
   }
-  auto [res, code] = c.finish();
-  EXPECT_EQ(res, "ok: 8 workers\n");
-  EXPECT_EQ(code, 0);
+  expect_untouched_end();
 }
 
 // One client's CLI killed with SIGKILL: the agent removes what it made and nothing of
 // the other's, which goes on counting exactly.
 TEST_P(ClientsBuilds, AKilledClientLeavesTheOtherWorking) {
-  Counter c(target_);
-  ASSERT_TRUE(c.ready());
-  TempDir dir("utramp-clients");
   for (const bool kill_run : {true, false}) {
     SCOPED_TRACE(kill_run ? "the run is killed" : "the recording is killed");
-    const std::string tag = kill_run ? "a" : "b";
-    const Counts p0 = c.pause();
-    ASSERT_GE(p0.first, 0);
-    Recorder rec(c.pid(), {"-o", dir.path + "/rec" + tag, "--mode", "block", "-q"}, dir.path + "/rec" + tag + ".err");
-    ASSERT_TRUE(rec.recording()) << rec.errors();
-    Runner run(object_, c.pid(), dir.path + "/run" + tag);
-    ASSERT_TRUE(run.attached()) << run.errors();
-    run_a_while(c);
+    RecordAndRun both(*c, object, dir.path, kill_run ? "a" : "b");
+    ASSERT_TRUE(both.attached()) << both.errors();
+    const Counts p0 = both.p0;
+    run_a_while(*c);
     if (kill_run) {
-      EXPECT_EQ(run.stop(SIGKILL), 128 + SIGKILL);
-      EXPECT_TRUE(programs_become(c.pid(), 0)) << show(c.pid()).dump(2);
-      EXPECT_TRUE(show(c.pid())["agent"].value("recording", false));
+      EXPECT_EQ(both.run->stop(SIGKILL), 128 + SIGKILL);
+      EXPECT_TRUE(programs_become(c->pid(), 0)) << show(c->pid()).dump(2);
+      EXPECT_TRUE(show(c->pid())["agent"].value("recording", false));
     } else {
-      EXPECT_EQ(rec.stop(SIGKILL), 128 + SIGKILL);
-      EXPECT_TRUE(recording_ends(c.pid())) << show(c.pid()).dump(2);
-      EXPECT_EQ(programs_shown(show(c.pid())), 2u);
+      EXPECT_EQ(both.rec.stop(SIGKILL), 128 + SIGKILL);
+      EXPECT_TRUE(recording_ends(c->pid())) << show(c->pid()).dump(2);
+      EXPECT_EQ(programs_shown(show(c->pid())), 2u);
     }
-    const Counts p2 = run_a_while(c);
-    if (kill_run) {
-      EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
-      EXPECT_EQ(recorded_calls(dir.path + "/rec" + tag, "count_a"), p2.first - p0.first);
-      EXPECT_EQ(recorded_calls(dir.path + "/rec" + tag, "count_b"), p2.second - p0.second);
-    } else {
-      EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
-      EXPECT_EQ(run.counts(), minus(p2, p0));
-    }
-    const TextDiff d = text_back(c.pid(), target_);
+    both.stop_and_expect(kill_run, minus(run_a_while(*c), p0));
+    const TextDiff d = text_back(c->pid(), target);
     EXPECT_EQ(d.bytes, 0u) << "with both gone, .text differs from the file at" << d.where;
-    ASSERT_TRUE(c.resume());
+    ASSERT_TRUE(c->resume());
   }
-  auto [res, code] = c.finish();
-  EXPECT_EQ(res, "ok: 8 workers\n");
-  EXPECT_EQ(code, 0);
+  expect_untouched_end();
 }
 
 // Two `run -p` with the same object: the same programs on the same functions (two links
 // on count_a's trampoline, two probes' handlers at one address), each counting every call
 // of its window; the first to end leaves the other's in place.
 TEST_P(ClientsBuilds, TwoRunsOfTheSameProgram) {
-  Counter c(target_);
-  ASSERT_TRUE(c.ready());
-  TempDir dir("utramp-clients");
-  const Counts p0 = c.pause();
-  auto first = std::make_unique<Runner>(object_, c.pid(), dir.path + "/first");
+  const Counts p0 = c->pause();
+  auto first = std::make_unique<Runner>(object, c->pid(), dir.path + "/first");
   ASSERT_TRUE(first->attached()) << first->errors();
-  Runner second(object_, c.pid(), dir.path + "/second");
+  Runner second(object, c->pid(), dir.path + "/second");
   ASSERT_TRUE(second.attached()) << second.errors();
-  const json j = show(c.pid());
+  const json j = show(c->pid());
   EXPECT_EQ(programs_shown(j), 4u) << j.dump(2);
   if (GetParam() == "clang_pfe") {
     // count_a: one trampoline, a link of each client.
@@ -228,21 +239,16 @@ TEST_P(ClientsBuilds, TwoRunsOfTheSameProgram) {
         EXPECT_NE(f["links"][0].value("client", 0), f["links"][1].value("client", 0)) << f.dump(2);
       }
   }
-  const Counts p1 = run_a_while(c);
+  const Counts p1 = run_a_while(*c);
   EXPECT_EQ(first->stop(SIGINT), 0) << first->errors();
   EXPECT_EQ(first->counts(), minus(p1, p0));
   first.reset();
-  EXPECT_EQ(programs_shown(show(c.pid())), 2u);
-  const Counts p2 = run_a_while(c);
+  EXPECT_EQ(programs_shown(show(c->pid())), 2u);
+  const Counts p2 = run_a_while(*c);
   EXPECT_EQ(second.stop(SIGINT), 0) << second.errors();
   EXPECT_EQ(second.counts(), minus(p2, p0));
-  const TextDiff d = text_vs_file(c.pid(), target_);
-  ASSERT_TRUE(d.read);
-  EXPECT_EQ(d.bytes, 0u) << "with both gone, .text differs from the file at" << d.where;
-  ASSERT_TRUE(c.resume());
-  auto [res, code] = c.finish();
-  EXPECT_EQ(res, "ok: 8 workers\n");
-  EXPECT_EQ(code, 0);
+  ASSERT_TRUE(c->resume());
+  expect_untouched_end();
 }
 
 INSTANTIATE_TEST_SUITE_P(Builds, ClientsBuilds, ::testing::Values("clang_pfe", "gcc_pfe"),
@@ -251,7 +257,7 @@ INSTANTIATE_TEST_SUITE_P(Builds, ClientsBuilds, ::testing::Values("clang_pfe", "
 // A `run -p` on a process started under `utramp record`: its programs run beside the
 // launcher's recording (client 0), and its end, and a second run's SIGKILL, leave the
 // recording's links in place; a `record -p` is refused (one recording at a time).
-TEST(Clients, RunOnALaunchedRecording) {
+TEST(ClientsLaunched, RunOnALaunchedRecording) {
   const std::string target = target_path("clang_pfe");
   TempDir dir("utramp-clients");
   Counter c(target, nullptr, {UTRAMP_CLI, "record", "-q", "-o", dir.path + "/launched", "--"});
@@ -296,56 +302,66 @@ TEST(Clients, RunOnALaunchedRecording) {
 
 // `utramp detach -p` removes every client's: both CLIs then end, each saying there was
 // nothing left of its own, and .text is the file's.
-TEST(Clients, DetachRemovesEveryClients) {
-  const std::string target = target_path("clang_pfe");
-  Counter c(target);
-  ASSERT_TRUE(c.ready());
-  TempDir dir("utramp-clients");
-  Recorder rec(c.pid(), {"-o", dir.path + "/rec", "-q"}, dir.path + "/rec.err");
-  ASSERT_TRUE(rec.recording()) << rec.errors();
-  Runner run(object_for("clang_pfe"), c.pid(), dir.path + "/run");
-  ASSERT_TRUE(run.attached()) << run.errors();
-  auto det = run_cli({"detach", "-p", std::to_string(c.pid())});
+TEST_F(Clients, DetachRemovesEveryClients) {
+  RecordAndRun both(*c, object, dir.path, "");
+  ASSERT_TRUE(both.attached()) << both.errors();
+  ASSERT_TRUE(c->resume());
+  auto det = run_cli({"detach", "-p", std::to_string(c->pid())});
   EXPECT_EQ(det.exit_code, 0) << det.err;
-  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
-  const json j = show(c.pid());
+  EXPECT_EQ(text_vs_file(c->pid(), target).bytes, 0u);
+  const json j = show(c->pid());
   EXPECT_EQ(j["agent"].value("state", ""), "detached") << j.dump(2);
   EXPECT_EQ(programs_shown(j), 0u);
-  EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
-  EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
-  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
-  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+  EXPECT_EQ(both.run->stop(SIGINT), 0) << both.errors();
+  EXPECT_EQ(both.rec.stop(SIGINT), 0) << both.errors();
+  expect_untouched_end();
 }
 
 // What a `run -p` made is freed once it ends, after the grace period: its programs'
 // code, and the map file's mapping (the printk ring alone is 1 MiB). Before, each run
 // left them in the process (a private copy of the whole map file).
-TEST(Clients, ARunsProgramsAndMapsAreFreed) {
-  const std::string target = target_path("clang_pfe");
-  Counter c(target);
-  ASSERT_TRUE(c.ready());
-  TempDir dir("utramp-clients");
-  const std::string object = object_for("clang_pfe");
+TEST_F(Clients, ARunsProgramsAndMapsAreFreed) {
   // The first run maps what stays for good (the agent, the trampolines' arenas).
-  auto once = run_cli({"run", object, "-p", std::to_string(c.pid()), "--duration", "100ms"});
+  auto once = run_cli({"run", object, "-p", std::to_string(c->pid()), "--duration", "100ms"});
   ASSERT_EQ(once.exit_code, 0) << once.err;
-  const long before = vm_size_kib(c.pid());
+  const long before = vm_size_kib(c->pid());
   constexpr int kRuns = 8;
   for (int i = 0; i < kRuns; ++i) {
-    auto r = run_cli({"run", object, "-p", std::to_string(c.pid()), "--duration", "100ms"});
+    auto r = run_cli({"run", object, "-p", std::to_string(c->pid()), "--duration", "100ms"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
-  json j;
-  for (int i = 0; i < 200; ++i) {
-    j = show(c.pid());
-    if (j.value("awaiting_release", 1) == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_EQ(j.value("awaiting_release", 1), 0) << j.dump(2);
-  const long after = vm_size_kib(c.pid());
+  expect_all_released(c->pid());
+  const long after = vm_size_kib(c->pid());
   EXPECT_LT(after - before, 1024) << kRuns << " runs grew the process from " << before << " KiB to " << after;
-  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
-  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
+  expect_untouched_end();
+}
+
+// `utramp show -p` with a recording and a run attached, golden-tested: each client with
+// what it made, each link with its client. Masked: paths, process and link ids, client
+// ids (numbered in order of appearance), uids, times, addresses.
+TEST_F(Clients, ShowGolden) {
+  RecordAndRun both(*c, object, dir.path, "");
+  ASSERT_TRUE(both.attached()) << both.errors();
+  ASSERT_TRUE(c->resume());
+  auto shown = run_cli({"show", "-p", std::to_string(c->pid())});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  MaskOptions o;
+  o.times = false;
+  o.literal = {{dir.path, "DIR"}, {target, "TARGET"}, {object, "OBJECT"}, {UTRAMP_CLI, "UTRAMP"}};
+  o.known_ids = {std::to_string(c->pid()), std::to_string(both.rec.pid()), std::to_string(both.run->pid())};
+  std::string text = mask(shown.out, o);
+  // The asking client's pid, every uid and time, link ids, client ids.
+  text = std::regex_replace(text, std::regex(R"( +T(\d+)\b)"), " T$1");  // pids' widths vary
+  text = std::regex_replace(text, std::regex(R"(process \d+ \(uid \d+\))"), "process PID (uid UID)");
+  text = std::regex_replace(text, std::regex(R"(\(uid \d+\))"), "(uid UID)");
+  text = std::regex_replace(text, std::regex(R"(since \S+:)"), "since TIME:");
+  text = std::regex_replace(text, std::regex(R"(#\d+)"), "#N");
+  std::map<std::string, std::string> clients;
+  text = detail::number_matches(text, std::regex(R"(client (\d+))"), clients, "C", false);
+  expect_golden("show_clients", text);
+  EXPECT_EQ(both.run->stop(SIGINT), 0) << both.errors();
+  EXPECT_EQ(both.rec.stop(SIGINT), 0) << both.errors();
+  expect_untouched_end();
 }
 
 #if CLIENTS_CYCLES > 0
@@ -353,12 +369,7 @@ TEST(Clients, ARunsProgramsAndMapsAreFreed) {
 // and two runs started and ended (Ctrl-C or SIGKILL) in a random order. The process never
 // crashes, each client ends as asked, and at the end .text is the file's and the
 // program's results are right.
-TEST(ClientsStress, ClientsComeAndGo) {
-  const std::string target = target_path("clang_pfe");
-  Counter c(target);
-  ASSERT_TRUE(c.ready());
-  TempDir dir("utramp-clients");
-  const std::string object = object_for("clang_pfe");
+TEST_F(Clients, ComeAndGoWhileThreadsRun) {
   std::mt19937 rng(1234);
   std::unique_ptr<Recorder> rec;
   std::unique_ptr<Runner> runs[2];
@@ -371,7 +382,7 @@ TEST(ClientsStress, ClientsComeAndGo) {
     if (which == 0) {
       if (!rec) {
         outs[0] = out;
-        rec = std::make_unique<Recorder>(c.pid(), std::vector<std::string>{"-o", out, "-q"}, out + ".err");
+        rec = std::make_unique<Recorder>(c->pid(), std::vector<std::string>{"-o", out, "-q"}, out + ".err");
         ASSERT_TRUE(rec->recording()) << rec->errors();
       } else {
         EXPECT_EQ(rec->stop(hard ? SIGKILL : SIGINT), hard ? 128 + SIGKILL : 0) << rec->errors();
@@ -382,7 +393,7 @@ TEST(ClientsStress, ClientsComeAndGo) {
       auto& run = runs[which - 1];
       if (!run) {
         outs[which] = out;
-        run = std::make_unique<Runner>(object, c.pid(), out);
+        run = std::make_unique<Runner>(object, c->pid(), out);
         ASSERT_TRUE(run->attached()) << run->errors();
       } else {
         EXPECT_EQ(run->stop(hard ? SIGKILL : SIGINT), hard ? 128 + SIGKILL : 0) << run->errors();
@@ -403,19 +414,8 @@ TEST(ClientsStress, ClientsComeAndGo) {
       EXPECT_EQ(r->stop(SIGINT), 0) << r->errors();
     }
   }
-  const TextDiff d = text_back(c.pid(), target);
-  EXPECT_EQ(d.bytes, 0u) << ".text differs from the file at" << d.where;
-  // What gone clients' programs used is freed after the grace period.
-  json j;
-  for (int i = 0; i < 200; ++i) {
-    j = show(c.pid());
-    if (j.value("awaiting_release", 1) == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_EQ(j.value("awaiting_release", 1), 0) << j.dump(2);
-  auto [res, code] = c.finish();
-  EXPECT_EQ(res, "ok: 8 workers\n");
-  EXPECT_EQ(code, 0);
+  expect_all_released(c->pid());
+  expect_untouched_end();
 }
 #endif
 
