@@ -676,6 +676,16 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
         }
         st->uprobes.push_back(std::move(u));
       } else {
+        // Int3 entries are a recording's (record -p), kept for as long as it is and ended
+        // with it, with what they need (the handlers' masks); a program's link on one
+        // would keep it after the recording ended. So in a running process a program is
+        // refused there, as on such a site with no recording (sites::set_trap_entries).
+        if (live && s->trap_entry && s->applied.op != sites::SiteOp::nop)
+          return make_error(Errc::unsupported,
+                            fmt::format("cannot attach {}: {}'s entry is diverted by an int3 for a recording "
+                                        "(utramp record -p) beside it, and utramp run -p does not use int3 "
+                                        "entries (docs/attach.md, \"Limits\")",
+                                        w, p.target));
         tramp::AttachOptions ao;
         ao.frame = takes_stacks;
         if (counters) {

@@ -127,6 +127,11 @@ class Clients : public ClientsOn, public ::testing::Test {
   void SetUp() override { start("clang_pfe"); }
 };
 
+class ClientsGcc : public ClientsOn, public ::testing::Test {
+ protected:
+  void SetUp() override { start("gcc_pfe"); }
+};
+
 class ClientsBuilds : public ClientsOn, public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { start(GetParam()); }
@@ -298,6 +303,25 @@ TEST(ClientsLaunched, RunOnALaunchedRecording) {
   EXPECT_EQ(code, 0);
   EXPECT_NE(res.find("ok: 8 workers"), std::string::npos) << res;
   EXPECT_GT(recorded_calls(dir.path + "/launched", "count_a"), 0);
+}
+
+// Int3 entries are the recording's alone: a `run -p` program on a function a recording
+// beside it diverts by an int3 (gcc's five 1-byte NOPs) is refused, as it is with no
+// recording; it would keep the int3 after the recording ended, when the program's
+// handlers block SIGTRAP again. The recording goes on.
+TEST_F(ClientsGcc, ARunIsRefusedTheRecordingsInt3Entries) {
+  const Counts p0 = c->pause();
+  Recorder rec(c->pid(), {"-o", dir.path + "/rec", "--mode", "block", "-q"}, dir.path + "/rec.err");
+  ASSERT_TRUE(rec.recording()) << rec.errors();
+  auto r = run_cli({"run", object_for("clang_pfe"), "-p", std::to_string(c->pid()), "--duration", "1s"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("count_a's entry is diverted by an int3 for a recording"), std::string::npos) << r.err;
+  EXPECT_EQ(programs_shown(show(c->pid())), 0u);
+  const Counts p1 = run_a_while(*c);
+  EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
+  EXPECT_EQ(recorded_calls(dir.path + "/rec", "count_a"), p1.first - p0.first);
+  ASSERT_TRUE(c->resume());
+  expect_untouched_end();
 }
 
 // `utramp detach -p` removes every client's: both CLIs then end, each saying there was
