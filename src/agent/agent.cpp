@@ -15,6 +15,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdarg>
@@ -69,6 +70,8 @@ void child_forgets_lock_holder();
 
 namespace {
 
+inline constexpr uint64_t kNoRecorder = UINT64_MAX;
+
 struct Agent {
   Config cfg;
   TrustedDir dir;  // where cfg came from: the only directory the agent writes into
@@ -84,7 +87,22 @@ struct Agent {
   bool running_process = false;
   arch::TracerHooks hooks;  // the tracer links' hooks (ftrace::hooks())
   arch::TracerHooks filter_hooks, notrace_hooks;  // those of -F and -N functions (ftrace::scope_hooks)
-  bool detached = false;    // `utramp detach -p`: everything removed, nothing attached again
+  // Nothing of utramp's is attached: everything was removed (`utramp detach -p`, or the
+  // last client's release) and nothing attached since.
+  bool detached = false;
+  // Who owns the tracer, whose configuration cfg is: the launcher (kLaunchClient), a
+  // `record -p` client (agent/control.hpp), or kNoRecorder. One recording at a time: the
+  // tracer has one set of rings and options for every thread of the process.
+  uint64_t recorder = kNoRecorder;
+  std::vector<tramp::Link*> recording_links;  // the tracer's links (cleared when detached)
+  // `utramp run -p` clients side by side (their programs: agent/bpf.cpp), in the order
+  // they came, each with its configuration and directory.
+  struct RunClient {
+    uint64_t id;
+    Config cfg;
+    TrustedDir dir;
+  };
+  std::vector<RunClient> run_clients;
 };
 
 Agent* g_agent = nullptr;
@@ -95,12 +113,22 @@ Agent* g_agent = nullptr;
 std::recursive_mutex g_mu;
 
 void logf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// The directory the agent's log goes to: the recording's (or the launcher's), else the
+// newest `run -p` client's, else the last one the agent had.
+const TrustedDir* log_dir() {
+  if (!g_agent) return nullptr;
+  if (g_agent->recorder == kNoRecorder && g_agent->running_process && !g_agent->run_clients.empty())
+    return &g_agent->run_clients.back().dir;
+  return g_agent->cfg.trace_dir.empty() ? nullptr : &g_agent->dir;
+}
+
 void logf(const char* fmt, ...) {
-  if (!g_agent || g_agent->cfg.trace_dir.empty()) return;
+  const TrustedDir* dir = log_dir();
+  if (!dir) return;
   // In the checked directory, appended to only when it is our own file (agent/trust.hpp).
-  auto dfd = g_agent->dir.open_fd();
+  auto dfd = dir->open_fd();
   if (!dfd) return;
-  auto log = os::open_append_at(*dfd, g_agent->dir.path(), fmt::format("agent-{}.log", getpid()));
+  auto log = os::open_append_at(*dfd, dir->path(), fmt::format("agent-{}.log", getpid()));
   close(*dfd);
   if (!log) return;
   const int fd = *log;
@@ -248,7 +276,7 @@ void give_trap_action_back() {
 
 // Attaches the tracer to every selected function not traced yet.
 void attach_new_sites() {
-  if (g_agent->detached) return;
+  if (g_agent->recorder == kNoRecorder) return;
   auto& table = sites::SiteTable::instance();
   auto& mgr = tramp::Manager::instance();
   const Config& cfg = g_agent->cfg;
@@ -331,13 +359,16 @@ void attach_new_sites() {
     if (sig::taken_over() && !table.any_int3_entry()) sig::give_back();
     // Without int3 entries SIGTRAP is utramp's only for the patch batches' own int3s:
     // the program's action again between batches (each installs utramp's handler).
-    if (!sig::taken_over()) give_trap_action_back();
+    // (Unless a `run -p` client's probes need utramp's handler: they may be int3s.)
+    if (!sig::taken_over() && g_agent->run_clients.empty()) give_trap_action_back();
   }
   std::vector<trace::Function> done = std::move(reported);
   for (size_t i = 0; i < cand.size(); ++i) {
     bool ok = true;
     for (size_t k = first_req[i]; k < first_req[i + 1]; ++k)
-      if (!res[k]) {
+      if (res[k]) {
+        g_agent->recording_links.push_back(*res[k]);
+      } else {
         ok = false;
         logf("not traced %s: %s", symbols::demangle(cand[i].name).c_str(),
              res[k].error().message.c_str());
@@ -468,8 +499,10 @@ void atfork_child() {
     // A recording attached to a running process is the parent's (the child has no
     // control channel, hence no recorder): the child runs as untraced, with the file's
     // bytes at every site, its signal functions, masks and SIGTRAP action its own. It is
-    // single-threaded here. (`run -p`'s probes stay, as the kernel's uprobes do.)
-    if (!g_agent->detached && g_agent->cfg.bpf_objects.empty()) {
+    // single-threaded here. (`run -p`'s probes stay, as the kernel's uprobes do; while a
+    // `run -p` client is attached, everything stays in the child, a recording's links
+    // too: docs/attach.md, "Limits".)
+    if (!g_agent->detached && g_agent->run_clients.empty()) {
       g_agent->detached = true;
       sites::SiteTable::instance().put_file_bytes_back_in_child();
       sites::set_trap_entries(false, "a forked child is not recorded");
@@ -499,6 +532,12 @@ nlohmann::json show_json() {
   auto& mgr = tramp::Manager::instance();
   auto& table = sites::SiteTable::instance();
   const bool stats = mgr.stats();
+  // Each link's client (agent/control.hpp: 0 the launcher's).
+  std::map<const void*, uint64_t> owner;
+  bpf_link_owners(&owner);
+  if (g_agent)
+    for (const tramp::Link* l : g_agent->recording_links) owner[l] = g_agent->recorder;
+  std::map<uint64_t, size_t> links_of;  // client -> its links
   json fns = json::array();
   for (const tramp::TrampolineInfo& t : mgr.list()) {
     if (t.links.empty()) continue;  // trampolines are permanent: one with no link is off
@@ -507,6 +546,10 @@ nlohmann::json show_json() {
       json lj = {{"id", l.id}, {"type", std::string(tramp::attach_type_name(l.type))},
                  {"prog", fmt::format("{:#x}", l.prog)}, {"cookie", fmt::format("{:#x}", l.cookie)},
                  {"misses", l.misses}};
+      if (auto o = owner.find(l.link); o != owner.end()) {
+        lj["client"] = o->second;
+        ++links_of[o->second];
+      }
       if (stats) {
         lj["run_cnt"] = l.run_cnt;
         lj["run_ns"] = l.run_ns;
@@ -530,7 +573,7 @@ nlohmann::json show_json() {
     c.tracer = "none";
     return c;
   }();
-  const Config& cfg = g_agent ? g_agent->cfg : kNone;
+  const Config& cfg = g_agent && !(g_agent->running_process && g_agent->recorder == kNoRecorder) ? g_agent->cfg : kNone;
   std::string exe = g_agent ? g_agent->exe : std::string();
   if (!g_agent) {
     char buf[4096];
@@ -538,6 +581,27 @@ nlohmann::json show_json() {
     if (n > 0) exe.assign(buf, static_cast<size_t>(n));
   }
   const char* state = !g_agent ? "loaded, not configured" : g_agent->detached ? "detached" : "attached";
+  // Each client, with what it made: the launcher's first (while it has anything), then
+  // every connection, the asking one included.
+  json clients = json::array();
+  if (g_agent && !g_agent->running_process && !g_agent->detached)
+    clients.push_back({{"id", kLaunchClient}, {"pid", getpid()}, {"launch", true},
+                       {"command", cfg.bpf_objects.empty() ? "utramp record (the launcher)" : "utramp run (the launcher)"},
+                       {"recording", cfg.tracer == "none" ? std::string() : cfg.trace_dir},
+                       {"bpf_objects", cfg.bpf_objects}, {"links", links_of[kLaunchClient]}});
+  std::vector<std::string> bpf_objects = cfg.bpf_objects;
+  for (json c : control_clients()) {
+    const uint64_t id = c.value("id", uint64_t{0});
+    if (g_agent && g_agent->recorder == id) c["recording"] = cfg.trace_dir;
+    if (g_agent)
+      for (const Agent::RunClient& r : g_agent->run_clients)
+        if (r.id == id) {
+          c["bpf_objects"] = r.cfg.bpf_objects;
+          bpf_objects.insert(bpf_objects.end(), r.cfg.bpf_objects.begin(), r.cfg.bpf_objects.end());
+        }
+    c["links"] = links_of[id];
+    clients.push_back(std::move(c));
+  }
   const bool running = !g_agent || g_agent->running_process;
   json not_tracked = json::array();
   if (!stats)
@@ -552,78 +616,155 @@ nlohmann::json show_json() {
             {"tracer", cfg.tracer},
             {"started", running ? "loaded into the running process (utramp record -p, run -p)"
                                 : "with the program, by its launcher"},
-            // What `record -p` reads to refuse a second recording of a launched program.
+            // What `record -p` reads to refuse a second recording (one at a time).
             {"launched", !running},
+            {"recording", g_agent && g_agent->recorder != kNoRecorder},
             {"trace_dir", cfg.trace_dir},
-            {"bpf_objects", cfg.bpf_objects}}},
+            {"bpf_objects", bpf_objects}}},
           {"functions", std::move(fns)},
           {"sites_as_nop", nops},
           {"library_calls_hooked", ftrace::hooked_imports()},
-          {"clients", control_clients()},
+          {"clients", std::move(clients)},
+          // What clients that are gone left until the grace period ends (their programs'
+          // code and map files: agent/bpf.cpp, bpf_stop).
+          {"awaiting_release", mgr.pending_frees()},
           {"not_tracked", std::move(not_tracked)}};
   // `utramp run`'s programs and maps, as `bpftool prog show` and `map show` list them.
   if (json b = bpf_show(); !b.empty()) shown["bpf"] = std::move(b);
   return shown;
 }
 
-// Everything utramp put in, removed; the program runs on untraced. Tracing stops with
-// it: the events already written are in the shared ring buffers, where the recorder
-// takes them (nothing is held back in the agent), and a thread inside a traced call
-// when its link goes records that call's exit through the image it entered.
-Result<nlohmann::json> detach_all() {
-  Inside in;
-  using nlohmann::json;
-  if (!g_agent || g_agent->detached) return json{{"already_detached", true}, {"links_detached", 0},
-                                     {"sites_restored", 0}, {"library_slots_restored", 0},
-                                     {"left", json::array()}, {"errors", json::array()}};
-  g_agent->detached = true;
-  std::vector<std::string> left, errors;
-  if (auto r = sites::unwatch_loader(); !r) errors.push_back("the loader's r_brk: " + r.error().message);
+// Detaches LINKS together (one patch batch per step for all, not one per link); the
+// count detached, what failed in ERRORS.
+size_t detach_links(const std::vector<tramp::Link*>& links, std::vector<std::string>* errors) {
   auto& mgr = tramp::Manager::instance();
-  size_t links = 0;
-  // Every link in one detach: one patch batch per step for all, not one per link.
-  const std::vector<tramp::LinkInfo> live = mgr.links();
-  std::vector<tramp::Link*> all;
-  for (const tramp::LinkInfo& l : live) all.push_back(const_cast<tramp::Link*>(l.link));
-  const std::vector<Result<void>> done = mgr.detach_many(all);
-  for (size_t i = 0; i < live.size(); ++i) {
-    if (done[i]) ++links;
-    else errors.push_back(fmt::format("{} link on {}: {}", tramp::attach_type_name(live[i].type),
-                                      live[i].function, done[i].error().message));
+  const std::vector<Result<void>> done = mgr.detach_many(links);
+  size_t n = 0;
+  for (size_t i = 0; i < done.size(); ++i) {
+    if (done[i]) {
+      ++n;
+      continue;
+    }
+    auto l = mgr.link_info(links[i]);  // still live: it was not detached
+    errors->push_back(l ? fmt::format("{} link on {}: {}", tramp::attach_type_name(l->type), l->function,
+                                      done[i].error().message)
+                        : done[i].error().message);
   }
-  // `utramp run -p`: its probes too, before the sites go back to the file's bytes.
-  size_t probes = 0;
-  if (!g_agent->cfg.bpf_objects.empty()) {
-    if (g_agent->running_process) probes = bpf_stop(&errors);  // `utramp run -p`
-    else left.push_back("the eBPF programs' int3 probes of utramp run stay until the run ends");
-  }
-  const size_t slots = ftrace::unhook_imports(&errors);
+  return n;
+}
+
+// What is left once a client's links went: the canonical NOPs no link holds go back to
+// the file's bytes (a site another client still patches stays as it is); after the
+// recording, int3 entries end (`run -p` never uses them), and only then may the
+// program's handlers block SIGTRAP again: a handler that ran during the batches and
+// reached one would have been killed.
+size_t put_back_unused(bool recording_ended, std::vector<std::string>* left, std::vector<std::string>* errors) {
   size_t restored = 0;
-  if (auto r = sites::SiteTable::instance().restore_discovered(&left); r) restored = *r;
-  else errors.push_back("putting the sites' bytes back: " + r.error().message);
-  // Only now that no int3 entry is left may the program's handlers block SIGTRAP again: a
-  // handler that ran during the batches above and reached one would have been killed.
-  // Int3 entries end with the recording that asked for them (`run -p` never uses them).
-  sites::set_trap_entries(false, "only a recording attached by record -p diverts entries by an int3");
+  if (auto r = sites::SiteTable::instance().restore_discovered(left); r) restored = *r;
+  else errors->push_back("putting the sites' bytes back: " + r.error().message);
+  if (recording_ended)
+    sites::set_trap_entries(false, "only a recording attached by record -p diverts entries by an int3");
   // The program's handler masks, its SIGTRAP action (utramp's handler came with the
-  // first patch batch) and its signal functions' slots, as they are without utramp.
-  if (g_agent->running_process) {
+  // first patch batch) and its signal functions' slots, as they are without utramp, once
+  // no client needs utramp's SIGTRAP: the recording's int3 entries are gone, and no
+  // `run -p` client is left (its probes may be int3s, and its links' patch batches use
+  // them). A takeover made for a recording's int3 entries stays until then, keeping a
+  // SIGTRAP action the program sets meanwhile from replacing utramp's handler.
+  if (g_agent->running_process && g_agent->run_clients.empty() &&
+      (recording_ended || g_agent->recorder == kNoRecorder)) {
     if (sig::taken_over()) sig::give_back();
     else give_trap_action_back();
   }
+  return restored;
+}
+
+nlohmann::json removal_answer(size_t links, size_t probes, size_t restored, size_t slots,
+                              const std::vector<std::string>& left, const std::vector<std::string>& errors) {
+  return nlohmann::json{{"links_detached", links}, {"probes_detached", probes}, {"sites_restored", restored},
+                        {"library_slots_restored", slots}, {"left", left}, {"errors", errors}};
+}
+
+// Everything utramp put in, every client's, removed; the program runs on untraced.
+// Tracing stops with it: the events already written are in the shared ring buffers,
+// where the recorder takes them (nothing is held back in the agent), and a thread inside
+// a traced call when its link goes records that call's exit through the image it entered.
+Result<nlohmann::json> detach_all() {
+  Inside in;
+  using nlohmann::json;
+  if (!g_agent || g_agent->detached) {
+    json j = removal_answer(0, 0, 0, 0, {}, {});
+    j["already_detached"] = true;
+    return j;
+  }
+  g_agent->detached = true;
+  std::vector<std::string> left, errors;
+  if (auto r = sites::unwatch_loader(); !r) errors.push_back("the loader's r_brk: " + r.error().message);
+  size_t links = 0, probes = 0;
+  // `utramp run -p` clients: their links, probes, statistics and map files, before the
+  // sites go back to the file's bytes.
+  for (const Agent::RunClient& c : g_agent->run_clients) probes += bpf_stop(c.id, &errors, &links);
+  g_agent->run_clients.clear();
+  // Every link left (the recording's, the launcher's programs') in one detach.
+  auto& mgr = tramp::Manager::instance();
+  std::vector<tramp::Link*> all;
+  for (const tramp::LinkInfo& l : mgr.links()) all.push_back(const_cast<tramp::Link*>(l.link));
+  links += detach_links(all, &errors);
+  g_agent->recording_links.clear();
+  g_agent->recorder = kNoRecorder;
+  bpf_forget_links(kLaunchClient);
+  if (!g_agent->running_process && !g_agent->cfg.bpf_objects.empty())
+    left.push_back("the eBPF programs' int3 probes of utramp run stay until the run ends");
+  const size_t slots = ftrace::unhook_imports(&errors);
+  const size_t restored = put_back_unused(true, &left, &errors);
   // The events written so far are in the rings; what a thread writes from now on (the
   // exit of a call it was inside) is the recorder's to take until it ends.
   logf("detached: %zu links, %zu sites back to the file's bytes, %zu library-call slots; %zu left, "
        "%zu errors",
        links, restored, slots, left.size(), errors.size());
   for (const std::string& e : errors) logf("detach: %s", e.c_str());
-  return json{{"links_detached", links}, {"probes_detached", probes}, {"sites_restored", restored},
-              {"library_slots_restored", slots}, {"left", left}, {"errors", errors}};
+  return removal_answer(links, probes, restored, slots, left, errors);
+}
+
+// What CLIENT's configuration made (its recording, or its eBPF programs), removed, and
+// nothing of another client's: its release, or its connection's end.
+Result<nlohmann::json> release_client(uint64_t client) {
+  Inside in;
+  using nlohmann::json;
+  std::vector<std::string> left, errors;
+  size_t links = 0, probes = 0;
+  bool recording = false, any = false;
+  if (g_agent && g_agent->recorder == client && g_agent->running_process) {
+    links += detach_links(g_agent->recording_links, &errors);
+    g_agent->recording_links.clear();
+    g_agent->recorder = kNoRecorder;
+    recording = any = true;
+  }
+  if (g_agent) {
+    auto& rc = g_agent->run_clients;
+    if (auto it = std::find_if(rc.begin(), rc.end(), [&](const Agent::RunClient& c) { return c.id == client; });
+        it != rc.end()) {
+      probes += bpf_stop(client, &errors, &links);
+      rc.erase(it);
+      any = true;
+    }
+  }
+  if (!any) {
+    json j = removal_answer(0, 0, 0, 0, {}, {});
+    j["already_detached"] = true;
+    return j;
+  }
+  const size_t restored = put_back_unused(recording, &left, &errors);
+  if (g_agent->running_process && g_agent->recorder == kNoRecorder && g_agent->run_clients.empty())
+    g_agent->detached = true;
+  logf("client %llu released: %zu links, %zu probes, %zu sites back to the file's bytes; %zu left, %zu errors",
+       static_cast<unsigned long long>(client), links, probes, restored, left.size(), errors.size());
+  for (const std::string& e : errors) logf("release: %s", e.c_str());
+  return removal_answer(links, probes, restored, 0, left, errors);
 }
 
 void control_log(const char* text) { logf("%s", text); }
 
-Result<nlohmann::json> configure_running(TrustedConfig t);
+Result<nlohmann::json> configure_running(TrustedConfig t, uint64_t client);
 
 void start_control_channel() {
   ControlHandlers h;
@@ -631,6 +772,7 @@ void start_control_channel() {
   h.show = &show_json;
   h.detach = &detach_all;
   h.configure = &configure_running;
+  h.release = &release_client;
   h.log = &control_log;
   if (auto r = start_control(h); !r) logf("%s", r.error().message.c_str());
 }
@@ -785,6 +927,7 @@ __attribute__((constructor(UTRAMP_INIT_AGENT))) void agent_init() {
       return;
     }
   }
+  g_agent->recorder = kLaunchClient;
   if (auto r = start_tracer(); !r) {
     logf("%s", r.error().message.c_str());
     return;
@@ -851,61 +994,70 @@ Result<void> start_tracer() {
 // (GOT hooks) and objects loaded later (the loader's hook), whose changes are made
 // safely only before main or with the loader's locks, which this thread cannot take
 // without risking a deadlock with a program thread inside dlopen.
-Result<nlohmann::json> configure_running(TrustedConfig t) {
-  if (g_agent && !g_agent->running_process)
-    return make_error(Errc::busy,
-                      "this process was started under utramp (its agent was configured by its "
-                      "launcher, utramp record or utramp run): a second recording cannot be "
-                      "attached to it; `utramp show -p` and `utramp detach -p` work on it");
-  if (g_agent && !g_agent->detached)
-    return make_error(Errc::busy,
-                      g_agent->cfg.bpf_objects.empty()
-                          ? fmt::format("a recording (utramp record -p) is already attached to this process "
-                                        "(trace directory {}): one client at a time",
-                                        g_agent->cfg.trace_dir)
-                          : fmt::format("eBPF programs (utramp run -p {}) are already attached to this process: "
-                                        "one client at a time",
-                                        fmt::join(g_agent->cfg.bpf_objects, " ")));
+Result<nlohmann::json> configure_running(TrustedConfig t, uint64_t client) {
   const bool bpf = !t.config.bpf_objects.empty();
   if (bpf != (t.config.tracer == "none"))
     return make_error(Errc::invalid_argument, bpf ? "eBPF programs come without a tracer (utramp run -p)"
                                                   : "a configuration with neither a tracer nor eBPF programs");
+  // One recording at a time: the tracer has one set of rings and one set of options for
+  // every thread; a second would need a tracer state per recording. eBPF programs
+  // (`run -p`) run beside a recording and beside each other.
+  if (!bpf && g_agent && !g_agent->running_process)
+    return make_error(Errc::busy,
+                      "this process was started under utramp (its agent was configured by its "
+                      "launcher, utramp record or utramp run): a second recording cannot be "
+                      "attached to it; `utramp run -p`, `utramp show -p` and `utramp detach -p` work on it");
+  if (!bpf && g_agent && g_agent->recorder != kNoRecorder)
+    return make_error(Errc::busy,
+                      fmt::format("a recording (utramp record -p) is already attached to this process "
+                                  "(trace directory {}): one recording at a time, the tracer has one set of "
+                                  "rings and options for every thread; `utramp run -p` works beside it",
+                                  g_agent->cfg.trace_dir));
   Inside in;
-  const bool first = g_agent == nullptr;
-  if (first) {
+  if (!g_agent) {
     g_agent = new Agent();
     g_agent->running_process = true;
+    g_agent->cfg.tracer = "none";
     char exe[4096];
     const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) g_agent->exe.assign(exe, static_cast<size_t>(n));
-  } else {
-    if (g_agent->buffers) g_agent->buffers->retire();  // the recording before: its recorder is gone
-    g_agent->files = ProcessFiles();
   }
-  g_agent->cfg = std::move(t.config);
-  g_agent->dir = std::move(t.dir);
-  g_agent->detached = false;
   if (bpf) {
     // `utramp run -p`: loaded, verified, JIT-ed and attached here, while the threads run.
-    // No int3 entries (a record -p before may have left them on): its refusals stand.
+    // No int3 entries for its programs (a recording beside it keeps its own): its
+    // refusals stand.
+    const bool traps = sites::trap_entries();
     sites::set_trap_entries(false, "utramp run -p does not divert entries by an int3");
-    auto r = bpf_start_live(g_agent->cfg, g_agent->dir);
+    auto r = bpf_start_live(t.config, t.dir, client);
+    if (traps) sites::set_trap_entries(true);
     if (!r) {
       // Nothing attached (bpf_start undoes its own); the sites it made canonical get the
       // file's bytes back: a refusal changes nothing.
-      g_agent->detached = true;
       std::vector<std::string> left;
       (void)sites::SiteTable::instance().restore_discovered(&left);
       logf("utramp run -p refused: %s", r.error().message.c_str());
       return r.error();
     }
-    (*r)["links"] = tramp::Manager::instance().links().size();
+    std::map<const void*, uint64_t> owner;
+    bpf_link_owners(&owner);
+    (*r)["links"] = std::count_if(owner.begin(), owner.end(), [&](const auto& o) { return o.second == client; });
     (*r)["pid"] = getpid();
-    logf("configured by the control channel: eBPF programs, %s", r->dump().c_str());
+    (*r)["client"] = client;
+    g_agent->run_clients.push_back({client, std::move(t.config), std::move(t.dir)});
+    g_agent->detached = false;
+    logf("configured by the control channel (client %llu): eBPF programs, %s",
+         static_cast<unsigned long long>(client), r->dump().c_str());
     return *r;
   }
+  if (g_agent->buffers) g_agent->buffers->retire();  // the recording before: its recorder is gone
+  g_agent->files = ProcessFiles();
+  g_agent->cfg = std::move(t.config);
+  g_agent->dir = std::move(t.dir);
+  g_agent->recorder = client;
+  g_agent->detached = false;
   if (auto r = start_tracer(); !r) {
-    g_agent->detached = true;  // nothing attached: the next configuration may try again
+    g_agent->recorder = kNoRecorder;  // nothing attached: the next configuration may try again
+    if (g_agent->run_clients.empty()) g_agent->detached = true;
     return r.error();
   }
   // Functions whose site cannot change while the threads run (five 1-byte NOPs, a
@@ -923,10 +1075,10 @@ Result<nlohmann::json> configure_running(TrustedConfig t) {
   for (sites::Site* s : sites::SiteTable::instance().all()) s->traced_by_agent = false;
   g_untraced = {};
   discover_and_attach(false);
-  size_t links = tramp::Manager::instance().links().size();
-  logf("configured by the control channel: %zu links, trace directory %s", links,
-       g_agent->cfg.trace_dir.c_str());
-  return nlohmann::json{{"links", links}, {"pid", getpid()}, {"not_traced", g_untraced.count},
+  const size_t links = g_agent->recording_links.size();
+  logf("configured by the control channel (client %llu): %zu links, trace directory %s",
+       static_cast<unsigned long long>(client), links, g_agent->cfg.trace_dir.c_str());
+  return nlohmann::json{{"links", links}, {"pid", getpid()}, {"client", client}, {"not_traced", g_untraced.count},
                         {"not_traced_first", g_untraced.first}};
 }
 

@@ -89,8 +89,11 @@ uint64_t monotonic_ns() {  // the vDSO's clock: no system call, async-signal-saf
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
-// Live for the whole process: programs may run until exit (images are not torn down).
+// One client's programs: the launcher's (`utramp run`: live until exit), or one
+// `utramp run -p`'s, freed after the trampolines' grace period once bpf_stop took them
+// away (tramp::Manager::after_grace).
 struct BpfState {
+  uint64_t client = kLaunchClient;
   ebpf::MapFile maps;
   std::span<uint8_t> objects;  // ebpf::kObjectsMap's value, when the CLI made one
   std::string exe;             // the program's path there
@@ -101,7 +104,9 @@ struct BpfState {
   // of LibProbe included), the USDT semaphores raised, the statistics turned on.
   std::vector<probe::Probe*> probes;
   std::vector<uint64_t> semaphores;
+  std::vector<tramp::Link*> links;  // its trampolines' links
   bool stats = false;
+  bool printk = false;  // the helpers' printk ring is its map's
   // Each program, for `utramp show -p`: in load order, with its counters in the map
   // file (null: not counted) and what it was attached to.
   struct Shown {
@@ -112,7 +117,23 @@ struct BpfState {
   };
   std::vector<Shown> shown;
 };
-BpfState* g_bpf = nullptr;
+// Every client's, in the order they started (the agent's lock held; the launcher's, the
+// one the loader's announcements touch, is g_launch too).
+std::vector<BpfState*> g_states;
+BpfState* g_launch = nullptr;
+// Clients whose programs are counted (run --metrics): the images count while any is.
+size_t g_stats_users = 0;
+
+void stats_wanted(bool on) {
+  if (on ? g_stats_users++ == 0 : --g_stats_users == 0) tramp::Manager::instance().set_stats(on);
+}
+
+// Freed once no thread can be in what it attached: its probes are detached (their
+// handlers have returned) and its links too; the images those links ran in, which count
+// into its map file after the program returned, are freed first (after_grace).
+void free_after_grace(std::unique_ptr<BpfState> st) {
+  tramp::Manager::instance().after_grace([p = st.release()] { delete p; });
+}
 
 // A uprobe program's context: the kernel's x86-64 struct pt_regs (what bpf_tracing.h's
 // PT_REGS_PARM1..6, PT_REGS_RC, PT_REGS_IP and PT_REGS_SP read), preceded by the words
@@ -358,9 +379,23 @@ Result<void> attach_lib_probe(LibProbe& l, const Loaded& obj, uint64_t addr) {
 
 }  // namespace
 
-Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std::string>* int3s, bool live) {
-  if (g_bpf) return make_error(Errc::busy, "eBPF programs are attached already (one `utramp run` at a time)");
+Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std::string>* int3s, bool live,
+                       uint64_t client) {
+  if (std::any_of(g_states.begin(), g_states.end(), [&](const BpfState* x) { return x->client == client; }))
+    return make_error(Errc::busy, "eBPF programs of this client are attached already");
   auto st = std::make_unique<BpfState>();
+  st->client = client;
+  // Once an attach was tried, a thread may have reached what it wrote (an int3 of a
+  // batch that then failed, a probe's handler, an image): in a running process the state
+  // is then freed only after the grace period, never at once. Before main no thread of
+  // the program runs yet. Declared after st: it runs first.
+  struct RetireOnFailure {
+    std::unique_ptr<BpfState>& st;
+    bool armed = false;
+    ~RetireOnFailure() {
+      if (armed && st) free_after_grace(std::move(st));
+    }
+  } retire_on_failure{st};
   auto own = open_own_shared_file(dir, cfg.bpf_map_file);
   if (!own) return std::move(own).error();
   // The descriptor checked, mapped through its /proc name (the same open file).
@@ -371,8 +406,9 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   const ebpf::MapFile& maps = st->maps;
   // The programs' counters (ebpf::kProgStatsMap), when the CLI asked for them.
   std::span<ebpf::ProgStatsRecord> prog_stats;
+  ebpf::MapHeader* printk_ring = nullptr;  // taken below if a program calls bpf_printk
   for (size_t i = 0; i < maps.count(); ++i) {
-    if (maps.spec(i).name == ".printk") ebpf::set_printk_ring(maps.header(i));
+    if (maps.spec(i).name == ".printk") printk_ring = maps.header(i);
     if (maps.spec(i).name == ebpf::kProgStatsMap) {
       const auto v = maps.values(i);
       if (reinterpret_cast<uintptr_t>(v.data()) % alignof(ebpf::ProgStatsRecord))
@@ -387,17 +423,17 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   ebpf::set_return_address_fix(&probe::real_return_address);
   // The images call the statistics hooks only while they are on (tramp::Manager::set_stats),
   // as the kernel counts run time only under bpf_stats_enabled: on before anything is attached.
-  if (!prog_stats.empty()) tramp::Manager::instance().set_stats(true);
+  if (!prog_stats.empty()) stats_wanted(true);
   st->stats = !prog_stats.empty();
   // Turned off again, the printk ring forgotten, when the start fails.
   struct Undo {
-    BpfState* st;
+    bool armed, stats, printk;
     ~Undo() {
-      if (!st) return;
-      if (st->stats) tramp::Manager::instance().set_stats(false);
-      ebpf::set_printk_ring(nullptr);
+      if (!armed) return;
+      if (stats) stats_wanted(false);
+      if (printk) ebpf::set_printk_ring(nullptr);
     }
-  } undo_globals{st.get()};
+  } undo_globals{true, st->stats, false};
   size_t prog_index = 0;  // the program's record: in load order over the objects
 
   auto& table = sites::SiteTable::instance();
@@ -442,6 +478,19 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   for (const std::string& path : cfg.bpf_objects) {
     auto obj = ebpf::load_object_file(path, helpers);
     if (!obj) return std::move(obj).error();
+    // bpf_printk's lines go to one ring per process, this client's if its programs print:
+    // a second client's that print too would have their lines shown by another CLI.
+    if (!st->printk && printk_ring &&
+        std::any_of(obj->programs.begin(), obj->programs.end(),
+                    [](const ebpf::LoadedProgram& q) { return ebpf::calls_helper(q, ebpf::kTracePrintkHelper); })) {
+      if (std::any_of(g_states.begin(), g_states.end(), [](const BpfState* x) { return x->printk; }))
+        return make_error(Errc::busy, fmt::format("{}: its programs call bpf_printk, whose lines already go to "
+                                                  "another client's `utramp run` in this process (one reader of "
+                                                  "bpf_printk at a time: utramp show -p lists the clients)",
+                                                  path));
+      ebpf::set_printk_ring(printk_ring);
+      st->printk = undo_globals.printk = true;
+    }
     if (auto a = ebpf::apply_attach(*obj, specs); !a) return std::move(a).error();
     if (map_base + obj->maps.size() > maps.count())
       return make_error(Errc::bad_format, fmt::format("{}: the map file has fewer maps than the object", path));
@@ -627,6 +676,16 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
         }
         st->uprobes.push_back(std::move(u));
       } else {
+        // Int3 entries are a recording's (record -p), kept for as long as it is and ended
+        // with it, with what they need (the handlers' masks); a program's link on one
+        // would keep it after the recording ended. So in a running process a program is
+        // refused there, as on such a site with no recording (sites::set_trap_entries).
+        if (live && s->trap_entry && s->applied.op != sites::SiteOp::nop)
+          return make_error(Errc::unsupported,
+                            fmt::format("cannot attach {}: {}'s entry is diverted by an int3 for a recording "
+                                        "(utramp record -p) beside it, and utramp run -p does not use int3 "
+                                        "entries (docs/attach.md, \"Limits\")",
+                                        w, p.target));
         tramp::AttachOptions ao;
         ao.frame = takes_stacks;
         if (counters) {
@@ -656,16 +715,10 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   // on any failure everything attached so far is detached again.
   auto& pm = probe::Manager::instance();
   std::vector<probe::Probe*> probes;
-  // In a running process a thread may still be inside a program's run when its link or
-  // probe goes: what was attached is never freed then (its maps retired, as bpf_stop
-  // does); before main no thread of the program runs yet.
   auto undo_probes = [&] {
     if (!probes.empty()) (void)pm.detach_batch(probes);
-    if (live && !probes.empty()) {
-      (void)st->maps.retire();
-      (void)st.release();
-    }
   };
+  retire_on_failure.armed = live;
   if (!uprobes.empty()) {
     auto b = pm.attach_batch(uprobes);
     if (!b) {
@@ -698,10 +751,6 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
       if (r) made.push_back(*r);
     (void)mgr.detach_many(made);
     undo_probes();
-    if (live && !made.empty() && st) {  // kept, as undo_probes keeps it
-      (void)st->maps.retire();
-      (void)st.release();
-    }
     return make_error(Errc::invalid_argument, "cannot attach " + errors);
   }
   // The uprobes that stayed int3s, named as the errors name them.
@@ -721,17 +770,19 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   for (const uint64_t sem : semaphores) __atomic_fetch_add(reinterpret_cast<uint16_t*>(sem), 1, __ATOMIC_SEQ_CST);
   st->probes = std::move(probes);
   st->semaphores = std::move(semaphores);
-  undo_globals.st = nullptr;
+  for (auto& r : res) st->links.push_back(*r);
+  undo_globals.armed = false;
   st->exe = exe;
   if (!st->objects.empty()) ebpf::write_loaded_ranges(st->objects, loaded_ranges(st->exe));
-  g_bpf = st.release();
+  if (client == kLaunchClient) g_launch = st.get();
+  g_states.push_back(st.release());
   return {};
 }
 
-bool bpf_has_library_programs() { return g_bpf && !g_bpf->lib.empty(); }
+bool bpf_has_library_programs() { return g_launch && !g_launch->lib.empty(); }
 
 void bpf_loader_changed() {
-  BpfState* st = g_bpf;
+  BpfState* st = g_launch;
   if (st && !st->objects.empty()) ebpf::write_loaded_ranges(st->objects, loaded_ranges(st->exe));
   if (!st || st->lib.empty()) return;
   const std::vector<Loaded> objs = loaded_libraries();
@@ -792,26 +843,37 @@ void write_status(const Config& cfg, const TrustedDir& dir, const Result<void>& 
 
 void bpf_start_or_exit(const Config& cfg, const TrustedDir& dir) {
   std::vector<std::string> int3s;
-  auto r = bpf_start(cfg, dir, &int3s, /*live=*/false);
+  auto r = bpf_start(cfg, dir, &int3s, /*live=*/false, kLaunchClient);
   write_status(cfg, dir, r, int3s);
   if (!r) _exit(125);
 }
 
-Result<nlohmann::json> bpf_start_live(const Config& cfg, const TrustedDir& dir) {
+Result<nlohmann::json> bpf_start_live(const Config& cfg, const TrustedDir& dir, uint64_t client) {
   std::vector<std::string> int3s;
-  auto r = bpf_start(cfg, dir, &int3s, /*live=*/true);
+  auto r = bpf_start(cfg, dir, &int3s, /*live=*/true, client);
   write_status(cfg, dir, r, int3s);
   if (!r) return std::move(r).error();
   size_t attached = 0;
-  for (const BpfState::Shown& p : g_bpf->shown) attached += p.attachments;
-  return nlohmann::json{{"programs", g_bpf->shown.size()}, {"attached", attached}, {"int3", int3s}};
+  for (const BpfState::Shown& p : g_states.back()->shown) attached += p.attachments;
+  return nlohmann::json{{"programs", g_states.back()->shown.size()}, {"attached", attached}, {"int3", int3s}};
 }
 
-size_t bpf_stop(std::vector<std::string>* errors) {
-  BpfState* st = g_bpf;
-  if (!st) return 0;
-  g_bpf = nullptr;
-  // The trampolines' links went with every other link (the caller's detach_many).
+size_t bpf_stop(uint64_t client, std::vector<std::string>* errors, size_t* links) {
+  const auto it = std::find_if(g_states.begin(), g_states.end(), [&](const BpfState* x) { return x->client == client; });
+  if (it == g_states.end() || client == kLaunchClient) return 0;
+  std::unique_ptr<BpfState> st(*it);
+  g_states.erase(it);
+  // Its links, together (one patch batch per step); detach_many returns once no thread
+  // runs their programs. Those a `detach -p` took already are gone from the manager.
+  auto& mgr = tramp::Manager::instance();
+  std::vector<tramp::Link*> live;
+  for (const tramp::LinkInfo& l : mgr.links())
+    if (std::find(st->links.begin(), st->links.end(), l.link) != st->links.end())
+      live.push_back(const_cast<tramp::Link*>(l.link));
+  const std::vector<Result<void>> done = mgr.detach_many(live);
+  for (size_t i = 0; i < done.size(); ++i)
+    if (done[i]) ++*links;
+    else errors->push_back(fmt::format("an eBPF program's link: {}", done[i].error().message));
   size_t removed = 0;
   if (!st->probes.empty()) {
     if (auto r = probe::Manager::instance().detach_batch(st->probes); r) removed = st->probes.size();
@@ -820,51 +882,66 @@ size_t bpf_stop(std::vector<std::string>* errors) {
   // Lowered as they were raised: the program's `if (PROVIDER_NAME_ENABLED())` code is
   // skipped again unless something else attached there.
   for (const uint64_t sem : st->semaphores) __atomic_fetch_sub(reinterpret_cast<uint16_t*>(sem), 1, __ATOMIC_SEQ_CST);
-  if (st->stats) tramp::Manager::instance().set_stats(false);
-  ebpf::set_printk_ring(nullptr);
-  // A thread may still be finishing a run (inside a trampoline image or a probe's
-  // handler when its link went): the programs' code stays, and their maps become a
-  // private copy at the same addresses, the file's pages given back.
-  if (!st->maps.retire()) errors->push_back("the map file stays mapped (its pages could not be replaced)");
-  return removed;  // st is never freed: see above
+  if (st->stats) stats_wanted(false);
+  if (st->printk) ebpf::set_printk_ring(nullptr);
+  // No program of it runs any more, but a thread may still be in an image its links ran
+  // in, which counts the run into the map file (AttachOptions::stats_at): the programs'
+  // code, the map file's mapping and the rest go once those images are freed.
+  free_after_grace(std::move(st));
+  return removed;
+}
+
+void bpf_forget_links(uint64_t client) {
+  for (BpfState* st : g_states)
+    if (st->client == client) st->links.clear();
+}
+
+void bpf_link_owners(std::map<const void*, uint64_t>* out) {
+  for (const BpfState* st : g_states)
+    for (const tramp::Link* l : st->links) (*out)[l] = st->client;
 }
 
 nlohmann::json bpf_show() {
   using nlohmann::json;
   json out = json::object();
-  const BpfState* st = g_bpf;
-  if (!st) return out;
-  json progs = json::array();
-  for (const BpfState::Shown& p : st->shown) {
-    json j{{"name", p.name}, {"section", p.section}, {"type", p.kind}, {"target", p.target},
-           {"attached", p.attachments}};
-    if (p.stats) {
-      j["run_cnt"] = __atomic_load_n(&p.stats->run_cnt, __ATOMIC_RELAXED);
-      j["run_ns"] = __atomic_load_n(&p.stats->run_ns, __ATOMIC_RELAXED);
+  if (g_states.empty()) return out;
+  json progs = json::array(), maps = json::array();
+  size_t probes = 0;
+  bool stats = false;
+  for (const BpfState* st : g_states) {
+    for (const BpfState::Shown& p : st->shown) {
+      json j{{"name", p.name}, {"section", p.section}, {"type", p.kind}, {"target", p.target},
+             {"attached", p.attachments}, {"client", st->client}};
+      if (p.stats) {
+        j["run_cnt"] = __atomic_load_n(&p.stats->run_cnt, __ATOMIC_RELAXED);
+        j["run_ns"] = __atomic_load_n(&p.stats->run_ns, __ATOMIC_RELAXED);
+      }
+      // The statistics count every miss (the recursion rule's too); without them, the
+      // recursion rule's word of `.misses`.
+      j["misses"] = p.stats ? __atomic_load_n(&p.stats->misses, __ATOMIC_RELAXED)
+                    : p.misses ? __atomic_load_n(p.misses, __ATOMIC_RELAXED)
+                               : 0;
+      progs.push_back(std::move(j));
     }
-    // The statistics count every miss (the recursion rule's too); without them, the
-    // recursion rule's word of `.misses`.
-    j["misses"] = p.stats ? __atomic_load_n(&p.stats->misses, __ATOMIC_RELAXED)
-                  : p.misses ? __atomic_load_n(p.misses, __ATOMIC_RELAXED)
-                             : 0;
-    progs.push_back(std::move(j));
-  }
-  json maps = json::array();
-  for (size_t i = 0; i < st->maps.count(); ++i) {
-    const ebpf::MapSpec s = st->maps.spec(i);
-    if (s.name == ebpf::kObjectsMap || s.name == ebpf::kProgStatsMap || s.name == ".misses" ||
-        s.name == ".printk")
-      continue;  // the CLI's, not the object's
-    json m{{"name", s.name}, {"type", std::string(ebpf::map_type_name(s.type))}, {"max_entries", s.max_entries}};
-    if (s.type == uint32_t(ebpf::MapType::hash) || s.type == uint32_t(ebpf::MapType::lru_hash) ||
-        s.type == uint32_t(ebpf::MapType::percpu_hash))
-      m["entries"] = st->maps.entry_count(i);
-    maps.push_back(std::move(m));
+    for (size_t i = 0; i < st->maps.count(); ++i) {
+      const ebpf::MapSpec s = st->maps.spec(i);
+      if (s.name == ebpf::kObjectsMap || s.name == ebpf::kProgStatsMap || s.name == ".misses" ||
+          s.name == ".printk")
+        continue;  // the CLI's, not the object's
+      json m{{"name", s.name}, {"type", std::string(ebpf::map_type_name(s.type))}, {"max_entries", s.max_entries},
+             {"client", st->client}};
+      if (s.type == uint32_t(ebpf::MapType::hash) || s.type == uint32_t(ebpf::MapType::lru_hash) ||
+          s.type == uint32_t(ebpf::MapType::percpu_hash))
+        m["entries"] = st->maps.entry_count(i);
+      maps.push_back(std::move(m));
+    }
+    probes += st->probes.size();
+    stats = stats || st->stats;
   }
   out["programs"] = std::move(progs);
   out["maps"] = std::move(maps);
-  out["probes"] = st->probes.size();
-  out["stats"] = st->stats;
+  out["probes"] = probes;
+  out["stats"] = stats;
   return out;
 }
 

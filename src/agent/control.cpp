@@ -12,6 +12,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <ctime>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -58,9 +60,12 @@ struct Owned {
 struct Client {
   Owned own;
   int fd = -1;
+  uint64_t id = 0;
   ctl::Peer peer;
+  std::string command;  // the peer's command line, for show
+  time_t since = 0;
   ctl::Decoder decoder;
-  bool owns = false;  // it configured the agent: its end detaches everything
+  bool owns = false;  // its apply_config was taken: its end releases what that made
 };
 
 struct Control {
@@ -68,6 +73,7 @@ struct Control {
   int listen_fd = -1;
   Owned listen;
   std::vector<Client> clients;  // touched only by the control thread, and by show under the lock
+  uint64_t next_id = 1;
 };
 
 Control* g_ctl = nullptr;
@@ -96,6 +102,15 @@ bool handle(Client& c, const ctl::Message& m) {
     case ctl::MsgType::show:
       answer(c, ctl::MsgType::reply, g_ctl->h.show());
       return true;
+    case ctl::MsgType::release: {
+      auto r = g_ctl->h.release(c.id);
+      if (r) answer(c, ctl::MsgType::reply, std::move(*r));
+      else answer(c, ctl::MsgType::error, {{"error", r.error().message}});
+      logf(fmt::format("control: client {} (process {}) released what it made: {}", c.id, c.peer.pid,
+                       r ? "done" : r.error().message));
+      c.owns = false;
+      return true;
+    }
     case ctl::MsgType::detach: {
       auto r = g_ctl->h.detach();
       if (r) answer(c, ctl::MsgType::reply, std::move(*r));
@@ -115,12 +130,12 @@ bool handle(Client& c, const ctl::Message& m) {
                                                             "an apply_config message holds no \"config\" object"));
       Result<json> r = !trusted ? Result<json>(trusted.error())
                        : g_ctl->h.configure
-                           ? g_ctl->h.configure(std::move(*trusted))
+                           ? g_ctl->h.configure(std::move(*trusted), c.id)
                            : Result<json>(make_error(Errc::busy, "this agent takes no configuration"));
       // Logged before the answer: once answered, the client may remove the directory the
       // log is in (`run -p` removes its scratch directory at once).
-      logf(fmt::format("control: configuration sent by process {} (uid {}): {}", c.peer.pid, c.peer.uid,
-                       r ? "taken" : r.error().message));
+      logf(fmt::format("control: configuration sent by client {} (process {}, uid {}): {}", c.id, c.peer.pid,
+                       c.peer.uid, r ? "taken" : r.error().message));
       if (r) {
         c.owns = true;
         answer(c, ctl::MsgType::reply, std::move(*r));
@@ -142,15 +157,29 @@ void drop(size_t i, const char* why) {
   Client& c = g_ctl->clients[i];
   if (why) logf(fmt::format("control: connection of process {} closed: {}", c.peer.pid, why));
   if (c.owns) {
-    // The recording's client is gone (ended, or killed: its socket closed with it).
-    // What it started is removed now, in this wake-up; after a `detach` it asked for,
-    // there is nothing left to remove.
-    auto r = g_ctl->h.detach();
-    logf(fmt::format("control: the client that configured the agent (process {}) is gone: {}", c.peer.pid,
+    // A client that configured the agent is gone (ended, or killed: its socket closed
+    // with it). What it made is removed now, in this wake-up, and nothing of another
+    // client's; after its release, or a `detach`, there is nothing left to remove.
+    auto r = g_ctl->h.release(c.id);
+    logf(fmt::format("control: client {} (process {}) that configured the agent is gone: {}", c.id, c.peer.pid,
                      r ? r->dump() : r.error().message));
   }
   if (c.own.still()) close(c.fd);
   g_ctl->clients.erase(g_ctl->clients.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+// Process PID's command line, its arguments joined by spaces (shortened), for show.
+std::string command_line(pid_t pid) {
+  std::string text;
+  const int fd = open(fmt::format("/proc/{}/cmdline", pid).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return text;
+  char buf[512];
+  const ssize_t n = read(fd, buf, sizeof buf);
+  close(fd);
+  for (ssize_t i = 0; i < n; ++i) text += buf[i] ? buf[i] : ' ';
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  if (n == static_cast<ssize_t>(sizeof buf)) text += "...";
+  return text;
 }
 
 void accept_one() {
@@ -171,12 +200,15 @@ void accept_one() {
   c.fd = fd;
   c.own = Owned::of(fd);
   c.peer = *peer;
+  c.since = time(nullptr);
+  c.command = command_line(peer->pid);
   if (g_ctl->clients.size() >= kMaxClients) {
     answer(c, ctl::MsgType::error,
            {{"error", fmt::format("{} clients are connected already, the most this agent serves", kMaxClients)}});
     close(fd);
     return;
   }
+  c.id = g_ctl->next_id++;
   g_ctl->clients.push_back(std::move(c));
 }
 
@@ -301,7 +333,14 @@ void control_after_fork_child() {
 json control_clients() {
   json out = json::array();
   if (!g_ctl) return out;
-  for (const Client& c : g_ctl->clients) out.push_back({{"pid", c.peer.pid}, {"uid", c.peer.uid}});
+  for (const Client& c : g_ctl->clients) {
+    struct tm t{};
+    gmtime_r(&c.since, &t);
+    char since[32];
+    strftime(since, sizeof since, "%Y-%m-%dT%H:%M:%SZ", &t);
+    out.push_back({{"id", c.id}, {"pid", c.peer.pid}, {"uid", c.peer.uid}, {"command", c.command},
+                   {"since", since}, {"configured", c.owns}});
+  }
   return out;
 }
 

@@ -34,6 +34,7 @@ bool known(uint16_t t) {
     case MsgType::show:
     case MsgType::detach:
     case MsgType::apply_config:
+    case MsgType::release:
     case MsgType::reply:
     case MsgType::error:
       return true;
@@ -66,6 +67,7 @@ std::string_view type_name(MsgType t) noexcept {
     case MsgType::show: return "show";
     case MsgType::detach: return "detach";
     case MsgType::apply_config: return "apply_config";
+    case MsgType::release: return "release";
     case MsgType::reply: return "reply";
     case MsgType::error: return "error";
   }

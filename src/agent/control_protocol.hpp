@@ -46,8 +46,11 @@ inline constexpr uint32_t kMaxPayload = 1u << 20;  // 1 MiB: a configuration fit
 
 enum class MsgType : uint16_t {
   show = 1,          // {} -> what the agent has put in (agent/control.cpp: show_json)
-  detach = 2,        // {} -> everything removed; {"restored": N, ...}
+  detach = 2,        // {} -> everything removed, every client's; {"restored": N, ...}
   apply_config = 3,  // {"config": the agent's configuration (agent/config.hpp, dump_config's JSON)}
+  // {} -> what this connection's apply_config made removed, nothing of another
+  // client's (the end of `record -p`, `run -p`); answered as detach is
+  release = 4,
   reply = 0x100,     // the answer to a request
   error = 0x101,     // {"error": TEXT}
 };

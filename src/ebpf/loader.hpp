@@ -127,6 +127,8 @@ inline constexpr int32_t kOverrideReturnHelper = 58;
 // of an fentry/fexit/fmod_ret context published (tramp::AttachOptions::frame).
 inline constexpr int32_t kGetStackIdHelper = 27;
 inline constexpr int32_t kGetStackHelper = 67;
+// bpf_trace_printk (bpf_printk): its lines go to one ring per process (set_printk_ring).
+inline constexpr int32_t kTracePrintkHelper = 6;
 bool calls_helper(const LoadedProgram& p, int32_t id);
 Result<void> check_override(const LoadedProgram& p);
 

@@ -768,19 +768,6 @@ void MapFile::release() {
   base_ = nullptr;
 }
 
-bool MapFile::retire() noexcept {
-  if (!base_) return false;
-  void* copy = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (copy == MAP_FAILED) return false;
-  std::memcpy(copy, base_, size_);
-  // One step: the range is the file's until it is the copy's, never unmapped between.
-  if (mremap(copy, size_, size_, MREMAP_MAYMOVE | MREMAP_FIXED, base_) == MAP_FAILED) {
-    munmap(copy, size_);
-    return false;
-  }
-  return true;
-}
-
 namespace {
 Result<std::pair<uint8_t*, size_t>> map_fd(int fd, size_t size, const std::string& path) {
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -261,13 +261,6 @@ class MapFile {
   uint64_t unlocked_reads() const { return unlocked_reads_; }
   uint64_t corrupt_reads() const { return corrupt_reads_; }
 
-  // Agent side, once nothing attached runs a program any more but a thread may still be
-  // finishing a run (`utramp run -p` detached): the file's pages are given back and its
-  // address range keeps a private copy of what it held (headers, sizes and positions
-  // included: a late run stays inside it), so the file is freed once the CLI, its other
-  // user, lets it go. The range is never unmapped. False: left as it was.
-  bool retire() noexcept;
-
  private:
   void release();
   const MapHeader& layout(size_t i) const;  // the CLI's copy when it created the file

@@ -72,6 +72,7 @@ struct Manager::Image {
 
 struct Manager::Retired {
   std::unique_ptr<Image> image;
+  uint64_t seq = 0;  // its place in retirement order (after_grace)
   // The threads that may still be inside the image (every registered thread at the
   // first reclamation attempt), each with how far it has been seen leaving: with its
   // site counter at zero (second), then with the image's own counter at zero (dropped).
@@ -809,7 +810,7 @@ Result<void> Manager::rebuild(Trampoline& t, std::vector<Link*> links) {
 void Manager::retire(Trampoline&, Image* img, bool wake) {
   {
     std::lock_guard rl(retired_mu_);
-    retired_.push_back(std::make_unique<Retired>(Retired{std::unique_ptr<Image>(img)}));
+    retired_.push_back(std::make_unique<Retired>(Retired{std::unique_ptr<Image>(img), ++retire_seq_}));
   }
   // The reclaimer is started by the caller once mu_ is released (ReclaimerKick): creating
   // a thread takes the loader's TLS lock, which a thread inside dlopen (the loader hook)
@@ -902,6 +903,12 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
     if (opts.misses_at) np->misses_at = opts.misses_at;
     progs_.push_back(std::move(np));
     p = progs_.back().get();
+  } else if (p->links == 0) {
+    // A program at the address of one whose links are all gone: its code was freed after
+    // the grace period (after_grace) and this is another, which counts where its own
+    // first link says; no image left counts where the old one did.
+    p->stats_at = opts.stats_at ? opts.stats_at : &p->stats;
+    p->misses_at = opts.misses_at ? opts.misses_at : &p->misses;
   }
   link->prog = p;
   return link;
@@ -1411,7 +1418,10 @@ size_t Manager::reclaim_now() {
     std::lock_guard lock(retired_mu_);
     for (auto& r : retired_) cand.push_back(r.get());
   }
-  if (cand.empty()) return 0;
+  if (cand.empty()) {
+    run_due_frees();
+    return 0;
+  }
   std::vector<uint32_t> slots;
   for (Retired* r : cand) {
     slots.push_back(r->image->site_slot);
@@ -1464,11 +1474,47 @@ size_t Manager::reclaim_now() {
   if (!g_exiting.load(std::memory_order_acquire))
     for (auto it = done.rbegin(); it != done.rend(); ++it) free_image(*(*it)->image);
   std::sort(done.begin(), done.end());
-  std::lock_guard lock(retired_mu_);
-  std::erase_if(retired_, [&](const std::unique_ptr<Retired>& x) {
-    return std::binary_search(done.begin(), done.end(), x.get());
-  });
+  {
+    std::lock_guard lock(retired_mu_);
+    std::erase_if(retired_, [&](const std::unique_ptr<Retired>& x) {
+      return std::binary_search(done.begin(), done.end(), x.get());
+    });
+  }
+  run_due_frees();
   return done.size();
+}
+
+void Manager::after_grace(std::function<void()> free) {
+  {
+    std::lock_guard lock(retired_mu_);
+    deferred_.push_back({retire_seq_, std::move(free)});
+  }
+  reclaimer_wanted_.store(true, std::memory_order_relaxed);
+  cv_.notify_all();
+  start_reclaimer();
+}
+
+size_t Manager::pending_frees() const {
+  std::lock_guard lock(retired_mu_);
+  return deferred_.size();
+}
+
+// Called with the reclamation lock (ReclaimLock) held: one caller at a time.
+void Manager::run_due_frees() {
+  if (g_exiting.load(std::memory_order_acquire)) return;  // left, as images are
+  std::vector<std::function<void()>> due;
+  {
+    std::lock_guard lock(retired_mu_);
+    if (deferred_.empty()) return;
+    uint64_t oldest = UINT64_MAX;  // the oldest image still retired
+    for (const auto& r : retired_) oldest = std::min(oldest, r->seq);
+    std::erase_if(deferred_, [&](Deferred& d) {
+      if (d.after >= oldest) return false;
+      due.push_back(std::move(d.free));
+      return true;
+    });
+  }
+  for (auto& f : due) f();
 }
 
 Manager::ReclaimerKick::~ReclaimerKick() { m.start_reclaimer(); }
@@ -1503,8 +1549,8 @@ void Manager::reclaimer_loop() {
   for (;;) {
     {
       std::unique_lock lock(retired_mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return !retired_.empty(); });
-      if (retired_.empty()) {
+      cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return !retired_.empty() || !deferred_.empty(); });
+      if (retired_.empty() && deferred_.empty()) {
         if (++idle < 20) continue;
         reclaimer_pid_.store(0, std::memory_order_release);
         return;

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -155,6 +156,15 @@ class Manager {
   // Retired images not yet freed, and a synchronous reclamation attempt (tests).
   size_t retired() const;
   size_t reclaim_now();
+  // Runs FREE once every image retired before this call has been freed (reclamation's
+  // grace period, docs/trampolines.md): what detached links' programs used and their
+  // images may still touch after the program returned (the programs' code, counters in
+  // memory of their own: AttachOptions::stats_at) is then unreachable. Run by the
+  // reclaimer, or by a reclaim_now() caller, with no Manager lock held; never once exit
+  // has begun (what it frees is left, as images are). Call with no Manager lock held.
+  // pending_frees(): how many are still waiting.
+  void after_grace(std::function<void()> free);
+  size_t pending_frees() const;
 
   void fork_prepare();
   void fork_release();
@@ -226,6 +236,16 @@ class Manager {
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<std::unique_ptr<Retired>> retired_;  // guarded by retired_mu_, not mu_:
   mutable std::mutex retired_mu_;  // a busy attacher must not starve the reclaimer
+  // after_grace(): each waits for the images retired up to its sequence number
+  // (Retired::seq); guarded by retired_mu_.
+  struct Deferred {
+    uint64_t after;
+    std::function<void()> free;
+  };
+  std::vector<Deferred> deferred_;
+  uint64_t retire_seq_ = 0;
+  // Runs the deferred frees whose images are all gone (reclaim_now's end).
+  void run_due_frees();
   uint64_t next_link_id_ = 1;
   std::atomic<bool> stats_{false};
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "child_io.hpp"
+#include "cli_runner.hpp"
 #include "text_vs_file.hpp"
 
 namespace utramp::test {
@@ -26,26 +27,38 @@ inline std::string target_path(const std::string& variant) {
   return std::string(COUNTER_TARGET_DIR) + "/attach_counter_" + variant;
 }
 
-// attach_counter as a child on pipes, told what to do one letter at a time.
+// attach_counter as a child on pipes, told what to do one letter at a time; with a
+// LAUNCHER (`utramp record -o DIR --`, say), started by it.
 class Counter {
  public:
-  explicit Counter(const std::string& program, const char* extra = nullptr) {
+  explicit Counter(const std::string& program, const char* extra = nullptr,
+                   const std::vector<std::string>& launcher = {}) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
       dup2(in[0], 0);
       dup2(out[1], 1);
-      execl(program.c_str(), program.c_str(), "8", extra, static_cast<char*>(nullptr));
+      std::vector<std::string> argv = launcher;
+      argv.push_back(program);
+      argv.push_back("8");
+      if (extra) argv.push_back(extra);
+      std::vector<char*> p;
+      for (auto& a : argv) p.push_back(a.data());
+      p.push_back(nullptr);
+      execv(p[0], p.data());
       _exit(127);
     }
     close(in[0]);
     close(out[1]);
     in_ = in[1];
     out_ = out[0];
-    ready_ = read_line(out_).starts_with("ready ");
+    const std::string line = read_line(out_);
+    ready_ = line.starts_with("ready ");
+    target_ = ready_ ? std::atoi(line.c_str() + 6) : -1;
   }
   ~Counter() {
+    if (target_ > 0 && target_ != pid_) kill(target_, SIGKILL);
     if (pid_ > 0) {
       kill(pid_, SIGKILL);
       reap_child(pid_);
@@ -56,7 +69,7 @@ class Counter {
   Counter(const Counter&) = delete;
   Counter& operator=(const Counter&) = delete;
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return target_; }  // the program's (not its launcher's)
   bool ready() const { return ready_; }
   // 'p': the workers wait; the calls of count_a and count_b made so far.
   std::pair<long, long> pause() {
@@ -74,7 +87,10 @@ class Counter {
     close(in_);
     in_ = -1;
     const std::string rest = read_rest(out_);
-    return {rest, reap_child(pid_)};
+    target_ = -1;
+    const int code = reap_child(pid_);
+    pid_ = -1;
+    return {rest, code};
   }
 
  private:
@@ -82,7 +98,7 @@ class Counter {
     if (write(in_, &c, 1) != 1) return {};
     return read_line(out_);
   }
-  pid_t pid_ = -1;
+  pid_t pid_ = -1, target_ = -1;
   int in_ = -1, out_ = -1;
   bool ready_ = false;
 };
@@ -146,6 +162,27 @@ class AttachedCli {
   std::string err_;
   pid_t pid_ = -1;
 };
+
+// `utramp record -p PID ARGS` in the background.
+class Recorder : public AttachedCli {
+ public:
+  Recorder(pid_t target, const std::vector<std::string>& args, const std::string& err_path)
+      : AttachedCli({"record"}, target, args, err_path) {}
+  bool recording() { return attached(); }
+};
+
+// The calls of FUNC in the recording DIR, from `utramp report` (-1: not listed).
+inline long recorded_calls(const std::string& dir, const std::string& func) {
+  auto r = run_cli({"report", dir});
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    for (std::string x; words >> x;) w.push_back(x);
+    if (w.size() >= 2 && w.back() == func) return std::stol(w[w.size() - 2]);
+  }
+  return -1;
+}
 
 inline // Waits up to 10 s for the process's .text to be its file's again.
 TextDiff text_back(pid_t pid, const std::string& path) {

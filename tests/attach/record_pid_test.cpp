@@ -43,33 +43,14 @@ namespace {
 
 using utramp::test::AttachedCli;
 using utramp::test::Counter;
+using utramp::test::Recorder;
+using utramp::test::recorded_calls;
 using utramp::test::run_cli;
 using utramp::test::target_path;
 using utramp::test::text_back;
 using utramp::test::TempDir;
 using utramp::test::text_vs_file;
 using utramp::test::TextDiff;
-
-// `utramp record -p PID ARGS` in the background.
-class Recorder : public AttachedCli {
- public:
-  Recorder(pid_t target, const std::vector<std::string>& args, const std::string& err_path)
-      : AttachedCli({"record"}, target, args, err_path) {}
-  bool recording() { return attached(); }
-};
-
-// The calls of FUNC in the recording DIR, from `utramp report` (-1: not listed).
-long recorded_calls(const std::string& dir, const std::string& func) {
-  auto r = run_cli({"report", dir});
-  std::istringstream in(r.out);
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream words(line);
-    std::vector<std::string> w;
-    for (std::string x; words >> x;) w.push_back(x);
-    if (w.size() >= 2 && w.back() == func) return std::stol(w[w.size() - 2]);
-  }
-  return -1;
-}
 
 // Each build of the counter: its entries are patched (clang_pfe) or diverted by int3s
 // (gcc_pfe: five 1-byte NOPs; gcc_plain, clang_plain: no compiler site).

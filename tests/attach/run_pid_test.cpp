@@ -6,8 +6,8 @@
 // attaches and while it detaches (record_pid_test's window), so the map must hold
 // exactly the calls the program counted in between. After each detach the process's
 // .text is its file's; at the end its results are right. Then: `show -p` while the
-// programs run, the CLI killed, the process's exit, a second client refused, the
-// refusals, and --metrics served from the running process.
+// programs run, the CLI killed, the process's exit, the refusals, and --metrics served
+// from the running process. Clients side by side: clients_test.cpp.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "bpf_runner.hpp"
 #include "cli_runner.hpp"
 #include "counter_fixture.hpp"
 #include "prometheus.hpp"
@@ -50,29 +51,10 @@ using utramp::test::TextDiff;
 const std::string kObject = std::string(RUN_PID_BPF_DIR) + "/count_calls.bpf.o";
 
 // `utramp run count_calls.bpf.o -p PID --json ARGS` in the background.
-class Runner : public AttachedCli {
+class Runner : public utramp::test::Runner {
  public:
   Runner(pid_t target, const std::string& out, const std::vector<std::string>& args = {})
-      : AttachedCli({"run", kObject}, target, with_json(args), out + ".err", out), out_(out) {}
-  // The map's counts as printed at the end: {count_a's, count_b's} (-1: not printed).
-  std::pair<long, long> counts() const {
-    std::pair<long, long> c{-1, -1};
-    std::istringstream in(read_file(out_));
-    for (std::string line; std::getline(in, line);) {
-      const json j = json::parse(line, nullptr, false);
-      if (!j.is_object() || j.value("name", "") != "calls_total") continue;
-      c = {0, 0};
-      for (const json& e : j.at("entries")) (e.at("key") == 0 ? c.first : c.second) = e.at("value").get<long>();
-    }
-    return c;
-  }
-
- private:
-  static std::vector<std::string> with_json(std::vector<std::string> a) {
-    a.push_back("--json");
-    return a;
-  }
-  std::string out_;
+      : utramp::test::Runner(kObject, target, out, args) {}
 };
 
 TEST(RunPid, EveryCallOfTheAttachedWindowIsCounted) {
@@ -212,41 +194,6 @@ TEST(RunPid, ProcessThatExitsEndsTheRun) {
   EXPECT_NE(run.errors().find("exited after"), std::string::npos) << run.errors();
   EXPECT_NE(run.errors().find("what was collected is kept"), std::string::npos) << run.errors();
   EXPECT_GT(run.counts().first, 0);
-}
-
-// One client at a time: a second run -p, or a record -p, is refused while the programs
-// run, and run -p while a recording runs; nothing of the second is made.
-TEST(RunPid, ASecondClientIsRefused) {
-  const std::string target = target_path("clang_pfe");
-  Counter c(target);
-  ASSERT_TRUE(c.ready());
-  TempDir dir("utramp-runpid");
-  const std::string pid = std::to_string(c.pid());
-  {
-    Runner run(c.pid(), dir.path + "/first");
-    ASSERT_TRUE(run.attached()) << run.errors();
-    auto second = run_cli({"run", kObject, "-p", pid});
-    EXPECT_EQ(second.exit_code, 2);
-    EXPECT_NE(second.err.find("eBPF programs (utramp run -p " + kObject + ") are already attached"),
-              std::string::npos)
-        << second.err;
-    auto rec = run_cli({"record", "-p", pid, "-o", dir.path + "/rec"});
-    EXPECT_EQ(rec.exit_code, 2);
-    EXPECT_NE(rec.err.find("eBPF programs (utramp run -p"), std::string::npos) << rec.err;
-    EXPECT_FALSE(std::filesystem::exists(dir.path + "/rec"));
-    EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
-    EXPECT_GT(run.counts().first, 0);
-  }
-  {
-    AttachedCli rec({"record"}, c.pid(), {"-o", dir.path + "/rec2", "-q"}, dir.path + "/rec2.err");
-    ASSERT_TRUE(rec.attached()) << rec.errors();
-    auto run = run_cli({"run", kObject, "-p", pid});
-    EXPECT_EQ(run.exit_code, 2);
-    EXPECT_NE(run.err.find("a recording (utramp record -p) is already attached"), std::string::npos) << run.err;
-    EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
-  }
-  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
-  EXPECT_EQ(c.finish().first, "ok: 8 workers\n");
 }
 
 // What run -p refuses, each said, with the process left as it was.

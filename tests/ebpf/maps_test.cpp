@@ -164,37 +164,6 @@ TEST(Maps, LoadedRangesRoundTrip) {
   ASSERT_EQ(read_loaded_ranges(value).size(), 1u);
 }
 
-// `utramp run -p` detached (agent/bpf.cpp, bpf_stop): the agent's mapping of the map
-// file becomes a private copy at the same addresses, holding what the file held (a late
-// program run stays inside valid maps), and nothing written there reaches the file, nor
-// the CLI's mapping of it.
-TEST(Maps, RetiredMappingIsAPrivateCopyAtTheSameAddress) {
-  TmpFile f;
-  auto cli = MapFile::create(f.path, {spec("h", MapType::hash, 4, 8, 16), spec("a", MapType::array, 4, 8, 4)});
-  ASSERT_TRUE(cli);
-  auto agent = MapFile::attach(f.path);
-  ASSERT_TRUE(agent);
-  const uint32_t k = 3;
-  uint64_t v = 41;
-  ASSERT_EQ(map_update(agent->header(0), &k, &v, 0), 0);
-  MapHeader* const h = agent->header(0);
-  const uint8_t* const values = agent->values(1).data();
-  ASSERT_TRUE(agent->retire());
-  EXPECT_EQ(agent->header(0), h);
-  EXPECT_EQ(agent->values(1).data(), values);
-  auto* got = static_cast<uint64_t*>(map_lookup(agent->header(0), &k));
-  ASSERT_NE(got, nullptr);
-  EXPECT_EQ(*got, 41u);
-  *got = 99;  // a run finishing after the detach
-  v = 7;
-  const uint32_t k2 = 5;
-  ASSERT_EQ(map_update(agent->header(0), &k2, &v, 0), 0);
-  const auto seen = cli->entries(0);
-  ASSERT_EQ(seen.size(), 1u);
-  EXPECT_EQ(sum_values(seen[0]), 41u);
-  EXPECT_EQ(agent->entries(0).size(), 2u);
-}
-
 TEST(Maps, QueueIsFifoWithKernelErrors) {
   TmpFile f;
   auto mf = MapFile::create(f.path, {spec("q", MapType::queue, 0, 8, 3)});

@@ -101,6 +101,44 @@ TEST_P(Detach, ThreadAsleepInsideSkipsTheDetachedFexit) {
   EXPECT_TRUE(drain_retired());
 }
 
+// Manager::after_grace: what a detached link's program used (its code, counters in
+// memory of its own) is freed only once the images it ran in are: not while a thread
+// sleeps inside the function in an image that calls it, and soon after that thread left.
+TEST(TrampDetach, AfterGraceWaitsForTheImagesRetiredBefore) {
+  auto& m = ut::Manager::instance();
+  ASSERT_TRUE(drain_retired());
+  auto* s = new td_state{TD_LIVE, {0}, {0}, {0}, {0}};
+  auto* l = attach(reinterpret_cast<void*>(&td_sleepy), UTRAMP_FEXIT, &near_count, s, "i32,ptr,ptr -> i32");
+  ASSERT_NE(l, nullptr) << utramp_last_error();
+  std::atomic<int> inside{0}, release{0};
+  // Shared with the free: it may outlive a failed test.
+  auto freed = std::make_shared<std::atomic<int>>(0), at_once = std::make_shared<std::atomic<int>>(0);
+  int result = 0;
+  std::thread sleeper([&] { result = opaque(&td_sleepy)(1, &inside, &release); });
+  wait_for(inside);
+  ASSERT_EQ(utramp_link_detach(l), 0) << utramp_last_error();
+  m.after_grace([freed] { *freed = 1; });
+  EXPECT_EQ(m.pending_frees(), 1u);
+  for (int i = 0; i < 20; ++i) m.reclaim_now();
+  EXPECT_EQ(freed->load(), 0) << "freed while a thread is in an image that ran the program";
+  release = 1;
+  sleeper.join();
+  EXPECT_EQ(result, 41);
+  EXPECT_TRUE(drain_retired());
+  for (int i = 0; i < 1000 && !freed->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(freed->load(), 1);
+  EXPECT_EQ(m.pending_frees(), 0u);
+  s->magic = TD_DEAD;
+  delete s;
+  // With nothing retired, the next reclamation runs it.
+  m.after_grace([at_once] { *at_once = 1; });
+  for (int i = 0; i < 1000 && !at_once->load(); ++i) {
+    m.reclaim_now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(at_once->load(), 1);
+}
+
 // A thread inside the program when it is detached: detach returns only after the
 // program has returned.
 TEST_P(Detach, WaitsForARunningProgram) {

@@ -172,7 +172,8 @@ class Attached : public RecordTarget {
 
  private:
   Result<Ended> detach(const std::string& why, double secs) {
-    if (auto s = ctl::send_message(fd_, {ctl::MsgType::detach, nlohmann::json::object()}); !s) return s.error();
+    // What this connection made, and nothing of another client's.
+    if (auto s = ctl::send_message(fd_, {ctl::MsgType::release, nlohmann::json::object()}); !s) return s.error();
     ctl::Decoder d;
     auto m = ctl::receive_message(fd_, &d, kConfigureTimeoutMs);
     if (!m) return m.error();
@@ -220,7 +221,7 @@ bool parse_attach_duration(const std::string& text, pid_t pid, const std::string
   return true;
 }
 
-int check_attach(pid_t pid, const std::string& me) {
+int check_attach(pid_t pid, const std::string& me, bool recording) {
   // Every refusal that needs no ptrace, before the process is touched.
   auto facts = os::check_attachable(pid);
   if (!facts) {
@@ -228,8 +229,9 @@ int check_attach(pid_t pid, const std::string& me) {
     return 2;
   }
   // An agent there already (an earlier `record -p` or `run -p`, or the process was
-  // started under utramp) that cannot take a configuration now: said before anything is
-  // created.
+  // started under utramp) that cannot take a recording now: said before anything is
+  // created. eBPF programs (`run -p`) go beside whatever is there.
+  if (!recording) return 0;
   if (auto fd = ctl::connect_to(pid); fd) {
     close(*fd);
     auto shown = ctl::call(pid, {ctl::MsgType::show, nlohmann::json::object()}, 5000);
@@ -241,21 +243,17 @@ int check_attach(pid_t pid, const std::string& me) {
     if (a.value("launched", false)) {
       fmt::print(stderr,
                  "{}: cannot attach to process {}: it was started under utramp (its agent is "
-                 "configured by its launcher; trace directory {}): a second client cannot be attached; "
-                 "`utramp show -p {}` and `utramp detach -p {}` work on it\n",
+                 "configured by its launcher; trace directory {}): a second recording cannot be attached; "
+                 "`utramp run -p`, `utramp show -p {}` and `utramp detach -p {}` work on it\n",
                  me, pid, a.value("trace_dir", std::string("?")), pid, pid);
       return 2;
     }
-    if (a.value("state", std::string()) == "attached") {
-      const auto objs = a.value("bpf_objects", std::vector<std::string>{});
-      if (objs.empty())
-        fmt::print(stderr, "{}: cannot attach to process {}: a recording (utramp record -p) is already attached "
-                           "(trace directory {}); one client at a time\n",
-                   me, pid, a.value("trace_dir", std::string("?")));
-      else
-        fmt::print(stderr, "{}: cannot attach to process {}: eBPF programs (utramp run -p {}) are already "
-                           "attached; one client at a time\n",
-                   me, pid, fmt::join(objs, " "));
+    // One recording at a time (the tracer has one set of rings and options for every
+    // thread); eBPF programs of `run -p` clients do not stand in its way.
+    if (a.value("recording", false)) {
+      fmt::print(stderr, "{}: cannot attach to process {}: a recording (utramp record -p) is already attached "
+                         "(trace directory {}); one recording at a time (`utramp run -p` works beside it)\n",
+                 me, pid, a.value("trace_dir", std::string("?")));
       return 2;
     }
   }
@@ -294,7 +292,7 @@ int run_record_attach(pid_t pid, const RecordOptions& o, double duration_s, Reco
     fmt::print(stderr, "utramp record: -p attaches to a running process: give no program as well\n");
     return 2;
   }
-  if (const int rc = check_attach(pid, "utramp record")) return rc;
+  if (const int rc = check_attach(pid, "utramp record", /*recording=*/true)) return rc;
   trace::TraceInfo info;
   info.command = command_of(pid);
   info.binary = exe_of(pid);

@@ -21,15 +21,18 @@ int run_record_attach(pid_t pid, const RecordOptions& o, double duration_s, Reco
 
 // The pieces of run_record_attach that `utramp run -p` shares (cmd_run.cpp), ME naming
 // the command in messages ("utramp run"):
-// - every refusal before the process is touched (os::check_attachable), and an agent
-//   there already that takes no configuration now (started under utramp, or another
-//   client attached: one at a time). 0, or the exit code with the message printed;
-int check_attach(pid_t pid, const std::string& me);
+// - every refusal before the process is touched (os::check_attachable), and, for a
+//   RECORDING, an agent there already that cannot take one now (started under utramp
+//   record or run, or another recording attached: one recording at a time; `run -p`
+//   clients go side by side with it and each other). 0, or the exit code with the
+//   message printed;
+int check_attach(pid_t pid, const std::string& me, bool recording);
 // - the agent loaded unless it is there (os::inject_library), CFG sent over the control
 //   channel (apply_config) and its answer put in *ANSWER; null with the reason printed
 //   when it was refused (nothing changed). The target's wait() calls the caller's work
 //   until Ctrl-C (or SIGTERM), DURATION_S seconds (0: no limit), or the process's exit or
-//   exec, then detaches; the agent detaches too when this connection ends otherwise.
+//   exec, then releases what it made (nothing of another client's); the agent does so
+//   too when this connection ends otherwise.
 std::unique_ptr<RecordTarget> attach_configured(pid_t pid, const agent::Config& cfg, double duration_s,
                                                 const std::string& me, nlohmann::json* answer);
 

@@ -1,6 +1,6 @@
-// utramp detach -p PID: removes everything utramp put into a running process (every
-// link, every patched site back to the file's bytes, the library calls' GOT slots, the
-// loader's hook) and leaves it running untraced. A recording of it (`utramp record`)
+// utramp detach -p PID: removes everything utramp put into a running process, every
+// client's (every link, every patched site back to the file's bytes, the library calls'
+// GOT slots, the loader's hook) and leaves it running untraced. A recording of it (`utramp record`)
 // keeps what was recorded and ends when the process does. Asked over the control
 // channel (agent/control_protocol.hpp; docs/attach.md).
 #include <fmt/format.h>
@@ -20,8 +20,8 @@ constexpr int kDetachTimeoutMs = 60000;
 }  // namespace
 
 void add_detach(CLI::App& app) {
-  CLI::App* sub = app.add_subcommand("detach", "Remove everything utramp put into a running process; it "
-                                               "runs on untraced");
+  CLI::App* sub = app.add_subcommand("detach", "Remove everything utramp put into a running process, every "
+                                               "client's; it runs on untraced");
   auto pid = std::make_shared<int>(0);
   sub->add_option("-p,--pid", *pid, "the process")->required()->check(CLI::PositiveNumber);
   sub->callback([pid] {

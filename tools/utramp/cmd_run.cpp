@@ -738,7 +738,7 @@ int run(const RunFlags& f) {
   // anything is read or created).
   std::optional<Target> resolved;
   if (f.pid) {
-    if (const int rc = check_attach(f.pid, me)) return rc;
+    if (const int rc = check_attach(f.pid, me, /*recording=*/false)) return rc;
     resolved.emplace();
     resolved->binary = program_of(f.pid);
     if (resolved->binary.empty()) {

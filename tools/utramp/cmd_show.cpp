@@ -5,6 +5,7 @@
 // counted. Asked over the control channel
 // (agent/control_protocol.hpp; docs/attach.md).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdlib>
 #include <memory>
@@ -26,6 +27,7 @@ std::string links_text(const json& links) {
   for (const json& l : links) {
     if (!out.empty()) out += ", ";
     out += fmt::format("{} #{}", l.value("type", "?"), l.value("id", 0));
+    if (l.contains("client")) out += fmt::format(" (client {})", l.at("client").get<uint64_t>());
     if (l.contains("run_cnt")) out += fmt::format(" ({} runs)", l.at("run_cnt").get<uint64_t>());
     if (l.value("misses", 0) != 0) out += fmt::format(" ({} missed)", l.at("misses").get<uint64_t>());
   }
@@ -69,8 +71,20 @@ void print_text(const json& j) {
                  m.value("max_entries", 0),
                  m.contains("entries") ? fmt::format(", {} used", m.at("entries").get<uint64_t>()) : "");
   }
-  for (const json& c : j.at("clients"))
-    fmt::print("client: process {} (uid {})\n", c.value("pid", 0), c.value("uid", 0));
+  // Each client and what it made: the launcher's (client 0), then each connection.
+  for (const json& c : j.at("clients")) {
+    std::string made;
+    if (!c.value("recording", std::string()).empty()) made += fmt::format("; recording into {}", c.value("recording", ""));
+    if (const auto o = c.value("bpf_objects", std::vector<std::string>{}); !o.empty())
+      made += fmt::format("; eBPF programs of {}", fmt::join(o, " "));
+    if (c.value("launch", false))
+      fmt::print("client 0: the launcher, {}{}; {} links\n", c.value("command", ""), made, c.value("links", 0));
+    else
+      fmt::print("client {}: process {} (uid {}) since {}: {}{}; {} links\n", c.value("id", 0), c.value("pid", 0),
+                 c.value("uid", 0), c.value("since", "?"), c.value("command", ""), made, c.value("links", 0));
+  }
+  if (const size_t n = j.value("awaiting_release", size_t{0}))
+    fmt::print("{} clients' programs and maps awaiting release (threads may still be in images that ran them)\n", n);
   for (const json& n : j.at("not_tracked")) fmt::print("not tracked: {}\n", n.get<std::string>());
 }
 

@@ -6,17 +6,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
-struct {
-  __uint(type, BPF_MAP_TYPE_ARRAY);
-  __uint(max_entries, 2);
-  __type(key, __u32);
-  __type(value, __u64);
-} calls_total SEC(".maps");
-
-static void count(__u32 k) {
-  __u64* c = bpf_map_lookup_elem(&calls_total, &k);
-  if (c) __sync_fetch_and_add(c, 1);
-}
+#include "calls_total.bpf.h"
 
 SEC("fentry/count_a")
 int BPF_PROG(on_count_a, long x) {
@@ -24,10 +14,6 @@ int BPF_PROG(on_count_a, long x) {
   return 0;
 }
 
-SEC("uprobe//proc/self/exe:count_b+5")
-int on_count_b(void* ctx) {
-  count(1);
-  return 0;
-}
+COUNT_B_UPROBE
 
 char LICENSE[] SEC("license") = "GPL";
