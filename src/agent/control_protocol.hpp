@@ -40,7 +40,7 @@
 namespace utramp::agent::control {
 
 inline constexpr char kMagic[4] = {'U', 'T', 'C', 'C'};
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;  // 2: release, and clients side by side (apply_config per connection)
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 1u << 20;  // 1 MiB: a configuration fits many times
 
