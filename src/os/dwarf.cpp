@@ -1410,7 +1410,9 @@ Result<Signature> by_address(const Debug& d, Dwarf_Addr addr, const std::string&
     }
     // Not a function entry: the search below says what the address is inside of.
   }
-  auto search = [&](bool prune) {
+  // `around` is looked for only once the entry was not found: asking each function
+  // whether it holds the address cost twice the walk itself.
+  auto search = [&](bool prune, bool find_around) {
     return for_each_cu(d.dw, [&](Dwarf_Die& cudie, Dwarf_Die& unit) {
       if (prune && dwarf_haspc(&cudie, addr) <= 0) return false;
       auto visit = [&](Dwarf_Die& fn) {
@@ -1420,13 +1422,14 @@ Result<Signature> by_address(const Debug& d, Dwarf_Addr addr, const std::string&
           found = Found{fn, unit, *e};
           return true;
         }
-        if (!around && dwarf_haspc(&fn, addr) > 0) around = Found{fn, unit, *e};
+        if (find_around && !around && dwarf_haspc(&fn, addr) > 0) around = Found{fn, unit, *e};
         return false;
       };
       return walk_subprograms(&unit, visit);
     });
   };
-  if (!search(true)) search(false);  // a unit whose ranges are missing or wrong
+  if (!search(true, false) && !search(false, false))  // a unit whose ranges are missing or wrong
+    search(false, true);
   if (!found) {
     if (around) {
       const char* n = str_attr(&around->die, DW_AT_name);
@@ -1499,6 +1502,17 @@ Result<std::shared_ptr<Debug>> open_cached(const std::string& path, const std::s
       e.message = prefix + what + e.message.substr(in);
   }
   return e;
+}
+
+void expect_lookups(const std::string& path, size_t n) {
+  if (n < Debug::kIndexAfter) return;
+  auto dr = open_cached(path, "functions");
+  if (!dr) return;
+  const Debug& d = **dr;
+  unsigned seen = d.lookups.load(std::memory_order_relaxed);
+  while (seen < Debug::kIndexAfter &&
+         !d.lookups.compare_exchange_weak(seen, Debug::kIndexAfter, std::memory_order_relaxed)) {
+  }
 }
 
 Result<abi::Signature> signature_from_dwarf(const std::string& path, uint64_t func_vaddr) {

@@ -929,6 +929,16 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
   // of adjacent blocks, as the images' code: a tracer's attach of 1,000 functions made
   // 1,000 writes for them).
   StubWrites stubs;
+  {
+    // New trampolines read their functions' signatures from DWARF: many of one object
+    // are looked up through its index, built at once (os::expect_lookups).
+    auto& table = sites::SiteTable::instance();
+    std::map<std::string, size_t> per_object;
+    for (const AttachRequest& q : reqs)
+      if (!q.opts.signature && !tramp_at_.count(q.func))
+        if (const sites::Site* s = table.find(q.func)) ++per_object[s->object];
+    for (const auto& [path, n] : per_object) os::expect_lookups(path, n);
+  }
   for (size_t i = 0; i < reqs.size(); ++i) {
     const AttachRequest& q = reqs[i];
     if (!q.prog) {
