@@ -828,7 +828,8 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
                                                  const AttachOptions& opts,
                                                  const std::vector<Link*>& links) {
   if (opts.signature && !t.sig.known) t.sig = *opts.signature;  // a better signature
-  const std::string what = fmt::format("{} on {}", attach_type_name(type), t.name);
+  // Named only in a refusal (a tracer makes thousands of links).
+  auto what = [&] { return fmt::format("{} on {}", attach_type_name(type), t.name); };
   const bool has_freplace = std::any_of(links.begin(), links.end(),
                                         [](Link* l) { return l->type == AttachType::freplace; });
   // freplace jumps from the site straight to the replacement, which must find the
@@ -839,33 +840,33 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
                                   "the function set up its frame: freplace needs an entry "
                                   "site (build with -pg -mfentry or "
                                   "-fpatchable-function-entry=5); fentry, fexit and fmod_ret work",
-                                  what, t.site->label()));
+                                  what(), t.site->label()));
   if (type == AttachType::freplace && !links.empty())
     return make_error(Errc::busy, fmt::format("{}: the function already has {} link(s); freplace "
                                               "replaces the whole function and cannot be "
                                               "combined with fentry/fexit/fmod_ret",
-                                              what, links.size()));
+                                              what(), links.size()));
   if (type != AttachType::freplace && has_freplace)
     return make_error(Errc::busy, fmt::format("{}: the function is replaced (freplace); detach "
-                                              "that first", what));
+                                              "that first", what()));
   if (type == AttachType::tracer &&
       std::any_of(links.begin(), links.end(), [](Link* l) { return l->type == AttachType::tracer; }))
-    return make_error(Errc::busy, fmt::format("{}: the function already has a tracer", what));
+    return make_error(Errc::busy, fmt::format("{}: the function already has a tracer", what()));
   if (type == AttachType::tracer) {
     const auto* h = reinterpret_cast<const arch::TracerHooks*>(prog);
     if (!h || !h->entry || !h->entry_general || (h->exit && !h->exit_general))
-      return make_error(Errc::invalid_argument, fmt::format("{}: incomplete tracer hooks", what));
+      return make_error(Errc::invalid_argument, fmt::format("{}: incomplete tracer hooks", what()));
     if (h->exit && t.sig.noreturn)
       return make_error(Errc::invalid_argument,
-                        fmt::format("{}: the function never returns (noreturn)", what));
+                        fmt::format("{}: the function never returns (noreturn)", what()));
   }
   if ((type == AttachType::fexit || type == AttachType::fmod_ret) && t.sig.noreturn)
     return make_error(Errc::invalid_argument,
-                      fmt::format("{}: the function never returns (noreturn)", what));
+                      fmt::format("{}: the function never returns (noreturn)", what()));
   if (type == AttachType::fmod_ret) {
     if (!t.site->error_injectable)
       return make_error(Errc::invalid_argument,
-                        fmt::format("{}: not marked with UTRAMP_ALLOW_ERROR_INJECTION({})", what,
+                        fmt::format("{}: not marked with UTRAMP_ALLOW_ERROR_INJECTION({})", what(),
                                     t.name));
     const auto& r = t.sig.ret;
     const bool int_ret = r.kind == RetType::Kind::none ||
@@ -875,11 +876,11 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
       return make_error(Errc::invalid_argument,
                         fmt::format("{}: fmod_ret needs an integer, pointer or void return, the "
                                     "function returns {}",
-                                    what, t.sig.describe()));
+                                    what(), t.sig.describe()));
   }
   if (links.size() >= kMaxLinks)
     return make_error(Errc::out_of_range,
-                      fmt::format("{}: already {} links, the most one function takes", what,
+                      fmt::format("{}: already {} links, the most one function takes", what(),
                                   kMaxLinks));
   auto link = std::make_unique<Link>();
   link->tramp = &t;
