@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -318,6 +319,13 @@ class Debug {
   // Function symbols by Dwfl address (symbols_at()), built on first use.
   mutable std::once_flag symbols_once;
   mutable std::unordered_map<Dwarf_Addr, std::vector<std::string>> symbols;
+  // What each type DIE classifies as (type_class(), below), for a unit's language and
+  // producer: a program's functions share a few types, and a tracer asks for all of
+  // them. By the DIE's address in the file's mapped data (unique while the file is
+  // open, which this object keeps).
+  struct TypeClass;
+  mutable std::mutex classes_mu;
+  mutable std::map<std::tuple<const void*, bool, bool>, std::shared_ptr<const TypeClass>> classes;
 
  private:
   Debug() = default;
@@ -465,6 +473,8 @@ class Classifier {
   // clang_: the unit's producer is clang, which (unlike gcc since 4.4) passes a struct
   // with a flexible array member in memory.
   Classifier(Dwarf* dw, bool cxx, bool clang) : dw_(dw), cxx_(cxx), clang_(clang) {}
+  bool cxx() const { return cxx_; }
+  bool clang() const { return clang_; }
 
   // Strips typedefs and qualifiers and resolves declarations (type-unit signatures, or
   // the definition in another unit) as far as it can.
@@ -1036,6 +1046,23 @@ class Classifier {
   bool clang_;
 };
 
+struct Debug::TypeClass {
+  Result<Value> value;
+  abi::Scalar scalar;
+};
+
+// CL's classification of type T and its scalar kind, once per type of D.
+std::shared_ptr<const Debug::TypeClass> type_class(const Debug& d, Classifier& cl, Dwarf_Die t) {
+  const auto key = std::make_tuple(static_cast<const void*>(t.addr), cl.cxx(), cl.clang());
+  {
+    std::lock_guard lock(d.classes_mu);
+    if (auto it = d.classes.find(key); it != d.classes.end()) return it->second;
+  }
+  auto c = std::make_shared<const Debug::TypeClass>(Debug::TypeClass{cl.classify(t), cl.scalar(t)});
+  std::lock_guard lock(d.classes_mu);
+  return d.classes.emplace(key, std::move(c)).first->second;
+}
+
 Part part_of(Cls c) {
   return c == Cls::integer ? Part::integer : c == Cls::sse ? Part::sse : Part::none;
 }
@@ -1218,7 +1245,8 @@ Result<Signature> build_signature(const Debug& d, const Found& f, What&& what) {
   } else {
     if (dwarf_formref_die(&rt_attr, &rt_die) == nullptr)
       return make_error(Errc::bad_format, fmt::format("{} in {}: bad return type reference", what(), d.path));
-    auto v = cl.classify(rt_die);
+    const auto rt_class = type_class(d, cl, rt_die);
+    auto v = rt_class->value;
     if (!v)
       return make_error(v.error().code, fmt::format("{} in {}: return type '{}': {}", what(), d.path,
                                                     type_name(rt_die), v.error().message));
@@ -1247,7 +1275,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, What&& what) {
         } else if (v->cls[1] == Cls::none) {
           sig.ret = RetType{RetType::Kind::reg, static_cast<uint16_t>(std::min<uint64_t>(size, 8)),
                             {part_of(v->cls[0]), Part::none}};
-          sig.ret.scalar = cl.scalar(rt_die);
+          sig.ret.scalar = rt_class->scalar;
         } else {
           sig.ret = RetType::pair(part_of(v->cls[0]), part_of(v->cls[1]), size);
         }
@@ -1273,7 +1301,8 @@ Result<Signature> build_signature(const Debug& d, const Found& f, What&& what) {
     Dwarf_Die t;
     if (dwarf_attr_integrate(&p, DW_AT_type, &ta) == nullptr || dwarf_formref_die(&ta, &t) == nullptr)
       return make_error(Errc::bad_format, fmt::format("{} in {}: {} has no type", what(), d.path, pdesc()));
-    auto v = cl.classify(t);
+    const auto t_class = type_class(d, cl, t);
+    auto v = t_class->value;
     if (!v)
       return make_error(v.error().code, fmt::format("{} in {}: {} of type '{}': {}", what(), d.path, pdesc(),
                                                     type_name(t), v.error().message));
@@ -1338,7 +1367,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, What&& what) {
         break;
     }
     if (v->how == Value::How::by_reference) a.scalar = abi::Scalar::pointer;
-    else if (a.kind == ArgType::Kind::reg && a.eightbytes() == 1) a.scalar = cl.scalar(t);
+    else if (a.kind == ArgType::Kind::reg && a.eightbytes() == 1) a.scalar = t_class->scalar;
     sig.args.push_back(a);
 
     // Which register the ABI gives the first eightbyte, if any (rule: an argument that
