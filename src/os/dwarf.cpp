@@ -414,9 +414,9 @@ const std::vector<std::string>& symbols_at(const Debug& d, Dwarf_Addr dwfl_addr)
       return false;
     });
   });
-  static const std::vector<std::string> kNone;
+  static const auto* none = new std::vector<std::string>();  // never destroyed (exit order)
   auto it = d.symbols.find(dwfl_addr);
-  return it == d.symbols.end() ? kNone : it->second;
+  return it == d.symbols.end() ? *none : it->second;
 }
 
 // gcc names the copies whose calling convention it changed f.isra.N (scalar replacement
