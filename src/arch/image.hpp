@@ -84,6 +84,7 @@ struct ThreadLayout {
   int32_t counters;  // offset of counters[0] in the block (uint32 each)
   int32_t active;    // offset of the program guards in the block (uint64 each: 0, or
                      // the stack pointer of the run that holds it)
+  bool operator==(const ThreadLayout&) const = default;
 };
 
 struct StubSpec {
@@ -158,6 +159,7 @@ struct TracerInline {
   uint8_t event_shift = 0, type_shift = 0;
   uint8_t type_entry = 0, type_exit = 0, type_leaf = 0;
   uint32_t depth_limit = 0;  // depth >= this: the hooks decide (-D, the stack's size)
+  bool operator==(const TracerInline&) const = default;
 };
 
 struct TracerHooks {
@@ -165,6 +167,7 @@ struct TracerHooks {
   uint64_t entry_general = 0, exit_general = 0;
   bool inline_path = false;  // see TracerInline
   TracerInline fast;
+  bool operator==(const TracerHooks&) const = default;
 };
 
 struct ImageSpec {

@@ -32,6 +32,7 @@ struct XStateSave {
   bool avx = false;     // XCR0 enables the upper halves of ymm0-15 (vzeroupper exists)
   bool avx512 = false;  // XCR0 enables opmask, ZMM_Hi256 and Hi16_ZMM (zmm16-31, k0-7)
   bool kreg64 = false;  // AVX512BW: the opmask registers are 64 bits wide (kmovq)
+  bool operator==(const XStateSave&) const = default;
 };
 
 // What CPUID leaf 0xD says of the CPU: subleaf 1's eax (bit 1 XSAVEC, bit 2 XINUSE),

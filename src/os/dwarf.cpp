@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -318,6 +319,13 @@ class Debug {
   // Function symbols by Dwfl address (symbols_at()), built on first use.
   mutable std::once_flag symbols_once;
   mutable std::unordered_map<Dwarf_Addr, std::vector<std::string>> symbols;
+  // What each type DIE classifies as (type_class(), below), for a unit's language and
+  // producer: a program's functions share a few types, and a tracer asks for all of
+  // them. By the DIE's address in the file's mapped data (unique while the file is
+  // open, which this object keeps).
+  struct TypeClass;
+  mutable std::mutex classes_mu;
+  mutable std::map<std::tuple<const void*, bool, bool>, std::shared_ptr<const TypeClass>> classes;
 
  private:
   Debug() = default;
@@ -399,15 +407,16 @@ void for_each_symbol(Dwfl_Module* mod, F&& fn) {
 // Names of the function symbols at a Dwfl address, in symbol table order: from the
 // file's index of them, built on first use (one pass over the symbol table, not one per
 // function looked up).
-std::vector<std::string> symbols_at(const Debug& d, Dwarf_Addr dwfl_addr) {
+const std::vector<std::string>& symbols_at(const Debug& d, Dwarf_Addr dwfl_addr) {
   std::call_once(d.symbols_once, [&] {
     for_each_symbol(d.mod, [&](const char* name, const GElf_Sym& sym, GElf_Addr addr, GElf_Word) {
       if (GELF_ST_TYPE(sym.st_info) == STT_FUNC) d.symbols[addr].emplace_back(name);
       return false;
     });
   });
+  static const auto* none = new std::vector<std::string>();  // never destroyed (exit order)
   auto it = d.symbols.find(dwfl_addr);
-  return it == d.symbols.end() ? std::vector<std::string>() : it->second;
+  return it == d.symbols.end() ? *none : it->second;
 }
 
 // gcc names the copies whose calling convention it changed f.isra.N (scalar replacement
@@ -464,6 +473,8 @@ class Classifier {
   // clang_: the unit's producer is clang, which (unlike gcc since 4.4) passes a struct
   // with a flexible array member in memory.
   Classifier(Dwarf* dw, bool cxx, bool clang) : dw_(dw), cxx_(cxx), clang_(clang) {}
+  bool cxx() const { return cxx_; }
+  bool clang() const { return clang_; }
 
   // Strips typedefs and qualifiers and resolves declarations (type-unit signatures, or
   // the definition in another unit) as far as it can.
@@ -1035,6 +1046,23 @@ class Classifier {
   bool clang_;
 };
 
+struct Debug::TypeClass {
+  Result<Value> value;
+  abi::Scalar scalar;
+};
+
+// CL's classification of type T and its scalar kind, once per type of D.
+std::shared_ptr<const Debug::TypeClass> type_class(const Debug& d, Classifier& cl, Dwarf_Die t) {
+  const auto key = std::make_tuple(static_cast<const void*>(t.addr), cl.cxx(), cl.clang());
+  {
+    std::lock_guard lock(d.classes_mu);
+    if (auto it = d.classes.find(key); it != d.classes.end()) return it->second;
+  }
+  auto c = std::make_shared<const Debug::TypeClass>(Debug::TypeClass{cl.classify(t), cl.scalar(t)});
+  std::lock_guard lock(d.classes_mu);
+  return d.classes.emplace(key, std::move(c)).first->second;
+}
+
 Part part_of(Cls c) {
   return c == Cls::integer ? Part::integer : c == Cls::sse ? Part::sse : Part::none;
 }
@@ -1128,15 +1156,18 @@ bool is_int_arg_reg(int r) {
 }
 bool is_sse_arg_reg(int r) { return r >= kXmm0 && r < kXmm0 + 8; }
 
-Result<Signature> build_signature(const Debug& d, const Found& f, const std::string& what) {
+// `what()` names the function for messages: made only for one (a tracer looks up
+// thousands of signatures, nearly all found).
+template <class What>
+Result<Signature> build_signature(const Debug& d, const Found& f, What&& what) {
   Dwarf_Die fn = f.die;
   Dwarf_Die cu = f.cu;
   auto refuse = [&](std::string why) {
-    return make_error(Errc::unsupported, fmt::format("{} in {}: {}", what, d.path, why));
+    return make_error(Errc::unsupported, fmt::format("{} in {}: {}", what(), d.path, why));
   };
 
   // A gcc clone's DIE names the original function, whose signature it no longer has.
-  const auto syms = symbols_at(d, f.entry + d.dwbias);
+  const auto& syms = symbols_at(d, f.entry + d.dwbias);
   if (!syms.empty()) {
     bool plain = false;
     for (const auto& s : syms) plain = plain || !is_gcc_clone(s);
@@ -1158,7 +1189,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
     return make_error(Errc::not_found,
                       fmt::format("no debug info for {} in {}: it is written in assembly (its unit's "
                                   "DWARF has no argument types)",
-                                  what, d.path));
+                                  what(), d.path));
   const bool cxx = is_cxx_language(lang);
   const bool external = flag_attr(&fn, DW_AT_external, true);
   auto chain = origin_chain(fn);
@@ -1186,7 +1217,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
   // Minimal debug info (gcc -g1, clang -gmlt) lists functions without types: a bare
   // "() -> void" would be a lie.
   const char* producer = str_attr(&cu, DW_AT_producer, false);
-  const std::string prod = producer ? producer : "";
+  const std::string_view prod = producer ? producer : "";
   if (!has_ret && params.empty() && !variadic && !flag_attr(&fn, DW_AT_artificial, true)) {
     const bool minimal = prod.find(" -g1") != std::string::npos || prod.find("-gmlt") != std::string::npos ||
                          prod.find("-gline-tables-only") != std::string::npos ||
@@ -1195,7 +1226,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
       return make_error(Errc::not_found,
                         fmt::format("no debug info for {} in {}: only line tables / minimal debug info "
                                     "(no types; producer '{}')",
-                                    what, d.path, prod));
+                                    what(), d.path, prod));
   }
 
   Signature sig;
@@ -1213,13 +1244,14 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
     sig.ret = RetType::void_();
   } else {
     if (dwarf_formref_die(&rt_attr, &rt_die) == nullptr)
-      return make_error(Errc::bad_format, fmt::format("{} in {}: bad return type reference", what, d.path));
-    auto v = cl.classify(rt_die);
+      return make_error(Errc::bad_format, fmt::format("{} in {}: bad return type reference", what(), d.path));
+    const auto rt_class = type_class(d, cl, rt_die);
+    auto v = rt_class->value;
     if (!v)
-      return make_error(v.error().code, fmt::format("{} in {}: return type '{}': {}", what, d.path,
+      return make_error(v.error().code, fmt::format("{} in {}: return type '{}': {}", what(), d.path,
                                                     type_name(rt_die), v.error().message));
     if (v->size > 0xffff)
-      return make_error(Errc::too_big, fmt::format("{} in {}: return type '{}' is {} bytes", what, d.path,
+      return make_error(Errc::too_big, fmt::format("{} in {}: return type '{}' is {} bytes", what(), d.path,
                                                    type_name(rt_die), v->size));
     const auto size = static_cast<uint16_t>(v->size);
     if (v->undescribed)
@@ -1243,7 +1275,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
         } else if (v->cls[1] == Cls::none) {
           sig.ret = RetType{RetType::Kind::reg, static_cast<uint16_t>(std::min<uint64_t>(size, 8)),
                             {part_of(v->cls[0]), Part::none}};
-          sig.ret.scalar = cl.scalar(rt_die);
+          sig.ret.scalar = rt_class->scalar;
         } else {
           sig.ret = RetType::pair(part_of(v->cls[0]), part_of(v->cls[1]), size);
         }
@@ -1261,19 +1293,22 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
   int ints = ret_hidden ? 1 : 0, sses = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     Dwarf_Die p = params[i];
-    const std::string pname = die_name(&p);
-    const std::string pdesc = fmt::format("parameter {}{}", i + 1, pname.empty() ? "" : " ('" + pname + "')");
+    auto pdesc = [&] {
+      const std::string pname = die_name(&p);
+      return fmt::format("parameter {}{}", i + 1, pname.empty() ? "" : " ('" + pname + "')");
+    };
     Dwarf_Attribute ta;
     Dwarf_Die t;
     if (dwarf_attr_integrate(&p, DW_AT_type, &ta) == nullptr || dwarf_formref_die(&ta, &t) == nullptr)
-      return make_error(Errc::bad_format, fmt::format("{} in {}: {} has no type", what, d.path, pdesc));
-    auto v = cl.classify(t);
+      return make_error(Errc::bad_format, fmt::format("{} in {}: {} has no type", what(), d.path, pdesc()));
+    const auto t_class = type_class(d, cl, t);
+    auto v = t_class->value;
     if (!v)
-      return make_error(v.error().code, fmt::format("{} in {}: {} of type '{}': {}", what, d.path, pdesc,
+      return make_error(v.error().code, fmt::format("{} in {}: {} of type '{}': {}", what(), d.path, pdesc(),
                                                     type_name(t), v.error().message));
     if (v->size > 0xffff)
       return make_error(Errc::too_big,
-                        fmt::format("{} in {}: {} is {} bytes", what, d.path, pdesc, v->size));
+                        fmt::format("{} in {}: {} is {} bytes", what(), d.path, pdesc(), v->size));
     const auto size = static_cast<uint16_t>(v->size);
 
     // Clang drops a local function's constant or unused arguments without renaming it.
@@ -1281,7 +1316,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
       return refuse(fmt::format("{} is the same constant in every call (DW_AT_const_value) of this "
                                 "local function: the optimiser may have removed it from the calling "
                                 "convention",
-                                pdesc));
+                                pdesc()));
 
     // Without members the class can only come from where the argument arrives: the
     // argument register DWARF names at the entry (only gcc omits members, and its
@@ -1296,7 +1331,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
         return refuse(fmt::format("{} of type '{}': {} bytes with no members in the debug info (gcc "
                                   "omits a transparent union's), and no register location at the entry "
                                   "to tell its class",
-                                  pdesc, type_name(t), v->size));
+                                  pdesc(), type_name(t), v->size));
       }
     }
 
@@ -1332,7 +1367,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
         break;
     }
     if (v->how == Value::How::by_reference) a.scalar = abi::Scalar::pointer;
-    else if (a.kind == ArgType::Kind::reg && a.eightbytes() == 1) a.scalar = cl.scalar(t);
+    else if (a.kind == ArgType::Kind::reg && a.eightbytes() == 1) a.scalar = t_class->scalar;
     sig.args.push_back(a);
 
     // Which register the ABI gives the first eightbyte, if any (rule: an argument that
@@ -1363,7 +1398,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, const std::str
       if (wrong)
         return refuse(fmt::format("DWARF puts {} in {} at the entry where the ABI puts it in {}: the "
                                   "optimiser changed this function's calling convention",
-                                  pdesc, reg_name(got.reg), expect >= 0 ? reg_name(expect) : "memory"));
+                                  pdesc(), reg_name(got.reg), expect >= 0 ? reg_name(expect) : "memory"));
     }
   }
   return sig;
@@ -1406,11 +1441,13 @@ Result<Signature> by_address(const Debug& d, Dwarf_Addr addr, const std::string&
     if (e != nullptr) {
       Found f{e->die, e->unit, addr};
       const char* n = add_name ? str_attr(&f.die, DW_AT_name) : nullptr;
-      return build_signature(d, f, n ? fmt::format("'{}' ({})", n, what) : what);
+      return build_signature(d, f, [&] { return n ? fmt::format("'{}' ({})", n, what) : what; });
     }
     // Not a function entry: the search below says what the address is inside of.
   }
-  auto search = [&](bool prune) {
+  // `around` is looked for only once the entry was not found: asking each function
+  // whether it holds the address cost twice the walk itself.
+  auto search = [&](bool prune, bool find_around) {
     return for_each_cu(d.dw, [&](Dwarf_Die& cudie, Dwarf_Die& unit) {
       if (prune && dwarf_haspc(&cudie, addr) <= 0) return false;
       auto visit = [&](Dwarf_Die& fn) {
@@ -1420,13 +1457,14 @@ Result<Signature> by_address(const Debug& d, Dwarf_Addr addr, const std::string&
           found = Found{fn, unit, *e};
           return true;
         }
-        if (!around && dwarf_haspc(&fn, addr) > 0) around = Found{fn, unit, *e};
+        if (find_around && !around && dwarf_haspc(&fn, addr) > 0) around = Found{fn, unit, *e};
         return false;
       };
       return walk_subprograms(&unit, visit);
     });
   };
-  if (!search(true)) search(false);  // a unit whose ranges are missing or wrong
+  if (!search(true, false) && !search(false, false))  // a unit whose ranges are missing or wrong
+    search(false, true);
   if (!found) {
     if (around) {
       const char* n = str_attr(&around->die, DW_AT_name);
@@ -1439,7 +1477,7 @@ Result<Signature> by_address(const Debug& d, Dwarf_Addr addr, const std::string&
                       fmt::format("no debug info for {} in {}: no function DIE has that entry", what, d.path));
   }
   const char* n = add_name ? str_attr(&found->die, DW_AT_name) : nullptr;
-  return build_signature(d, *found, n ? fmt::format("'{}' ({})", n, what) : what);
+  return build_signature(d, *found, [&] { return n ? fmt::format("'{}' ({})", n, what) : what; });
 }
 
 // A defined function symbol (its Dwfl address and STT_ type), for names DWARF does not
@@ -1499,6 +1537,17 @@ Result<std::shared_ptr<Debug>> open_cached(const std::string& path, const std::s
       e.message = prefix + what + e.message.substr(in);
   }
   return e;
+}
+
+void expect_lookups(const std::string& path, size_t n) {
+  if (n < Debug::kIndexAfter) return;
+  auto dr = open_cached(path, "functions");
+  if (!dr) return;
+  const Debug& d = **dr;
+  unsigned seen = d.lookups.load(std::memory_order_relaxed);
+  while (seen < Debug::kIndexAfter &&
+         !d.lookups.compare_exchange_weak(seen, Debug::kIndexAfter, std::memory_order_relaxed)) {
+  }
 }
 
 Result<abi::Signature> signature_from_dwarf(const std::string& path, uint64_t func_vaddr) {
@@ -1569,7 +1618,7 @@ Result<abi::Signature> signature_from_dwarf(const std::string& path, std::string
                                   what, path, hits.size(), list));
   }
   const Found& f = hits.front();
-  return build_signature(d, f, fmt::format("{} ({:#x})", what, d.to_file(f.entry)));
+  return build_signature(d, f, [&] { return fmt::format("{} ({:#x})", what, d.to_file(f.entry)); });
 }
 
 std::string build_id_hex(const std::string& path) {

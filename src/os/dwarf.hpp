@@ -75,6 +75,12 @@ namespace utramp::os {
 // Errc::io/bad_format when the file cannot be read as ELF.
 Result<abi::Signature> signature_from_dwarf(const std::string& path, uint64_t func_vaddr);
 
+// Says that about N functions of the ELF object at PATH are about to be looked up by
+// address (a tracer attaching to each): with more than a few, the file's index of
+// function entries is built by the first lookup rather than after several lookups each
+// walked the units. Opens the file (its errors are the lookups' to report).
+void expect_lookups(const std::string& path, size_t n);
+
 // Same, by symbol name: DW_AT_linkage_name (a C++ mangled name) or DW_AT_name, else the
 // ELF function symbol of that name (aliases such as glibc's malloc for __libc_malloc,
 // gcc clones). A name that several functions share (overloads, static functions of

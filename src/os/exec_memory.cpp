@@ -155,6 +155,30 @@ void ExecArena::free(ExecBlock block) {
   }
 }
 
+void ExecArena::shrink(ExecBlock& block, size_t size) {
+  size = align_up(std::max<size_t>(size, 1), kAlign);
+  if (!block || size >= block.size) return;
+  std::lock_guard lock(mu_);
+  for (Chunk& c : chunks_) {
+    if (block.addr < c.base || block.addr >= c.base + c.size) continue;
+    // The tail is still the fill (never written): free as it is, joined to a free range
+    // that follows it.
+    const uint64_t off = block.addr - c.base + size;
+    const uint64_t len = block.size - size;
+    auto it = std::lower_bound(c.free.begin(), c.free.end(), off,
+                               [](const Range& r, uint64_t o) { return r.off < o; });
+    if (it != c.free.end() && off + len == it->off) {
+      it->off = off;
+      it->len += len;
+    } else {
+      c.free.insert(it, Range{off, len});
+    }
+    c.used -= len;
+    block.size = size;
+    return;
+  }
+}
+
 Result<void> ExecArena::write(ExecBlock block, size_t offset, std::span<const uint8_t> bytes) {
   if (offset + bytes.size() > block.size)
     return make_error(Errc::out_of_range,

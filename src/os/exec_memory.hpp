@@ -34,6 +34,9 @@ class ExecArena {
   // A block of `size` bytes lying entirely inside [lo, hi).
   Result<ExecBlock> allocate(size_t size, uint64_t lo, uint64_t hi);
   void free(ExecBlock block);
+  // Gives back the end of a block none of whose bytes past `size` were written: an
+  // image's block is allocated at its size bound before its code is made.
+  void shrink(ExecBlock& block, size_t size);
   // Copies `bytes` into the block at `offset`.
   Result<void> write(ExecBlock block, size_t offset, std::span<const uint8_t> bytes);
 

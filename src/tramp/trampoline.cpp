@@ -641,6 +641,10 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links,
     if (code->code.size() > block->size)
       return fail(make_error(Errc::too_big, fmt::format("image of {} bytes over its bound {}",
                                                         code->code.size(), block->size)));
+    // The bound is about three times the code: what is left goes to the next blocks
+    // (a tracer's 1,000 images took 11 chunks, each a /proc/self/maps read and 256 KiB
+    // filled, instead of 4).
+    os::ExecArena::instance().shrink(*block, code->code.size());
     auto calls = find_prog_calls(code->code, block->addr, code->prog_calls, runs);
     if (!calls) return fail(calls.error());
     img->calls = std::move(*calls);
@@ -825,7 +829,8 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
                                                  const AttachOptions& opts,
                                                  const std::vector<Link*>& links) {
   if (opts.signature && !t.sig.known) t.sig = *opts.signature;  // a better signature
-  const std::string what = fmt::format("{} on {}", attach_type_name(type), t.name);
+  // Named only in a refusal (a tracer makes thousands of links).
+  auto what = [&] { return fmt::format("{} on {}", attach_type_name(type), t.name); };
   const bool has_freplace = std::any_of(links.begin(), links.end(),
                                         [](Link* l) { return l->type == AttachType::freplace; });
   // freplace jumps from the site straight to the replacement, which must find the
@@ -836,33 +841,33 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
                                   "the function set up its frame: freplace needs an entry "
                                   "site (build with -pg -mfentry or "
                                   "-fpatchable-function-entry=5); fentry, fexit and fmod_ret work",
-                                  what, t.site->label()));
+                                  what(), t.site->label()));
   if (type == AttachType::freplace && !links.empty())
     return make_error(Errc::busy, fmt::format("{}: the function already has {} link(s); freplace "
                                               "replaces the whole function and cannot be "
                                               "combined with fentry/fexit/fmod_ret",
-                                              what, links.size()));
+                                              what(), links.size()));
   if (type != AttachType::freplace && has_freplace)
     return make_error(Errc::busy, fmt::format("{}: the function is replaced (freplace); detach "
-                                              "that first", what));
+                                              "that first", what()));
   if (type == AttachType::tracer &&
       std::any_of(links.begin(), links.end(), [](Link* l) { return l->type == AttachType::tracer; }))
-    return make_error(Errc::busy, fmt::format("{}: the function already has a tracer", what));
+    return make_error(Errc::busy, fmt::format("{}: the function already has a tracer", what()));
   if (type == AttachType::tracer) {
     const auto* h = reinterpret_cast<const arch::TracerHooks*>(prog);
     if (!h || !h->entry || !h->entry_general || (h->exit && !h->exit_general))
-      return make_error(Errc::invalid_argument, fmt::format("{}: incomplete tracer hooks", what));
+      return make_error(Errc::invalid_argument, fmt::format("{}: incomplete tracer hooks", what()));
     if (h->exit && t.sig.noreturn)
       return make_error(Errc::invalid_argument,
-                        fmt::format("{}: the function never returns (noreturn)", what));
+                        fmt::format("{}: the function never returns (noreturn)", what()));
   }
   if ((type == AttachType::fexit || type == AttachType::fmod_ret) && t.sig.noreturn)
     return make_error(Errc::invalid_argument,
-                      fmt::format("{}: the function never returns (noreturn)", what));
+                      fmt::format("{}: the function never returns (noreturn)", what()));
   if (type == AttachType::fmod_ret) {
     if (!t.site->error_injectable)
       return make_error(Errc::invalid_argument,
-                        fmt::format("{}: not marked with UTRAMP_ALLOW_ERROR_INJECTION({})", what,
+                        fmt::format("{}: not marked with UTRAMP_ALLOW_ERROR_INJECTION({})", what(),
                                     t.name));
     const auto& r = t.sig.ret;
     const bool int_ret = r.kind == RetType::Kind::none ||
@@ -872,11 +877,11 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
       return make_error(Errc::invalid_argument,
                         fmt::format("{}: fmod_ret needs an integer, pointer or void return, the "
                                     "function returns {}",
-                                    what, t.sig.describe()));
+                                    what(), t.sig.describe()));
   }
   if (links.size() >= kMaxLinks)
     return make_error(Errc::out_of_range,
-                      fmt::format("{}: already {} links, the most one function takes", what,
+                      fmt::format("{}: already {} links, the most one function takes", what(),
                                   kMaxLinks));
   auto link = std::make_unique<Link>();
   link->tramp = &t;
@@ -932,6 +937,16 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
   // of adjacent blocks, as the images' code: a tracer's attach of 1,000 functions made
   // 1,000 writes for them).
   StubWrites stubs;
+  {
+    // New trampolines read their functions' signatures from DWARF: many of one object
+    // are looked up through its index, built at once (os::expect_lookups).
+    auto& table = sites::SiteTable::instance();
+    std::map<std::string, size_t> per_object;
+    for (const AttachRequest& q : reqs)
+      if (!q.opts.signature && !tramp_at_.count(q.func))
+        if (const sites::Site* s = table.find(q.func)) ++per_object[s->object];
+    for (const auto& [path, n] : per_object) os::expect_lookups(path, n);
+  }
   for (size_t i = 0; i < reqs.size(); ++i) {
     const AttachRequest& q = reqs[i];
     if (!q.prog) {

@@ -9,6 +9,9 @@ target_include_directories(unit_arch_image_golden PRIVATE ${PROJECT_SOURCE_DIR}/
                            ${PROJECT_SOURCE_DIR}/tests/e2e)
 utramp_add_gtest(unit_arch_emit_error unit arch_emit_error_test.cpp)
 target_link_libraries(unit_arch_emit_error PRIVATE asmjit::asmjit)
+# Stubs and the tracer's images made from templates are asmjit's code for the same spec.
+utramp_add_gtest(unit_arch_template unit arch_template_test.cpp)
+target_link_libraries(unit_arch_template PRIVATE asmjit::asmjit)
 # The extended state's save area: sized from the components saved (a CPUID model).
 utramp_add_gtest(unit_arch_xstate unit arch_xstate_test.cpp)
 # The user-stack unwinder (bpf_get_stack): this file's own call chains, built with and

@@ -370,5 +370,25 @@ TEST(Dwarf, ParseSignatureRoundTrips) {
   }
 }
 
+// A tracer announces its lookups (os::expect_lookups: the file's index is built by the
+// first one): every signature, and what an address inside a function is said to be,
+// as without the announcement; a file that cannot be opened keeps its errors.
+TEST(Dwarf, AnnouncedLookupsGiveTheSameAnswers) {
+  const std::string c = fixture("dwfx_c_clang_O0.so");
+  if (!fs::exists(c)) GTEST_SKIP() << "clang -O0 fixture not built";
+  os::expect_lookups(c, 1000);
+  check_cases("dwfx_c_clang_O0.so", std::begin(kCCases), std::end(kCCases));
+  const auto many = symbol_address(c, "f_many");
+  ASSERT_TRUE(many);
+  auto inside = os::signature_from_dwarf(c, *many + 1);
+  ASSERT_FALSE(inside);
+  EXPECT_NE(inside.error().message.find("inside f_many"), std::string::npos) << inside.error().message;
+  const std::string nofile = kDir + "/does-not-exist.so";
+  os::expect_lookups(nofile, 1000);
+  auto r = os::signature_from_dwarf(nofile, uint64_t{0x1000});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::io);
+}
+
 }  // namespace
 }  // namespace utramp

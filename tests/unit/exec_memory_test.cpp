@@ -89,3 +89,32 @@ TEST(ExecMemory, FreedChunksAreReturned) {
   EXPECT_EQ(arena.bytes_in_use(), before);
   EXPECT_LE(arena.chunk_count(), 2u);
 }
+
+// An image's block is allocated at its size bound, then cut to its code: the rest is
+// the next block's, and the cut block frees as any other.
+TEST(ExecMemory, ShrunkBlockGivesBackItsTail) {
+  const uint64_t target = reinterpret_cast<uint64_t>(&some_function);
+  const auto w = arch::rel32_window(target);
+  auto& arena = os::ExecArena::instance();
+  const size_t before = arena.bytes_in_use();
+  auto a = arena.allocate(4096, w.lo, w.hi);
+  ASSERT_TRUE(a.ok());
+  os::ExecBlock cut = *a;
+  arena.shrink(cut, 100);
+  EXPECT_EQ(cut.addr, a->addr);
+  EXPECT_EQ(cut.size, 112u);  // rounded up to kAlign
+  EXPECT_EQ(arena.bytes_in_use(), before + 112);
+  auto b = arena.allocate(64, cut.addr, cut.addr + 4096);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->addr, cut.addr + 112) << "the tail is the next block's";
+  // The tail was never written: it still traps.
+  EXPECT_EQ(*reinterpret_cast<const uint8_t*>(b->addr + 64), 0xcc);
+  arena.shrink(*b, 200);  // no bigger than it is: unchanged
+  EXPECT_EQ(b->size, 64u);
+  arena.free(*b);
+  arena.free(cut);
+  EXPECT_EQ(arena.bytes_in_use(), before);
+  auto again = arena.allocate(4096, cut.addr, cut.addr + 4096);
+  ASSERT_TRUE(again.ok()) << "freed and coalesced: the whole range is one block again";
+  arena.free(*again);
+}

@@ -40,6 +40,10 @@ namespace testing {
 // sets it: emission pays one thread-local test per instruction.
 // (Defined once, in emit.cpp: a test and the library must see the same variable.)
 extern __thread uint32_t t_fail_emit_at;
+// Test hooks of the templates (image.cpp, "Templates"): when set, every stub and image is
+// emitted by asmjit; and how many this thread made from a template.
+extern __thread bool t_no_templates;
+extern __thread uint32_t t_from_template;
 }  // namespace testing
 
 namespace detail {

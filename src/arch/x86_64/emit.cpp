@@ -12,6 +12,8 @@ namespace utramp::arch {
 
 namespace x86::testing {
 __thread uint32_t t_fail_emit_at = 0;
+__thread bool t_no_templates = false;
+__thread uint32_t t_from_template = 0;
 }
 
 const SiteBytes kNop5 = {0x0f, 0x1f, 0x44, 0x00, 0x00};

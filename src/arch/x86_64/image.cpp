@@ -5,6 +5,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 
 #include "abi/ctx.hpp"
@@ -28,6 +32,52 @@ using x86::fs_mem;
 const ax::Gp kIntArgs[6] = {ax::rdi, ax::rsi, ax::rdx, ax::rcx, ax::r8, ax::r9};
 constexpr int kSseArgs = 8;
 
+// ---- Fields of a template -------------------------------------------------------------
+//
+// Stubs and the tracer's images of one shape (everything of their spec but the values
+// below) differ only in a few fields: a function's address, its counter slots, the
+// addresses its code jumps to, and every rel32 to a fixed target (it depends on where
+// the code is). While code is emitted to become a template (emit_stub, the tracer's
+// image), each emitter that writes such a field notes where, in what form and for
+// which value; `instantiate` below then makes the code of another function of the
+// shape by copying the bytes and writing the fields (docs/trampolines.md, "Templates").
+
+// What a field holds.
+enum class Param : uint8_t {
+  target,      // a fixed address (Field::target): only the rel32 to it moves with the code
+  func,        // the traced function's address
+  original,    // what runs the body
+  pass,        // the stub's pass-through
+  exit_fn,     // the stub's exit
+  site_slot,   // counters + 4 * the site's counter slot (a stub's own counter)
+  image_slot,  // counters + 4 * the image's counter slot
+};
+
+struct Field {
+  enum class Form : uint8_t {
+    rel32_chosen,  // call_abs/jmp_abs's rel32: taken when the target is in reach
+    abs64_chosen,  // their `mov r11, imm64` when it is not
+    rel32,         // a jmp/call that always is rel32 (its target is always in reach)
+    imm32,         // mov r32, imm32 (the value zero-extended)
+    imm64,         // mov r64, imm64
+    disp32,        // [r11 + disp32]
+  };
+  uint32_t at;     // offset of the field's bytes in the code
+  Form form;
+  Param param;
+  uint64_t target = 0;  // Param::target
+};
+
+// The fields being noted on this thread (null: no template is being made).
+thread_local std::vector<Field>* t_fields = nullptr;
+
+// Notes a field that ends where the assembler is now.
+void note(ax::Assembler& a, Field::Form form, Param param, uint64_t target = 0) {
+  if (!t_fields) return;
+  const uint32_t size = form == Field::Form::imm64 || form == Field::Form::abs64_chosen ? 8 : 4;
+  t_fields->push_back({static_cast<uint32_t>(a.offset()) - size, form, param, target});
+}
+
 // Calls `target` from code at an unknown-yet-fixed base: rel32 when asmjit finds it in
 // reach, else through r11 (scratch at every point we call from).
 // r11 = this thread's block (tramp/threads.hpp), through its initial-exec pointer. Set
@@ -39,20 +89,24 @@ ax::Mem block_mem(int64_t offset, uint32_t size) {
   return ax::ptr(ax::r11, static_cast<int32_t>(offset), size);
 }
 
-void call_abs(ax::Assembler& a, uint64_t target, uint64_t base) {
+void call_abs(ax::Assembler& a, uint64_t target, uint64_t base, Param param = Param::target) {
   if (x86::rel32_reaches_block(base, x86::kBlockReach, target)) {
     a.call(Imm(target));
+    note(a, Field::Form::rel32_chosen, param, target);
   } else {
     a.mov(ax::r11, Imm(target));
+    note(a, Field::Form::abs64_chosen, param, target);
     a.call(ax::r11);
   }
 }
 
-void jmp_abs(ax::Assembler& a, uint64_t target, uint64_t base) {
+void jmp_abs(ax::Assembler& a, uint64_t target, uint64_t base, Param param = Param::target) {
   if (x86::rel32_reaches_block(base, x86::kBlockReach, target)) {
     a.long_().jmp(Imm(target));
+    note(a, Field::Form::rel32_chosen, param, target);
   } else {
     a.mov(ax::r11, Imm(target));
+    note(a, Field::Form::abs64_chosen, param, target);
     a.jmp(ax::r11);
   }
 }
@@ -754,9 +808,15 @@ struct HookSlow {
   uint64_t fn;
 };
 
-void mov_imm(ax::Assembler& a, const ax::Gp& r, uint64_t v) {
-  if (v <= UINT32_MAX) a.mov(r.r32(), Imm(v));
-  else a.mov(r, Imm(v));
+// r = the traced function's address.
+void mov_func(ax::Assembler& a, const ax::Gp& r, const ImageSpec& sp) {
+  if (sp.func <= UINT32_MAX) {
+    a.mov(r.r32(), Imm(sp.func));
+    note(a, Field::Form::imm32, Param::func);
+  } else {
+    a.mov(r, Imm(sp.func));
+    note(a, Field::Form::imm64, Param::func);
+  }
 }
 
 // A hook's call, its general code out of line (hook_slow_paths):
@@ -768,7 +828,7 @@ void mov_imm(ax::Assembler& a, const ax::Gp& r, uint64_t v) {
 //   slow: call general ; jmp back      ; general: the thunk that keeps them all
 void hook_call(ax::Assembler& a, const ImageSpec& sp, uint64_t base, uint64_t fn,
                uint64_t general, std::vector<HookSlow>& slow) {
-  mov_imm(a, ax::rdi, sp.func);
+  mov_func(a, ax::rdi, sp);
   a.mov(ax::rsi, ax::rbp);
   call_abs(a, fn, base);
   HookSlow h{a.newLabel(), a.newLabel(), general};
@@ -909,7 +969,7 @@ void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, 
   a.shl(ax::rcx, Imm(L.event_shift));
   a.add(ax::rcx, ax::qword_ptr(ax::rsi, P + L.p_ring));
   a.mov(ax::qword_ptr(ax::rcx, L.e_time), ax::rax);
-  mov_imm(a, ax::rdx, sp.func);
+  mov_func(a, ax::rdx, sp);
   a.mov(ax::qword_ptr(ax::rcx, L.e_addr), ax::rdx);
   a.mov(ax::qword_ptr(ax::rcx, L.e_data), Imm(0));
   a.mov(ax::edx, ax::edi);
@@ -921,7 +981,7 @@ void inline_entry(ax::Assembler& a, const ImageSpec& sp, Label bail, Label out, 
   a.imul(ax::edx, ax::edi, Imm(L.frame_size));
   a.add(ax::rdx, ax::rsi);
   a.mov(ax::qword_ptr(ax::rdx, L.stack + L.f_sp), ax::rbp);
-  mov_imm(a, ax::rcx, sp.func);
+  mov_func(a, ax::rcx, sp);
   a.mov(ax::qword_ptr(ax::rdx, L.stack + L.f_func), ax::rcx);
   a.mov(ax::qword_ptr(ax::rdx, L.stack + L.f_time), ax::rax);
   a.mov(ax::byte_ptr(ax::rdx, L.stack + L.f_flags), Imm(L.written));
@@ -1103,6 +1163,7 @@ void call_original(ax::Assembler& a, const ImageSpec& sp, const Signature& sig, 
     if (wpad != window) a.lea(ax::rsp, ax::ptr(ax::rsp, window - wpad));
     for (int32_t k = window - 8; k >= 0; k -= 8) a.push(rbp_q(Frame::kStackArgs + k));
     a.call(Imm(sp.original));
+    note(a, Field::Form::rel32, Param::original);
     if (wpad) a.lea(ax::rsp, ax::ptr(ax::rsp, wpad));
     return;
   }
@@ -1113,7 +1174,7 @@ void call_original(ax::Assembler& a, const ImageSpec& sp, const Signature& sig, 
       a.mov(ax::qword_ptr(ax::rsp, k), ax::r11);
     }
   }
-  call_abs(a, sp.original, base);
+  call_abs(a, sp.original, base, Param::original);
   if (wpad) a.add(ax::rsp, Imm(wpad));
 }
 
@@ -1128,7 +1189,9 @@ void image_enter(ax::Assembler& a, const ImageSpec& sp) {
     if (sp.preserve_all) a.mov(ax::qword_ptr(ax::rsp, -8), ax::r11);
     load_block(a, sp.tls);
     a.inc(block_mem(sp.tls.counters + 4 * int64_t(sp.image_slot), 4));
+    note(a, Field::Form::disp32, Param::image_slot);
     a.dec(block_mem(sp.tls.counters + 4 * int64_t(sp.site_slot), 4));
+    note(a, Field::Form::disp32, Param::site_slot);
     if (sp.preserve_all) a.mov(ax::r11, ax::qword_ptr(ax::rsp, -8));
   }
 }
@@ -1159,9 +1222,12 @@ void image_leave(ax::Assembler& a, const ImageSpec& sp, Exits& ex) {
     }
     load_block(a, sp.tls);
     a.lea(ax::r11, block_mem(sp.tls.counters + 4 * int64_t(sp.image_slot), 4));
+    note(a, Field::Form::disp32, Param::image_slot);
     a.long_().jmp(Imm(sp.exit_fn));
+    note(a, Field::Form::rel32, Param::exit_fn);
   } else {
     a.long_().jmp(Imm(sp.pass));  // rel32: images lie within reach of their stub
+    note(a, Field::Form::rel32, Param::pass);
   }
   a.bind(end);
   ex.leave.push_back(lv);
@@ -1177,9 +1243,225 @@ void record_exits(const asmjit::CodeHolder& c, const Exits& ex, ImageCode& out) 
   }
 }
 
+
+// ---- Templates: code of one shape, copied and its fields written ----------------------
+//
+// A tracer attaching to every function of a program made a stub and an image per
+// function with asmjit, about 10 µs each: most of `record`'s start-up for a program of
+// a thousand functions. Functions of one shape get code that differs only in the fields
+// noted above, so the first one's code, emitted by asmjit as before, becomes the
+// shape's template, and the others' is a copy with their values written in. asmjit
+// stays the one definition of the code: a template is used only once the code it made
+// for a second function was byte for byte asmjit's for that function (anything an
+// emitter writes that no field says would differ there: the shape is then always
+// emitted), and a function whose values take another form than the template's (a
+// counter slot small enough for a disp8, an address out of a rel32's reach) is emitted.
+
+// The values of the fields for one function.
+struct Params {
+  uint64_t func = 0, original = 0, pass = 0, exit_fn = 0;
+  int64_t site_disp = 0, image_disp = 0;  // counters + 4 * slot
+};
+
+uint32_t field_size(Field::Form f) {
+  return f == Field::Form::imm64 || f == Field::Form::abs64_chosen ? 8 : 4;
+}
+
+uint64_t field_value(const Field& f, const Params& p) {
+  switch (f.param) {
+    case Param::target: return f.target;
+    case Param::func: return p.func;
+    case Param::original: return p.original;
+    case Param::pass: return p.pass;
+    case Param::exit_fn: return p.exit_fn;
+    case Param::site_slot: return static_cast<uint64_t>(p.site_disp);
+    case Param::image_slot: return static_cast<uint64_t>(p.image_disp);
+  }
+  return 0;
+}
+
+// Writes field F of code at BASE with its value in P at DST (field_size bytes); false
+// when asmjit would encode that value in another form than the field's.
+bool write_field(const Field& f, const Params& p, uint64_t base, uint8_t* dst) {
+  const uint64_t v = field_value(f, p);
+  const bool reaches = x86::rel32_reaches_block(base, x86::kBlockReach, v);
+  switch (f.form) {
+    case Field::Form::rel32_chosen:
+      if (!reaches) return false;
+      [[fallthrough]];
+    case Field::Form::rel32: {
+      const auto rel = static_cast<int64_t>(v - (base + f.at + 4));
+      if (rel != static_cast<int32_t>(rel)) return false;
+      const auto r = static_cast<int32_t>(rel);
+      std::memcpy(dst, &r, 4);
+      return true;
+    }
+    case Field::Form::abs64_chosen:
+      if (reaches || v <= UINT32_MAX) return false;
+      std::memcpy(dst, &v, 8);
+      return true;
+    case Field::Form::imm32: {
+      if (v > UINT32_MAX) return false;
+      const auto w = static_cast<uint32_t>(v);
+      std::memcpy(dst, &w, 4);
+      return true;
+    }
+    case Field::Form::imm64:
+      if (v <= UINT32_MAX || static_cast<int64_t>(v) == static_cast<int32_t>(v)) return false;
+      std::memcpy(dst, &v, 8);
+      return true;
+    case Field::Form::disp32: {
+      const auto d = static_cast<int64_t>(v);
+      if (d == static_cast<int8_t>(d) || d != static_cast<int32_t>(d)) return false;
+      const auto w = static_cast<int32_t>(d);
+      std::memcpy(dst, &w, 4);
+      return true;
+    }
+  }
+  return false;
+}
+
+// CODE with every field written for P at BASE; nothing when a value takes another form.
+std::optional<std::vector<uint8_t>> fill(std::vector<uint8_t> code, const std::vector<Field>& fields,
+                                         const Params& p, uint64_t base) {
+  for (const Field& f : fields)
+    if (f.at + field_size(f.form) > code.size() || !write_field(f, p, base, code.data() + f.at))
+      return std::nullopt;
+  return code;
+}
+
+bool same_layout(const StubCode& a, const StubCode& b) {
+  return a.hop == b.hop && a.pass == b.pass && a.original == b.original && a.exit == b.exit;
+}
+bool same_layout(const ImageCode& a, const ImageCode& b) {
+  return a.exits == b.exits && a.exit_len == b.exit_len && a.exit_push == b.exit_push &&
+         a.prog_calls == b.prog_calls;
+}
+
+// Templates of one kind of code (Code: StubCode or ImageCode), by shape. Never freed.
+template <class Shape, class Code>
+class Templates {
+ public:
+  // The code of a function of SHAPE with values P at BASE: from the shape's template
+  // once it is proven, else emitted by `emit(fields)` (which notes the fields when
+  // given a list), from which the template is made or proven.
+  template <class Emit>
+  Result<Code> make(const Shape& shape, const Params& p, uint64_t base, Emit&& emit) {
+    // (The test hook that fails an emitted instruction needs the code emitted.)
+    if (x86::testing::t_fail_emit_at != 0 || x86::testing::t_no_templates) return emit(nullptr);
+    const std::vector<std::shared_ptr<const Entry>> variants = find(shape);
+    for (const auto& e : variants) {
+      if (e->refused) return emit(nullptr);
+      if (!e->proven) continue;
+      Code out = e->code;
+      if (auto code = fill(std::move(out.code), e->fields, p, base)) {
+        out.code = std::move(*code);
+        ++x86::testing::t_from_template;
+        return out;
+      }
+    }
+    std::vector<Field> fields;
+    auto fresh = emit(&fields);
+    if (!fresh) return fresh;
+    // Proving a variant whose fields take this function's forms: its code for this
+    // function against asmjit's.
+    for (const auto& e : variants) {
+      if (e->proven) continue;
+      auto made = fill(e->code.code, e->fields, p, base);
+      if (!made) continue;
+      auto next = std::make_shared<Entry>(*e);
+      (*made == fresh->code && same_layout(e->code, *fresh) ? next->proven : next->refused) = true;
+      replace(e, std::move(next));
+      return fresh;
+    }
+    // A new variant, from code whose fields hold their values in the form this function
+    // needs (the first counter slots fit in a disp8: not those).
+    auto held = fill(fresh->code, fields, p, base);
+    if (held && *held == fresh->code) add(std::make_shared<Entry>(Entry{shape, *fresh, std::move(fields)}));
+    return fresh;
+  }
+
+ private:
+  // One variant of a shape: its fields in one set of forms (functions below 4 GiB or
+  // above, code in reach of the hooks or not).
+  struct Entry {
+    Shape shape;
+    Code code;  // as asmjit made it for the variant's first function, with its layout
+    std::vector<Field> fields;
+    bool proven = false, refused = false;
+  };
+  static constexpr size_t kMaxEntries = 256, kMaxVariants = 4;
+  std::vector<std::shared_ptr<const Entry>> find(const Shape& shape) {
+    std::vector<std::shared_ptr<const Entry>> out;
+    std::lock_guard lock(mu_);
+    for (const auto& e : entries_)
+      if (e->shape == shape) out.push_back(e);
+    return out;
+  }
+  void add(std::shared_ptr<const Entry> e) {
+    std::lock_guard lock(mu_);
+    size_t variants = 0;
+    for (const auto& x : entries_) {
+      if (!(x->shape == e->shape)) continue;
+      if (++variants >= kMaxVariants || same_forms(x->fields, e->fields)) return;
+    }
+    if (entries_.size() < kMaxEntries) entries_.push_back(std::move(e));
+  }
+  static bool same_forms(const std::vector<Field>& a, const std::vector<Field>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                      [](const Field& x, const Field& y) { return x.at == y.at && x.form == y.form; });
+  }
+  void replace(const std::shared_ptr<const Entry>& old, std::shared_ptr<const Entry> e) {
+    std::lock_guard lock(mu_);
+    for (auto& x : entries_)
+      if (x == old) x = std::move(e);
+  }
+  std::mutex mu_;
+  std::vector<std::shared_ptr<const Entry>> entries_;
+};
+
+// Fields are noted while it lives.
+class NoteFields {
+ public:
+  explicit NoteFields(std::vector<Field>* into) : before_(t_fields) { t_fields = into; }
+  ~NoteFields() { t_fields = before_; }
+  NoteFields(const NoteFields&) = delete;
+  NoteFields& operator=(const NoteFields&) = delete;
+
+ private:
+  std::vector<Field>* before_;
+};
+
+// Everything of a stub's spec its code depends on but the fields (compiler sites: no
+// prologue moved, no frame undone).
+struct StubShape {
+  ThreadLayout tls;
+  uint64_t register_fn;
+  bool preserve_all;
+  XStateSave xstate;
+  bool operator==(const StubShape&) const = default;
+};
+
+Result<StubCode> emit_stub_code(const StubSpec& spec, uint64_t base);
+
 }  // namespace
 
 Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
+  if (!spec.prologue.empty() || spec.undo_frame) return emit_stub_code(spec, base);
+  static auto* templates = new Templates<StubShape, StubCode>();
+  Params p;
+  p.original = spec.original;
+  p.site_disp = spec.tls.counters + 4 * int64_t{spec.counter_slot};
+  return templates->make(StubShape{spec.tls, spec.register_fn, spec.preserve_all, spec.xstate}, p, base,
+                         [&](std::vector<Field>* fields) {
+                           NoteFields noting(fields);
+                           return emit_stub_code(spec, base);
+                         });
+}
+
+namespace {
+
+Result<StubCode> emit_stub_code(const StubSpec& spec, uint64_t base) {
   // The relocated prologue's length does not depend on where it goes (branches are
   // always widened to rel32): measure it, assemble with a placeholder of that length,
   // then relocate for the placeholder's final address and splice it in.
@@ -1211,6 +1493,7 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
         a.test(ax::r11, ax::r11);
         a.long_().jz(slow);
         a.inc(counter);
+        note(a, Field::Form::disp32, Param::site_slot);
         if (spec.preserve_all) a.mov(ax::r11, kept_r11);
         a.bind(hop);
         a.long_().jmp(pass);
@@ -1218,10 +1501,11 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
         if (spec.preserve_all) a.mov(kept_r11, ax::r11);
         load_block(a, spec.tls);
         a.dec(counter);
+        note(a, Field::Form::disp32, Param::site_slot);
         if (spec.preserve_all) a.mov(ax::r11, kept_r11);
         a.bind(body);
         if (spec.prologue.empty()) {
-          jmp_abs(a, spec.original, base);
+          jmp_abs(a, spec.original, base, Param::original);
         } else {
           a.bind(ool);
           std::vector<uint8_t> placeholder(prologue_len, kTrapByte);
@@ -1292,6 +1576,8 @@ Result<StubCode> emit_stub(const StubSpec& spec, uint64_t base) {
   return out;
 }
 
+}  // namespace
+
 size_t image_size_bound(const ImageSpec& spec) {
   const size_t progs = spec.fentry.size() + spec.fmod_ret.size() + spec.fexit.size();
   const size_t args = spec.sig ? spec.sig->args.size() * 2 + 8 : 16;
@@ -1338,7 +1624,7 @@ namespace {
 // they use, the general code's call saves everything (call_keeping_all), the stack
 // arguments are copied with pushes and the exit keeps r11: the common case costs a few
 // more pushes and pops, and no extended-state save.
-Result<ImageCode> emit_tracer_image(const ImageSpec& sp, uint64_t base) {
+Result<ImageCode> emit_tracer_image_code(const ImageSpec& sp, uint64_t base) {
   const Signature& sig = *sp.sig;
   const Layout l = assign(sig);
   ImageCode out;
@@ -1360,6 +1646,36 @@ Result<ImageCode> emit_tracer_image(const ImageSpec& sp, uint64_t base) {
   if (!code) return std::move(code).error();
   out.code = std::move(*code);
   return out;
+}
+
+// Everything of a tracer's image spec its code depends on but the fields: of the
+// signature, only how many bytes of stack arguments it copies for the call
+// (call_original); keep in step with emit_tracer_image_code.
+struct TracerImageShape {
+  int32_t window;
+  ThreadLayout tls;
+  TracerHooks tracer;
+  bool calls_original;
+  bool preserve_all;
+  XStateSave xstate;
+  bool operator==(const TracerImageShape&) const = default;
+};
+
+Result<ImageCode> emit_tracer_image(const ImageSpec& sp, uint64_t base) {
+  static auto* templates = new Templates<TracerImageShape, ImageCode>();
+  Params p;
+  p.func = sp.func;
+  p.original = sp.original;
+  p.pass = sp.pass;
+  p.exit_fn = sp.exit_fn;
+  p.site_disp = sp.tls.counters + 4 * int64_t{sp.site_slot};
+  p.image_disp = sp.tls.counters + 4 * int64_t{sp.image_slot};
+  const TracerImageShape shape{copy_window(*sp.sig, assign(*sp.sig)), sp.tls, sp.tracer,
+                               sp.calls_original, sp.preserve_all, sp.xstate};
+  return templates->make(shape, p, base, [&](std::vector<Field>* fields) {
+    NoteFields noting(fields);
+    return emit_tracer_image_code(sp, base);
+  });
 }
 
 }  // namespace
