@@ -1,5 +1,5 @@
 // Perf event arrays, queues, stacks, bloom filters, hash and LRU maps under many threads
-// (a few seconds): exact counts, every thread's perf records in the order it sent them while
+// (a few seconds): exact counts, hash lookups without the lock while buckets change, every thread's perf records in the order it sent them while
 // its records are spread over every ring, each queued element taken exactly once, no
 // false negative while others add, and a signal handler that re-enters a queue
 // operation of its own thread fails (-EBUSY) instead of hanging.
@@ -204,6 +204,56 @@ TEST(MapsStress, HashesOfTwelveByteKeysAndLruEvictionUnderThreads) {
     std::memcpy(&v0, e.values[0].data(), 8);
     EXPECT_EQ(v0, sum_of(k));
   }
+}
+
+// Hash lookups walk a bucket without its lock (a seqlock read: map_lookup) while other
+// threads insert and delete keys of the same buckets, reusing the entries: a key that is
+// always in the map is always found, and the value found is its own.
+TEST(MapsStress, LookupsWithoutTheLockFindEveryKeyWhileBucketsChange) {
+  TmpFile f;
+  MapSpec h = spec("h", MapType::hash, 8, 128);
+  h.key_size = 4;
+  auto mf = MapFile::create(f.path, {h});
+  ASSERT_TRUE(mf) << mf.error().message;
+  MapHeader* m = mf->header(0);
+  constexpr uint32_t kStable = 16, kChurn = 48;
+  auto value_of = [](uint32_t k) { return uint64_t(k) * 3 + 1; };
+  for (uint32_t k = 0; k < kStable; ++k) {
+    const uint64_t v = value_of(k);
+    ASSERT_EQ(map_update(m, &k, &v, 1), 0);
+  }
+  constexpr int kReaders = 2, kWriters = 2, kRounds = 20000;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> missing{0}, wrong{0}, lookups{0}, churned{0};
+  std::vector<std::thread> ts;
+  for (int w = 0; w < kWriters; ++w)
+    ts.emplace_back([&, w] {
+      for (int r = 0; r < kRounds; ++r) {
+        const uint32_t base = 1000 + uint32_t(w) * 1000;
+        for (uint32_t k = base; k < base + kChurn; ++k) {
+          const uint64_t v = value_of(k);
+          if (map_update(m, &k, &v, 1) == 0) churned.fetch_add(1, std::memory_order_relaxed);
+        }
+        for (uint32_t k = base; k < base + kChurn; ++k) (void)map_delete(m, &k);
+      }
+    });
+  for (int r = 0; r < kReaders; ++r)
+    ts.emplace_back([&] {
+      for (uint32_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+        const uint32_t k = i % kStable;
+        const auto* p = static_cast<const uint64_t*>(map_lookup(m, &k));
+        if (!p) ++missing;
+        else if (__atomic_load_n(p, __ATOMIC_RELAXED) != value_of(k)) ++wrong;
+        lookups.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  for (int w = 0; w < kWriters; ++w) ts[w].join();
+  stop = true;
+  for (size_t i = kWriters; i < ts.size(); ++i) ts[i].join();
+  EXPECT_EQ(missing.load(), 0u) << "of " << lookups.load() << " lookups";
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(churned.load(), uint64_t(kRounds));  // the buckets did change
+  EXPECT_EQ(mf->entries(0).size(), kStable);
 }
 
 // An LRU map full of old keys, and more threads than cores all inserting new keys: each
