@@ -249,7 +249,7 @@ UTRAMP_HIT bool run_pre(const ProbeList* l, arch::PtRegs* r, void* xbuf) noexcep
   bool saved = false, skip = false;
   for (uint32_t i = 0; i < l->n && !skip; ++i) {
     Probe* p = l->items[i];
-    if (p->kind == ProbeKind::probe) p->hits.fetch_add(1, std::memory_order_relaxed);
+    if (p->kind == ProbeKind::probe && p->count_hits) p->hits.fetch_add(1, std::memory_order_relaxed);
     if (p->pre) {
       if (xbuf && !p->pre_gprs_only && !saved) {
         arch::xstate_save(xbuf);

@@ -69,6 +69,30 @@ TEST_F(Probes, Int3ProbeCountsEveryHitAndDetachRestoresTheBytes) {
   EXPECT_EQ(n.load(), 100u);
 }
 
+// A caller that counts its own runs (utramp run) turns the probe's hit count off: the
+// handler runs on every hit, through the int3 and through the detour, and the listing's
+// hits stay 0.
+TEST_F(Probes, HitsNotCountedWhenTheSpecSaysSo) {
+  for (const bool optimise : {false, true}) {
+    ASSERT_TRUE(Manager::instance().set_optimization(optimise));
+    std::atomic<uint64_t> n{0};
+    utramp::probe::ProbeSpec spec;
+    spec.addr = addr_of(&pt_redzone) + 8;
+    spec.pre = reinterpret_cast<utramp::probe::Handler>(&count_hit);
+    spec.cookie = cookie_of(n);
+    spec.count_hits = false;
+    auto p = Manager::instance().attach(spec);
+    ASSERT_TRUE(p) << p.error().message;
+    for (int i = 0; i < 10; ++i) opaque(&pt_redzone)(i);
+    EXPECT_EQ(n.load(), 10u);
+    const auto all = Manager::instance().list();
+    ASSERT_EQ(all.size(), 1u);
+    EXPECT_EQ(all[0].state, optimise ? State::optimised : State::int3);
+    EXPECT_EQ(all[0].hits, 0u);
+    ASSERT_TRUE(Manager::instance().detach(*p));
+  }
+}
+
 struct Seen {
   utramp_regs regs{};
   uint64_t below_sp = 0;  // the word at rsp-8 (pt_redzone keeps x there)
