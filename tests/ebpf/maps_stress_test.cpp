@@ -33,6 +33,13 @@ MapSpec spec(const char* name, MapType t, uint32_t v, uint32_t n) {
   return s;
 }
 
+// A file of one map with 4-byte keys.
+auto one_u32_keyed(const TmpFile& f, MapType t, uint32_t value_size, uint32_t max_entries) {
+  MapSpec s = spec("m", t, value_size, max_entries);
+  s.key_size = 4;
+  return MapFile::create(f.path, {s});
+}
+
 // Producers send {thread, seq} records, half to the calling CPU's ring, half to ring
 // seq % rings (so each thread's records are spread over all rings); a full ring is
 // retried, and counted. The consumer drains while they run: per thread, the sequence
@@ -210,19 +217,17 @@ TEST(MapsStress, HashesOfTwelveByteKeysAndLruEvictionUnderThreads) {
 // threads insert and delete keys of the same buckets, reusing the entries: a key that is
 // always in the map is always found, and the value found is its own.
 TEST(MapsStress, LookupsWithoutTheLockFindEveryKeyWhileBucketsChange) {
+  constexpr uint32_t kStable = 16, kChurn = 48;  // 64 keys at most in 128 buckets
+  constexpr int kReaders = 2, kWriters = 2, kRounds = 20000;
+  auto value_of = [](uint32_t k) { return uint64_t(k) * 3 + 1; };
   TmpFile f;
-  MapSpec h = spec("h", MapType::hash, 8, 128);
-  h.key_size = 4;
-  auto mf = MapFile::create(f.path, {h});
+  auto mf = one_u32_keyed(f, MapType::hash, 8, 128);
   ASSERT_TRUE(mf) << mf.error().message;
   MapHeader* m = mf->header(0);
-  constexpr uint32_t kStable = 16, kChurn = 48;
-  auto value_of = [](uint32_t k) { return uint64_t(k) * 3 + 1; };
   for (uint32_t k = 0; k < kStable; ++k) {
     const uint64_t v = value_of(k);
     ASSERT_EQ(map_update(m, &k, &v, 1), 0);
   }
-  constexpr int kReaders = 2, kWriters = 2, kRounds = 20000;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> missing{0}, wrong{0}, lookups{0}, churned{0};
   std::vector<std::thread> ts;
@@ -263,9 +268,7 @@ TEST(MapsStress, LookupsWithoutTheLockFindEveryKeyWhileBucketsChange) {
 // with -E2BIG from a map it had made room in: CI saw 79 of 160,000 fail).
 TEST(MapsStress, LruUpdatesThatRaceToEvictAllSucceed) {
   TmpFile f;
-  MapSpec l = spec("l", MapType::lru_hash, 8, 16);
-  l.key_size = 4;
-  auto mf = MapFile::create(f.path, {l});
+  auto mf = one_u32_keyed(f, MapType::lru_hash, 8, 16);
   ASSERT_TRUE(mf) << mf.error().message;
   MapHeader* m = mf->header(0);
   constexpr int kThreads = 8, kIters = 20000;
