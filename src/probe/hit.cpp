@@ -532,16 +532,7 @@ void install_hit_path() {
   (void)once;
 }
 
-namespace {
-void backoff(unsigned spins) {
-  if (spins < 64) {
-    sched_yield();
-  } else {
-    timespec ts{0, 50 * 1000};
-    nanosleep(&ts, nullptr);
-  }
-}
-}  // namespace
+using tramp::backoff;
 
 void srcu_synchronize() {
   for (int pass = 0; pass < 2; ++pass) {
