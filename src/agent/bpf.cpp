@@ -231,6 +231,15 @@ probe::Handler uprobe_handler(const UprobeProg& u) {
   return u.stats ? run_uprobe<false, true> : run_uprobe<false, false>;
 }
 
+// A uprobe program's probe at `addr`. The probe layer does not count its hits (a locked
+// instruction on every hit): the program's runs are counted in its own statistics (run
+// --metrics, show -p) and its misses by the probe and the recursion rule.
+probe::ProbeSpec uprobe_spec(UprobeProg& u, uint64_t addr) {
+  probe::ProbeSpec spec{addr, uprobe_handler(u), nullptr, reinterpret_cast<uint64_t>(&u), false, handler_calls(u)};
+  spec.count_hits = false;
+  return spec;
+}
+
 tramp::AttachType attach_type(ebpf::ProgKind k) {
   switch (k) {
     case ebpf::ProgKind::fentry: return tramp::AttachType::fentry;
@@ -364,8 +373,7 @@ Result<void> attach_lib_probe(LibProbe& l, const Loaded& obj, uint64_t addr) {
     rs.handler_calls = handler_calls(*l.u);
     p = pm.attach_retprobe(rs);
   } else {
-    const probe::ProbeSpec spec{addr, uprobe_handler(*l.u), nullptr, reinterpret_cast<uint64_t>(l.u), false,
-                                handler_calls(*l.u)};
+    const probe::ProbeSpec spec = uprobe_spec(*l.u, addr);
     auto b = pm.attach_batch(std::span(&spec, 1));
     if (b) p = b->front();
     else p = std::move(b).error();
@@ -628,7 +636,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
           u->cookie = plan->first_spec + k;
           u->stats = counters;
           if (prog_index < misses_n) u->misses = misses + prog_index;
-          uprobes.push_back({u->ip, uprobe_handler(*u), nullptr, reinterpret_cast<uint64_t>(u.get()), false, handler_calls(*u)});
+          uprobes.push_back(uprobe_spec(*u, u->ip));
           uprobe_what.push_back(fmt::format("{} (usdt {} at {:#x})", p.name, p.target, site.pc));
           uprobe_lib.push_back(0);
           if (site.semaphore) semaphores.push_back(site.semaphore + bias);
@@ -660,7 +668,7 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
           u->ip = *at;
           const uint64_t cookie = reinterpret_cast<uint64_t>(u.get());
           if (p.kind == ebpf::ProgKind::uprobe) {
-            uprobes.push_back({u->ip, uprobe_handler(*u), nullptr, cookie, false, handler_calls(*u)});
+            uprobes.push_back(uprobe_spec(*u, u->ip));
             uprobe_what.push_back(w);
             uprobe_lib.push_back(lib_index);
           } else {

@@ -142,6 +142,13 @@ size_t xstate_size() noexcept;
 void xstate_save(void* buf) noexcept;
 void xstate_restore(const void* buf) noexcept;
 
+// fn(a, b) with the whole extended state saved around it (on this stack) and put back
+// after: whatever fn touches, its caller's vector registers are as they were. The probe
+// layer's proof does not follow a call of this function (probe::Analysis::gprs_only):
+// code that touches only general-purpose registers but must call out on a rare path
+// (the unwinder's search for an object's unwind tables) pays the save there alone.
+uint64_t call_saving_xstate(uint64_t (*fn)(uint64_t, uint64_t), uint64_t a, uint64_t b) noexcept;
+
 // ---- fixed code in libutramp ---------------------------------------------------------
 
 // The return trampoline: the address written over a hijacked return address.

@@ -43,4 +43,9 @@ using SafeRead = bool (*)(void* dst, uint64_t src, size_t len) noexcept;
 // `read` proves each stack page readable before a word of it is read.
 size_t unwind_user(const UnwindRegs& start, uint64_t* ips, size_t max, ReturnAddressFix fix, SafeRead read) noexcept;
 
+// The same with the read and the fix of arch/call_slot.hpp's slots (set_safe_read,
+// set_ra_fix), called directly: a probe handler that unwinds this way can be proven to
+// touch only general-purpose registers (a call through a pointer passed in cannot be).
+size_t unwind_user_slots(const UnwindRegs& start, uint64_t* ips, size_t max) noexcept;
+
 }  // namespace utramp::arch

@@ -49,6 +49,15 @@ void copy(void* dst, const void* src, size_t n) noexcept {
   if (n & 1) *d = *s;
 }
 
+const void* find(const void* p, uint8_t c, size_t n) noexcept {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (; n; --n, ++b) {
+    opaque(b);
+    if (*b == c) return b;
+  }
+  return nullptr;
+}
+
 void zero(void* dst, size_t n) noexcept {
   auto* d = static_cast<uint8_t*>(dst);
   for (; n >= 8; n -= 8, d += 8) {

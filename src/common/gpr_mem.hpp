@@ -17,6 +17,8 @@ namespace utramp::gpr {
 
 void copy(void* dst, const void* src, size_t n) noexcept;
 void zero(void* dst, size_t n) noexcept;
+// The first byte `c` of the n at p (memchr's answer), null if none.
+const void* find(const void* p, uint8_t c, size_t n) noexcept;
 
 namespace detail {
 bool equal_bytes(const void* a, const void* b, size_t n) noexcept;

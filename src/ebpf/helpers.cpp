@@ -1,5 +1,6 @@
 #include "ebpf/helpers.hpp"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "abi/ctx.hpp"
+#include "arch/call_slot.hpp"
 #include "arch/cpu.hpp"
 #include "arch/unwind.hpp"
 #include "ebpf/loader.hpp"
@@ -246,9 +248,12 @@ u64 h_map_delete(u64 map, u64 key, u64, u64, u64) {
   return static_cast<u64>(map_delete(m, k));
 }
 
+// The vDSO's clock through arch/call_slot.hpp's slot (make_runtime sets it), so that a
+// probe handler calling this is proven general-purpose-only (glibc's clock_gettime
+// calls the vDSO through a pointer in a register, which the proof cannot follow).
 u64 h_ktime(u64, u64, u64, u64, u64) {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  timespec ts{};
+  arch::utramp_slot_clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<u64>(ts.tv_sec) * 1000000000ull + static_cast<u64>(ts.tv_nsec);
 }
 
@@ -327,7 +332,7 @@ u64 h_probe_read_str(u64 dst, u64 size, u64 src, u64, u64) {
       }
       break;
     }
-    if (const void* z = std::memchr(buf, 0, chunk)) {
+    if (const void* z = gpr::find(buf, 0, chunk)) {
       const u64 len = static_cast<u64>(static_cast<const char*>(z) - buf) + 1;
       gpr::copy(d + n, buf, len);
       return n + len;
@@ -590,8 +595,6 @@ u64 h_override_return(u64 ctx, u64 rc, u64, u64, u64) {
 
 // ---- user stacks (bpf_get_stackid, bpf_get_stack) ------------------------------------
 
-std::atomic<arch::ReturnAddressFix> g_ra_fix{nullptr};
-
 // The user stack at the probe whose context is `ctx`, the first `skip` frames left out:
 // up to `max` ips into `out`; the count, or -errno as the kernel's: -EFAULT for a stack
 // that has no frame after the skip (a kernel stack: there is none in user space),
@@ -623,8 +626,10 @@ int64_t user_stack(u64 ctx, u64 flags, u64* out, uint32_t max) {
   }
   const uint32_t skip = static_cast<uint32_t>(flags & kStackSkipMask);
   u64 ips[kMaxStackFrames];
-  const size_t n = arch::unwind_user(regs, ips, std::min<size_t>(kMaxStackFrames, size_t(skip) + max),
-                                     g_ra_fix.load(std::memory_order_acquire), os::safe_read);
+  // Its reads and return-address fix through arch/call_slot.hpp's slots (set_safe_read
+  // in make_runtime, set_ra_fix by set_return_address_fix): called directly, so that a
+  // probe handler taking stacks is proven general-purpose-only.
+  const size_t n = arch::unwind_user_slots(regs, ips, std::min<size_t>(kMaxStackFrames, size_t(skip) + max));
   if (n <= skip) return -EFAULT;
   gpr::copy(out, ips + skip, (n - skip) * 8);
   return static_cast<int64_t>(n - skip);
@@ -696,6 +701,11 @@ HelperProto proto(Ret r, std::initializer_list<Arg> args, uint32_t map_types = 0
 
 HelperTable make_runtime() {
   pthread_atfork(nullptr, nullptr, on_fork_child);
+  arch::set_safe_read(os::safe_read);
+  // The vDSO's clock_gettime for bpf_ktime_get_ns (else the slot's system call).
+  if (void* vdso = dlopen("linux-vdso.so.1", RTLD_LAZY | RTLD_NOLOAD))
+    if (void* f = dlsym(vdso, "__vdso_clock_gettime"))
+      arch::set_clock_gettime(reinterpret_cast<int (*)(int, timespec*) noexcept>(f));
   HelperTable t;
   auto add = [&](uint32_t id, HelperFn fn, bool needs_run, HelperProto p, HelperFn trusted = nullptr) {
     // A refusal leaves the helper out, which unit_ebpf_verifier's check of this table
@@ -769,7 +779,7 @@ bool take_override(uint64_t ctx, uint64_t* rc) noexcept {
 }
 
 void set_return_address_fix(uint64_t (*fix)(uint64_t, uint64_t) noexcept) {
-  g_ra_fix.store(fix, std::memory_order_release);
+  arch::set_ra_fix(fix);
 }
 
 void set_printk_ring(MapHeader* ring) { g_printk.store(ring, std::memory_order_release); }

@@ -73,9 +73,11 @@ constexpr size_t kHeaderStride = 256;
 
 namespace {
 
-// Hash layout.
+// Hash layout. A bucket's lock is a sequence count (a seqlock): odd while held, and one
+// more when released, so that a lookup can walk the bucket without taking it and know
+// afterwards whether a writer changed anything meanwhile (map_lookup).
 struct Bucket {
-  uint32_t lock;
+  uint32_t lock;  // sequence: odd held, even free
   uint32_t head;  // entry index + 1
 };
 struct Entry {
@@ -139,33 +141,53 @@ constexpr int kMaxHeld = 8;
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t* t_held[kMaxHeld];
 __attribute__((tls_model("initial-exec"))) thread_local int t_nheld = 0;
 
+// One attempt at lock word w: a plain lock (0 free, 1 held), or with kSeq a hash
+// bucket's sequence (Bucket::lock: odd held, one more at each take and release, so that
+// a lookup can tell whether a writer came by: map_lookup).
+template <bool kSeq>
+bool try_take(uint32_t& w) noexcept {
+  auto a = aref(w);
+  uint32_t v = a.load(std::memory_order_relaxed);
+  if constexpr (kSeq)
+    return !(v & 1) && a.compare_exchange_weak(v, v + 1, std::memory_order_acquire, std::memory_order_relaxed);
+  else
+    return v == 0 && a.exchange(1, std::memory_order_acquire) == 0;
+}
+template <bool kSeq>
+void release(uint32_t& w) noexcept {
+  auto a = aref(w);
+  a.store(kSeq ? a.load(std::memory_order_relaxed) + 1 : 0, std::memory_order_release);
+}
+
+template <bool kSeq = false>
 bool lock(uint32_t& w) noexcept {
   for (int i = 0; i < t_nheld; ++i)
     if (t_held[i] == &w) return false;  // this thread's: a handler re-entered a map operation
   if (t_nheld == kMaxHeld) return false;  // nested deeper than any operation takes locks
   t_held[t_nheld++] = &w;
   std::atomic_signal_fence(std::memory_order_seq_cst);  // pushed before the lock is taken
-  auto a = aref(w);
-  for (;;) {
-    if (a.exchange(1, std::memory_order_acquire) == 0) return true;
-    while (a.load(std::memory_order_relaxed)) __builtin_ia32_pause();
-  }
+  while (!try_take<kSeq>(w)) __builtin_ia32_pause();
+  return true;
 }
+template <bool kSeq = false>
 void unlock(uint32_t& w) noexcept {
-  aref(w).store(0, std::memory_order_release);
+  release<kSeq>(w);
   std::atomic_signal_fence(std::memory_order_seq_cst);  // released before it is popped
   --t_nheld;  // LIFO: operations release in the reverse order they take
 }
 
-struct Guard {
+template <bool kSeq>
+struct BasicGuard {
   uint32_t& w;
   const bool held;
-  explicit Guard(uint32_t& x) : w(x), held(lock(x)) {}
-  ~Guard() {
-    if (held) unlock(w);
+  explicit BasicGuard(uint32_t& x) : w(x), held(lock<kSeq>(x)) {}
+  ~BasicGuard() {
+    if (held) unlock<kSeq>(w);
   }
   explicit operator bool() const { return held; }
 };
+using Guard = BasicGuard<false>;
+using BucketGuard = BasicGuard<true>;  // a hash bucket's
 
 uint8_t* file_base(const MapHeader* m) {
   return const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(m)) - m->self_off;
@@ -196,10 +218,14 @@ uint8_t* entry_value(const MapHeader* m, uint32_t at, uint32_t cpu) {
 
 uint64_t hash_key(const void* key, uint32_t n) { return gpr::hash(key, n); }
 
-// Finds key in the (locked) bucket; returns the entry index + 1, 0 if absent.
+// Finds key in the bucket; returns the entry index + 1, 0 if absent. Under the bucket's
+// lock, or inside a seqlock read (map_lookup): then entries may change under the walk,
+// whose links are read whole and whose length is bounded, and the sequence says
+// afterwards whether the answer stands.
 uint32_t find_in(const MapHeader* m, Bucket& b, const void* key, uint32_t* prev) {
   uint32_t p = 0;
-  for (uint32_t i = b.head, guard = 0; i && guard <= m->max_entries; i = entry(m, i - 1)->next, ++guard) {
+  for (uint32_t i = aref(b.head).load(std::memory_order_relaxed), guard = 0; i && guard <= m->max_entries;
+       i = aref(entry(m, i - 1)->next).load(std::memory_order_relaxed), ++guard) {
     if (gpr::equal(entry_key(entry(m, i - 1)), key, m->key_size)) {
       if (prev) *prev = p;
       return i;
@@ -216,21 +242,23 @@ uint32_t alloc_entry(MapHeader* m) {
   Guard g(m->free_lock);
   if (!g) return kBusyEntry;
   const uint32_t i = m->free_head;
-  if (i) m->free_head = entry(m, i - 1)->next;
+  if (i) m->free_head = aref(entry(m, i - 1)->next).load(std::memory_order_relaxed);
   return i;
 }
 void free_entry(MapHeader* m, uint32_t i) {
   Guard g(m->free_lock);
   if (!g) return;  // a handler re-entered its thread's free-list update: the entry is lost
-  entry(m, i - 1)->next = m->free_head;
+  aref(entry(m, i - 1)->next).store(m->free_head, std::memory_order_relaxed);  // a lookup may be on it
   m->free_head = i;
 }
 
 // Unlinks `idx` from the (locked) bucket b; prev is its predecessor (0: head).
 void unlink(MapHeader* m, Bucket& b, uint32_t idx, uint32_t prev) {
   Entry* e = entry(m, idx - 1);
-  if (prev) entry(m, prev - 1)->next = e->next;
-  else b.head = e->next;
+  // Stored whole: a lookup may be walking the bucket (map_lookup).
+  const uint32_t next = aref(e->next).load(std::memory_order_relaxed);
+  if (prev) aref(entry(m, prev - 1)->next).store(next, std::memory_order_relaxed);
+  else aref(b.head).store(next, std::memory_order_relaxed);
   aref(e->used).store(0, std::memory_order_relaxed);
   aref(m->count).fetch_sub(1, std::memory_order_relaxed);
 }
@@ -264,7 +292,7 @@ bool lru_evict(MapHeader* m, uint32_t& got) {
   Bucket& b = buckets(m)[hash_key(key, m->key_size) & (m->nbuckets - 1)];
   uint32_t prev = 0;
   {
-    Guard g(b.lock);
+    BucketGuard g(b.lock);
     if (!g) return false;
     const uint32_t at = find_in(m, b, key, &prev);
     if (at != best) return true;  // someone else changed it: retry the allocation
@@ -293,7 +321,7 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
     gpr::copy(entry_value(m, at, cpu), value, m->value_size);
   };
   {
-    Guard g(b.lock);
+    BucketGuard g(b.lock);
     if (!g) return -EBUSY;
     if (uint32_t at = find_in(m, b, key, nullptr)) {
       if (flags == 1) return -EEXIST;
@@ -318,7 +346,7 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
   int64_t rc = 0;
   bool lost_race = false;
   {
-    Guard g(b.lock);
+    BucketGuard g(b.lock);
     if (!g) {
       lost_race = true;
       rc = -EBUSY;
@@ -331,9 +359,9 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
       }
     } else {
       stamp(m, e);
-      e->next = b.head;
+      aref(e->next).store(b.head, std::memory_order_relaxed);
       aref(e->used).store(1, std::memory_order_relaxed);
-      b.head = idx;
+      aref(b.head).store(idx, std::memory_order_relaxed);
       aref(m->count).fetch_add(1, std::memory_order_relaxed);
     }
   }
@@ -992,9 +1020,26 @@ void* map_lookup(MapHeader* m, const void* key) noexcept {
     case MapType::percpu_hash:
     case MapType::lru_hash: {
       Bucket& b = buckets(m)[hash_key(key, m->key_size) & (m->nbuckets - 1)];
-      Guard g(b.lock);
-      if (!g) return nullptr;
-      const uint32_t at = find_in(m, b, key, nullptr);
+      // Without the lock first: a walk between two equal, even readings of the bucket's
+      // sequence saw no writer (no locked instruction: the lookup of a counter that a
+      // program then adds to atomically costs one fewer). A writer in the bucket (maybe
+      // this thread's, interrupted: then the lock below fails, as it always did), or
+      // writers faster than the walk: the lock.
+      auto seq = aref(b.lock);
+      uint32_t at = 0;
+      bool seen = false;
+      for (int tries = 0; tries < 2 && !seen; ++tries) {
+        const uint32_t v = seq.load(std::memory_order_acquire);
+        if (v & 1) break;
+        at = find_in(m, b, key, nullptr);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        seen = seq.load(std::memory_order_relaxed) == v;
+      }
+      if (!seen) {
+        BucketGuard g(b.lock);
+        if (!g) return nullptr;
+        at = find_in(m, b, key, nullptr);
+      }
       if (!at) return nullptr;
       stamp(m, entry(m, at - 1));
       return entry_value(m, at, m->cpus > 1 ? this_cpu(m) : 0);
@@ -1071,7 +1116,7 @@ int64_t map_delete(MapHeader* m, const void* key) noexcept {
   Bucket& b = buckets(m)[hash_key(key, m->key_size) & (m->nbuckets - 1)];
   uint32_t at = 0, prev = 0;
   {
-    Guard g(b.lock);
+    BucketGuard g(b.lock);
     if (!g) return -EBUSY;
     at = find_in(m, b, key, &prev);
     if (!at) return -ENOENT;
@@ -1380,10 +1425,10 @@ namespace {
 
 // Waits for a lock word at most until `deadline_ns` (CLOCK_MONOTONIC); false if it is
 // still held then.
+template <bool kSeq = false>
 bool lock_until(uint32_t& w, uint64_t deadline_ns) noexcept {
-  auto a = aref(w);
   for (unsigned spins = 0;; ++spins) {
-    if (a.load(std::memory_order_relaxed) == 0 && a.exchange(1, std::memory_order_acquire) == 0) return true;
+    if (try_take<kSeq>(w)) return true;
     if ((spins & 255) == 255) {
       timespec ts;
       clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1432,7 +1477,7 @@ std::vector<MapEntry> MapFile::entries(size_t i) const {
     const uint64_t deadline = now_ns() + kLockWaitNs;
     for (uint32_t bi = 0; bi < L.nbuckets; ++bi) {
       Bucket& b = bk[bi];
-      const bool locked = lock_until(b.lock, deadline);
+      const bool locked = lock_until<true>(b.lock, deadline);
       if (!locked) ++unlocked_reads_;
       uint32_t idx = aref(b.head).load(std::memory_order_acquire);
       for (uint32_t walked = 0; idx != 0; ++walked) {
@@ -1447,7 +1492,7 @@ std::vector<MapEntry> MapFile::entries(size_t i) const {
         out.push_back(std::move(e));
         idx = aref(en->next).load(std::memory_order_acquire);
       }
-      if (locked) aref(b.lock).store(0, std::memory_order_release);  // not on this thread's stack
+      if (locked) ebpf::release<true>(b.lock);  // not on this thread's stack
     }
   } else if (L.type == uint32_t(MapType::stack_trace)) {
     // Each bucket that holds a stack: its id, its frames (the rest of the value zero),

@@ -176,17 +176,18 @@ struct InTracer {
 // image's frame address (rbp), the call's identity on the shadow stack. The fast hooks
 // preserve every register but rax and return non-zero when the general code must run;
 // the *_general thunks preserve every register (argument and return registers
-// included) and call utramp_graph_{entry,exit}_general.
+// included) and call utramp_graph_{entry,exit}_general. (Declared as defined: clang
+// refuses a definition whose no_caller_saved_registers the declaration lacks.)
 extern "C" {
-uint64_t utramp_graph_fast_entry(uint64_t func, uint64_t frame);
-uint64_t utramp_graph_fast_exit(uint64_t func, uint64_t frame);
+__attribute__((no_caller_saved_registers)) uint64_t utramp_graph_fast_entry(uint64_t func, uint64_t frame);
+__attribute__((no_caller_saved_registers)) uint64_t utramp_graph_fast_exit(uint64_t func, uint64_t frame);
 void utramp_graph_entry_thunk(uint64_t func, uint64_t frame);
 void utramp_graph_exit_thunk(uint64_t func, uint64_t frame);
 void utramp_graph_entry_general(uint64_t func, uint64_t frame);
 void utramp_graph_exit_general(uint64_t func, uint64_t frame);
 // Functions with a scope (ftrace::scope_hooks): an entry hook that always asks for the
 // general code, and thunks to the general entries that open each kind of scope.
-uint64_t utramp_graph_scope_entry(uint64_t func, uint64_t frame);
+__attribute__((no_caller_saved_registers)) uint64_t utramp_graph_scope_entry(uint64_t func, uint64_t frame);
 void utramp_graph_filter_entry_thunk(uint64_t func, uint64_t frame);
 void utramp_graph_notrace_entry_thunk(uint64_t func, uint64_t frame);
 void utramp_graph_filter_entry_general(uint64_t func, uint64_t frame);

@@ -497,7 +497,10 @@ bool Analysis::gprs_only(uint64_t fn, std::span<const uint64_t> calls) {
           pc = next;
           continue;
         case arch::Flow::call:
-          work.push_back({insn->target, false});
+          // What arch::call_saving_xstate calls runs with the extended state saved
+          // around it: not followed.
+          if (insn->target != reinterpret_cast<uint64_t>(&arch::call_saving_xstate))
+            work.push_back({insn->target, false});
           pc = next;
           continue;
         case arch::Flow::indirect_jump:

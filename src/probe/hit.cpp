@@ -15,12 +15,16 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "arch/cpu.hpp"
 #include "arch/probe.hpp"
+#include "os/text_writer.hpp"
 #include "os/thread_memory.hpp"
 #include "patch/patcher.hpp"
+#include "tramp/threads.hpp"
 
 #define UTRAMP_HIT __attribute__((no_sanitize("address", "undefined")))
 
@@ -44,6 +48,19 @@ namespace {
 // count is a seq_cst RMW before its loads). The second flip covers a reader that read
 // the epoch two flips ago and counted itself late on the parity the first wait did not
 // examine.
+//
+// Those counters are shared by the threads of a shard: each count is a locked
+// instruction, two per hit (of ~30 ns a hit costs, a third). Where the process can have
+// every thread's memory barrier on demand (membarrier, os::sync_cores) a thread counts
+// itself in a counter of its own instead, with plain instructions: its slot of the
+// per-thread counters the trampolines' reclamation reads (tramp/threads.hpp; the slot is
+// this SRCU's alone). srcu_synchronize() then also makes every thread of the process
+// pass a full barrier, and waits until it has seen each thread's counter at zero: a
+// reader whose count the barrier found in its store buffer is flushed and seen; one
+// that counted itself after its barrier reads its pointers after it, hence after the
+// writer unpublished them. A thread is registered (given its counters) on its first
+// hit, with the extended state saved around it (arch::call_saving_xstate: that code is
+// not general-purpose-only); one that cannot be uses the shards.
 constexpr unsigned kShards = 64;
 struct alignas(64) Shard {
   std::atomic<int64_t> n[2];
@@ -54,12 +71,41 @@ std::atomic<uint64_t> g_epoch{0};
 // a reader that began before the fork (the forking thread itself) does not decrement.
 std::atomic<uint32_t> g_fork_gen{0};
 
+// Per-thread counting (above): the offset of the thread's counters block pointer from
+// the thread pointer, and the slot; g_per_thread false: shards only.
+bool g_per_thread = false;
+int64_t g_block_off = 0;
+uint32_t g_srcu_slot = 0;
+
+uint64_t register_thread(uint64_t, uint64_t) {
+  tramp::utramp_register_thread();
+  return 0;
+}
+
+UTRAMP_HIT inline uint32_t* thread_counter() noexcept {
+  auto block = [] { return *reinterpret_cast<tramp::ThreadBlock* const*>(arch::thread_pointer() + g_block_off); };
+  tramp::ThreadBlock* b = block();
+  if (__builtin_expect(b == nullptr, 0)) {
+    arch::call_saving_xstate(&register_thread, 0, 0);
+    b = block();
+  }
+  return b ? &b->counters[g_srcu_slot] : nullptr;
+}
+
 struct ReadSide {
+  uint32_t* counter;  // this thread's own (per-thread counting), else null: the shards
   uint32_t shard, idx, fork_gen;
 };
 
 UTRAMP_HIT inline ReadSide read_lock() noexcept {
   ReadSide r;
+  if (g_per_thread && (r.counter = thread_counter())) {
+    // Only this thread writes it; a signal handler's hit in between leaves it as it was.
+    __atomic_store_n(r.counter, __atomic_load_n(r.counter, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // counted before the pointers are read
+    return r;
+  }
+  r.counter = nullptr;
   r.shard = static_cast<uint32_t>((arch::thread_pointer() * 0x9e3779b97f4a7c15ull) >> 58);
   r.fork_gen = g_fork_gen.load(std::memory_order_relaxed);
   r.idx = static_cast<uint32_t>(g_epoch.load(std::memory_order_seq_cst) & 1);
@@ -68,6 +114,11 @@ UTRAMP_HIT inline ReadSide read_lock() noexcept {
 }
 
 UTRAMP_HIT inline void read_unlock(const ReadSide& r) noexcept {
+  if (r.counter) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the pointers read before
+    __atomic_store_n(r.counter, __atomic_load_n(r.counter, __ATOMIC_RELAXED) - 1, __ATOMIC_RELEASE);
+    return;
+  }
   if (g_fork_gen.load(std::memory_order_relaxed) != r.fork_gen) return;
   g_shards[r.shard].n[r.idx].fetch_sub(1, std::memory_order_release);
 }
@@ -249,7 +300,7 @@ UTRAMP_HIT bool run_pre(const ProbeList* l, arch::PtRegs* r, void* xbuf) noexcep
   bool saved = false, skip = false;
   for (uint32_t i = 0; i < l->n && !skip; ++i) {
     Probe* p = l->items[i];
-    if (p->kind == ProbeKind::probe) p->hits.fetch_add(1, std::memory_order_relaxed);
+    if (p->kind == ProbeKind::probe && p->count_hits) p->hits.fetch_add(1, std::memory_order_relaxed);
     if (p->pre) {
       if (xbuf && !p->pre_gprs_only && !saved) {
         arch::xstate_save(xbuf);
@@ -467,6 +518,12 @@ bool hit_table_insert(uint64_t addr, TrapKind kind, ProbeSite* site) {
 void install_hit_path() {
   static const bool once = [] {
     g_pid = getpid();
+    // Per-thread read-side counts where every thread's barrier can be had on demand.
+    if (auto slot = tramp::alloc_counter_slot(); slot && os::sync_cores()) {
+      g_srcu_slot = *slot;
+      g_block_off = tramp::tls_layout().block;
+      g_per_thread = true;
+    }
     arch::set_retprobe_callbacks({&rp_on_return, &rp_unwound});
     pthread_atfork(nullptr, nullptr, &srcu_after_fork_child);
     patch::set_trap_hook(&trap_hook);
@@ -475,6 +532,8 @@ void install_hit_path() {
   (void)once;
 }
 
+using tramp::backoff;
+
 void srcu_synchronize() {
   for (int pass = 0; pass < 2; ++pass) {
     const uint64_t old = g_epoch.fetch_add(1, std::memory_order_seq_cst) & 1;
@@ -482,13 +541,25 @@ void srcu_synchronize() {
       int64_t sum = 0;
       for (const Shard& s : g_shards) sum += s.n[old].load(std::memory_order_seq_cst);
       if (sum <= 0) break;
-      if (spins < 64) {
-        sched_yield();
-      } else {
-        timespec ts{0, 50 * 1000};
-        nanosleep(&ts, nullptr);
-      }
+      backoff(spins);
     }
+  }
+  if (!g_per_thread) return;
+  // Every thread passes a full barrier (its count flushed), then each is seen out of
+  // its read sections once (counter zero) or gone.
+  for (unsigned spins = 0; !os::sync_cores(); ++spins) backoff(spins);  // it worked at installation
+  std::vector<int> pending;
+  for (unsigned spins = 0, first = 1;; ++spins, first = 0) {
+    const tramp::CounterSnapshot snap = tramp::snapshot_counters({g_srcu_slot});
+    std::vector<int> still;
+    for (size_t i = 0; i < snap.tids.size(); ++i) {
+      if (snap.values[i][0] == 0) continue;
+      if (first || std::find(pending.begin(), pending.end(), snap.tids[i]) != pending.end())
+        still.push_back(snap.tids[i]);
+    }
+    pending = std::move(still);
+    if (pending.empty()) return;
+    backoff(spins);
   }
 }
 

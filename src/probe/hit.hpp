@@ -41,6 +41,7 @@ struct Probe {
   // detours and the return trampoline may call it without saving the vector state.
   bool pre_gprs_only = false, post_gprs_only = false;
   bool keep_int3 = false;  // the site stays an int3 while this probe is there
+  bool count_hits = true;  // ProbeSpec::count_hits
   std::atomic<uint64_t> hits{0}, misses{0};
   // Return probes.
   uint32_t rp_slot = 0, rp_gen = 0;

@@ -529,6 +529,7 @@ Result<std::vector<Probe*>> Manager::attach_batch(std::span<const ProbeSpec> spe
     p->post = s.post;
     p->cookie = s.cookie;
     p->keep_int3 = s.keep_int3;
+    p->count_hits = s.count_hits;
     UTRAMP_TRY(m.prepare_probe(p.get(), s.handler_calls));
     auto [it, fresh] = changes.try_emplace(*rec, (*rec)->probes);
     it->second.push_back(p.get());

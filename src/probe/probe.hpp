@@ -59,6 +59,10 @@ struct ProbeSpec {
   // the extended state is saved. The caller vouches that these are all the handler's
   // own pointer calls can reach; what they reach is proven like the rest.
   std::vector<uint64_t> handler_calls;
+  // Count the probe's hits (ProbeInfo::hits): a locked instruction on every hit, shared
+  // by all threads. A caller that counts its own runs turns it off (utramp run's uprobe
+  // programs: their run counters); hits then stay 0. Misses are always counted.
+  bool count_hits = true;
 };
 
 struct RetprobeSpec {

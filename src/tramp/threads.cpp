@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -230,6 +232,15 @@ bool read_remote(void* dst, const void* src, size_t n) {
 }
 
 }  // namespace
+
+void backoff(unsigned spins) {
+  if (spins < 64) {
+    sched_yield();
+  } else {
+    timespec ts{0, 50 * 1000};
+    nanosleep(&ts, nullptr);
+  }
+}
 
 CounterSnapshot snapshot_counters(const std::vector<uint32_t>& slots) {
   CounterSnapshot out;

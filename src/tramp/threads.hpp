@@ -67,6 +67,9 @@ struct CounterSnapshot {
 };
 CounterSnapshot snapshot_counters(const std::vector<uint32_t>& slots);
 
+// A waiter's pause between two snapshots (the `spins`-th): a yield at first, then 50 us.
+void backoff(unsigned spins);
+
 // Every registered thread's program guard `prog` (active[prog]), read the same way but
 // read-only: callable by any thread, at the same time as snapshot_counters.
 struct GuardSnapshot {

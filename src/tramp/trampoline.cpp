@@ -1158,15 +1158,6 @@ namespace {
 // not to matter next to a thread asleep in the function.
 constexpr auto kLeaveBudget = std::chrono::milliseconds(10);
 
-void backoff(unsigned spins) {
-  if (spins < 64) {
-    sched_yield();
-  } else {
-    timespec ts{0, 50 * 1000};
-    nanosleep(&ts, nullptr);
-  }
-}
-
 }  // namespace
 
 bool Manager::still_run(std::vector<Leaving>& leaving) const {

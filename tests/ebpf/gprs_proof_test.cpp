@@ -16,8 +16,11 @@
 #include "ebpf/asm.hpp"
 #include "ebpf/engine.hpp"
 #include "ebpf/helpers.hpp"
+#include "arch/call_slot.hpp"
+#include "arch/unwind.hpp"
 #include "ebpf/maps.hpp"
 #include "os/cpu_id.hpp"
+#include "os/safe_copy.hpp"
 #include "probe/analysis.hpp"
 
 namespace utramp::ebpf {
@@ -68,8 +71,38 @@ TEST(GprMem, CurrentCpuIsTheKernels) {
     ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
     EXPECT_EQ(os::current_cpu(), static_cast<uint32_t>(c));
     EXPECT_EQ(sched_getcpu(), c);
+    // Without glibc's rseq symbols (a C library before 2.35: the weak references are
+    // null), and with them but no rseq area registered (size 0): the system call.
+    EXPECT_EQ(os::detail::current_cpu(nullptr, nullptr), static_cast<uint32_t>(c));
+    const ptrdiff_t offset = 0;
+    const unsigned int unregistered = 0;
+    EXPECT_EQ(os::detail::current_cpu(&offset, &unregistered), static_cast<uint32_t>(c));
+    EXPECT_EQ(os::detail::cpu_by_syscall(), static_cast<uint32_t>(c));
   }
   ASSERT_EQ(sched_setaffinity(0, sizeof old, &old), 0);
+}
+
+// bpf_ktime_get_ns reads CLOCK_MONOTONIC through arch/call_slot.hpp's slot: the vDSO's
+// clock_gettime once the helpers are set up, the system call when the slot is empty.
+TEST(GprMem, KtimeIsTheMonotonicClockThroughEitherSlot) {
+  const HelperInfo* h = runtime_helpers().find(5);
+  ASSERT_NE(h, nullptr);
+  auto mono = [] {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+  };
+  void* vdso = dlopen("linux-vdso.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  void* vdso_clock = vdso ? dlsym(vdso, "__vdso_clock_gettime") : nullptr;
+  for (void* fn : {vdso_clock, static_cast<void*>(nullptr)}) {
+    arch::set_clock_gettime(reinterpret_cast<int (*)(int, timespec*) noexcept>(fn));
+    const uint64_t before = mono();
+    const uint64_t t = h->trusted_fn()(0, 0, 0, 0, 0);
+    const uint64_t after = mono();
+    EXPECT_LE(before, t) << (fn ? "vDSO" : "system call");
+    EXPECT_LE(t, after) << (fn ? "vDSO" : "system call");
+  }
+  arch::set_clock_gettime(reinterpret_cast<int (*)(int, timespec*) noexcept>(vdso_clock));
 }
 
 // Reaches the C library's memcmp (an AVX2/EVEX implementation on x86-64 machines of
@@ -84,12 +117,16 @@ __attribute__((noinline)) int64_t update_through(MapHeader* m, const void* k, co
   return map_update(m, k, v, 0);
 }
 
+// Unwinds with the fault-safe read passed as a pointer (arch::unwind_user's own
+// parameter): a call through a register, which the proof cannot follow (the helpers
+// unwind through arch/call_slot.hpp's slots instead: unwind_user_slots).
+__attribute__((noinline)) size_t unwind_through_pointer(const arch::UnwindRegs& r, uint64_t* ips) {
+  return arch::unwind_user(r, ips, 8, nullptr, os::safe_read);
+}
+
 uint64_t addr(auto* fn) { return reinterpret_cast<uint64_t>(fn); }
 
 TEST(GprsOnlyProof, MapHelpersAreProvenAndVectorCodeIsNot) {
-#if defined(__clang__)
-  GTEST_SKIP() << "clang builds compile the maps for the default target (src/CMakeLists.txt)";
-#endif
   if (dlsym(RTLD_DEFAULT, "__asan_init") || dlsym(RTLD_DEFAULT, "__ubsan_handle_add_overflow"))
     GTEST_SKIP() << "sanitizer runtimes are on the path";
   probe::Analysis an{[](uint64_t, std::span<uint8_t>) {}};
@@ -99,7 +136,11 @@ TEST(GprsOnlyProof, MapHelpersAreProvenAndVectorCodeIsNot) {
   // a verified program's JIT code calls them (the trusted form: what `utramp run` runs;
   // the unverified forms check pointers with fault-safe reads, whose fallback is not
   // proven).
-  const std::vector<uint32_t> ids = {1, 2, 3, 7, 8, 14, 25, 87, 88, 89, 130, 131, 132, 133, 173, 174};
+  // Time (the vDSO's clock_gettime through a slot the proof follows), user stacks (the
+  // unwinder's reads and return-address fix through such slots), and reads of memory
+  // (the fault-safe read's system calls made directly) too.
+  const std::vector<uint32_t> ids = {1,  2,  3,  4,  5,   7,   8,   14,  25,  27,  45,  67,  87,
+                                     88, 89, 112, 113, 114, 115, 130, 131, 132, 133, 173, 174};
   for (uint32_t id : ids) {
     const HelperInfo* h = runtime_helpers().find(id);
     ASSERT_NE(h, nullptr) << id;
@@ -115,6 +156,8 @@ TEST(GprsOnlyProof, MapHelpersAreProvenAndVectorCodeIsNot) {
   EXPECT_TRUE(an.gprs_only(addr(&map_push)));
   EXPECT_TRUE(an.gprs_only(addr(&map_pop)));
   EXPECT_TRUE(an.gprs_only(addr(&update_through)));
+  EXPECT_TRUE(an.gprs_only(addr(&os::safe_read)));
+  EXPECT_TRUE(an.gprs_only(addr(&arch::unwind_user_slots)));
 
   // The other direction. The PLT slot of memcmp is bound first (a call), so that what
   // fails the proof is the C library's memcmp itself, not the loader's lazy binding.
@@ -123,6 +166,7 @@ TEST(GprsOnlyProof, MapHelpersAreProvenAndVectorCodeIsNot) {
   EXPECT_FALSE(an.gprs_only(addr(&compare_with_libc)));
   EXPECT_EQ(scale(2.0, 3.0), 6.5);
   EXPECT_FALSE(an.gprs_only(addr(&scale)));
+  EXPECT_FALSE(an.gprs_only(addr(&unwind_through_pointer)));
 }
 
 // The JIT's byte fills compute in xmm registers (bpf_jit.cpp, "Byte fills"): a program

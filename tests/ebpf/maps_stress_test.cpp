@@ -1,5 +1,5 @@
 // Perf event arrays, queues, stacks, bloom filters, hash and LRU maps under many threads
-// (a few seconds): exact counts, every thread's perf records in the order it sent them while
+// (a few seconds): exact counts, hash lookups without the lock while buckets change, every thread's perf records in the order it sent them while
 // its records are spread over every ring, each queued element taken exactly once, no
 // false negative while others add, and a signal handler that re-enters a queue
 // operation of its own thread fails (-EBUSY) instead of hanging.
@@ -31,6 +31,13 @@ MapSpec spec(const char* name, MapType t, uint32_t v, uint32_t n) {
   s.max_entries = n;
   if (t == MapType::perf_event_array) s.key_size = s.value_size = 4;
   return s;
+}
+
+// A file of one map with 4-byte keys.
+auto one_u32_keyed(const TmpFile& f, MapType t, uint32_t value_size, uint32_t max_entries) {
+  MapSpec s = spec("m", t, value_size, max_entries);
+  s.key_size = 4;
+  return MapFile::create(f.path, {s});
 }
 
 // Producers send {thread, seq} records, half to the calling CPU's ring, half to ring
@@ -206,6 +213,54 @@ TEST(MapsStress, HashesOfTwelveByteKeysAndLruEvictionUnderThreads) {
   }
 }
 
+// Hash lookups walk a bucket without its lock (a seqlock read: map_lookup) while other
+// threads insert and delete keys of the same buckets, reusing the entries: a key that is
+// always in the map is always found, and the value found is its own.
+TEST(MapsStress, LookupsWithoutTheLockFindEveryKeyWhileBucketsChange) {
+  constexpr uint32_t kStable = 16, kChurn = 48;  // 64 keys at most in 128 buckets
+  constexpr int kReaders = 2, kWriters = 2, kRounds = 20000;
+  auto value_of = [](uint32_t k) { return uint64_t(k) * 3 + 1; };
+  TmpFile f;
+  auto mf = one_u32_keyed(f, MapType::hash, 8, 128);
+  ASSERT_TRUE(mf) << mf.error().message;
+  MapHeader* m = mf->header(0);
+  for (uint32_t k = 0; k < kStable; ++k) {
+    const uint64_t v = value_of(k);
+    ASSERT_EQ(map_update(m, &k, &v, 1), 0);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> missing{0}, wrong{0}, lookups{0}, churned{0};
+  std::vector<std::thread> ts;
+  for (int w = 0; w < kWriters; ++w)
+    ts.emplace_back([&, w] {
+      for (int r = 0; r < kRounds; ++r) {
+        const uint32_t base = 1000 + uint32_t(w) * 1000;
+        for (uint32_t k = base; k < base + kChurn; ++k) {
+          const uint64_t v = value_of(k);
+          if (map_update(m, &k, &v, 1) == 0) churned.fetch_add(1, std::memory_order_relaxed);
+        }
+        for (uint32_t k = base; k < base + kChurn; ++k) (void)map_delete(m, &k);
+      }
+    });
+  for (int r = 0; r < kReaders; ++r)
+    ts.emplace_back([&] {
+      for (uint32_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+        const uint32_t k = i % kStable;
+        const auto* p = static_cast<const uint64_t*>(map_lookup(m, &k));
+        if (!p) ++missing;
+        else if (__atomic_load_n(p, __ATOMIC_RELAXED) != value_of(k)) ++wrong;
+        lookups.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  for (int w = 0; w < kWriters; ++w) ts[w].join();
+  stop = true;
+  for (size_t i = kWriters; i < ts.size(); ++i) ts[i].join();
+  EXPECT_EQ(missing.load(), 0u) << "of " << lookups.load() << " lookups";
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(churned.load(), uint64_t(kRounds));  // the buckets did change
+  EXPECT_EQ(mf->entries(0).size(), kStable);
+}
+
 // An LRU map full of old keys, and more threads than cores all inserting new keys: each
 // update must evict for itself and succeed. All of them see the same oldest entry; the
 // one that evicts it keeps it (were it put back on the free list, another thread's update
@@ -213,9 +268,7 @@ TEST(MapsStress, HashesOfTwelveByteKeysAndLruEvictionUnderThreads) {
 // with -E2BIG from a map it had made room in: CI saw 79 of 160,000 fail).
 TEST(MapsStress, LruUpdatesThatRaceToEvictAllSucceed) {
   TmpFile f;
-  MapSpec l = spec("l", MapType::lru_hash, 8, 16);
-  l.key_size = 4;
-  auto mf = MapFile::create(f.path, {l});
+  auto mf = one_u32_keyed(f, MapType::lru_hash, 8, 16);
   ASSERT_TRUE(mf) << mf.error().message;
   MapHeader* m = mf->header(0);
   constexpr int kThreads = 8, kIters = 20000;

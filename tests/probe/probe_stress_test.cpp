@@ -201,7 +201,7 @@ TEST(ProbeStress, OptimisationToggledUnderLoad) {
   }
   EXPECT_GE(utramp::patch::stats().batches - batches, 200u);
   ASSERT_TRUE(Manager::instance().set_optimization(true));
-  for (utramp_probe* p : ps) ASSERT_EQ(utramp_probe_detach(p), 0);
+  for (utramp_probe* p : ps) ASSERT_EQ(utramp_probe_detach(p), 0) << last_error();
   stop = true;
   for (auto& w : workers) w.join();
   EXPECT_EQ(wrong.load(), 0u);

@@ -910,7 +910,8 @@ int run(const RunFlags& f) {
         fmt::print(stderr, "{}: {}: program '{}' (section '{}'), verifier log:\n{}", me, path, p.name, p.section,
                    v->log);
     }
-    for (const auto& [map, type] : out.record_type) {
+    for (const auto& rt : out.record_type) {
+      const std::string &map = rt.first, &type = rt.second;  // named: clang 14 captures no structured binding
       const bool here = std::any_of(obj->maps.begin(), obj->maps.end(), [&](const ebpf::MapSpec& m) {
         return m.name == map && (m.type == uint32_t(ebpf::MapType::ringbuf) ||
                                  m.type == uint32_t(ebpf::MapType::perf_event_array));
@@ -932,7 +933,8 @@ int run(const RunFlags& f) {
           btfs.push_back(*b);
         }
     }
-    for (const auto& [map, type] : out.record_type) {
+    for (const auto& rt : out.record_type) {
+      const std::string &map = rt.first, &type = rt.second;
       const bool known = std::any_of(types.begin(), types.end(), [&](const btf* b) {
         return b && ebpf::find_record_type(b, 0, type).ok();
       });

@@ -342,7 +342,9 @@ std::string html_report(const trace::TraceReader& r, const ThreadSelection& sele
     const double kb = flat ? static_cast<double>(b.second.calls) : b.second.total;
     return ka != kb ? ka > kb : a.first < b.first;
   });
-  for (const auto& [name, s] : rows) {
+  for (const auto& row : rows) {
+    const std::string& name = row.first;
+    const FunctionStat& s = row.second;  // named: clang 14 captures no structured binding
     h += "<tr>";
     if (!flat) {
       auto cell = [&](double ns) { return num_cell(ns, s.timed ? trimmed(format_duration(ns)) : "-"); };

@@ -206,6 +206,15 @@ void xstate_save(void* buf) noexcept {
     asm volatile("xsave64 (%0)" : : "r"(buf), "a"(lo), "d"(hi) : "memory");
 }
 
+uint64_t call_saving_xstate(uint64_t (*fn)(uint64_t, uint64_t), uint64_t a, uint64_t b) noexcept {
+  char* raw = static_cast<char*>(__builtin_alloca(g_xstate.size + 64));
+  void* buf = reinterpret_cast<void*>((reinterpret_cast<uint64_t>(raw) + 63) & ~uint64_t{63});
+  xstate_save(buf);
+  const uint64_t r = fn(a, b);
+  xstate_restore(buf);
+  return r;
+}
+
 void xstate_restore(const void* buf) noexcept {
   if (g_xstate.mode == XStateSave::Mode::fxsave) {
     asm volatile("fxrstor64 (%0)" : : "r"(buf) : "memory");

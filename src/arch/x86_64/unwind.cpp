@@ -1,6 +1,9 @@
 // The user-stack unwinder (arch/unwind.hpp): x86-64's DWARF registers and frames.
 #include "arch/unwind.hpp"
 
+#include "arch/call_slot.hpp"
+#include "arch/probe.hpp"
+
 #include <dlfcn.h>
 
 #include <atomic>
@@ -29,7 +32,8 @@ thread_local uint64_t t_ok_hi UTRAMP_TLS = 0;
 
 void fence() { std::atomic_signal_fence(std::memory_order_seq_cst); }
 
-bool stack_word(uint64_t addr, uint64_t* out, SafeRead read) noexcept {
+template <class Read>
+bool stack_word(uint64_t addr, uint64_t* out, Read read) noexcept {
   if (addr & 7) return false;
   if (addr < t_ok_lo || addr + 8 > t_ok_hi) {
     const uint64_t page = addr & ~(kPage - 1);
@@ -284,10 +288,18 @@ bool run_cfa(Reader r, const uint8_t* end, const Cie& c, uint64_t loc, uint64_t 
 
 enum class Found { row, none, bad };
 
+uint64_t find_object(uint64_t pc, uint64_t out) {
+  return static_cast<uint64_t>(_dl_find_object(reinterpret_cast<void*>(pc), reinterpret_cast<dl_find_object*>(out)));
+}
+
 // The CFI row that covers `pc`, from the unwind tables of the object that holds it.
 Found find_row(uint64_t pc, Row* row) {
   dl_find_object fo;
-  if (_dl_find_object(reinterpret_cast<void*>(pc), &fo) != 0 || !fo.dlfo_eh_frame) return Found::none;
+  // Called with the extended state saved (the C library's _dl_find_object jumps to the
+  // loader's through a pointer, which a probe handler's proof cannot follow): once per
+  // pc, the rows are cached.
+  if (call_saving_xstate(&find_object, pc, reinterpret_cast<uint64_t>(&fo)) != 0 || !fo.dlfo_eh_frame)
+    return Found::none;
   const uint64_t lo = reinterpret_cast<uint64_t>(fo.dlfo_map_start), hi = reinterpret_cast<uint64_t>(fo.dlfo_map_end);
   const auto* hdr = static_cast<const uint8_t*>(fo.dlfo_eh_frame);
   const uint64_t base = reinterpret_cast<uint64_t>(hdr);
@@ -413,9 +425,10 @@ bool row_at(uint64_t pc, Row* row) {
   return found;
 }
 
-}  // namespace
-
-size_t unwind_user(const UnwindRegs& start, uint64_t* ips, size_t max, ReturnAddressFix fix, SafeRead read) noexcept {
+// unwind_user, with `read` and `fix` called as they are given: function pointers, or
+// the direct calls of unwind_user_slots.
+template <class Fix, class Read>
+size_t unwind(const UnwindRegs& start, uint64_t* ips, size_t max, Fix fix, Read read) noexcept {
   if (start.sp < t_ok_lo || start.sp >= t_ok_hi) {  // another stack: prove it anew
     t_ok_hi = 0;
     fence();
@@ -444,13 +457,26 @@ size_t unwind_user(const UnwindRegs& start, uint64_t* ips, size_t max, ReturnAdd
       if (!stack_word(slot, &ra, read) || !stack_word(bp, &next_bp, read)) break;
     }
     if (cfa <= sp) break;  // a stack only grows towards its callers
-    if (fix) ra = fix(ra, slot);
+    ra = fix(ra, slot);
     if (ra == 0) break;
     ip = ra;
     sp = cfa;
     bp = next_bp;
   }
   return n;
+}
+
+}  // namespace
+
+size_t unwind_user(const UnwindRegs& start, uint64_t* ips, size_t max, ReturnAddressFix fix, SafeRead read) noexcept {
+  return unwind(
+      start, ips, max, [fix](uint64_t ra, uint64_t slot) { return fix ? fix(ra, slot) : ra; }, read);
+}
+
+size_t unwind_user_slots(const UnwindRegs& start, uint64_t* ips, size_t max) noexcept {
+  return unwind(
+      start, ips, max, [](uint64_t ra, uint64_t slot) { return utramp_slot_ra_fix(ra, slot); },
+      [](void* dst, uint64_t src, size_t len) { return utramp_slot_safe_read(dst, src, len); });
 }
 
 }  // namespace utramp::arch
