@@ -288,6 +288,9 @@ void attach_new_sites() {
   size_t skipped = 0;
   bool wants_int3 = false;  // a selected function's entry would be diverted by an int3
   const Selection sel(cfg);
+  // One scan of /proc/self/task for the loop's takes_int3_form(), not one per function
+  // (g_mu held, no thread made meanwhile: os/text_writer.hpp).
+  auto once = std::make_unique<os::ThreadCountOnce>();
   for (sites::Site* s : table.all()) {
     if (s->traced_by_agent) continue;
     s->traced_by_agent = true;
@@ -336,6 +339,7 @@ void attach_new_sites() {
     first_req.push_back(reqs.size());
     wants_int3 = wants_int3 || table.takes_int3_form(s);
   }
+  once.reset();
   if (!reported.empty()) {
     logf("%zu functions report their calls (-finstrument-functions): traced without sites",
          reported.size());
