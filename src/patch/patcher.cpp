@@ -316,8 +316,9 @@ Result<void> apply(std::span<const PatchOp> all) {
   const auto threads = os::thread_count();
   const bool alone = threads && *threads == 1;
   // Ops this close share one write; the bytes between are written back as they are.
-  // Alone, up to a page apart: no page without an op of its own is copied (written
-  // text is a private copy), and bash's 1,621 relocated prologues take ~7x fewer writes.
+  // Alone, up to a page apart (no page without an op of its own is copied: written text
+  // is a private copy) in writes of at most 64 KiB; bash's 1,621 relocated prologues
+  // take ~7x fewer writes.
   const uint64_t max_gap = alone ? kMaxGapAlone : kMaxGap;
   std::vector<Cluster> clusters;
   for (size_t i : todo) {
@@ -326,7 +327,7 @@ Result<void> apply(std::span<const PatchOp> all) {
     if (!clusters.empty()) {
       Cluster& c = clusters.back();
       const os::Mapping* m = os::find_mapping(*maps, c.start);
-      if (op.addr - c.end <= max_gap && end - c.start <= kMaxCluster && m && end <= m->end) {
+      if (op.addr - c.end <= max_gap && (!alone || end - c.start <= kMaxCluster) && m && end <= m->end) {
         c.end = end;
         c.ops.push_back(i);
         continue;
