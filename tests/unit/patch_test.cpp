@@ -80,6 +80,17 @@ struct StubFixture : ::testing::Test {
     }
     os::ExecArena::instance().free(block);
   }
+  // Both sites, NOP -> call of the stub (to) or back (from), in one batch's ops.
+  std::vector<patch::PatchOp> two_calls(bool to) const {
+    std::vector<patch::PatchOp> ops;
+    for (const uint64_t at : {site, addr_of(reinterpret_cast<void*>(&patch_target2))}) {
+      auto c = arch::encode_call(at, block.addr);
+      std::vector<uint8_t> call(c->begin(), c->end());
+      if (to) ops.push_back({at, nop5(), call, patch::Emulation::call(block.addr, at + 5), "to"});
+      else ops.push_back({at, call, nop5(), patch::Emulation::jump_to(at + 5), "back"});
+    }
+    return ops;
+  }
   uint64_t site = 0;
   os::ExecBlock block;
   uint64_t counter = 0;
@@ -175,12 +186,7 @@ class OtherThread {
 TEST_F(StubFixture, BatchCostsThreeSyncsWhateverItsSize) {
   const OtherThread other;  // the int3 protocol: another thread may run the sites
   ASSERT_GT(*os::thread_count(), 1u);
-  const uint64_t site2 = addr_of(reinterpret_cast<void*>(&patch_target2));
-  auto c1 = arch::encode_call(site, block.addr);
-  auto c2 = arch::encode_call(site2, block.addr);
-  patch::PatchOp ops[2] = {
-      {site, nop5(), {c1->begin(), c1->end()}, patch::Emulation::call(block.addr, site + 5), "a"},
-      {site2, nop5(), {c2->begin(), c2->end()}, patch::Emulation::call(block.addr, site2 + 5), "b"}};
+  const auto ops = two_calls(true);
   const auto s0 = patch::stats();
   ASSERT_TRUE(patch::apply(ops).ok());
   const auto s1 = patch::stats();
@@ -189,8 +195,7 @@ TEST_F(StubFixture, BatchCostsThreeSyncsWhateverItsSize) {
   EXPECT_EQ(s1.writes - s0.writes, 3u);
   EXPECT_EQ(patch_target2(1), 3);
   EXPECT_EQ(counter, 1u);
-  patch::PatchOp back[2] = {{site, {c1->begin(), c1->end()}, nop5(), patch::Emulation::jump_to(site + 5), "a"},
-                            {site2, {c2->begin(), c2->end()}, nop5(), patch::Emulation::jump_to(site2 + 5), "b"}};
+  const auto back = two_calls(false);
   ASSERT_TRUE(patch::apply(back).ok());
   // Re-applying what is already there is a no-op: no writes, no syncs.
   const auto s2 = patch::stats();
@@ -204,24 +209,17 @@ TEST_F(StubFixture, BatchOfAProcessAloneIsOneWriteAndOneSync) {
   auto n = os::thread_count();
   ASSERT_TRUE(n.ok());
   if (*n != 1) GTEST_SKIP() << "the test process runs " << *n << " threads";
-  const uint64_t site2 = addr_of(reinterpret_cast<void*>(&patch_target2));
-  auto c1 = arch::encode_call(site, block.addr);
-  auto c2 = arch::encode_call(site2, block.addr);
-  patch::PatchOp ops[2] = {
-      {site, nop5(), {c1->begin(), c1->end()}, patch::Emulation::call(block.addr, site + 5), "a"},
-      {site2, nop5(), {c2->begin(), c2->end()}, patch::Emulation::call(block.addr, site2 + 5), "b"}};
+  const auto ops = two_calls(true);
   const auto s0 = patch::stats();
   ASSERT_TRUE(patch::apply(ops).ok());
   const auto s1 = patch::stats();
   EXPECT_EQ(s1.syncs - s0.syncs, 1u);
   EXPECT_EQ(s1.writes - s0.writes, 1u);
-  EXPECT_EQ(bytes(site, 5), std::vector<uint8_t>(c1->begin(), c1->end()));
+  EXPECT_EQ(bytes(site, 5), ops[0].replacement);
   EXPECT_EQ(patch_target2(1), 3);
   EXPECT_EQ(counter, 1u);
   EXPECT_EQ(patch::stats().traps_emulated, s1.traps_emulated);
-  patch::PatchOp back[2] = {{site, {c1->begin(), c1->end()}, nop5(), patch::Emulation::jump_to(site + 5), "a"},
-                            {site2, {c2->begin(), c2->end()}, nop5(), patch::Emulation::jump_to(site2 + 5), "b"}};
-  ASSERT_TRUE(patch::apply(back).ok());
+  ASSERT_TRUE(patch::apply(two_calls(false)).ok());
   EXPECT_EQ(bytes(site, 5), nop5());
   EXPECT_EQ(patch_target2(1), 3);
   EXPECT_EQ(counter, 1u);
