@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "arch/arch.hpp"
@@ -90,6 +91,13 @@ struct StubFixture : ::testing::Test {
       else ops.push_back({at, call, nop5(), patch::Emulation::jump_to(at + 5), "back"});
     }
     return ops;
+  }
+  // Applies OPS; the syncs and writes it took.
+  static std::pair<uint64_t, uint64_t> cost_of(const std::vector<patch::PatchOp>& ops) {
+    const auto s0 = patch::stats();
+    EXPECT_TRUE(patch::apply(ops).ok());
+    const auto s1 = patch::stats();
+    return {s1.syncs - s0.syncs, s1.writes - s0.writes};
   }
   uint64_t site = 0;
   os::ExecBlock block;
@@ -186,13 +194,8 @@ class OtherThread {
 TEST_F(StubFixture, BatchCostsThreeSyncsWhateverItsSize) {
   const OtherThread other;  // the int3 protocol: another thread may run the sites
   ASSERT_GT(*os::thread_count(), 1u);
-  const auto ops = two_calls(true);
-  const auto s0 = patch::stats();
-  ASSERT_TRUE(patch::apply(ops).ok());
-  const auto s1 = patch::stats();
-  EXPECT_EQ(s1.syncs - s0.syncs, 3u);
   // The two sites are a few bytes apart: one coalesced write per step.
-  EXPECT_EQ(s1.writes - s0.writes, 3u);
+  EXPECT_EQ(cost_of(two_calls(true)), std::make_pair(uint64_t{3}, uint64_t{3}));
   EXPECT_EQ(patch_target2(1), 3);
   EXPECT_EQ(counter, 1u);
   const auto back = two_calls(false);
@@ -210,11 +213,8 @@ TEST_F(StubFixture, BatchOfAProcessAloneIsOneWriteAndOneSync) {
   ASSERT_TRUE(n.ok());
   if (*n != 1) GTEST_SKIP() << "the test process runs " << *n << " threads";
   const auto ops = two_calls(true);
-  const auto s0 = patch::stats();
-  ASSERT_TRUE(patch::apply(ops).ok());
+  EXPECT_EQ(cost_of(ops), std::make_pair(uint64_t{1}, uint64_t{1}));
   const auto s1 = patch::stats();
-  EXPECT_EQ(s1.syncs - s0.syncs, 1u);
-  EXPECT_EQ(s1.writes - s0.writes, 1u);
   EXPECT_EQ(bytes(site, 5), ops[0].replacement);
   EXPECT_EQ(patch_target2(1), 3);
   EXPECT_EQ(counter, 1u);
