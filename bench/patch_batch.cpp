@@ -10,11 +10,20 @@
 // iteration divided by its 2N site changes. Each benchmark also reports, from
 // patch::stats(), the writes and core syncs (membarrier) per batch: a batch costs a
 // constant number of them whatever its size.
+// A second thread waits from the end of set-up (canonicalisation of five 1-byte NOPs
+// needs the process alone) to the end, so that the batches take the int3 protocol
+// of a process whose other threads may run (patch/patcher.hpp); UTRAMP_BENCH_ALONE=1
+// leaves it out: the one-write batches of a process alone (the agent's start-up).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 #include "arch/arch.hpp"
@@ -204,8 +213,20 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&n, full.data());
   if (benchmark::ReportUnrecognizedArguments(n, full.data())) return 1;
 
-  setup();
+  setup();  // alone: five 1-byte NOPs are canonicalised only so
   const size_t count = utramp_bench_site_count;
+  // The other thread: blocked until the end (never runs the sites).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  const char* alone_env = std::getenv("UTRAMP_BENCH_ALONE");
+  const bool alone = alone_env && std::string_view(alone_env) == "1";
+  std::thread other;
+  if (!alone)
+    other = std::thread([&] {
+      std::unique_lock l(mu);
+      cv.wait(l, [&] { return done; });
+    });
   bench::add_context(
       "wall-clock; each iteration moves N sites NOP -> call -> NOP via set_desired + commit");
   benchmark::RegisterBenchmark("patch/batch", BM_batch)
@@ -223,6 +244,16 @@ int main(int argc, char** argv) {
   bench::KeepingReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
   summary(rep, count);
+  fmt::print("{}\n", alone ? "(alone: UTRAMP_BENCH_ALONE=1, one write per batch)"
+                            : "(another thread waits meanwhile: the int3 protocol)");
   benchmark::Shutdown();
+  if (other.joinable()) {
+    {
+      std::lock_guard l(mu);
+      done = true;
+    }
+    cv.notify_all();
+    other.join();
+  }
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <sys/syscall.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -136,11 +137,16 @@ std::vector<trace::Function> hook_imports(const std::vector<ImportRequest>& reqs
     else errors->push_back(fmt::format("no return pad for dlopen, dlsym and the like: {}", code.error().message));
   }
   const uint64_t pad = g_return_pad.load(std::memory_order_acquire);
+  // Every stub first, in one write of the block (a write per stub cost a system call
+  // per import: 222 for bash), then the slots. A hook is published (its stub written,
+  // its hook filled in) before its slot points to it.
+  std::vector<uint8_t> stubs(reinterpret_cast<const uint8_t*>(block->addr),
+                             reinterpret_cast<const uint8_t*>(block->addr) + block->size);
+  std::vector<std::pair<size_t, ImportHook*>> made;  // (request, its hook)
   for (size_t i = 0; i < reqs.size(); ++i) {
     const ImportRequest& r = reqs[i];
     const ImportKind kind = import_kind(r.name);
     if (kind == ImportKind::caller && !pad) continue;  // said once above
-    // Published (the stub written, the hook filled in) before the slot points to it.
     auto* h = new ImportHook();
     h->got = reinterpret_cast<uint64_t*>(r.got);
     h->stub = block->addr + i * kStride;
@@ -151,23 +157,37 @@ std::vector<trace::Function> hook_imports(const std::vector<ImportRequest>& reqs
     h->scope = r.scope;
     h->relro = r.relro;
     auto code = arch::emit_import_stub(h->stub, reinterpret_cast<uint64_t>(h), entry);
-    if (code) {
-      if (auto w = arena.write(*block, i * kStride, *code); !w) code = std::move(w).error();
-    }
-    if (!code) {
-      errors->push_back(fmt::format("{}: {}", r.name, code.error().message));
+    if (!code || code->size() > kStride) {
+      errors->push_back(fmt::format("{}: {}", r.name, code ? "stub too long" : code.error().message));
+      delete h;
       continue;
     }
+    std::copy(code->begin(), code->end(), stubs.begin() + static_cast<std::ptrdiff_t>(i * kStride));
+    made.emplace_back(i, h);
+  }
+  if (auto w = arena.write(*block, 0, stubs); !w) {
+    errors->push_back(fmt::format("library call stubs: {}", w.error().message));
+    for (auto& [i, h] : made) delete h;
+    return done;
+  }
+  // The RELRO slots (read-only since relocation: written as the patcher writes code,
+  // through /proc/self/mem, so the page's protection is never changed), adjacent ones
+  // in one write.
+  std::vector<uint64_t> relro_values;
+  relro_values.reserve(made.size());
+  std::vector<os::TextWrite> relro_writes;
+  for (auto& [i, h] : made) {
+    const ImportRequest& r = reqs[i];
     uint64_t old = __atomic_load_n(h->got, __ATOMIC_ACQUIRE);
     h->target.store(old, std::memory_order_release);
     if (r.relro) {
-      // Read-only since relocation: written as the patcher writes code, through
-      // /proc/self/mem, so the page's protection is never changed.
-      const uint64_t stub = h->stub;
-      if (auto w = os::write_text(r.got, {reinterpret_cast<const uint8_t*>(&stub), sizeof stub}); !w) {
-        errors->push_back(fmt::format("{}: GOT slot {:#x}: {}", r.name, r.got, w.error().message));
-        continue;
-      }
+      relro_values.push_back(h->stub);
+      const auto* value = reinterpret_cast<const uint8_t*>(&relro_values.back());
+      if (!relro_writes.empty() && relro_writes.back().addr + relro_writes.back().bytes.size() == r.got &&
+          relro_writes.back().bytes.data() + relro_writes.back().bytes.size() == value)
+        relro_writes.back().bytes = {relro_writes.back().bytes.data(), relro_writes.back().bytes.size() + 8};
+      else
+        relro_writes.push_back({r.got, {value, 8}});
     } else {
       // The resolver may be writing it now (another thread's first call): the hook
       // targets whatever it held last.
@@ -175,8 +195,20 @@ std::vector<trace::Function> hook_imports(const std::vector<ImportRequest>& reqs
                                           __ATOMIC_ACQUIRE))
         h->target.store(old, std::memory_order_release);
     }
+  }
+  // One failed write: each slot again on its own, to name the ones that failed.
+  const bool relro_ok = os::write_texts(relro_writes).ok();
+  std::lock_guard lock(g_hooks_mu);
+  for (auto& [i, h] : made) {
+    const ImportRequest& r = reqs[i];
+    if (r.relro && !relro_ok) {
+      const uint64_t stub = h->stub;
+      if (auto w = os::write_text(r.got, {reinterpret_cast<const uint8_t*>(&stub), sizeof stub}); !w) {
+        errors->push_back(fmt::format("{}: GOT slot {:#x}: {}", r.name, r.got, w.error().message));
+        continue;  // the hook stays allocated, as before: its stub is written
+      }
+    }
     done.push_back({h->stub, kStride, r.name, r.library});
-    std::lock_guard lock(g_hooks_mu);
     hooks_made().push_back(h);
   }
   return done;

@@ -38,13 +38,12 @@ Result<int> mem_fd_locked() {
 void text_fork_lock() { g_mem_mu.lock(); }
 void text_fork_unlock() { g_mem_mu.unlock(); }
 
-Result<void> write_text(uint64_t addr, std::span<const uint8_t> bytes) {
-  std::lock_guard lock(g_mem_mu);
-  auto fd = mem_fd_locked();
-  if (!fd) return std::move(fd).error();
+namespace {
+
+Result<void> write_one_locked(int fd, uint64_t addr, std::span<const uint8_t> bytes) {
   size_t done = 0;
   while (done < bytes.size()) {
-    ssize_t n = pwrite(*fd, bytes.data() + done, bytes.size() - done,
+    ssize_t n = pwrite(fd, bytes.data() + done, bytes.size() - done,
                        static_cast<off_t>(addr + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0)
@@ -54,6 +53,21 @@ Result<void> write_text(uint64_t addr, std::span<const uint8_t> bytes) {
                                               n < 0 ? strerror(errno) : "short write"));
     done += static_cast<size_t>(n);
   }
+  return {};
+}
+
+}  // namespace
+
+Result<void> write_text(uint64_t addr, std::span<const uint8_t> bytes) {
+  const TextWrite w{addr, bytes};
+  return write_texts({&w, 1});
+}
+
+Result<void> write_texts(std::span<const TextWrite> writes) {
+  std::lock_guard lock(g_mem_mu);
+  auto fd = mem_fd_locked();
+  if (!fd) return std::move(fd).error();
+  for (const TextWrite& w : writes) UTRAMP_TRY(write_one_locked(*fd, w.addr, w.bytes));
   return {};
 }
 
@@ -84,6 +98,10 @@ Result<void> sync_cores() {
 
 namespace {
 std::atomic<size_t> g_parked{0};
+std::atomic<uint64_t> g_scans{0};
+// The count of this thread's outermost ThreadCountOnce (0: none alive).
+thread_local size_t t_scope_count = 0;
+thread_local unsigned t_scope_depth = 0;
 }  // namespace
 
 void set_own_thread_parked(bool parked) {
@@ -92,6 +110,8 @@ void set_own_thread_parked(bool parked) {
 }
 
 Result<size_t> thread_count() {
+  if (t_scope_count) return t_scope_count;
+  g_scans.fetch_add(1, std::memory_order_relaxed);
   DIR* d = opendir("/proc/self/task");
   if (!d) return make_error(Errc::io, fmt::format("/proc/self/task: {}", strerror(errno)));
   size_t n = 0;
@@ -101,5 +121,18 @@ Result<size_t> thread_count() {
   const size_t parked = g_parked.load(std::memory_order_acquire);
   return n > parked ? n - parked : 1;
 }
+
+ThreadCountOnce::ThreadCountOnce() : outer_(t_scope_depth++ == 0) {
+  if (!outer_) return;
+  auto n = thread_count();
+  t_scope_count = n ? *n : 0;  // a failed scan is asked again (and fails again) each time
+}
+
+ThreadCountOnce::~ThreadCountOnce() {
+  --t_scope_depth;
+  if (outer_) t_scope_count = 0;
+}
+
+uint64_t thread_scans() { return g_scans.load(std::memory_order_relaxed); }
 
 }  // namespace utramp::os

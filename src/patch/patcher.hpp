@@ -10,9 +10,14 @@
 // A thread that executes a site between 1 and 3 traps on the int3; the SIGTRAP handler
 // sends it on as the new instruction would (call, jump, or fall through). A thread whose
 // trap is handled after 3 finds no int3 at the site any more and re-executes it. Writes
-// go through /proc/self/mem (os::write_text) and are coalesced per step, so a batch
+// go through /proc/self/mem (os::write_texts) and are coalesced per step, so a batch
 // costs three membarriers, no protection changes, and one write per cluster of nearby
 // sites, whatever its size.
+//
+// A batch in a process with no other thread that may run (os::thread_count() == 1: the
+// agent's start-up before main) skips the int3s: steps 1-3 become one write of every
+// op's whole bytes (signals blocked meanwhile) and one sync, with ops up to a page apart
+// sharing a write. The trap table is published and withdrawn as above all the same.
 //
 // An op marked `keep_trap` (its new bytes begin with int3) leaves the int3 in place with
 // its emulation published: from then on every thread that reaches the site traps and is

@@ -928,6 +928,9 @@ Result<Link*> Manager::attach(uint64_t func, AttachType type, uint64_t prog,
 std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>& reqs) {
   ReclaimerKick kick{*this};  // destroyed after the lock below is released
   std::lock_guard lock(mu_);
+  // Each site's check and commit asks whether the process runs other threads: one scan
+  // of /proc/self/task for the whole batch (no thread is made under mu_: ReclaimerKick).
+  const os::ThreadCountOnce once;
   std::vector<Result<Link*>> out(reqs.size(), Result<Link*>(make_error(Errc::busy, "not attached")));
   // Links per trampoline, in request order, made but not yet published.
   std::vector<std::pair<Trampoline*, std::vector<size_t>>> groups;

@@ -4,7 +4,11 @@
 #include <signal.h>
 #include <sys/mman.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "arch/arch.hpp"
@@ -77,6 +81,24 @@ struct StubFixture : ::testing::Test {
     }
     os::ExecArena::instance().free(block);
   }
+  // Both sites, NOP -> call of the stub (to) or back (from), in one batch's ops.
+  std::vector<patch::PatchOp> two_calls(bool to) const {
+    std::vector<patch::PatchOp> ops;
+    for (const uint64_t at : {site, addr_of(reinterpret_cast<void*>(&patch_target2))}) {
+      auto c = arch::encode_call(at, block.addr);
+      std::vector<uint8_t> call(c->begin(), c->end());
+      if (to) ops.push_back({at, nop5(), call, patch::Emulation::call(block.addr, at + 5), "to"});
+      else ops.push_back({at, call, nop5(), patch::Emulation::jump_to(at + 5), "back"});
+    }
+    return ops;
+  }
+  // Applies OPS; the syncs and writes it took.
+  static std::pair<uint64_t, uint64_t> cost_of(const std::vector<patch::PatchOp>& ops) {
+    const auto s0 = patch::stats();
+    EXPECT_TRUE(patch::apply(ops).ok());
+    const auto s1 = patch::stats();
+    return {s1.syncs - s0.syncs, s1.writes - s0.writes};
+  }
   uint64_t site = 0;
   os::ExecBlock block;
   uint64_t counter = 0;
@@ -146,28 +168,81 @@ TEST(Patcher, RefusesOverlapAndBadLengths) {
   EXPECT_EQ(bytes(site, 5), n5);
 }
 
+// A thread that stays for the test's scope, waiting: the process is not alone.
+class OtherThread {
+ public:
+  OtherThread() : t_([this] {
+    std::unique_lock l(mu_);
+    cv_.wait(l, [this] { return done_; });
+  }) {}
+  ~OtherThread() {
+    {
+      std::lock_guard l(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    t_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread t_;
+};
+
 TEST_F(StubFixture, BatchCostsThreeSyncsWhateverItsSize) {
-  const uint64_t site2 = addr_of(reinterpret_cast<void*>(&patch_target2));
-  auto c1 = arch::encode_call(site, block.addr);
-  auto c2 = arch::encode_call(site2, block.addr);
-  patch::PatchOp ops[2] = {
-      {site, nop5(), {c1->begin(), c1->end()}, patch::Emulation::call(block.addr, site + 5), "a"},
-      {site2, nop5(), {c2->begin(), c2->end()}, patch::Emulation::call(block.addr, site2 + 5), "b"}};
-  const auto s0 = patch::stats();
-  ASSERT_TRUE(patch::apply(ops).ok());
-  const auto s1 = patch::stats();
-  EXPECT_EQ(s1.syncs - s0.syncs, 3u);
+  const OtherThread other;  // the int3 protocol: another thread may run the sites
+  ASSERT_GT(*os::thread_count(), 1u);
   // The two sites are a few bytes apart: one coalesced write per step.
-  EXPECT_EQ(s1.writes - s0.writes, 3u);
+  EXPECT_EQ(cost_of(two_calls(true)), std::make_pair(uint64_t{3}, uint64_t{3}));
   EXPECT_EQ(patch_target2(1), 3);
   EXPECT_EQ(counter, 1u);
-  patch::PatchOp back[2] = {{site, {c1->begin(), c1->end()}, nop5(), patch::Emulation::jump_to(site + 5), "a"},
-                            {site2, {c2->begin(), c2->end()}, nop5(), patch::Emulation::jump_to(site2 + 5), "b"}};
+  const auto back = two_calls(false);
   ASSERT_TRUE(patch::apply(back).ok());
   // Re-applying what is already there is a no-op: no writes, no syncs.
   const auto s2 = patch::stats();
   ASSERT_TRUE(patch::apply(back).ok());
   EXPECT_EQ(patch::stats().syncs, s2.syncs);
+}
+
+// Alone (no other thread), a batch writes each op whole at once: one write for sites
+// that share a page, one sync, no int3 (nothing is trapped), and the code runs as new.
+TEST_F(StubFixture, BatchOfAProcessAloneIsOneWriteAndOneSync) {
+  auto n = os::thread_count();
+  ASSERT_TRUE(n.ok());
+  if (*n != 1) GTEST_SKIP() << "the test process runs " << *n << " threads";
+  const auto ops = two_calls(true);
+  EXPECT_EQ(cost_of(ops), std::make_pair(uint64_t{1}, uint64_t{1}));
+  const auto s1 = patch::stats();
+  EXPECT_EQ(bytes(site, 5), ops[0].replacement);
+  EXPECT_EQ(patch_target2(1), 3);
+  EXPECT_EQ(counter, 1u);
+  EXPECT_EQ(patch::stats().traps_emulated, s1.traps_emulated);
+  ASSERT_TRUE(patch::apply(two_calls(false)).ok());
+  EXPECT_EQ(bytes(site, 5), nop5());
+  EXPECT_EQ(patch_target2(1), 3);
+  EXPECT_EQ(counter, 1u);
+}
+
+// Inside a ThreadCountOnce, thread_count() answers without scanning /proc/self/task
+// again, and the scope ends with the outermost one (a batch of thousands of sites asked
+// it per site: issue 17).
+TEST(ThreadCount, OneScanPerScope) {
+  const uint64_t s0 = os::thread_scans();
+  {
+    const os::ThreadCountOnce once;
+    EXPECT_EQ(os::thread_scans() - s0, 1u);
+    for (int i = 0; i < 100; ++i) ASSERT_TRUE(os::thread_count().ok());
+    {
+      const os::ThreadCountOnce inner;
+      ASSERT_TRUE(os::thread_count().ok());
+    }
+    ASSERT_TRUE(os::thread_count().ok());
+    EXPECT_EQ(os::thread_scans() - s0, 1u);
+  }
+  ASSERT_TRUE(os::thread_count().ok());
+  EXPECT_EQ(os::thread_scans() - s0, 2u);
 }
 
 // A thread reaching a site between the int3 and the final byte is sent on as the new
