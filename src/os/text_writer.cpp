@@ -100,8 +100,10 @@ namespace {
 std::atomic<size_t> g_parked{0};
 std::atomic<uint64_t> g_scans{0};
 // The count of this thread's outermost ThreadCountOnce (0: none alive).
-thread_local size_t t_scope_count = 0;
-thread_local unsigned t_scope_depth = 0;
+// (32 bits each, one 8-byte slot of the agent's static TLS, which has a budget:
+// unit_boundary.agent_tls.)
+thread_local uint32_t t_scope_count = 0;
+thread_local uint32_t t_scope_depth = 0;
 }  // namespace
 
 void set_own_thread_parked(bool parked) {
@@ -125,7 +127,7 @@ Result<size_t> thread_count() {
 ThreadCountOnce::ThreadCountOnce() : outer_(t_scope_depth++ == 0) {
   if (!outer_) return;
   auto n = thread_count();
-  t_scope_count = n ? *n : 0;  // a failed scan is asked again (and fails again) each time
+  t_scope_count = n ? static_cast<uint32_t>(*n) : 0;  // a failed scan is asked again (and fails again) each time
 }
 
 ThreadCountOnce::~ThreadCountOnce() {

@@ -80,9 +80,9 @@ const utramp::abi::Signature& signature(const char* text) {
 arch::ImageSpec image_spec(const Fn& f, const utramp::abi::Signature& sig, const arch::TracerHooks& h,
                            bool keep_all) {
   const arch::StubSpec ss = stub_spec(f, keep_all);
-  testing_hooks::t_no_templates = true;
+  testing_hooks::set_no_templates(true);
   auto stub = arch::emit_stub(ss, f.stub);
-  testing_hooks::t_no_templates = false;
+  testing_hooks::set_no_templates(false);
   EXPECT_TRUE(stub.ok());
   arch::ImageSpec sp;
   sp.sig = &sig;
@@ -106,14 +106,14 @@ constexpr uint32_t kFunctions = 120;
 
 TEST(Templates, StubsAreAsmjits) {
   for (bool keep_all : {false, true}) {
-    const uint32_t before = testing_hooks::t_from_template;
+    const uint32_t before = testing_hooks::from_template();
     for (uint32_t i = 0; i < kFunctions; ++i) {
       const Fn f = fn(i);
       const arch::StubSpec spec = stub_spec(f, keep_all);
       auto made = arch::emit_stub(spec, f.stub);
-      testing_hooks::t_no_templates = true;
+      testing_hooks::set_no_templates(true);
       auto emitted = arch::emit_stub(spec, f.stub);
-      testing_hooks::t_no_templates = false;
+      testing_hooks::set_no_templates(false);
       ASSERT_TRUE(made.ok() && emitted.ok()) << i;
       EXPECT_EQ(made->code, emitted->code) << "stub " << i << (keep_all ? " keeping every register" : "");
       EXPECT_EQ(made->hop, emitted->hop);
@@ -122,7 +122,7 @@ TEST(Templates, StubsAreAsmjits) {
       EXPECT_EQ(made->original, emitted->original);
     }
     // Most came from the template (not the ones with small slots, far code or low addresses).
-    EXPECT_GT(testing_hooks::t_from_template - before, kFunctions / 2);
+    EXPECT_GT(testing_hooks::from_template() - before, kFunctions / 2);
   }
 }
 
@@ -143,14 +143,14 @@ TEST(Templates, TracerImagesAreAsmjits) {
   for (const Case& c : cases) {
     const utramp::abi::Signature& sig = signature(c.sig);
     const arch::TracerHooks h = hooks(c.inline_path, c.exit);
-    const uint32_t before = testing_hooks::t_from_template;
+    const uint32_t before = testing_hooks::from_template();
     for (uint32_t i = 0; i < kFunctions; ++i) {
       const Fn f = fn(i);
       const arch::ImageSpec sp = image_spec(f, sig, h, c.keep_all);
       auto made = arch::emit_image(sp, f.image);
-      testing_hooks::t_no_templates = true;
+      testing_hooks::set_no_templates(true);
       auto emitted = arch::emit_image(sp, f.image);
-      testing_hooks::t_no_templates = false;
+      testing_hooks::set_no_templates(false);
       ASSERT_TRUE(made.ok() && emitted.ok()) << c.sig << " " << i;
       EXPECT_EQ(made->code, emitted->code) << c.sig << (c.inline_path ? " inline" : " hooks")
                                            << (c.exit ? "" : " entry only") << (c.keep_all ? " kept" : "")
@@ -159,7 +159,7 @@ TEST(Templates, TracerImagesAreAsmjits) {
       EXPECT_EQ(made->exit_len, emitted->exit_len);
       EXPECT_EQ(made->exit_push, emitted->exit_push);
     }
-    EXPECT_GT(testing_hooks::t_from_template - before, kFunctions / 2)
+    EXPECT_GT(testing_hooks::from_template() - before, kFunctions / 2)
         << c.sig << (c.inline_path ? " inline" : " hooks") << (c.exit ? "" : " entry only") << (c.keep_all ? " kept" : "");
   }
 }

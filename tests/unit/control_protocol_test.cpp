@@ -94,7 +94,8 @@ TEST(ControlProtocol, MalformedSaysWhat) {
   EXPECT_NE(error_of("U").find(""), std::string::npos);
   EXPECT_EQ(error_of("UTC"), "");  // a prefix of the magic: more is needed
   EXPECT_NE(error_of("UTX").find("bad magic"), std::string::npos);  // told before 12 bytes
-  EXPECT_NE(error_of(header(2, 1, 2) + "{}").find("version 2"), std::string::npos);
+  EXPECT_NE(error_of(header(kVersion + 1, 1, 2) + "{}").find(fmt::format("version {}", kVersion + 1)),
+            std::string::npos);
   EXPECT_NE(error_of(header(kVersion, 0x77, 2) + "{}").find("unknown type 0x77"), std::string::npos);
   EXPECT_NE(error_of(header(kVersion, 1, kMaxPayload + 1)).find("at most"), std::string::npos);
   EXPECT_NE(error_of(header(kVersion, 1, 3) + "{x}").find("not JSON"), std::string::npos);

@@ -1,6 +1,8 @@
 // Internal to src/arch/x86_64: assembling with asmjit for a known base address.
 #pragma once
 
+#include <atomic>
+
 #include <asmjit/x86.h>
 #include <fmt/format.h>
 
@@ -41,9 +43,14 @@ namespace testing {
 // (Defined once, in emit.cpp: a test and the library must see the same variable.)
 extern __thread uint32_t t_fail_emit_at;
 // Test hooks of the templates (image.cpp, "Templates"): when set, every stub and image is
-// emitted by asmjit; and how many this thread made from a template.
-extern __thread bool t_no_templates;
-extern __thread uint32_t t_from_template;
+// emitted by asmjit; and how many were made from a template, by every thread. Process-wide,
+// not thread-local: the agent's static TLS has a budget (unit_boundary.agent_tls). Tests
+// use the functions (a test executable's copy of a library's variable is not the one the
+// library reads).
+extern std::atomic<bool> g_no_templates;
+extern std::atomic<uint32_t> g_from_template;
+void set_no_templates(bool on) noexcept;
+uint32_t from_template() noexcept;
 }  // namespace testing
 
 namespace detail {

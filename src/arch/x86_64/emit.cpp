@@ -12,8 +12,10 @@ namespace utramp::arch {
 
 namespace x86::testing {
 __thread uint32_t t_fail_emit_at = 0;
-__thread bool t_no_templates = false;
-__thread uint32_t t_from_template = 0;
+std::atomic<bool> g_no_templates{false};
+std::atomic<uint32_t> g_from_template{0};
+void set_no_templates(bool on) noexcept { g_no_templates.store(on, std::memory_order_relaxed); }
+uint32_t from_template() noexcept { return g_from_template.load(std::memory_order_relaxed); }
 }
 
 const SiteBytes kNop5 = {0x0f, 0x1f, 0x44, 0x00, 0x00};

@@ -1348,7 +1348,7 @@ class Templates {
   template <class Emit>
   Result<Code> make(const Shape& shape, const Params& p, uint64_t base, Emit&& emit) {
     // (The test hook that fails an emitted instruction needs the code emitted.)
-    if (x86::testing::t_fail_emit_at != 0 || x86::testing::t_no_templates) return emit(nullptr);
+    if (x86::testing::t_fail_emit_at != 0 || x86::testing::g_no_templates.load(std::memory_order_relaxed)) return emit(nullptr);
     const std::vector<std::shared_ptr<const Entry>> variants = find(shape);
     for (const auto& e : variants) {
       if (e->refused) return emit(nullptr);
@@ -1356,7 +1356,7 @@ class Templates {
       Code out = e->code;
       if (auto code = fill(std::move(out.code), e->fields, p, base)) {
         out.code = std::move(*code);
-        ++x86::testing::t_from_template;
+        x86::testing::g_from_template.fetch_add(1, std::memory_order_relaxed);
         return out;
       }
     }
