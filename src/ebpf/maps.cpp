@@ -334,8 +334,10 @@ int64_t hash_update(MapHeader* m, const void* key, const void* value, uint64_t f
   // Not there: take a free entry outside the bucket lock (eviction locks other
   // buckets), fill it, then link it unless another thread inserted the key meanwhile.
   uint32_t idx = alloc_entry(m);
-  for (int tries = 0; !idx && m->type == uint32_t(MapType::lru_hash) && tries < 16; ++tries) {
-    if (!lru_evict(m, idx)) break;
+  // Bounded: a handler must not spin. A window without a used entry (every entry held by
+  // an update in flight, which links or frees it at once) is tried again as a lost race is.
+  for (int tries = 0; !idx && m->type == uint32_t(MapType::lru_hash) && tries < 64; ++tries) {
+    if (!lru_evict(m, idx) && tries >= 8) break;
     if (!idx) idx = alloc_entry(m);  // lost the race to evict: maybe another freed one
   }
   if (idx == kBusyEntry) return -EBUSY;
