@@ -11,6 +11,9 @@
 //                          of an empty fentry on the function all three threads call
 //   patch_batch            one site NOP -> call -> NOP through SiteTable set_desired +
 //                          commit (two patch batches): the floor a cycle is made of
+//   sync                   one core sync (os::sync_cores: membarrier
+//                          PRIVATE_EXPEDITED_SYNC_CORE, an interrupt to every core that
+//                          runs a thread of the process): a live batch makes three
 //   many/N                 attach_many of N fentry links (N functions), then every link
 //                          detached: detach_many (one batch for all) or one detach per
 //                          link (many_each: N = 10 and 1,000 only), N = 10, 1,000,
@@ -33,6 +36,7 @@
 #include "arch/arch.hpp"
 #include "bench_support.hpp"
 #include "os/exec_memory.hpp"
+#include "os/text_writer.hpp"
 #include "patch/patcher.hpp"
 #include "sites/table.hpp"
 #include "tramp/trampoline.hpp"
@@ -105,6 +109,10 @@ void BM_patch_batch(benchmark::State& state) {
   }
 }
 
+void BM_sync(benchmark::State& state) {
+  for (auto _ : state) must(os::sync_cores(), "sync_cores");
+}
+
 void many(benchmark::State& state, bool batched) {
   g_callers.spread = true;
   const size_t n = static_cast<size_t>(state.range(0));
@@ -166,6 +174,7 @@ int main(int argc, char** argv) {
       g_callers_n));
   benchmark::RegisterBenchmark("cycle", BM_cycle)->UseRealTime()->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("patch_batch", BM_patch_batch)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("sync", BM_sync)->UseRealTime()->Unit(benchmark::kMicrosecond);
   for (int64_t k : {10, 1000, 10000}) {
     if (static_cast<size_t>(k) > utramp_bench_site_count) continue;
     benchmark::RegisterBenchmark("many", BM_many)->ArgName("functions")->Arg(k)->UseRealTime()

@@ -103,6 +103,10 @@ struct Agent {
     TrustedDir dir;
   };
   std::vector<RunClient> run_clients;
+  // A client's CLI took SIGTRAP out of threads' masks (Config::sigtrap_unblocked): the
+  // program's signal functions stay taken over until the last client has gone, whether or
+  // not int3 entries are in place, so that no thread blocks it again through them.
+  bool keep_signals = false;
 };
 
 Agent* g_agent = nullptr;
@@ -360,7 +364,7 @@ void attach_new_sites() {
     }
   auto res = mgr.attach_many(reqs);
   if (g_agent->running_process) {
-    if (sig::taken_over() && !table.any_int3_entry()) sig::give_back();
+    if (sig::taken_over() && !table.any_int3_entry() && !g_agent->keep_signals) sig::give_back();
     // Without int3 entries SIGTRAP is utramp's only for the patch batches' own int3s:
     // the program's action again between batches (each installs utramp's handler).
     // (Unless a `run -p` client's probes need utramp's handler: they may be int3s.)
@@ -687,6 +691,7 @@ size_t put_back_unused(bool recording_ended, std::vector<std::string>* left, std
       (recording_ended || g_agent->recorder == kNoRecorder)) {
     if (sig::taken_over()) sig::give_back();
     else give_trap_action_back();
+    g_agent->keep_signals = false;
   }
   return restored;
 }
@@ -1027,6 +1032,20 @@ Result<nlohmann::json> configure_running(TrustedConfig t, uint64_t client) {
                                   "rings and options for every thread; `utramp run -p` works beside it",
                                   g_agent->cfg.trace_dir));
   Inside in;
+  // Every change below is made by patch batches, whose int3s a thread that keeps SIGTRAP
+  // blocked must not reach: the kernel would end the process (docs/sites.md, "A thread
+  // that blocks SIGTRAP unseen"). The CLI takes SIGTRAP out of such threads' masks before
+  // it configures (os::unblock_signal); one that still keeps it blocked (it blocks it
+  // again by the raw system call) refuses the configuration, nothing changed.
+  if (auto blocking = probe::threads_keeping_sigtrap_blocked(); !blocking) {
+    return make_error(blocking.error().code, "reading the threads' signal masks: " + blocking.error().message);
+  } else if (!blocking->empty()) {
+    return make_error(Errc::unsupported,
+                      fmt::format("{} keeps SIGTRAP blocked: a thread that reaches one of the int3s a patch "
+                                  "batch writes while SIGTRAP is blocked is ended with the whole process by the "
+                                  "kernel, so nothing is patched while it does; nothing was changed",
+                                  probe::describe(*blocking)));
+  }
   if (!g_agent) {
     g_agent = new Agent();
     g_agent->running_process = true;
@@ -1035,6 +1054,19 @@ Result<nlohmann::json> configure_running(TrustedConfig t, uint64_t client) {
     const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) g_agent->exe.assign(exe, static_cast<size_t>(n));
   }
+  // Threads the CLI unblocked SIGTRAP in must not block it again while a client is
+  // attached: the signal functions are taken over now, before the first batch.
+  if (t.config.sigtrap_unblocked) {
+    if (!sig::taken_over())
+      if (auto r = sig::take_over(); !r) logf("%s", r.error().message.c_str());
+    g_agent->keep_signals = sig::taken_over();
+  }
+  // A configuration refused below leaves no client: the signal functions go back then.
+  auto unkeep = [] {
+    if (!g_agent->keep_signals || !g_agent->run_clients.empty() || g_agent->recorder != kNoRecorder) return;
+    if (!sites::SiteTable::instance().any_int3_entry()) sig::give_back();
+    g_agent->keep_signals = false;
+  };
   if (bpf) {
     // `utramp run -p`: loaded, verified, JIT-ed and attached here, while the threads run.
     // No int3 entries for its programs (a recording beside it keeps its own): its
@@ -1048,6 +1080,7 @@ Result<nlohmann::json> configure_running(TrustedConfig t, uint64_t client) {
       // file's bytes back: a refusal changes nothing.
       std::vector<std::string> left;
       (void)sites::SiteTable::instance().restore_discovered(&left);
+      unkeep();
       logf("utramp run -p refused: %s", r.error().message.c_str());
       return r.error();
     }
@@ -1071,13 +1104,15 @@ Result<nlohmann::json> configure_running(TrustedConfig t, uint64_t client) {
   if (auto r = start_tracer(); !r) {
     g_agent->recorder = kNoRecorder;  // nothing attached: the next configuration may try again
     if (g_agent->run_clients.empty()) g_agent->detached = true;
+    unkeep();
     return r.error();
   }
   // Functions whose site cannot change while the threads run (five 1-byte NOPs, a
   // relocated prologue whose first instruction is shorter than a jump) get their entry
-  // diverted by an int3 (sites::set_trap_entries), unless a thread keeps SIGTRAP blocked:
-  // the kernel would end the process when that thread reached one (docs/sites.md, "A
-  // thread that blocks SIGTRAP unseen"); they are then left out, said in the log.
+  // diverted by an int3 (sites::set_trap_entries). No thread keeps SIGTRAP blocked now
+  // (configure_running refused otherwise); one that blocks it from here on unseen is a
+  // limit (docs/sites.md, "A thread that blocks SIGTRAP unseen"). Should the look fail,
+  // no int3 entry: said in the log.
   if (auto blocking = probe::threads_keeping_sigtrap_blocked(); blocking && blocking->empty()) {
     sites::set_trap_entries(true);  // the signal functions taken over first (attach_new_sites)
   } else {

@@ -83,6 +83,7 @@ std::string dump_config(const Config& c) {
   j["bpf_objects"] = c.bpf_objects;
   j["bpf_attach"] = c.bpf_attach;
   j["bpf_allow_override"] = c.bpf_allow_override;
+  j["sigtrap_unblocked"] = c.sigtrap_unblocked;
   j["bpf_map_file"] = c.bpf_map_file;
   j["bpf_status_file"] = c.bpf_status_file;
   json caps = json::array();
@@ -114,6 +115,7 @@ Result<Config> parse_config(const std::string& text, const std::string& path) {
     c.bpf_objects = j.value("bpf_objects", std::vector<std::string>{});
     c.bpf_attach = j.value("bpf_attach", std::vector<std::string>{});
     c.bpf_allow_override = j.value("bpf_allow_override", false);
+    c.sigtrap_unblocked = j.value("sigtrap_unblocked", false);
     c.bpf_map_file = j.value("bpf_map_file", "");
     c.bpf_status_file = j.value("bpf_status_file", "");
     for (const auto& a : j.value("captures", json::array())) {

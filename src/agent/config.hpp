@@ -78,6 +78,11 @@ struct Config {
   bool bpf_allow_override = false;
   std::string bpf_map_file;
   std::string bpf_status_file;
+  // Attaching to a running process: the CLI took SIGTRAP out of the masks of threads that
+  // kept it blocked (os::unblock_signal; docs/attach.md, "SIGTRAP stays deliverable"). The
+  // agent then takes over the program's signal functions for as long as a client is
+  // attached, so that no thread blocks it again through them (they would inherit it).
+  bool sigtrap_unblocked = false;
 };
 
 // The configuration in TEXT (the file's contents; SHOWN names it in errors). The agent

@@ -230,45 +230,50 @@ class Stopped {
   // each wait would include the turns of every thread still running (seconds for 64
   // spinning threads on two cores: docs/benchmarks.md, "Attach pause").
   Result<void> stop_all() {
-    for (bool found = true; found;) {
-      found = false;
-      std::vector<pid_t> interrupted;
-      Result<void> failed;
-      for (pid_t tid : task_ids(pid_)) {
-        if (threads_.count(tid)) continue;
-        found = true;
-        if (ptrace(PTRACE_SEIZE, tid, nullptr, nullptr) != 0) {
-          const int e = errno;
-          if (e == ESRCH) continue;  // it ended since the listing
-          if (threads_.empty()) {
-            if (std::string why = ptrace_refusal(pid_); !why.empty())
-              return make_error(Errc::unsupported, why);
-            return make_error(Errc::unsupported,
-                              fmt::format("the kernel refused to let this process trace process {} "
-                                          "({}): {}",
-                                          pid_, comm_of(pid_), strerror(e)));
-          }
-          failed = make_error(Errc::io, fmt::format("thread {} of process {}: PTRACE_SEIZE: {}", tid,
-                                                    pid_, strerror(e)));
-          break;
-        }
-        threads_[tid] = {};
-        if (ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr) != 0 && errno != ESRCH) {
-          failed = make_error(Errc::io, fmt::format("thread {}: PTRACE_INTERRUPT: {}", tid, strerror(errno)));
-          break;
-        }
-        interrupted.push_back(tid);
-      }
-      // Every thread seized is waited for, even after a failure: release() detaches only
-      // stopped threads (PTRACE_DETACH needs a stopped tracee), and a seized thread left
-      // unstopped would stay traced.
-      for (pid_t tid : interrupted) {
-        auto r = wait_stop(tid);
-        if (!r && failed) failed = std::move(r).error();
-      }
-      UTRAMP_TRY(std::move(failed));
-    }
+    for (bool found = true; found;) UTRAMP_TRY(stop(task_ids(pid_), &found));
     return {};
+  }
+
+  // Seizes and interrupts the threads of TIDS not stopped yet, then waits for their
+  // stops (one pass of stop_all); *found: whether there was one. A thread that ended
+  // meanwhile is left out.
+  Result<void> stop(const std::vector<pid_t>& tids, bool* found = nullptr) {
+    std::vector<pid_t> interrupted;
+    Result<void> failed;
+    if (found) *found = false;
+    for (pid_t tid : tids) {
+      if (threads_.count(tid)) continue;
+      if (found) *found = true;
+      if (ptrace(PTRACE_SEIZE, tid, nullptr, nullptr) != 0) {
+        const int e = errno;
+        if (e == ESRCH) continue;  // it ended since the listing
+        if (threads_.empty()) {
+          if (std::string why = ptrace_refusal(pid_); !why.empty())
+            return make_error(Errc::unsupported, why);
+          return make_error(Errc::unsupported,
+                            fmt::format("the kernel refused to let this process trace process {} "
+                                        "({}): {}",
+                                        pid_, comm_of(pid_), strerror(e)));
+        }
+        failed = make_error(Errc::io, fmt::format("thread {} of process {}: PTRACE_SEIZE: {}", tid,
+                                                  pid_, strerror(e)));
+        break;
+      }
+      threads_[tid] = {};
+      if (ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr) != 0 && errno != ESRCH) {
+        failed = make_error(Errc::io, fmt::format("thread {}: PTRACE_INTERRUPT: {}", tid, strerror(errno)));
+        break;
+      }
+      interrupted.push_back(tid);
+    }
+    // Every thread seized is waited for, even after a failure: release() detaches only
+    // stopped threads (PTRACE_DETACH needs a stopped tracee), and a seized thread left
+    // unstopped would stay traced.
+    for (pid_t tid : interrupted) {
+      auto r = wait_stop(tid);
+      if (!r && failed) failed = std::move(r).error();
+    }
+    return failed;
   }
 
   // Waits for TID's first stop after the interrupt. A signal-delivery stop is a stop too:
@@ -319,6 +324,10 @@ class Stopped {
   }
 
   size_t count() const { return threads_.size(); }
+  bool stopped(pid_t tid) const {
+    auto it = threads_.find(tid);
+    return it != threads_.end() && it->second.stopped;
+  }
   int& signal_of(pid_t tid) { return threads_[tid].signal; }
   void forget(pid_t tid) { threads_.erase(tid); }
 
@@ -499,6 +508,29 @@ Result<Injected> inject_library(pid_t pid, const std::string& library, int timeo
   if (!call) return std::move(call).error();
   if (!restored) return std::move(restored).error();
   return out;
+}
+
+Result<std::vector<pid_t>> unblock_signal(pid_t pid, const std::vector<pid_t>& tids, int sig) {
+  if (sig < 1 || sig > 64) return make_error(Errc::invalid_argument, fmt::format("signal {}", sig));
+  Stopped threads(pid);
+  for (pid_t tid : tids)
+    if (tid <= 0 || status_field(tid, "Tgid") != std::to_string(pid))
+      return make_error(Errc::invalid_argument, fmt::format("{} is not a thread of process {}", tid, pid));
+  UTRAMP_TRY(threads.stop(tids));
+  std::vector<pid_t> changed;
+  for (pid_t tid : tids) {
+    if (!threads.stopped(tid)) continue;  // it ended meanwhile
+    uint64_t mask = 0;
+    if (ptrace(PTRACE_GETSIGMASK, tid, reinterpret_cast<void*>(sizeof mask), &mask) != 0)
+      return make_error(Errc::io, fmt::format("thread {}: PTRACE_GETSIGMASK: {}", tid, strerror(errno)));
+    const uint64_t bit = uint64_t{1} << (sig - 1);
+    if (!(mask & bit)) continue;
+    mask &= ~bit;
+    if (ptrace(PTRACE_SETSIGMASK, tid, reinterpret_cast<void*>(sizeof mask), &mask) != 0)
+      return make_error(Errc::io, fmt::format("thread {}: PTRACE_SETSIGMASK: {}", tid, strerror(errno)));
+    changed.push_back(tid);
+  }
+  return changed;  // the threads go on as ~Stopped detaches them
 }
 
 }  // namespace utramp::os

@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/result.hpp"
 
@@ -73,5 +74,14 @@ struct Injected {
 // put back), except when it says that the call did not return within TIMEOUT_MS: the
 // thread is then left running dlopen and the others are released.
 Result<Injected> inject_library(pid_t pid, const std::string& library, int timeout_ms = 10000);
+
+// Takes SIG out of the blocked set of each thread TIDS names (threads of PID), stopping
+// only those threads for the change, as for an injection (PTRACE_SEIZE and
+// PTRACE_INTERRUPT, PTRACE_GETSIGMASK and PTRACE_SETSIGMASK, detach): no ptrace stays.
+// A system call a thread was in is restarted as after an injection. Returns the threads
+// whose mask changed (a thread that ended meanwhile, or that no longer blocked SIG, is
+// not among them). A thread waiting in a call that takes a mask for the wait
+// (rt_sigsuspend, ppoll, pselect6) gets SIG out of that mask only.
+Result<std::vector<pid_t>> unblock_signal(pid_t pid, const std::vector<pid_t>& tids, int sig);
 
 }  // namespace utramp::os

@@ -27,7 +27,10 @@
 //   b  block SIGTRAP (pthread_sigmask), call no_site(), read the mask back, unblock it
 //      (sigprocmask); prints "blocked: no_site N, mask with|without SIGTRAP"
 // With a second argument "block-trap", one more thread keeps SIGTRAP blocked until the
-// end (it never calls the counted functions): int3 entries must not be used then.
+// end (it never calls the counted functions); "block-all", every worker blocks every
+// signal while it runs, as liblzma's workers do (pthread_sigmask); "reblock-trap", one
+// more thread blocks SIGTRAP again every millisecond by the raw rt_sigprocmask system
+// call (which no interposed function sees).
 // So the calls made between two pauses are known exactly, whatever the timing.
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -36,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +47,7 @@
 #define MAX_WORKERS 64
 
 static atomic_int g_stop, g_pause, g_parked, g_running, g_in_handler, g_bad;
+static int g_block_all;
 static long g_a[MAX_WORKERS], g_b[MAX_WORKERS];
 
 __attribute__((noinline)) long count_a(long x) {
@@ -66,6 +71,11 @@ __attribute__((noinline, used, patchable_function_entry(0, 0))) long no_site(lon
 
 static void* worker(void* arg) {
   const long id = (long)arg;
+  if (g_block_all) {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+  }
   atomic_fetch_add(&g_running, 1);
   const struct timespec nap = {0, 100000};
   for (long i = 0; !atomic_load(&g_stop); ++i) {
@@ -168,6 +178,19 @@ static void* trap_blocker(void* arg) {
   return NULL;
 }
 
+static void* trap_reblocker(void* arg) {
+  (void)arg;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTRAP);
+  atomic_fetch_add(&g_running, 1);
+  while (!atomic_load(&g_stop)) {
+    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &set, NULL, 8);
+    usleep(1000);
+  }
+  return NULL;
+}
+
 static void* handler_thread(void* arg) {
   (void)arg;
   pthread_kill(pthread_self(), SIGUSR1);
@@ -184,11 +207,13 @@ int main(int argc, char** argv) {
   sa.sa_handler = on_usr2;
   sigfillset(&sa.sa_mask);
   sigaction(SIGUSR2, &sa, NULL);
-  const int block_trap = argc > 2 && strcmp(argv[2], "block-trap") == 0;
+  const int reblock = argc > 2 && strcmp(argv[2], "reblock-trap") == 0;
+  const int block_trap = (argc > 2 && strcmp(argv[2], "block-trap") == 0) || reblock;
+  g_block_all = argc > 2 && strcmp(argv[2], "block-all") == 0;
   pthread_t t[MAX_WORKERS], h, blocker;
   for (long i = 0; i < workers; ++i) pthread_create(&t[i], NULL, worker, (void*)i);
   pthread_create(&h, NULL, handler_thread, NULL);
-  if (block_trap) pthread_create(&blocker, NULL, trap_blocker, NULL);
+  if (block_trap) pthread_create(&blocker, NULL, reblock ? trap_reblocker : trap_blocker, NULL);
   while (atomic_load(&g_running) < workers + block_trap || !atomic_load(&g_in_handler)) usleep(1000);
   printf("ready %d\n", (int)no_site(getpid() - 1));
   fflush(stdout);

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -156,6 +157,64 @@ void expect_refused(Target& t, const std::vector<std::string>& args, const std::
   ASSERT_TRUE(t.running());
   EXPECT_FALSE(maps_name(t.pid(), "libutramp"));
   EXPECT_TRUE(no_tracer_left(t.pid()));
+}
+
+// os::unblock_signal: a forked child whose second thread blocks SIGTRAP and SIGUSR2; only
+// that thread is changed, only SIGTRAP leaves its mask, and the child runs on.
+uint64_t sig_blocked(pid_t tid) {
+  std::ifstream f(fmt::format("/proc/{}/status", tid));
+  std::string line;
+  while (std::getline(f, line))
+    if (line.starts_with("SigBlk:")) return std::stoull(line.substr(7), nullptr, 16);
+  return ~uint64_t{0};
+}
+
+TEST(Inject, UnblocksASignalInTheThreadsAsked) {
+  int ready[2], go[2];
+  ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    std::thread t([&] {
+      sigset_t s;
+      sigemptyset(&s);
+      sigaddset(&s, SIGTRAP);
+      sigaddset(&s, SIGUSR2);
+      pthread_sigmask(SIG_BLOCK, &s, nullptr);
+      const pid_t tid = gettid();
+      (void)!write(ready[1], &tid, sizeof tid);
+      char c;
+      (void)!read(go[0], &c, 1);  // blocked in read() while the mask is changed
+      sigset_t now;
+      pthread_sigmask(SIG_SETMASK, nullptr, &now);
+      _exit(sigismember(&now, SIGTRAP) ? 10 : sigismember(&now, SIGUSR2) ? 0 : 11);
+    });
+    t.join();
+    _exit(12);
+  }
+  pid_t tid = 0;
+  ASSERT_EQ(read(ready[0], &tid, sizeof tid), static_cast<ssize_t>(sizeof tid));
+  const uint64_t trap = uint64_t{1} << (SIGTRAP - 1), usr2 = uint64_t{1} << (SIGUSR2 - 1);
+  EXPECT_EQ(sig_blocked(tid) & (trap | usr2), trap | usr2);
+  auto none = utramp::os::unblock_signal(child, {child}, SIGTRAP);  // the main thread does not block it
+  ASSERT_TRUE(none) << none.error().message;
+  EXPECT_TRUE(none->empty());
+  auto foreign = utramp::os::unblock_signal(child, {getpid()}, SIGTRAP);
+  ASSERT_FALSE(foreign);
+  EXPECT_NE(foreign.error().message.find("is not a thread of process"), std::string::npos) << foreign.error().message;
+  auto done = utramp::os::unblock_signal(child, {tid}, SIGTRAP);
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_EQ(*done, std::vector<pid_t>{tid});
+  EXPECT_EQ(sig_blocked(tid) & (trap | usr2), usr2);
+  std::ifstream st(fmt::format("/proc/{}/status", tid));
+  std::string all((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
+  EXPECT_NE(all.find("TracerPid:\t0"), std::string::npos) << "no ptrace stays";
+  (void)!write(go[1], "g", 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "its read() went on, and its mask is SIGUSR2 alone";
+  for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
 }
 
 TEST(RecordPid, NoSuchProcess) {

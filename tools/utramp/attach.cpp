@@ -14,6 +14,7 @@
 #include "launch.hpp"
 #include "os/dwarf.hpp"
 #include "os/inject.hpp"
+#include "probe/sigtrap_mask.hpp"
 #include "trace/trace_dir.hpp"
 
 namespace utramp::cli {
@@ -91,6 +92,37 @@ bool ensure_agent(pid_t pid, const std::string& me) {
   }
   fmt::print(stderr, "{}: the agent was loaded into process {} (paused {:.2f} ms, {} thread{})\n", me, pid,
              static_cast<double>(loaded->pause_ns) / 1e6, loaded->threads, loaded->threads == 1 ? "" : "s");
+  return true;
+}
+
+// Threads of PID that block SIGTRAP get it out of their masks (os::unblock_signal)
+// before the agent patches anything: a thread that reached one of a patch batch's int3s
+// with SIGTRAP blocked would be ended, with the whole process, by the kernel (liblzma's
+// workers block every signal, for one). Said on stderr; *changed: whether a thread's
+// mask was changed (the agent then keeps the program's signal functions from blocking it
+// again: agent::Config::sigtrap_unblocked). False (said why) when it cannot be done.
+bool unblock_sigtrap(pid_t pid, const std::string& me, bool* changed) {
+  *changed = false;
+  auto blocking = probe::threads_blocking_sigtrap(pid);
+  if (!blocking) {
+    fmt::print(stderr, "{}: process {}: reading its threads' signal masks: {}\n", me, pid, blocking.error().message);
+    return false;
+  }
+  if (blocking->empty()) return true;
+  std::vector<pid_t> tids;
+  for (const probe::BlockingThread& t : *blocking) tids.push_back(static_cast<pid_t>(t.tid));
+  auto done = os::unblock_signal(pid, tids, SIGTRAP);
+  if (!done) {
+    fmt::print(stderr, "{}: process {}: {} {} SIGTRAP blocked, and it could not be unblocked: {}; nothing was patched\n",
+               me, pid, probe::describe(*blocking), blocking->size() == 1 ? "keeps" : "keep", done.error().message);
+    return false;
+  }
+  *changed = !done->empty();
+  if (*changed)
+    fmt::print(stderr,
+               "{}: process {}: SIGTRAP unblocked in {} (it kept it blocked: a patch batch's int3 reached "
+               "so would end the process); it stays unblocked after the detach (docs/attach.md)\n",
+               me, pid, probe::describe(*blocking));
   return true;
 }
 
@@ -263,6 +295,10 @@ int check_attach(pid_t pid, const std::string& me, bool recording) {
 std::unique_ptr<RecordTarget> attach_configured(pid_t pid, const agent::Config& cfg, double duration_s,
                                                 const std::string& me, nlohmann::json* answer) {
   if (!ensure_agent(pid, me)) return nullptr;
+  bool unblocked = false;
+  if (!unblock_sigtrap(pid, me, &unblocked)) return nullptr;
+  agent::Config sent_cfg = cfg;
+  sent_cfg.sigtrap_unblocked = unblocked;
   auto fd = ctl::connect_to(pid);
   if (!fd) {
     fmt::print(stderr, "{}: process {}: {}\n", me, pid, fd.error().message);
@@ -270,7 +306,7 @@ std::unique_ptr<RecordTarget> attach_configured(pid_t pid, const agent::Config& 
   }
   auto conn = std::make_unique<Attached>(pid, *fd, duration_s, me);
   auto sent = ctl::send_message(*fd, {ctl::MsgType::apply_config,
-                                      {{"config", nlohmann::json::parse(agent::dump_config(cfg))}}});
+                                      {{"config", nlohmann::json::parse(agent::dump_config(sent_cfg))}}});
   ctl::Decoder d;
   Result<ctl::Message> m = sent ? ctl::receive_message(*fd, &d, kConfigureTimeoutMs)
                                 : Result<ctl::Message>(sent.error());
