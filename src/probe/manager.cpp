@@ -28,6 +28,7 @@
 #include "arch/probe.hpp"
 #include "common/hex.hpp"
 #include "common/init.hpp"
+#include "os/c_runtime.hpp"
 #include "os/exec_memory.hpp"
 #include "os/text_writer.hpp"
 #include "patch/patcher.hpp"
@@ -359,6 +360,25 @@ Result<void> Manager::Impl::commit(const Changes& changes) {
     }
     desired[r] = d;
     why[r] = reason;
+  }
+
+  // A probe in the C library while other threads run: its batch's int3 (or the int3 it
+  // stays) would end the process if a thread that glibc runs with every signal blocked
+  // (a thread's start or end, a posix_spawn or vfork child) reached it
+  // (os::c_runtime_object). Refused, nothing changed.
+  for (SiteRec* r : affected) {
+    if (desired[r] == SiteState::idle || r->applied != SiteState::idle || !os::c_runtime_object(r->func.object))
+      continue;
+    auto n = os::thread_count();
+    if (!n || *n != 1)
+      return make_error(Errc::busy,
+                        fmt::format("{} ({:#x}): no probe in {} while other threads run: the C library runs its "
+                                    "own functions with every signal blocked (a thread's start and end, "
+                                    "posix_spawn's and vfork's children), where an int3, even a patch's for "
+                                    "microseconds, would end the process; probe it from start-up (utramp run "
+                                    "OBJECT -- PROGRAM)",
+                                    r->label, r->addr(), r->func.object));
+    break;
   }
 
   // A site about to become an int3 while a thread keeps SIGTRAP blocked where the agent

@@ -14,6 +14,7 @@
 #include "arch/arch.hpp"
 #include "common/hex.hpp"
 #include "common/init.hpp"
+#include "os/c_runtime.hpp"
 #include "os/elf_file.hpp"
 #include "os/maps.hpp"
 #include "os/text_writer.hpp"
@@ -459,6 +460,22 @@ Result<std::vector<uint8_t>> SiteTable::bytes_for(const Site& s, const SiteState
 Result<bool> SiteTable::trap_form(const Site* site, const SiteState& state) const {
   if (state.op == SiteOp::nop) return false;
   if (site->applied.op != SiteOp::nop) return site->trap_entry;  // kept until back at the NOP
+  // The C library while other threads run: every way to change a site there puts an
+  // int3 in it, if only for the microseconds of a batch, and glibc runs its own functions
+  // with every signal blocked (a thread's start and end, the children of posix_spawn and
+  // vfork): a thread that reached the int3 then would end the process (seen: Python's
+  // threading HTTP server, an ending thread in getpagesize). Patched only at start-up.
+  if (os::c_runtime_object(site->object)) {
+    auto threads = os::thread_count();
+    if (!threads || *threads != 1)
+      return make_error(Errc::busy,
+                        fmt::format("{}: not patched in {} while other threads run: the C library runs its "
+                                    "own functions with every signal blocked (a thread's start and end, "
+                                    "posix_spawn's and vfork's children), where any int3, even a patch's "
+                                    "for microseconds, would end the process; trace it from start-up "
+                                    "(utramp record -- PROGRAM)",
+                                    site->label(), site->object));
+  }
   if (site->info.kind == SiteKind::nop1x5 && !site->canonical) return true;  // usable(): allowed
   // A relocated prologue whose first instruction is shorter than the jump replaces
   // several instructions: a thread stopped between two of them would resume inside the

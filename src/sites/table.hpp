@@ -76,8 +76,11 @@ struct Site {
 // for (the agent attached to a running process turns it on once it has seen that no
 // thread keeps SIGTRAP blocked: docs/attach.md, "Limits"). Off, such sites are refused;
 // WHY_NOT, when given, is added to the refusal.
+// (Sites of the C library are not changed at all while other threads run:
+// os::c_runtime_object, SiteTable::trap_form.)
 void set_trap_entries(bool on, std::string why_not = {});
 bool trap_entries() noexcept;
+
 
 class SiteTable {
  public:
