@@ -26,6 +26,9 @@
 //   F  end the child: prints "child exit N"
 //   b  block SIGTRAP (pthread_sigmask), call no_site(), read the mask back, unblock it
 //      (sigprocmask); prints "blocked: no_site N, mask with|without SIGTRAP"
+//   u  prints "ticks T, semaphore S": how many times the workers passed the USDT probe
+//      attach_counter:tick (each iteration, only while its semaphore S is raised: a
+//      tracer attached), and the semaphore now
 // With a second argument "block-trap", one more thread keeps SIGTRAP blocked until the
 // end (it never calls the counted functions): int3 entries must not be used then.
 // So the calls made between two pauses are known exactly, whatever the timing.
@@ -40,10 +43,27 @@
 #include <time.h>
 #include <unistd.h>
 
+// attach_counter:tick, a USDT probe of systemtap's <sys/sdt.h> (Debian's
+// systemtap-sdt-dev) guarded by a semaphore, as dtrace -G declares one: a counter in
+// .probes that a tracer raises while attached. Without the header the probe is left out
+// and 'u' says so (the run -p test then fails, naming the package).
+#if __has_include(<sys/sdt.h>)
+#define _SDT_HAS_SEMAPHORES 1
+#include <sys/sdt.h>
+unsigned short attach_counter_tick_semaphore __attribute__((section(".probes"), used));
+#define TICK_ENABLED() __builtin_expect(attach_counter_tick_semaphore != 0, 0)
+#define TICK(id, i) DTRACE_PROBE2(attach_counter, tick, id, i)
+#define HAVE_TICK 1
+#else
+#define TICK_ENABLED() 0
+#define TICK(id, i) ((void)(id), (void)(i))
+#define HAVE_TICK 0
+#endif
+
 #define MAX_WORKERS 64
 
 static atomic_int g_stop, g_pause, g_parked, g_running, g_in_handler, g_bad;
-static long g_a[MAX_WORKERS], g_b[MAX_WORKERS];
+static long g_a[MAX_WORKERS], g_b[MAX_WORKERS], g_ticks[MAX_WORKERS];
 
 __attribute__((noinline)) long count_a(long x) {
   long s = 0;
@@ -79,6 +99,10 @@ static void* worker(void* arg) {
     if (i % 3 == 0) {
       if (count_b(i) != (i ^ 0x5a5a)) atomic_fetch_add(&g_bad, 1);
       g_b[id]++;
+    }
+    if (TICK_ENABLED()) {  // runs only while a tracer holds the semaphore
+      TICK(id, i);
+      g_ticks[id]++;
     }
     if (i % 32 == 0) nanosleep(&nap, NULL);  // a few hundred thousand calls a second
   }
@@ -257,6 +281,16 @@ int main(int argc, char** argv) {
       pthread_sigmask(SIG_BLOCK, NULL, &now);
       sigprocmask(SIG_UNBLOCK, &trap, NULL);
       printf("blocked: no_site %ld, mask %s SIGTRAP\n", r, sigismember(&now, SIGTRAP) ? "with" : "without");
+      fflush(stdout);
+    } else if (c == 'u') {
+      long ticks = 0;
+      for (int i = 0; i < workers; ++i) ticks += g_ticks[i];
+#if HAVE_TICK
+      printf("ticks %ld, semaphore %u\n", ticks,
+             (unsigned)__atomic_load_n(&attach_counter_tick_semaphore, __ATOMIC_SEQ_CST));
+#else
+      printf("ticks %ld, no USDT probe: built without <sys/sdt.h> (systemtap-sdt-dev)\n", ticks);
+#endif
       fflush(stdout);
     } else if (c == 'f') {
       fork_child();

@@ -7,7 +7,8 @@
 // exactly the calls the program counted in between. After each detach the process's
 // .text is its file's; at the end its results are right. Then: `show -p` while the
 // programs run, the CLI killed, the process's exit, the refusals, and --metrics served
-// from the running process. Clients side by side: clients_test.cpp.
+// from the running process; a USDT probe with a semaphore (bpf/count_usdt.bpf.o on
+// attach_counter's own). Clients side by side: clients_test.cpp.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -30,6 +31,7 @@
 #include "prometheus.hpp"
 #include "second_user.hpp"
 #include "temp_dir.hpp"
+#include "usdt_semaphores.hpp"
 
 #ifndef RUN_PID_CYCLES
 #define RUN_PID_CYCLES 10
@@ -47,6 +49,7 @@ using utramp::test::TempDir;
 using utramp::test::text_back;
 using utramp::test::text_vs_file;
 using utramp::test::TextDiff;
+using utramp::test::usdt_semaphores;
 
 const std::string kObject = std::string(RUN_PID_BPF_DIR) + "/count_calls.bpf.o";
 
@@ -84,6 +87,64 @@ TEST(RunPid, EveryCallOfTheAttachedWindowIsCounted) {
   auto [res, code] = c.finish();
   EXPECT_EQ(res, "ok: 8 workers\n");
   EXPECT_EQ(code, 0);
+}
+
+// attach_counter's 'u': the workers' passes through the guarded USDT probe
+// attach_counter:tick so far, and its semaphore now ({-1, -1}: no such answer).
+std::pair<long, long> ticks(Counter& c) {
+  const std::string line = c.command('u');
+  long t = -1, s = -1;
+  if (sscanf(line.c_str(), "ticks %ld, semaphore %ld", &t, &s) != 2) ADD_FAILURE() << "attach_counter said: " << line;
+  return {t, s};
+}
+
+// A USDT probe guarded by a semaphore, in a running process (issue 16): count_usdt.bpf.o
+// (SEC("usdt/...") and BPF_USDT as libbpf writes them) on attach_counter:tick, which
+// each worker passes once per iteration while the semaphore is raised. The semaphore is
+// raised in the process's memory (the PIE's load bias) while the program is attached and
+// back to 0 after each detach, so the guarded code runs exactly in the attached window:
+// the map holds the window's iterations, each with a worker's arguments, and the workers'
+// own count of passes grows by as much, and not at all once detached. gcc's and clang's
+// builds (arguments in registers, in stack slots), with and without compiler sites.
+TEST(RunPid, UsdtProbeWithASemaphore) {
+  const std::string object = std::string(RUN_PID_BPF_DIR) + "/count_usdt.bpf.o";
+  for (const char* variant : {"gcc_plain", "clang_plain", "gcc_pfe", "clang_pfe"}) {
+    SCOPED_TRACE(variant);
+    const std::string target = target_path(variant);
+    Counter c(target);
+    ASSERT_TRUE(c.ready());
+    TempDir dir("utramp-runpid");
+    EXPECT_EQ(ticks(c), std::make_pair(0L, 0L)) << "the guarded code ran untraced";
+    for (int cycle = 0; cycle < 3; ++cycle) {
+      SCOPED_TRACE(fmt::format("cycle {}", cycle));
+      const long a0 = c.pause().first;
+      const long t0 = ticks(c).first;
+      utramp::test::Runner run(object, c.pid(), fmt::format("{}/usdt{}", dir.path, cycle));
+      ASSERT_TRUE(run.attached()) << run.errors();
+      EXPECT_EQ(ticks(c), std::make_pair(t0, 1L)) << "the semaphore is not raised (one site)";
+      EXPECT_EQ(usdt_semaphores(c.pid(), target)["attach_counter:tick"], 1);
+      ASSERT_TRUE(c.resume());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const long a1 = c.pause().first;
+      ASSERT_GT(a1, a0);
+      EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
+      EXPECT_NE(run.errors().find("0 links and 1 probes removed"), std::string::npos) << run.errors();
+      EXPECT_EQ(ticks(c), std::make_pair(t0 + (a1 - a0), 0L)) << "the window's passes, the semaphore lowered";
+      EXPECT_EQ(usdt_semaphores(c.pid(), target)["attach_counter:tick"], 0);
+      EXPECT_EQ(run.counts(), std::make_pair(a1 - a0, a1 - a0));
+      const TextDiff d = text_vs_file(c.pid(), target);
+      ASSERT_TRUE(d.read);
+      EXPECT_EQ(d.bytes, 0u) << "after the detach, .text differs from the file at" << d.where;
+      ASSERT_TRUE(c.resume());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_GT(c.pause().first, a1);
+      EXPECT_EQ(ticks(c).first, t0 + (a1 - a0)) << "the guarded code ran after the detach";
+      ASSERT_TRUE(c.resume());
+    }
+    auto [res, code] = c.finish();
+    EXPECT_EQ(res, "ok: 8 workers\n");
+    EXPECT_EQ(code, 0);
+  }
 }
 
 // `utramp show -p` while the programs run: each program with its type, target and
