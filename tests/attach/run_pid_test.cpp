@@ -7,14 +7,18 @@
 // exactly the calls the program counted in between. After each detach the process's
 // .text is its file's; at the end its results are right. Then: `show -p` while the
 // programs run, the CLI killed, the process's exit, the refusals, and --metrics served
-// from the running process; a USDT probe with a semaphore (bpf/count_usdt.bpf.o on
-// attach_counter's own). Clients side by side: clients_test.cpp.
+// from the running process; USDT probes with semaphores (bpf/count_usdt.bpf.o on
+// attach_counter's own, examples/bpf/usdt_pycalls.bpf.o on Debian's python3). Clients
+// side by side: clients_test.cpp.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <stdlib.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -145,6 +149,143 @@ TEST(RunPid, UsdtProbeWithASemaphore) {
     EXPECT_EQ(res, "ok: 8 workers\n");
     EXPECT_EQ(code, 0);
   }
+}
+
+// A script for Debian's python3 that speaks attach_counter's protocol: "ready PID", then
+// 'c' makes 100 calls of plain() and advances 100 generators once, closing each
+// (printing "did 100"), 'q' ends it ("ok").
+const char* const kPyScript = R"(import os
+def plain(x):
+    return x + 1
+def gen():
+    yield 1
+    yield 2
+print("ready", os.getpid(), flush=True)
+while True:
+    c = os.read(0, 1)
+    if c in (b"", b"q"):
+        break
+    if c == b"c":
+        for i in range(100):
+            plain(i)
+            g = gen()
+            next(g)
+            g.close()
+        print("did 100", flush=True)
+print("ok", flush=True)
+)";
+
+// What usdt_pycalls.bpf.o's `calls` map (python function name -> count) held at the end
+// of a run whose --json output is in OUT.
+std::map<std::string, long> py_calls(const std::string& out) {
+  std::map<std::string, long> calls;
+  std::istringstream in(read_file(out));
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line, nullptr, false);
+    if (!j.is_object() || j.value("name", "") != "calls") continue;
+    for (const json& e : j.at("entries")) {
+      const std::string hex = e.at("key").get<std::string>();  // char[32], NUL-padded
+      std::string name;
+      for (size_t i = 0; i + 1 < hex.size() && hex.compare(i, 2, "00") != 0; i += 2)
+        name += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+      calls[name] = e.at("value").get<long>();
+    }
+  }
+  return calls;
+}
+
+// Debian's python3 attached live (issue 16), a program nobody here wrote: its USDT probes
+// sit in stripped .cold code (int3 probes) behind semaphores. CPython 3.11 fires
+// python:function__entry for a call only from its tracing dispatch (CPython issue
+// gh-98894), which it takes while sys.settrace/setprofile is set or python:line's
+// semaphore is raised; otherwise only for a generator entered by throw() or close(). So
+// usdt_pycalls.bpf.o on function__entry alone counts the generators closed and no plain
+// call, launched or attached alike (python:function__return, beside it, every frame's
+// exit); with a second client on python:line beside it, every call: plain() once, gen()
+// at next() and at close(). Each count is exact (the script works only when told), every
+// semaphore is back to 0 after each detach, .text is the file's, and everything the
+// script printed is what it prints untraced.
+TEST(RunPid, UsdtInDebiansPython) {
+  const std::string py = "/usr/bin/python3";
+  if (access(py.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << py;
+  auto version = utramp::test::run_program({py, "-c", "import sys; print(sys.version_info[:2] == (3, 11))"});
+  if (version.out != "True\n") GTEST_SKIP() << py << " is not CPython 3.11, whose probes this test counts";
+  char* real = realpath(py.c_str(), nullptr);
+  ASSERT_NE(real, nullptr);
+  const std::string exe = real;
+  free(real);
+  {
+    auto elf = utramp::os::ElfFile::open(exe);
+    ASSERT_TRUE(elf);
+    auto notes = utramp::ebpf::read_usdt_notes(**elf);
+    ASSERT_TRUE(notes);
+    if (std::none_of(notes->begin(), notes->end(), [](const auto& n) { return n.name == "function__entry"; }))
+      GTEST_SKIP() << exe << " has no USDT probe python:function__entry";
+  }
+  const std::string object = std::string(BPF_EXAMPLES_DIR) + "/usdt_pycalls.bpf.o";
+  const std::vector<std::string> argv{py, "-c", kPyScript};
+  // Everything a script printed after its "ready" line, each 'c' answered as it came.
+  std::string untraced_output, output;
+  auto work = [](Counter& k, std::string& printed) { printed += k.command('c') + "\n"; };
+  {
+    Counter plain(argv);
+    ASSERT_TRUE(plain.ready());
+    for (int i = 0; i < 4; ++i) work(plain, untraced_output);
+    untraced_output += plain.finish().first;
+  }
+  Counter c(argv);
+  ASSERT_TRUE(c.ready());
+  const std::map<std::string, uint16_t> untraced = usdt_semaphores(c.pid(), exe);
+  ASSERT_EQ(untraced.count("python:line"), 1u);
+  for (const auto& [probe, value] : untraced) EXPECT_EQ(value, 0) << probe;
+  TempDir dir("utramp-runpid");
+  auto on = [](const std::string& probe) {
+    return std::vector<std::string>{"--attach", "py_entry=usdt:/usr/bin/python3:python:" + probe};
+  };
+  {
+    utramp::test::Runner entry(object, c.pid(), dir.path + "/entry", on("function__entry"));
+    ASSERT_TRUE(entry.attached()) << entry.errors();
+    utramp::test::Runner ret(object, c.pid(), dir.path + "/return", on("function__return"));
+    ASSERT_TRUE(ret.attached()) << ret.errors();
+    EXPECT_EQ(usdt_semaphores(c.pid(), exe)["python:function__entry"], 1);
+    EXPECT_EQ(usdt_semaphores(c.pid(), exe)["python:function__return"], 1);
+    work(c, output);
+    work(c, output);
+    EXPECT_EQ(entry.stop(SIGINT), 0) << entry.errors();
+    EXPECT_EQ(ret.stop(SIGINT), 0) << ret.errors();
+    EXPECT_EQ(py_calls(dir.path + "/entry"), (std::map<std::string, long>{{"gen", 200}}));
+    // Every way out of a frame is reported without python:line: plain()'s returns,
+    // each generator's yield and its exit by close()'s GeneratorExit.
+    EXPECT_EQ(py_calls(dir.path + "/return"), (std::map<std::string, long>{{"gen", 400}, {"plain", 200}}));
+  }
+  EXPECT_EQ(usdt_semaphores(c.pid(), exe), untraced);
+  EXPECT_EQ(text_vs_file(c.pid(), exe).bytes, 0u);
+  {
+    utramp::test::Runner line(object, c.pid(), dir.path + "/line", on("line"));
+    ASSERT_TRUE(line.attached()) << line.errors();
+    utramp::test::Runner entry(object, c.pid(), dir.path + "/entry2", on("function__entry"));
+    ASSERT_TRUE(entry.attached()) << entry.errors();
+    auto both = untraced;
+    both["python:line"] = both["python:function__entry"] = 1;
+    EXPECT_EQ(usdt_semaphores(c.pid(), exe), both);
+    work(c, output);
+    EXPECT_EQ(entry.stop(SIGINT), 0) << entry.errors();
+    EXPECT_EQ(line.stop(SIGINT), 0) << line.errors();
+    EXPECT_EQ(py_calls(dir.path + "/entry2"), (std::map<std::string, long>{{"gen", 200}, {"plain", 100}}));
+    const auto lines = py_calls(dir.path + "/line");  // the lines run, by function
+    EXPECT_EQ(lines.count("plain") ? lines.at("plain") : -1, 100);
+    EXPECT_EQ(lines.count("gen") ? lines.at("gen") : -1, 100);
+  }
+  EXPECT_EQ(usdt_semaphores(c.pid(), exe), untraced);
+  const TextDiff d = text_vs_file(c.pid(), exe);
+  ASSERT_TRUE(d.read);
+  EXPECT_EQ(d.bytes, 0u) << "after the detach, .text differs from the file at" << d.where;
+  work(c, output);
+  auto [rest, code] = c.finish();
+  output += rest;
+  EXPECT_EQ(output, untraced_output);
+  EXPECT_EQ(untraced_output, "did 100\ndid 100\ndid 100\ndid 100\nok\n");
+  EXPECT_EQ(code, 0);
 }
 
 // `utramp show -p` while the programs run: each program with its type, target and
