@@ -5,6 +5,14 @@
 //   utramp run usdt_pycalls.bpf.o \
 //       --attach py_entry=usdt:python3:python:function__entry -- python3 script.py
 //
+// CPython 3.11 (Debian 12's) fires function__entry for a call only while python:line's
+// semaphore is raised too (or sys.settrace/setprofile is set), and otherwise only for a
+// generator entered by throw() or close() (CPython issue gh-98894). Attached to
+// python:function__return instead, it counts every exit of a frame (returns, yields,
+// exceptions); this object run beside it with `utramp run -p PID --attach
+// py_entry=usdt:/usr/bin/python3:python:line` turns every entry on, and counts the lines
+// run by function (docs/attach.md, "Limits").
+//
 // function__entry's arguments: the code's file name, the function's name (C strings in
 // the target's memory) and the line number.
 #include "vmlinux.h"

@@ -772,9 +772,10 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
   }
   // Each USDT site's semaphore counts one attachment, as the kernel's uprobe reference
   // counter does: the program's `if (PROVIDER_NAME_ENABLED())` code runs from now on.
-  // Raised last, after everything attached (nothing left to undo), before main (no
-  // thread of the program reads it yet); the counter is atomic all the same, as a
-  // program may raise its own. Programs stay attached until exit: nothing lowers it.
+  // Raised last, after everything attached (nothing left to undo): before main for a
+  // launched run, whose programs stay until the exit; in a running process (run -p)
+  // while its threads run, and lowered by bpf_stop at the client's end. The counter is
+  // atomic, as a program (or another client) may raise its own.
   for (const uint64_t sem : semaphores) __atomic_fetch_add(reinterpret_cast<uint16_t*>(sem), 1, __ATOMIC_SEQ_CST);
   st->probes = std::move(probes);
   st->semaphores = std::move(semaphores);

@@ -26,11 +26,17 @@
 //   F  end the child: prints "child exit N"
 //   b  block SIGTRAP (pthread_sigmask), call no_site(), read the mask back, unblock it
 //      (sigprocmask); prints "blocked: no_site N, mask with|without SIGTRAP"
+//   u  prints "ticks T, semaphore S": how many times the workers passed the USDT probe
+//      attach_counter:tick (each iteration, only while its semaphore S is raised: a
+//      tracer attached), and the semaphore now
 // With a second argument "block-trap", one more thread keeps SIGTRAP blocked until the
 // end (it never calls the counted functions); "block-all", every worker blocks every
 // signal while it runs, as liblzma's workers do (pthread_sigmask); "reblock-trap", one
 // more thread blocks SIGTRAP again every millisecond by the raw rt_sigprocmask system
-// call (which no interposed function sees).
+// call (which no interposed function sees); "churn", one more thread keeps making
+// short-lived detached threads (each mallocs and frees) and posix_spawn()s /bin/true,
+// whose failures count as wrong results: glibc runs C library functions with every
+// signal blocked in each of them.
 // So the calls made between two pauses are known exactly, whatever the timing.
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -39,16 +45,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+// attach_counter:tick, a USDT probe of systemtap's <sys/sdt.h> (Debian's
+// systemtap-sdt-dev) guarded by a semaphore, as dtrace -G declares one: a counter in
+// .probes that a tracer raises while attached. Without the header the probe is left out
+// and 'u' says so (the run -p test then fails, naming the package).
+#if __has_include(<sys/sdt.h>)
+#define _SDT_HAS_SEMAPHORES 1
+#include <sys/sdt.h>
+unsigned short attach_counter_tick_semaphore __attribute__((section(".probes"), used));
+#define TICK_ENABLED() __builtin_expect(attach_counter_tick_semaphore != 0, 0)
+#define TICK(id, i) DTRACE_PROBE2(attach_counter, tick, id, i)
+#define HAVE_TICK 1
+#else
+#define TICK_ENABLED() 0
+#define TICK(id, i) ((void)(id), (void)(i))
+#define HAVE_TICK 0
+#endif
+
 #define MAX_WORKERS 64
 
 static atomic_int g_stop, g_pause, g_parked, g_running, g_in_handler, g_bad;
 static int g_block_all;
-static long g_a[MAX_WORKERS], g_b[MAX_WORKERS];
+static long g_a[MAX_WORKERS], g_b[MAX_WORKERS], g_ticks[MAX_WORKERS];
 
 __attribute__((noinline)) long count_a(long x) {
   long s = 0;
@@ -89,6 +113,10 @@ static void* worker(void* arg) {
     if (i % 3 == 0) {
       if (count_b(i) != (i ^ 0x5a5a)) atomic_fetch_add(&g_bad, 1);
       g_b[id]++;
+    }
+    if (TICK_ENABLED()) {  // runs only while a tracer holds the semaphore
+      TICK(id, i);
+      g_ticks[id]++;
     }
     if (i % 32 == 0) nanosleep(&nap, NULL);  // a few hundred thousand calls a second
   }
@@ -178,6 +206,38 @@ static void* trap_blocker(void* arg) {
   return NULL;
 }
 
+extern char** environ;
+
+static void* short_lived(void* arg) {
+  char* p = malloc(64 + (size_t)arg);
+  if (!p) atomic_fetch_add(&g_bad, 1);
+  free(p);
+  return NULL;
+}
+
+static void* churner(void* arg) {
+  (void)arg;
+  atomic_fetch_add(&g_running, 1);
+  for (long i = 0; !atomic_load(&g_stop); ++i) {
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    if (pthread_create(&t, &a, short_lived, (void*)(i % 64)) != 0) atomic_fetch_add(&g_bad, 1);
+    pthread_attr_destroy(&a);
+    if (i % 8 == 0) {
+      char* argv[] = {"/bin/true", NULL};
+      pid_t child;
+      int st = 0;
+      if (posix_spawn(&child, "/bin/true", NULL, NULL, argv, environ) != 0 || waitpid(child, &st, 0) != child ||
+          !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        atomic_fetch_add(&g_bad, 1);
+    }
+    usleep(200);
+  }
+  return NULL;
+}
+
 static void* trap_reblocker(void* arg) {
   (void)arg;
   sigset_t set;
@@ -209,12 +269,14 @@ int main(int argc, char** argv) {
   sigaction(SIGUSR2, &sa, NULL);
   const int reblock = argc > 2 && strcmp(argv[2], "reblock-trap") == 0;
   const int block_trap = (argc > 2 && strcmp(argv[2], "block-trap") == 0) || reblock;
+  const int churn = argc > 2 && strcmp(argv[2], "churn") == 0;
   g_block_all = argc > 2 && strcmp(argv[2], "block-all") == 0;
   pthread_t t[MAX_WORKERS], h, blocker;
   for (long i = 0; i < workers; ++i) pthread_create(&t[i], NULL, worker, (void*)i);
   pthread_create(&h, NULL, handler_thread, NULL);
   if (block_trap) pthread_create(&blocker, NULL, reblock ? trap_reblocker : trap_blocker, NULL);
-  while (atomic_load(&g_running) < workers + block_trap || !atomic_load(&g_in_handler)) usleep(1000);
+  if (churn) pthread_create(&blocker, NULL, churner, NULL);
+  while (atomic_load(&g_running) < workers + block_trap + churn || !atomic_load(&g_in_handler)) usleep(1000);
   printf("ready %d\n", (int)no_site(getpid() - 1));
   fflush(stdout);
   char c = 0;
@@ -283,6 +345,16 @@ int main(int argc, char** argv) {
       sigprocmask(SIG_UNBLOCK, &trap, NULL);
       printf("blocked: no_site %ld, mask %s SIGTRAP\n", r, sigismember(&now, SIGTRAP) ? "with" : "without");
       fflush(stdout);
+    } else if (c == 'u') {
+      long ticks = 0;
+      for (int i = 0; i < workers; ++i) ticks += g_ticks[i];
+#if HAVE_TICK
+      printf("ticks %ld, semaphore %u\n", ticks,
+             (unsigned)__atomic_load_n(&attach_counter_tick_semaphore, __ATOMIC_SEQ_CST));
+#else
+      printf("ticks %ld, no USDT probe: built without <sys/sdt.h> (systemtap-sdt-dev)\n", ticks);
+#endif
+      fflush(stdout);
     } else if (c == 'f') {
       fork_child();
     } else if (c == 'F') {
@@ -300,7 +372,7 @@ int main(int argc, char** argv) {
   atomic_store(&g_stop, 1);
   for (int i = 0; i < workers; ++i) pthread_join(t[i], NULL);
   pthread_join(h, NULL);
-  if (block_trap) pthread_join(blocker, NULL);
+  if (block_trap || churn) pthread_join(blocker, NULL);
   if (atomic_load(&g_bad)) printf("BAD: %d wrong results\n", atomic_load(&g_bad));
   else printf("ok: %d workers\n", workers);
   return atomic_load(&g_bad) ? 1 : 0;

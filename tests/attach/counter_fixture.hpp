@@ -32,19 +32,19 @@ inline std::string target_path(const std::string& variant) {
 class Counter {
  public:
   explicit Counter(const std::string& program, const char* extra = nullptr,
-                   const std::vector<std::string>& launcher = {}) {
+                   const std::vector<std::string>& launcher = {})
+      : Counter(counter_argv(program, extra, launcher)) {}
+  // Any program that speaks the protocol (its first line "ready PID"), started as ARGV.
+  explicit Counter(const std::vector<std::string>& argv) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
       dup2(in[0], 0);
       dup2(out[1], 1);
-      std::vector<std::string> argv = launcher;
-      argv.push_back(program);
-      argv.push_back("8");
-      if (extra) argv.push_back(extra);
+      std::vector<std::string> a = argv;
       std::vector<char*> p;
-      for (auto& a : argv) p.push_back(a.data());
+      for (auto& x : a) p.push_back(x.data());
       p.push_back(nullptr);
       execv(p[0], p.data());
       _exit(127);
@@ -94,6 +94,15 @@ class Counter {
   }
 
  private:
+  // attach_counter with 8 workers (and EXTRA), started by LAUNCHER if any.
+  static std::vector<std::string> counter_argv(const std::string& program, const char* extra,
+                                               const std::vector<std::string>& launcher) {
+    std::vector<std::string> argv = launcher;
+    argv.push_back(program);
+    argv.push_back("8");
+    if (extra) argv.push_back(extra);
+    return argv;
+  }
   std::string say(char c) {
     if (write(in_, &c, 1) != 1) return {};
     return read_line(out_);

@@ -7,13 +7,18 @@
 // exactly the calls the program counted in between. After each detach the process's
 // .text is its file's; at the end its results are right. Then: `show -p` while the
 // programs run, the CLI killed, the process's exit, the refusals, and --metrics served
-// from the running process. Clients side by side: clients_test.cpp.
+// from the running process; USDT probes with semaphores (bpf/count_usdt.bpf.o on
+// attach_counter's own, examples/bpf/usdt_pycalls.bpf.o on Debian's python3). Clients
+// side by side: clients_test.cpp.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <stdlib.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -30,6 +35,7 @@
 #include "prometheus.hpp"
 #include "second_user.hpp"
 #include "temp_dir.hpp"
+#include "usdt_semaphores.hpp"
 
 #ifndef RUN_PID_CYCLES
 #define RUN_PID_CYCLES 10
@@ -47,6 +53,7 @@ using utramp::test::TempDir;
 using utramp::test::text_back;
 using utramp::test::text_vs_file;
 using utramp::test::TextDiff;
+using utramp::test::usdt_semaphores;
 
 const std::string kObject = std::string(RUN_PID_BPF_DIR) + "/count_calls.bpf.o";
 
@@ -100,6 +107,218 @@ TEST(RunPid, WorkersThatBlockEverySignalAreCounted) {
   ASSERT_FALSE(errs.empty());
   EXPECT_NE(errs[0].find("SIGTRAP unblocked in thread "), std::string::npos) << errs[0];
   if (errs.size() > 1) EXPECT_EQ(errs[1].find("SIGTRAP unblocked"), std::string::npos) << errs[1];
+}
+
+// attach_counter's 'u': the workers' passes through the guarded USDT probe
+// attach_counter:tick so far, and its semaphore now ({-1, -1}: no such answer).
+std::pair<long, long> ticks(Counter& c) {
+  const std::string line = c.command('u');
+  long t = -1, s = -1;
+  if (sscanf(line.c_str(), "ticks %ld, semaphore %ld", &t, &s) != 2) ADD_FAILURE() << "attach_counter said: " << line;
+  return {t, s};
+}
+
+// A USDT probe guarded by a semaphore, in a running process (issue 16): count_usdt.bpf.o
+// (SEC("usdt/...") and BPF_USDT as libbpf writes them) on attach_counter:tick, which
+// each worker passes once per iteration while the semaphore is raised. The semaphore is
+// raised in the process's memory (the PIE's load bias) while the program is attached and
+// back to 0 after each detach, so the guarded code runs exactly in the attached window:
+// the map holds the window's iterations, each with a worker's arguments, and the workers'
+// own count of passes grows by as much, and not at all once detached. gcc's and clang's
+// builds (arguments in registers, in stack slots), with and without compiler sites.
+TEST(RunPid, UsdtProbeWithASemaphore) {
+  const std::string object = std::string(RUN_PID_BPF_DIR) + "/count_usdt.bpf.o";
+  for (const char* variant : {"gcc_plain", "clang_plain", "gcc_pfe", "clang_pfe"}) {
+    SCOPED_TRACE(variant);
+    const std::string target = target_path(variant);
+    Counter c(target);
+    ASSERT_TRUE(c.ready());
+    TempDir dir("utramp-runpid");
+    EXPECT_EQ(ticks(c), std::make_pair(0L, 0L)) << "the guarded code ran untraced";
+    for (int cycle = 0; cycle < 3; ++cycle) {
+      SCOPED_TRACE(fmt::format("cycle {}", cycle));
+      const long a0 = c.pause().first;
+      const long t0 = ticks(c).first;
+      utramp::test::Runner run(object, c.pid(), fmt::format("{}/usdt{}", dir.path, cycle));
+      ASSERT_TRUE(run.attached()) << run.errors();
+      EXPECT_EQ(ticks(c), std::make_pair(t0, 1L)) << "the semaphore is not raised (one site)";
+      EXPECT_EQ(usdt_semaphores(c.pid(), target)["attach_counter:tick"], 1);
+      ASSERT_TRUE(c.resume());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const long a1 = c.pause().first;
+      ASSERT_GT(a1, a0);
+      EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
+      EXPECT_NE(run.errors().find("0 links and 1 probes removed"), std::string::npos) << run.errors();
+      EXPECT_EQ(ticks(c), std::make_pair(t0 + (a1 - a0), 0L)) << "the window's passes, the semaphore lowered";
+      EXPECT_EQ(usdt_semaphores(c.pid(), target)["attach_counter:tick"], 0);
+      EXPECT_EQ(run.counts(), std::make_pair(a1 - a0, a1 - a0));
+      const TextDiff d = text_vs_file(c.pid(), target);
+      ASSERT_TRUE(d.read);
+      EXPECT_EQ(d.bytes, 0u) << "after the detach, .text differs from the file at" << d.where;
+      ASSERT_TRUE(c.resume());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_GT(c.pause().first, a1);
+      EXPECT_EQ(ticks(c).first, t0 + (a1 - a0)) << "the guarded code ran after the detach";
+      ASSERT_TRUE(c.resume());
+    }
+    auto [res, code] = c.finish();
+    EXPECT_EQ(res, "ok: 8 workers\n");
+    EXPECT_EQ(code, 0);
+  }
+}
+
+// A script for Debian's python3 that speaks attach_counter's protocol: "ready PID", then
+// 'c' makes 100 calls of plain() and advances 100 generators once, closing each
+// (printing "did 100"), 'q' ends it ("ok").
+const char* const kPyScript = R"(import os
+def plain(x):
+    return x + 1
+def gen():
+    yield 1
+    yield 2
+print("ready", os.getpid(), flush=True)
+while True:
+    c = os.read(0, 1)
+    if c in (b"", b"q"):
+        break
+    if c == b"c":
+        for i in range(100):
+            plain(i)
+            g = gen()
+            next(g)
+            g.close()
+        print("did 100", flush=True)
+print("ok", flush=True)
+)";
+
+// What usdt_pycalls.bpf.o's `calls` map (python function name -> count) held at the end
+// of a run whose --json output is in OUT.
+std::map<std::string, long> py_calls(const std::string& out) {
+  std::map<std::string, long> calls;
+  std::istringstream in(read_file(out));
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line, nullptr, false);
+    if (!j.is_object() || j.value("name", "") != "calls") continue;
+    for (const json& e : j.at("entries")) {
+      const std::string hex = e.at("key").get<std::string>();  // char[32], NUL-padded
+      std::string name;
+      for (size_t i = 0; i + 1 < hex.size() && hex.compare(i, 2, "00") != 0; i += 2)
+        name += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+      calls[name] = e.at("value").get<long>();
+    }
+  }
+  return calls;
+}
+
+// Debian's python3 attached live (issue 16), a program nobody here wrote: its USDT probes
+// sit in stripped .cold code (int3 probes) behind semaphores. CPython 3.11 fires
+// python:function__entry for a call only from its tracing dispatch (CPython issue
+// gh-98894), which it takes while sys.settrace/setprofile is set or python:line's
+// semaphore is raised; otherwise only for a generator entered by throw() or close(). So
+// usdt_pycalls.bpf.o on function__entry alone counts the generators closed and no plain
+// call, launched or attached alike (python:function__return, beside it, every frame's
+// exit); with a second client on python:line beside it, every call: plain() once, gen()
+// at next() and at close(). Each count is exact (the script works only when told), every
+// semaphore is back to 0 after each detach, .text is the file's, and everything the
+// script printed is what it prints untraced.
+TEST(RunPid, UsdtInDebiansPython) {
+  const std::string py = "/usr/bin/python3";
+  if (access(py.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << py;
+  auto version = utramp::test::run_program({py, "-c", "import sys; print(sys.version_info[:2] == (3, 11))"});
+  if (version.out != "True\n") GTEST_SKIP() << py << " is not CPython 3.11, whose probes this test counts";
+  char* real = realpath(py.c_str(), nullptr);
+  ASSERT_NE(real, nullptr);
+  const std::string exe = real;
+  free(real);
+  {
+    auto elf = utramp::os::ElfFile::open(exe);
+    ASSERT_TRUE(elf);
+    auto notes = utramp::ebpf::read_usdt_notes(**elf);
+    ASSERT_TRUE(notes);
+    if (std::none_of(notes->begin(), notes->end(), [](const auto& n) { return n.name == "function__entry"; }))
+      GTEST_SKIP() << exe << " has no USDT probe python:function__entry";
+  }
+  const std::string object = std::string(BPF_EXAMPLES_DIR) + "/usdt_pycalls.bpf.o";
+  const std::vector<std::string> argv{py, "-c", kPyScript};
+  // Everything a script printed after its "ready" line, each 'c' answered as it came.
+  std::string untraced_output, output;
+  auto work = [](Counter& k, std::string& printed) { printed += k.command('c') + "\n"; };
+  {
+    Counter plain(argv);
+    ASSERT_TRUE(plain.ready());
+    for (int i = 0; i < 4; ++i) work(plain, untraced_output);
+    untraced_output += plain.finish().first;
+  }
+  Counter c(argv);
+  ASSERT_TRUE(c.ready());
+  const std::map<std::string, uint16_t> untraced = usdt_semaphores(c.pid(), exe);
+  ASSERT_EQ(untraced.count("python:line"), 1u);
+  for (const auto& [probe, value] : untraced) EXPECT_EQ(value, 0) << probe;
+  TempDir dir("utramp-runpid");
+  auto on = [](const std::string& probe) {
+    return std::vector<std::string>{"--attach", "py_entry=usdt:/usr/bin/python3:python:" + probe};
+  };
+  {
+    utramp::test::Runner entry(object, c.pid(), dir.path + "/entry", on("function__entry"));
+    ASSERT_TRUE(entry.attached()) << entry.errors();
+    utramp::test::Runner ret(object, c.pid(), dir.path + "/return", on("function__return"));
+    ASSERT_TRUE(ret.attached()) << ret.errors();
+    EXPECT_EQ(usdt_semaphores(c.pid(), exe)["python:function__entry"], 1);
+    EXPECT_EQ(usdt_semaphores(c.pid(), exe)["python:function__return"], 1);
+    work(c, output);
+    work(c, output);
+    EXPECT_EQ(entry.stop(SIGINT), 0) << entry.errors();
+    EXPECT_EQ(ret.stop(SIGINT), 0) << ret.errors();
+    EXPECT_EQ(py_calls(dir.path + "/entry"), (std::map<std::string, long>{{"gen", 200}}));
+    // Every way out of a frame is reported without python:line: plain()'s returns,
+    // each generator's yield and its exit by close()'s GeneratorExit.
+    EXPECT_EQ(py_calls(dir.path + "/return"), (std::map<std::string, long>{{"gen", 400}, {"plain", 200}}));
+  }
+  EXPECT_EQ(usdt_semaphores(c.pid(), exe), untraced);
+  EXPECT_EQ(text_vs_file(c.pid(), exe).bytes, 0u);
+  {
+    utramp::test::Runner line(object, c.pid(), dir.path + "/line", on("line"));
+    ASSERT_TRUE(line.attached()) << line.errors();
+    utramp::test::Runner entry(object, c.pid(), dir.path + "/entry2", on("function__entry"));
+    ASSERT_TRUE(entry.attached()) << entry.errors();
+    auto both = untraced;
+    both["python:line"] = both["python:function__entry"] = 1;
+    EXPECT_EQ(usdt_semaphores(c.pid(), exe), both);
+    work(c, output);
+    EXPECT_EQ(entry.stop(SIGINT), 0) << entry.errors();
+    EXPECT_EQ(line.stop(SIGINT), 0) << line.errors();
+    EXPECT_EQ(py_calls(dir.path + "/entry2"), (std::map<std::string, long>{{"gen", 200}, {"plain", 100}}));
+    const auto lines = py_calls(dir.path + "/line");  // the lines run, by function
+    EXPECT_EQ(lines.count("plain") ? lines.at("plain") : -1, 100);
+    EXPECT_EQ(lines.count("gen") ? lines.at("gen") : -1, 100);
+  }
+  EXPECT_EQ(usdt_semaphores(c.pid(), exe), untraced);
+  const TextDiff d = text_vs_file(c.pid(), exe);
+  ASSERT_TRUE(d.read);
+  EXPECT_EQ(d.bytes, 0u) << "after the detach, .text differs from the file at" << d.where;
+  work(c, output);
+  auto [rest, code] = c.finish();
+  output += rest;
+  EXPECT_EQ(output, untraced_output);
+  EXPECT_EQ(untraced_output, "did 100\ndid 100\ndid 100\ndid 100\nok\n");
+  EXPECT_EQ(code, 0);
+}
+
+// A uprobe in the C library of a process whose other threads run is refused, nothing
+// changed (docs/sites.md, "The C library while threads run").
+TEST(RunPid, AProbeInTheCLibraryIsRefusedWhileThreadsRun) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target);
+  ASSERT_TRUE(c.ready());
+  auto r = run_cli({"run", std::string(BPF_EXAMPLES_DIR) + "/stackcount.bpf.o", "-p", std::to_string(c.pid()),
+                    "--duration", "100ms"});
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("no probe in"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("libc.so.6 while other threads run"), std::string::npos) << r.err;
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
 }
 
 // `utramp show -p` while the programs run: each program with its type, target and

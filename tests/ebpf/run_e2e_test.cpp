@@ -851,8 +851,11 @@ TEST(RunE2E, UsdtArgumentsOfEveryKindAndSemaphores) {
 // .cold code no symbol names, and are guarded by semaphores CPython tests on every
 // call). usdt_pycalls.bpf.c counts function__entry by function name: exactly the calls
 // the script makes, and the script's output is what it prints untraced. (CPython 3.11
-// reports the frames its evaluator enters anew, not the calls it runs inline: the
-// script's function is a generator.)
+// reports a call only from its tracing dispatch, which python:line's semaphore or
+// sys.settrace turns on, and otherwise a generator entered by throw() or close()
+// (CPython issue gh-98894): the script's generators are dropped after one next(), and
+// their close is what is counted. tests/attach/run_pid_test.cpp's UsdtInDebiansPython
+// has both.)
 TEST(RunE2E, UsdtInDebiansPython) {
   const std::string py = "/usr/bin/python3";
   if (access(py.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << py;
