@@ -54,8 +54,21 @@ bool ExecArena::take(Chunk& c, size_t size, uint64_t lo, uint64_t hi, uint64_t* 
 }
 
 Result<ExecArena::Chunk*> ExecArena::new_chunk(size_t size, uint64_t lo, uint64_t hi) {
-  auto maps = read_maps();
-  if (!maps) return std::move(maps).error();
+  // The shared copy of the mappings first (os::maps_copy): where it is out of date the
+  // placements fail (MAP_FIXED_NOREPLACE) and the mappings are read again.
+  for (int pass = 0; pass < 2; ++pass) {
+    auto maps = maps_copy(pass == 1);
+    if (!maps) return std::move(maps).error();
+    auto c = new_chunk_in(**maps, size, lo, hi);
+    if (!c || *c) return c;
+  }
+  return make_error(Errc::no_memory,
+                    fmt::format("no free {} bytes of address space within [{:#x}, {:#x})",
+                                align_up(std::max(size, kChunkSize), page_size()), lo, hi));
+}
+
+Result<ExecArena::Chunk*> ExecArena::new_chunk_in(const std::vector<Mapping>& maps, size_t size,
+                                                  uint64_t lo, uint64_t hi) {
   const uint64_t ps = page_size();
   const uint64_t want = align_up(std::max(size, kChunkSize), ps);
   const uint64_t mid = lo / 2 + hi / 2;
@@ -68,7 +81,7 @@ Result<ExecArena::Chunk*> ExecArena::new_chunk(size_t size, uint64_t lo, uint64_
     ge = std::min(ge, hi) & ~(ps - 1);
     if (ge > gs && ge - gs >= want) gaps.push_back({gs, ge});
   };
-  for (const Mapping& m : *maps) {
+  for (const Mapping& m : maps) {
     if (m.start > prev_end) consider(prev_end, m.start);
     prev_end = std::max(prev_end, m.end);
   }
@@ -96,6 +109,11 @@ Result<ExecArena::Chunk*> ExecArena::new_chunk(size_t size, uint64_t lo, uint64_
       return make_error(Errc::no_memory, fmt::format("mprotect(PROT_READ|PROT_EXEC): {}",
                                                      strerror(errno)));
     }
+    Mapping m;
+    m.start = at;
+    m.end = at + want;
+    m.r = m.x = true;
+    note_mapping(m);
     Chunk c;
     c.base = at;
     c.size = want;
@@ -103,9 +121,7 @@ Result<ExecArena::Chunk*> ExecArena::new_chunk(size_t size, uint64_t lo, uint64_
     chunks_.push_back(std::move(c));
     return &chunks_.back();
   }
-  return make_error(Errc::no_memory,
-                    fmt::format("no free {} bytes of address space within [{:#x}, {:#x})", want,
-                                lo, hi));
+  return nullptr;  // no gap, or each taken meanwhile
 }
 
 Result<ExecBlock> ExecArena::allocate(size_t size, uint64_t lo, uint64_t hi) {

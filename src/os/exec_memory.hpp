@@ -18,6 +18,8 @@
 
 namespace utramp::os {
 
+struct Mapping;  // os/maps.hpp
+
 struct ExecBlock {
   uint64_t addr = 0;
   size_t size = 0;
@@ -55,6 +57,10 @@ class ExecArena {
     size_t used = 0;
   };
   Result<Chunk*> new_chunk(size_t size, uint64_t lo, uint64_t hi);
+  // In a gap of `maps`; null when there is none or each is taken by a mapping `maps`
+  // does not show.
+  Result<Chunk*> new_chunk_in(const std::vector<Mapping>& maps, size_t size, uint64_t lo,
+                              uint64_t hi);
   static bool take(Chunk& c, size_t size, uint64_t lo, uint64_t hi, uint64_t* out);
 
   mutable std::mutex mu_;

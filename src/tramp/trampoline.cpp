@@ -340,8 +340,11 @@ Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& 
   auto stub = arch::emit_stub(spec, block->addr);
   for (int again = 0; stub && stub->code.size() > block->size && again < 2; ++again) {
     const size_t need = stub->code.size() + 16;
+    // The larger block first: freed first, the small one may have been its chunk's only
+    // block, and the chunk would be unmapped only to be mapped again.
+    auto larger = os::ExecArena::instance().allocate(need, w.lo, w.hi);
     os::ExecArena::instance().free(*block);
-    block = os::ExecArena::instance().allocate(need, w.lo, w.hi);
+    block = std::move(larger);
     if (!block) {
       free_counter_slot(t->site_slot);
       return std::move(block).error();
