@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/result.hpp"
@@ -88,7 +89,7 @@ class ElfFile {
   uint64_t first_load_vaddr_ = 0;
   std::vector<ElfSection> sections_;
   std::vector<ElfSymbol> symbols_;
-  std::map<uint64_t, uint64_t> relative_;
+  std::vector<std::pair<uint64_t, uint64_t>> relative_;  // offset, addend: sorted by offset
   std::map<uint64_t, std::string> got_syms_;
 };
 
