@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <string_view>
 #include <unordered_set>
 
@@ -129,8 +130,6 @@ Result<void> ElfFile::load() {
   if (elf_getshdrstrndx(E(elf_), &shstrndx) != 0)
     return make_error(Errc::bad_format, fmt::format("{}: no section name table", path_));
 
-  std::vector<Elf_Scn*> symtabs;
-  std::vector<Elf_Scn*> relas;
   for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(E(elf_), scn));) {
     GElf_Shdr sh;
     if (!gelf_getshdr(scn, &sh)) continue;
@@ -149,14 +148,24 @@ Result<void> ElfFile::load() {
     sections_.push_back(s);
     if (sh.sh_type == SHT_SYMTAB) {
       has_symtab_ = true;
-      symtabs.insert(symtabs.begin(), scn);
+      symtab_scns_.insert(symtab_scns_.begin(), s.index);
     } else if (sh.sh_type == SHT_DYNSYM) {
-      symtabs.push_back(scn);
+      symtab_scns_.push_back(s.index);
     } else if (sh.sh_type == SHT_RELA) {
-      relas.push_back(scn);
+      rela_scns_.push_back(s.index);
     }
   }
+  return {};
+}
 
+void ElfFile::tables() const {
+  std::call_once(tables_once_, [this] { load_tables(); });
+}
+
+void ElfFile::load_tables() const {
+  std::vector<Elf_Scn*> symtabs, relas;
+  for (size_t i : symtab_scns_) symtabs.push_back(elf_getscn(E(elf_), i));
+  for (size_t i : rela_scns_) relas.push_back(elf_getscn(E(elf_), i));
   // .symtab first, then .dynsym for what it adds (a stripped file has only .dynsym).
   // (address, name) pairs seen, the names in the image's string tables (a set of
   // strings made one allocation per function: 18% of ElfFile::open for 1,000).
@@ -236,7 +245,11 @@ Result<void> ElfFile::load() {
   // listed counts, as the loader applies them in order.
   std::stable_sort(relative_.begin(), relative_.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  return {};
+}
+
+const std::vector<ElfSymbol>& ElfFile::symbols() const {
+  tables();
+  return symbols_;
 }
 
 const ElfSection* ElfFile::section(std::string_view name) const {
@@ -263,6 +276,7 @@ std::span<const uint8_t> ElfFile::bytes_at(uint64_t vaddr, uint64_t len) const {
 }
 
 bool ElfFile::relative_reloc(uint64_t vaddr, uint64_t* addend) const {
+  tables();
   auto it = std::upper_bound(relative_.begin(), relative_.end(), vaddr,
                              [](uint64_t v, const auto& r) { return v < r.first; });
   if (it == relative_.begin() || (--it)->first != vaddr) return false;
@@ -271,11 +285,13 @@ bool ElfFile::relative_reloc(uint64_t vaddr, uint64_t* addend) const {
 }
 
 std::string ElfFile::got_symbol(uint64_t slot) const {
+  tables();
   auto it = got_syms_.find(slot);
   return it == got_syms_.end() ? std::string() : it->second;
 }
 
 bool ElfFile::imports(std::string_view name) const {
+  tables();
   for (const auto& [slot, sym] : got_syms_)
     if (sym == name) return true;
   return false;
