@@ -295,7 +295,13 @@ void attach_new_sites() {
   // One scan of /proc/self/task for the loop's takes_int3_form(), not one per function
   // (g_mu held, no thread made meanwhile: os/text_writer.hpp).
   auto once = std::make_unique<os::ThreadCountOnce>();
-  for (sites::Site* s : table.all()) {
+  const auto all = table.all();
+  const size_t fresh = static_cast<size_t>(
+      std::count_if(all.begin(), all.end(), [](const sites::Site* s) { return !s->traced_by_agent; }));
+  reqs.reserve(fresh);
+  cand.reserve(fresh);
+  first_req.reserve(fresh + 1);
+  for (sites::Site* s : all) {
     if (s->traced_by_agent) continue;
     s->traced_by_agent = true;
     if (own_object(s->object)) continue;

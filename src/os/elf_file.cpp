@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <set>
+#include <mutex>
+#include <string_view>
+#include <unordered_set>
 
 #include "os/file.hpp"
 
@@ -128,8 +130,6 @@ Result<void> ElfFile::load() {
   if (elf_getshdrstrndx(E(elf_), &shstrndx) != 0)
     return make_error(Errc::bad_format, fmt::format("{}: no section name table", path_));
 
-  std::vector<Elf_Scn*> symtabs;
-  std::vector<Elf_Scn*> relas;
   for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(E(elf_), scn));) {
     GElf_Shdr sh;
     if (!gelf_getshdr(scn, &sh)) continue;
@@ -148,16 +148,33 @@ Result<void> ElfFile::load() {
     sections_.push_back(s);
     if (sh.sh_type == SHT_SYMTAB) {
       has_symtab_ = true;
-      symtabs.insert(symtabs.begin(), scn);
+      symtab_scns_.insert(symtab_scns_.begin(), s.index);
     } else if (sh.sh_type == SHT_DYNSYM) {
-      symtabs.push_back(scn);
+      symtab_scns_.push_back(s.index);
     } else if (sh.sh_type == SHT_RELA) {
-      relas.push_back(scn);
+      rela_scns_.push_back(s.index);
     }
   }
+  return {};
+}
 
+void ElfFile::tables() const {
+  std::call_once(tables_once_, [this] { load_tables(); });
+}
+
+void ElfFile::load_tables() const {
+  std::vector<Elf_Scn*> symtabs, relas;
+  for (size_t i : symtab_scns_) symtabs.push_back(elf_getscn(E(elf_), i));
+  for (size_t i : rela_scns_) relas.push_back(elf_getscn(E(elf_), i));
   // .symtab first, then .dynsym for what it adds (a stripped file has only .dynsym).
-  std::set<std::pair<uint64_t, std::string>> seen;
+  // (address, name) pairs seen, the names in the image's string tables (a set of
+  // strings made one allocation per function: 18% of ElfFile::open for 1,000).
+  struct SeenHash {
+    size_t operator()(const std::pair<uint64_t, std::string_view>& k) const {
+      return std::hash<std::string_view>()(k.second) ^ (k.first * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  std::unordered_set<std::pair<uint64_t, std::string_view>, SeenHash> seen;
   std::map<size_t, std::vector<std::string>> dynsym_names;  // by section index
   for (Elf_Scn* scn : symtabs) {
     GElf_Shdr sh;
@@ -167,6 +184,8 @@ Result<void> ElfFile::load() {
     const size_t n = sh.sh_size / sh.sh_entsize;
     const bool dyn = sh.sh_type == SHT_DYNSYM;
     std::vector<std::string>* names = dyn ? &dynsym_names[elf_ndxscn(scn)] : nullptr;
+    if (names) names->reserve(n);
+    seen.reserve(seen.size() + n);
     for (size_t i = 0; i < n; ++i) {
       GElf_Sym sym;
       if (!gelf_getsym(data, static_cast<int>(i), &sym)) continue;
@@ -175,7 +194,7 @@ Result<void> ElfFile::load() {
       if (GELF_ST_TYPE(sym.st_info) != STT_FUNC && GELF_ST_TYPE(sym.st_info) != STT_GNU_IFUNC)
         continue;
       if (sym.st_shndx == SHN_UNDEF || !nm || !*nm) continue;
-      if (!seen.insert({sym.st_value, nm}).second) continue;
+      if (!seen.insert({sym.st_value, std::string_view(nm)}).second) continue;
       ElfSymbol s;
       s.name = nm;
       s.value = sym.st_value;
@@ -215,14 +234,22 @@ Result<void> ElfFile::load() {
       const auto type = GELF_R_TYPE(r.r_info);
       const auto symi = GELF_R_SYM(r.r_info);
       if (type == R_X86_64_RELATIVE) {
-        relative_[r.r_offset] = static_cast<uint64_t>(r.r_addend);
+        relative_.emplace_back(r.r_offset, static_cast<uint64_t>(r.r_addend));
       } else if ((type == R_X86_64_GLOB_DAT || type == R_X86_64_JUMP_SLOT || type == R_X86_64_64) &&
                  dn != dynsym_names.end() && symi < dn->second.size()) {
         got_syms_[r.r_offset] = dn->second[symi];
       }
     }
   }
-  return {};
+  // Usually sorted already (the linker sorts .rela.dyn); of two at one offset the last
+  // listed counts, as the loader applies them in order.
+  std::stable_sort(relative_.begin(), relative_.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+}
+
+const std::vector<ElfSymbol>& ElfFile::symbols() const {
+  tables();
+  return symbols_;
 }
 
 const ElfSection* ElfFile::section(std::string_view name) const {
@@ -249,18 +276,22 @@ std::span<const uint8_t> ElfFile::bytes_at(uint64_t vaddr, uint64_t len) const {
 }
 
 bool ElfFile::relative_reloc(uint64_t vaddr, uint64_t* addend) const {
-  auto it = relative_.find(vaddr);
-  if (it == relative_.end()) return false;
+  tables();
+  auto it = std::upper_bound(relative_.begin(), relative_.end(), vaddr,
+                             [](uint64_t v, const auto& r) { return v < r.first; });
+  if (it == relative_.begin() || (--it)->first != vaddr) return false;
   *addend = it->second;
   return true;
 }
 
 std::string ElfFile::got_symbol(uint64_t slot) const {
+  tables();
   auto it = got_syms_.find(slot);
   return it == got_syms_.end() ? std::string() : it->second;
 }
 
 bool ElfFile::imports(std::string_view name) const {
+  tables();
   for (const auto& [slot, sym] : got_syms_)
     if (sym == name) return true;
   return false;

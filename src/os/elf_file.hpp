@@ -4,8 +4,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/result.hpp"
@@ -61,7 +63,7 @@ class ElfFile {
   const std::vector<ElfSection>& sections() const { return sections_; }
   const ElfSection* section(std::string_view name) const;
   // Functions from .symtab where present, .dynsym otherwise (both merged, de-duplicated).
-  const std::vector<ElfSymbol>& symbols() const { return symbols_; }
+  const std::vector<ElfSymbol>& symbols() const;
   // Bytes of the file image at a virtual address (from SHT_PROGBITS sections).
   std::span<const uint8_t> bytes_at(uint64_t vaddr, uint64_t len) const;
   std::span<const uint8_t> section_data(const ElfSection& s) const;
@@ -87,9 +89,16 @@ class ElfFile {
   std::string interp_;
   uint64_t first_load_vaddr_ = 0;
   std::vector<ElfSection> sections_;
-  std::vector<ElfSymbol> symbols_;
-  std::map<uint64_t, uint64_t> relative_;
-  std::map<uint64_t, std::string> got_syms_;
+  // The symbol and relocation tables are read on first use (tables()): a caller that
+  // only checks the headers (utramp record's check of its program) does not pay for a
+  // node per symbol.
+  void tables() const;
+  void load_tables() const;
+  std::vector<size_t> symtab_scns_, rela_scns_;  // section indices: .symtab before .dynsym
+  mutable std::once_flag tables_once_;
+  mutable std::vector<ElfSymbol> symbols_;
+  mutable std::vector<std::pair<uint64_t, uint64_t>> relative_;  // offset, addend: by offset
+  mutable std::map<uint64_t, std::string> got_syms_;
 };
 
 }  // namespace utramp::os

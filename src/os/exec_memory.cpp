@@ -54,8 +54,21 @@ bool ExecArena::take(Chunk& c, size_t size, uint64_t lo, uint64_t hi, uint64_t* 
 }
 
 Result<ExecArena::Chunk*> ExecArena::new_chunk(size_t size, uint64_t lo, uint64_t hi) {
-  auto maps = read_maps();
-  if (!maps) return std::move(maps).error();
+  // The shared copy of the mappings first (os::maps_copy): where it is out of date the
+  // placements fail (MAP_FIXED_NOREPLACE) and the mappings are read again.
+  for (int pass = 0; pass < 2; ++pass) {
+    auto maps = maps_copy(pass == 1);
+    if (!maps) return std::move(maps).error();
+    auto c = new_chunk_in(**maps, size, lo, hi);
+    if (!c || *c) return c;
+  }
+  return make_error(Errc::no_memory,
+                    fmt::format("no free {} bytes of address space within [{:#x}, {:#x})",
+                                align_up(std::max(size, kChunkSize), page_size()), lo, hi));
+}
+
+Result<ExecArena::Chunk*> ExecArena::new_chunk_in(const std::vector<Mapping>& maps, size_t size,
+                                                  uint64_t lo, uint64_t hi) {
   const uint64_t ps = page_size();
   const uint64_t want = align_up(std::max(size, kChunkSize), ps);
   const uint64_t mid = lo / 2 + hi / 2;
@@ -68,7 +81,7 @@ Result<ExecArena::Chunk*> ExecArena::new_chunk(size_t size, uint64_t lo, uint64_
     ge = std::min(ge, hi) & ~(ps - 1);
     if (ge > gs && ge - gs >= want) gaps.push_back({gs, ge});
   };
-  for (const Mapping& m : *maps) {
+  for (const Mapping& m : maps) {
     if (m.start > prev_end) consider(prev_end, m.start);
     prev_end = std::max(prev_end, m.end);
   }
@@ -89,23 +102,29 @@ Result<ExecArena::Chunk*> ExecArena::new_chunk(size_t size, uint64_t lo, uint64_
       munmap(p, want);  // kernels without MAP_FIXED_NOREPLACE treat it as a hint
       continue;
     }
-    // Nothing can execute this memory yet: fill it, then seal it read+exec for good.
-    std::memset(p, kFill, want);
+    // Nothing can execute this memory yet: fill where the first block goes (the rest as
+    // blocks reach it: fill_to), then seal it read+exec for good.
+    const size_t first = std::min<uint64_t>(want, align_up(size, kFillStep));
+    std::memset(p, kFill, first);
     if (mprotect(p, want, PROT_READ | PROT_EXEC) != 0) {
       munmap(p, want);
       return make_error(Errc::no_memory, fmt::format("mprotect(PROT_READ|PROT_EXEC): {}",
                                                      strerror(errno)));
     }
+    Mapping m;
+    m.start = at;
+    m.end = at + want;
+    m.r = m.x = true;
+    note_mapping(m);
     Chunk c;
     c.base = at;
     c.size = want;
+    c.filled = first;
     c.free.push_back({0, want});
     chunks_.push_back(std::move(c));
     return &chunks_.back();
   }
-  return make_error(Errc::no_memory,
-                    fmt::format("no free {} bytes of address space within [{:#x}, {:#x})", want,
-                                lo, hi));
+  return nullptr;  // no gap, or each taken meanwhile
 }
 
 Result<ExecBlock> ExecArena::allocate(size_t size, uint64_t lo, uint64_t hi) {
@@ -115,13 +134,50 @@ Result<ExecBlock> ExecArena::allocate(size_t size, uint64_t lo, uint64_t hi) {
   size = align_up(size, kAlign);
   std::lock_guard lock(mu_);
   uint64_t addr = 0;
+  Chunk* in = nullptr;
   for (Chunk& c : chunks_)
-    if (c.base + c.size > lo && c.base < hi && take(c, size, lo, hi, &addr)) return ExecBlock{addr, size};
-  auto c = new_chunk(size, lo, hi);
-  if (!c) return std::move(c).error();
-  if (!take(**c, size, lo, hi, &addr))
-    return make_error(Errc::no_memory, "new executable chunk cannot hold the block");
+    if (c.base + c.size > lo && c.base < hi && take(c, size, lo, hi, &addr)) {
+      in = &c;
+      break;
+    }
+  if (!in) {
+    auto c = new_chunk(size, lo, hi);
+    if (!c) return std::move(c).error();
+    if (!take(**c, size, lo, hi, &addr))
+      return make_error(Errc::no_memory, "new executable chunk cannot hold the block");
+    in = *c;
+  }
+  if (auto f = fill_to(*in, addr + size); !f) {
+    give_back(*in, ExecBlock{addr, size});
+    return std::move(f).error();
+  }
   return ExecBlock{addr, size};
+}
+
+Result<void> ExecArena::fill_to(Chunk& c, uint64_t end) {
+  if (end <= c.base + c.filled) return {};
+  const size_t to = std::min<uint64_t>(c.size, align_up(end - c.base, kFillStep));
+  const std::vector<uint8_t> fill(to - c.filled, kFill);
+  UTRAMP_TRY(write_text(c.base + c.filled, fill));
+  c.filled = to;
+  return {};
+}
+
+void ExecArena::give_back(Chunk& c, ExecBlock block) {
+  const uint64_t off = block.addr - c.base;
+  auto it = std::lower_bound(c.free.begin(), c.free.end(), off,
+                             [](const Range& r, uint64_t o) { return r.off < o; });
+  it = c.free.insert(it, Range{off, block.size});
+  // Coalesce with the neighbours.
+  if (it + 1 != c.free.end() && it->off + it->len == (it + 1)->off) {
+    it->len += (it + 1)->len;
+    c.free.erase(it + 1);
+  }
+  if (it != c.free.begin() && (it - 1)->off + (it - 1)->len == it->off) {
+    (it - 1)->len += it->len;
+    c.free.erase(it);
+  }
+  c.used -= block.size;
 }
 
 void ExecArena::free(ExecBlock block) {
@@ -132,20 +188,7 @@ void ExecArena::free(ExecBlock block) {
     if (block.addr < c.base || block.addr >= c.base + c.size) continue;
     std::vector<uint8_t> fill(block.size, kFill);
     (void)write_text(block.addr, fill);
-    const uint64_t off = block.addr - c.base;
-    auto it = std::lower_bound(c.free.begin(), c.free.end(), off,
-                               [](const Range& r, uint64_t o) { return r.off < o; });
-    it = c.free.insert(it, Range{off, block.size});
-    // Coalesce with the neighbours.
-    if (it + 1 != c.free.end() && it->off + it->len == (it + 1)->off) {
-      it->len += (it + 1)->len;
-      c.free.erase(it + 1);
-    }
-    if (it != c.free.begin() && (it - 1)->off + (it - 1)->len == it->off) {
-      (it - 1)->len += it->len;
-      c.free.erase(it);
-    }
-    c.used -= block.size;
+    give_back(c, block);
     if (c.used == 0 && chunks_.size() > 1) {
       munmap(reinterpret_cast<void*>(c.base), c.size);
       bump_unmap_generation();

@@ -2,10 +2,12 @@
 //
 // Chunks are anonymous mappings placed inside a caller-given window (in practice the
 // ±2 GB a rel32 reaches from a site), created read-write only while nothing can execute
-// them, filled with int3, then sealed read+exec for good. Small blocks are packed into
-// chunks. Code is written into a sealed chunk through os::write_text, so no page is
-// ever writable and executable at once. A freed block is refilled with int3 so that a
-// stale jump into it traps instead of running garbage.
+// them, filled with int3 where blocks are handed out first, then sealed read+exec for
+// good. Small blocks are packed into chunks. Code is written into a sealed chunk through
+// os::write_text, so no page is ever writable and executable at once. Every byte handed
+// out is int3 until written (the fill moves ahead of the blocks, 64 KiB at a time, through
+// write_text: a chunk's pages no block reached are never touched), and a freed block is
+// refilled with int3 so that a stale jump into it traps instead of running garbage.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +20,8 @@
 
 namespace utramp::os {
 
+struct Mapping;  // os/maps.hpp
+
 struct ExecBlock {
   uint64_t addr = 0;
   size_t size = 0;
@@ -28,6 +32,7 @@ class ExecArena {
  public:
   static constexpr size_t kChunkSize = 256 * 1024;
   static constexpr size_t kAlign = 16;
+  static constexpr size_t kFillStep = 64 * 1024;
 
   static ExecArena& instance();
 
@@ -53,8 +58,17 @@ class ExecArena {
     size_t size = 0;
     std::vector<Range> free;  // sorted by offset, coalesced
     size_t used = 0;
+    size_t filled = 0;  // [0, filled) is int3 or code; past it, pages never touched
   };
+  // Moves c's fill to cover [c.base, end).
+  static Result<void> fill_to(Chunk& c, uint64_t end);
+  // Returns a block's range to c's free list (its bytes as they are).
+  static void give_back(Chunk& c, ExecBlock block);
   Result<Chunk*> new_chunk(size_t size, uint64_t lo, uint64_t hi);
+  // In a gap of `maps`; null when there is none or each is taken by a mapping `maps`
+  // does not show.
+  Result<Chunk*> new_chunk_in(const std::vector<Mapping>& maps, size_t size, uint64_t lo,
+                              uint64_t hi);
   static bool take(Chunk& c, size_t size, uint64_t lo, uint64_t hi, uint64_t* out);
 
   mutable std::mutex mu_;

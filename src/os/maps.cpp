@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <cstddef>
 #include <cerrno>
 #include <cinttypes>
@@ -62,6 +63,45 @@ uint64_t unmap_generation() {
       },
       &subs);
   return (subs << 32) ^ g_own_unmaps.load(std::memory_order_relaxed);
+}
+
+namespace {
+struct Copy {
+  std::mutex mu;
+  std::shared_ptr<const std::vector<Mapping>> maps;
+  uint64_t gen = 0;
+};
+// Made on first use (the agent's constructors run before this file's), never destroyed:
+// a detach may run from an exit handler after static destructors.
+Copy& copy() {
+  static Copy* c = new Copy();
+  return *c;
+}
+}  // namespace
+
+Result<std::shared_ptr<const std::vector<Mapping>>> maps_copy(bool fresh) {
+  const uint64_t gen = unmap_generation();
+  Copy& c = copy();
+  std::lock_guard lock(c.mu);
+  if (!fresh && c.maps && c.gen == gen) return c.maps;
+  auto m = read_maps();
+  if (!m) return std::move(m).error();
+  c.maps = std::make_shared<const std::vector<Mapping>>(std::move(*m));
+  c.gen = gen;
+  return c.maps;
+}
+
+void note_mapping(const Mapping& m) {
+  Copy& c = copy();
+  std::lock_guard lock(c.mu);
+  if (!c.maps) return;
+  auto next = std::make_shared<std::vector<Mapping>>(*c.maps);
+  // The kernel placed it where nothing is mapped: what the copy still shows there is gone.
+  std::erase_if(*next, [&](const Mapping& x) { return x.start < m.end && m.start < x.end; });
+  auto it = std::upper_bound(next->begin(), next->end(), m.start,
+                             [](uint64_t a, const Mapping& x) { return a < x.start; });
+  next->insert(it, m);
+  c.maps = std::move(next);
 }
 
 const Mapping* find_mapping(const std::vector<Mapping>& maps, uint64_t addr) {

@@ -235,23 +235,16 @@ Result<void> apply(std::span<const PatchOp> all) {
   std::lock_guard lock(g_mu);
   UTRAMP_TRY(install_locked());
   // /proc/self/maps costs ~100 us to read, far more than a batch's writes and syncs.
-  // Keep the last copy while nothing was unmapped since (the loader's unload count and
-  // our own arena's are unchanged) and every op lies in an executable mapping of it;
-  // read it again otherwise (a new object, new executable memory, or a real refusal).
-  // Never destroyed: a detach may run from an exit handler after static destructors.
-  static auto& cached = *new std::vector<os::Mapping>();
-  static uint64_t cached_gen = ~uint64_t{0};
-  const uint64_t gen = os::unmap_generation();
-  bool stale = gen != cached_gen;
+  // The shared copy (os::maps_copy: kept while nothing was unmapped, with the arena's
+  // own chunks) while every op lies in an executable mapping of it; read again
+  // otherwise (a new object, new executable memory, or a real refusal).
+  auto copy = os::maps_copy();
+  bool stale = !copy;
   for (size_t i = 0; i < all.size() && !stale; ++i)
-    stale = !os::range_executable(cached, all[i].addr, std::max<size_t>(all[i].replacement.size(), 1));
-  if (stale) {
-    auto m = os::read_maps();
-    if (!m) return std::move(m).error();
-    cached = std::move(*m);
-    cached_gen = gen;
-  }
-  const std::vector<os::Mapping>* maps = &cached;
+    stale = !os::range_executable(**copy, all[i].addr, std::max<size_t>(all[i].replacement.size(), 1));
+  if (stale) copy = os::maps_copy(true);
+  if (!copy) return std::move(copy).error();
+  const std::vector<os::Mapping>* maps = copy->get();
 
   // 0. Validate everything before writing anything.
   std::vector<size_t> todo;

@@ -56,12 +56,18 @@ ObjectSites analyse_object(const os::ElfFile& elf, uint64_t bias, const CodeRead
   obj.path = elf.path();
   obj.bias = bias;
   obj.stripped = !elf.has_symtab();
-  std::set<uint64_t> listed;
-  for (uint64_t a : elf.address_table(kPatchableEntries)) listed.insert(a + bias);
+  // Sorted, unique (address_table's order, kept by the merge).
+  std::vector<uint64_t> listed = elf.address_table(kPatchableEntries);
   obj.has_patchable_entries = !listed.empty();
   auto mcount = elf.address_table(kMcountLoc);
   obj.has_mcount_loc = !mcount.empty();
-  for (uint64_t a : mcount) listed.insert(a + bias);
+  if (!mcount.empty()) {
+    const size_t mid = listed.size();
+    listed.insert(listed.end(), mcount.begin(), mcount.end());
+    std::inplace_merge(listed.begin(), listed.begin() + static_cast<std::ptrdiff_t>(mid), listed.end());
+    listed.erase(std::unique(listed.begin(), listed.end()), listed.end());
+  }
+  for (uint64_t& a : listed) a += bias;
   obj.has_xray = elf.section(kXrayMap) != nullptr;
   obj.reports_calls = elf.imports(kCygEnter);
 
@@ -81,7 +87,7 @@ ObjectSites analyse_object(const os::ElfFile& elf, uint64_t bias, const CodeRead
       }
 
   ObjectContext ctx;
-  ctx.listed = [&](uint64_t a) { return listed.count(a) != 0; };
+  ctx.listed = [&](uint64_t a) { return std::binary_search(listed.begin(), listed.end(), a); };
   ctx.is_fentry = [&](uint64_t a) { return fentry_targets.count(a) != 0; };
   ctx.is_fentry_slot = [&](uint64_t a) { return fentry_slots.count(a) != 0; };
   // Only an object that can reach mcount has its functions' first calls looked at.
@@ -91,13 +97,22 @@ ObjectSites analyse_object(const os::ElfFile& elf, uint64_t bias, const CodeRead
   }
   ctx.has_xray = obj.has_xray;
 
-  std::set<uint64_t> done;
+  // Sections by index (the last listed with an index wins, as a scan would find it).
+  std::vector<const os::ElfSection*> by_index;
+  for (const auto& s : elf.sections()) {
+    if (s.index >= by_index.size()) by_index.resize(s.index + 1, nullptr);
+    by_index[s.index] = &s;
+  }
+  obj.functions.reserve(elf.symbols().size());
+  // symbols() is sorted by address: an alias follows the name that stands for it.
+  bool any = false;
+  uint64_t last = 0;
   for (const auto& sym : elf.symbols()) {
     const uint64_t func = sym.value + bias;
-    if (!done.insert(func).second) continue;  // aliases: first name wins
-    const os::ElfSection* sec = nullptr;
-    for (const auto& s : elf.sections())
-      if (s.index == sym.shndx) sec = &s;
+    if (any && func == last) continue;  // aliases: first name wins
+    any = true;
+    last = func;
+    const os::ElfSection* sec = sym.shndx < by_index.size() ? by_index[sym.shndx] : nullptr;
     if (!sec || !(sec->flags & SHF_EXECINSTR)) continue;
     const uint64_t want = std::max<uint64_t>(sym.size, 16);
     auto code = read(func, std::min<uint64_t>(want, sec->addr + sec->size + bias - func));

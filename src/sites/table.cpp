@@ -556,6 +556,8 @@ Result<void> SiteTable::commit(std::span<const patch::PatchOp> with) {
   // Only sites whose desired state was set since the last commit can differ.
   std::vector<Site*> dirty;
   dirty.swap(dirty_);
+  ops.reserve(dirty.size() + with.size());
+  changed.reserve(dirty.size());
   for (Site* sp : dirty) {
     Site& s = *sp;
     if (s.desired == s.applied || s.unloaded) continue;

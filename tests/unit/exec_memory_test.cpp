@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <vector>
@@ -117,4 +119,112 @@ TEST(ExecMemory, ShrunkBlockGivesBackItsTail) {
   auto again = arena.allocate(4096, cut.addr, cut.addr + 4096);
   ASSERT_TRUE(again.ok()) << "freed and coalesced: the whole range is one block again";
   arena.free(*again);
+}
+
+constexpr size_t kLarger = os::ExecArena::kChunkSize + 4096;
+
+// The arena places its chunks from the shared copy of the mappings (os::maps_copy), not
+// from /proc/self/maps read again for each: a new chunk is added to the copy, which the
+// patcher then finds executable; an unmapped chunk makes the copy read again.
+TEST(ExecMemory, ChunksKeepTheSharedCopyOfTheMappings) {
+  const uint64_t target = reinterpret_cast<uint64_t>(&some_function);
+  const auto w = arch::rel32_window(target);
+  auto& arena = os::ExecArena::instance();
+  auto first = os::maps_copy();
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  auto same = os::maps_copy();
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(first->get(), same->get()) << "nothing was unmapped: the copy is kept";
+  // Two blocks larger than a chunk: each in a new chunk of its own.
+  const size_t chunks = arena.chunk_count();
+  auto a = arena.allocate(kLarger, w.lo, w.hi);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  auto b = arena.allocate(kLarger, w.lo, w.hi);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(arena.chunk_count(), chunks + 2);
+  auto noted = os::maps_copy();
+  ASSERT_TRUE(noted.ok());
+  EXPECT_TRUE(os::range_executable(**noted, a->addr, a->size));
+  EXPECT_TRUE(os::range_executable(**noted, b->addr, b->size));
+  // What the kernel says agrees with the copy.
+  auto real = os::read_maps();
+  ASSERT_TRUE(real.ok());
+  EXPECT_TRUE(os::range_executable(*real, a->addr, a->size));
+  EXPECT_TRUE(os::range_executable(*real, b->addr, b->size));
+  const auto kept = noted->get();
+  arena.free(*b);  // its chunk is unmapped: the copy no longer holds
+  auto after = os::maps_copy();
+  ASSERT_TRUE(after.ok());
+  EXPECT_NE(after->get(), kept) << "an unmapped chunk makes the copy read again";
+  EXPECT_FALSE(os::range_executable(**after, b->addr, b->size));
+  arena.free(*a);
+}
+
+// A copy that does not show a mapping made since: the placement the kernel refuses
+// (MAP_FIXED_NOREPLACE) is tried elsewhere, never over it.
+TEST(ExecMemory, StaleCopyNeverPlacesAChunkOverANewMapping) {
+  const uint64_t target = reinterpret_cast<uint64_t>(&some_function);
+  const auto w = arch::rel32_window(target);
+  auto& arena = os::ExecArena::instance();
+  ASSERT_TRUE(os::maps_copy(true).ok());
+  // Mappings the copy does not show, where the next chunks would go (the kernel takes
+  // the hint, the window's middle, or the nearest free place).
+  std::vector<void*> taken;
+  for (int i = 0; i < 8; ++i) {
+    void* p = mmap(reinterpret_cast<void*>(w.lo / 2 + w.hi / 2), kLarger * 2, PROT_READ,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    taken.push_back(p);
+  }
+  std::vector<os::ExecBlock> blocks;
+  for (int i = 0; i < 4; ++i) {
+    auto b = arena.allocate(kLarger, w.lo, w.hi);
+    ASSERT_TRUE(b.ok()) << b.error().message;
+    blocks.push_back(*b);
+  }
+  auto real = os::read_maps();
+  ASSERT_TRUE(real.ok());
+  for (const auto& b : blocks) {
+    EXPECT_TRUE(os::range_executable(*real, b.addr, b.size));
+    for (void* p : taken) {
+      const uint64_t s = reinterpret_cast<uint64_t>(p), e = s + kLarger * 2;
+      EXPECT_FALSE(b.addr < e && s < b.addr + b.size) << "a chunk over a mapping it did not make";
+    }
+  }
+  for (const auto& b : blocks) arena.free(b);
+  for (void* p : taken) munmap(p, kLarger * 2);
+}
+
+// A new chunk's pages are touched as blocks reach them: int3 ahead of every block handed
+// out, never a page no block reached (a program of 3 functions filled three 256 KiB
+// chunks for a few hundred bytes of code).
+TEST(ExecMemory, ChunkPagesAreFilledAsBlocksReachThem) {
+  // A window where nothing is mapped yet: its chunk is new.
+  const uint64_t lo = uint64_t{0x3a0000000000}, hi = lo + (uint64_t{1} << 30);
+  auto& arena = os::ExecArena::instance();
+  auto a = arena.allocate(64, lo, hi);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  auto maps = os::read_maps();
+  ASSERT_TRUE(maps.ok());
+  const os::Mapping* m = os::find_mapping(*maps, a->addr);
+  ASSERT_NE(m, nullptr);
+  ASSERT_EQ(m->end - m->start, os::ExecArena::kChunkSize);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident(os::ExecArena::kChunkSize / page);
+  auto touched = [&] {
+    EXPECT_EQ(mincore(reinterpret_cast<void*>(m->start), os::ExecArena::kChunkSize, resident.data()), 0);
+    size_t n = 0;
+    for (unsigned char r : resident) n += r & 1;
+    return n * page;
+  };
+  EXPECT_EQ(touched(), os::ExecArena::kFillStep);
+  for (size_t i = 0; i < a->size; ++i) EXPECT_EQ(reinterpret_cast<const uint8_t*>(a->addr)[i], 0xcc);
+  // A block at the chunk's end: the fill reaches it, and it is int3 too.
+  auto b = arena.allocate(64, m->end - 64, m->end);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  ASSERT_EQ(b->addr, m->end - 64);
+  for (size_t i = 0; i < b->size; ++i) EXPECT_EQ(reinterpret_cast<const uint8_t*>(b->addr)[i], 0xcc);
+  EXPECT_EQ(touched(), os::ExecArena::kChunkSize);
+  arena.free(*b);
+  arena.free(*a);
 }
