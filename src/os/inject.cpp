@@ -513,21 +513,33 @@ Result<Injected> inject_library(pid_t pid, const std::string& library, int timeo
 Result<std::vector<pid_t>> unblock_signal(pid_t pid, const std::vector<pid_t>& tids, int sig) {
   if (sig < 1 || sig > 64) return make_error(Errc::invalid_argument, fmt::format("signal {}", sig));
   Stopped threads(pid);
-  for (pid_t tid : tids)
-    if (tid <= 0 || status_field(tid, "Tgid") != std::to_string(pid))
-      return make_error(Errc::invalid_argument, fmt::format("{} is not a thread of process {}", tid, pid));
-  UTRAMP_TRY(threads.stop(tids));
-  std::vector<pid_t> changed;
+  // A thread that ended since it was listed (glibc's own threads block every signal
+  // while they end) is left out; a live one of another process is refused.
+  std::vector<pid_t> ours;
   for (pid_t tid : tids) {
+    if (tid <= 0) return make_error(Errc::invalid_argument, fmt::format("{} is not a thread id", tid));
+    const std::string tgid = status_field(tid, "Tgid");
+    if (tgid.empty()) continue;
+    if (tgid != std::to_string(pid))
+      return make_error(Errc::invalid_argument, fmt::format("{} is not a thread of process {}", tid, pid));
+    ours.push_back(tid);
+  }
+  UTRAMP_TRY(threads.stop(ours));
+  std::vector<pid_t> changed;
+  for (pid_t tid : ours) {
     if (!threads.stopped(tid)) continue;  // it ended meanwhile
     uint64_t mask = 0;
-    if (ptrace(PTRACE_GETSIGMASK, tid, reinterpret_cast<void*>(sizeof mask), &mask) != 0)
+    if (ptrace(PTRACE_GETSIGMASK, tid, reinterpret_cast<void*>(sizeof mask), &mask) != 0) {
+      if (errno == ESRCH) continue;  // killed while stopped
       return make_error(Errc::io, fmt::format("thread {}: PTRACE_GETSIGMASK: {}", tid, strerror(errno)));
+    }
     const uint64_t bit = uint64_t{1} << (sig - 1);
     if (!(mask & bit)) continue;
     mask &= ~bit;
-    if (ptrace(PTRACE_SETSIGMASK, tid, reinterpret_cast<void*>(sizeof mask), &mask) != 0)
+    if (ptrace(PTRACE_SETSIGMASK, tid, reinterpret_cast<void*>(sizeof mask), &mask) != 0) {
+      if (errno == ESRCH) continue;
       return make_error(Errc::io, fmt::format("thread {}: PTRACE_SETSIGMASK: {}", tid, strerror(errno)));
+    }
     changed.push_back(tid);
   }
   return changed;  // the threads go on as ~Stopped detaches them

@@ -80,7 +80,7 @@ Result<Injected> inject_library(pid_t pid, const std::string& library, int timeo
 // PTRACE_INTERRUPT, PTRACE_GETSIGMASK and PTRACE_SETSIGMASK, detach): no ptrace stays.
 // A system call a thread was in is restarted as after an injection. Returns the threads
 // whose mask changed (a thread that ended meanwhile, or that no longer blocked SIG, is
-// not among them). A thread waiting in a call that takes a mask for the wait
+// not among them); a thread id of another live process is refused. A thread waiting in a call that takes a mask for the wait
 // (rt_sigsuspend, ppoll, pselect6) gets SIG out of that mask only.
 Result<std::vector<pid_t>> unblock_signal(pid_t pid, const std::vector<pid_t>& tids, int sig);
 

@@ -208,9 +208,12 @@ static void* trap_blocker(void* arg) {
 
 extern char** environ;
 
+static void* volatile g_sink;  // keeps the compiler from eliding malloc and free
+
 static void* short_lived(void* arg) {
   char* p = malloc(64 + (size_t)arg);
   if (!p) atomic_fetch_add(&g_bad, 1);
+  g_sink = p;
   free(p);
   return NULL;
 }

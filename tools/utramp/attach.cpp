@@ -120,7 +120,7 @@ bool unblock_sigtrap(pid_t pid, const std::string& me, bool* changed) {
   *changed = !done->empty();
   if (*changed)
     fmt::print(stderr,
-               "{}: process {}: SIGTRAP unblocked in {} (it kept it blocked: a patch batch's int3 reached "
+               "{}: process {}: SIGTRAP unblocked in {} (it was blocked there: a patch batch's int3 reached "
                "so would end the process); it stays unblocked after the detach (docs/attach.md)\n",
                me, pid, probe::describe(*blocking));
   return true;
