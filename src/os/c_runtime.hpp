@@ -13,6 +13,11 @@ namespace utramp::os {
 // kernel, so utramp puts no int3 in this code, even for a patch batch's microseconds:
 // it is changed only while no other thread runs (start-up). docs/sites.md, "The C
 // library while threads run".
+// Why: the end of the refusals of a change there while other threads run.
+inline constexpr const char* kCRuntimeWhy =
+    "the C library runs its own functions with every signal blocked (a thread's start and end, "
+    "posix_spawn's and vfork's children), where an int3, even a patch's for microseconds, would end the process";
+
 inline bool c_runtime_object(std::string_view path) noexcept {
   const std::string_view base = path.substr(path.rfind('/') + 1);
   return base.starts_with("libc.so") || base.starts_with("libc-2.") || base.starts_with("libpthread.so") ||

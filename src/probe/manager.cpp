@@ -372,12 +372,9 @@ Result<void> Manager::Impl::commit(const Changes& changes) {
     auto n = os::thread_count();
     if (!n || *n != 1)
       return make_error(Errc::busy,
-                        fmt::format("{} ({:#x}): no probe in {} while other threads run: the C library runs its "
-                                    "own functions with every signal blocked (a thread's start and end, "
-                                    "posix_spawn's and vfork's children), where an int3, even a patch's for "
-                                    "microseconds, would end the process; probe it from start-up (utramp run "
-                                    "OBJECT -- PROGRAM)",
-                                    r->label, r->addr(), r->func.object));
+                        fmt::format("{} ({:#x}): no probe in {} while other threads run: {}; probe it from "
+                                    "start-up (utramp run OBJECT -- PROGRAM)",
+                                    r->label, r->addr(), r->func.object, os::kCRuntimeWhy));
     break;
   }
 

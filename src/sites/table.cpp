@@ -469,12 +469,9 @@ Result<bool> SiteTable::trap_form(const Site* site, const SiteState& state) cons
     auto threads = os::thread_count();
     if (!threads || *threads != 1)
       return make_error(Errc::busy,
-                        fmt::format("{}: not patched in {} while other threads run: the C library runs its "
-                                    "own functions with every signal blocked (a thread's start and end, "
-                                    "posix_spawn's and vfork's children), where any int3, even a patch's "
-                                    "for microseconds, would end the process; trace it from start-up "
-                                    "(utramp record -- PROGRAM)",
-                                    site->label(), site->object));
+                        fmt::format("{}: not patched in {} while other threads run: {}; trace it from "
+                                    "start-up (utramp record -- PROGRAM)",
+                                    site->label(), site->object, os::kCRuntimeWhy));
   }
   if (site->info.kind == SiteKind::nop1x5 && !site->canonical) return true;  // usable(): allowed
   // A relocated prologue whose first instruction is shorter than the jump replaces
