@@ -1102,14 +1102,27 @@ TEST(RunE2E, FentryAndFexitStacksAreTheUprobesFrames) {
   };
   const std::map<std::vector<std::string>, uint64_t> want = {
       {{"alloc_leaf", "path_a3", "path_a2", "path_a1", "main"}, 9}, {{"alloc_leaf", "path_b1", "main"}, 18}};
+  // Two different stacks in one bucket of the stack trace map: bpf_get_stackid says
+  // -EEXIST for the second (the kernel's rule without BPF_F_REUSE_STACKID). The buckets
+  // follow the addresses, which ASLR moves at every run: about 1 run in 1,000 per pair
+  // of stacks. Such a run is made again (at most twice); a stack that is wrong every
+  // time still fails below.
+  const auto run_stacks = [](const std::string& object, const std::string& target) {
+    test::RunResult r;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      r = test::run_program({UTRAMP_CLI, "run", object, "--json", "--", target, "9"}, {.timeout_s = 120});
+      if (r.exit_code != 0) break;
+      auto g = globals_of(r.out);
+      if (!g.count("errors") || g["errors"]["value"] == 0) break;
+    }
+    return r;
+  };
   for (const std::string& b : builds) {
     SCOPED_TRACE(b);
     const std::string target = std::string(UTRAMP_STACK_TARGETS_DIR) + "/stack_target_" + b;
-    const auto up = test::run_program({UTRAMP_CLI, "run", bad("ustack_uprobe"), "--json", "--", target, "9"},
-                                      {.timeout_s = 120});
+    const auto up = run_stacks(bad("ustack_uprobe"), target);
     ASSERT_EQ(up.exit_code, 0) << up.err;
-    const auto fe = test::run_program({UTRAMP_CLI, "run", bad("ustack_fentry"), "--json", "--", target, "9"},
-                                      {.timeout_s = 120});
+    const auto fe = run_stacks(bad("ustack_fentry"), target);
     ASSERT_EQ(fe.exit_code, 0) << fe.err;
     EXPECT_NE(fe.out.find("stack_target: 9 calls of path_a (1000 bytes), 18 of path_b (2000 bytes)"),
               std::string::npos);
