@@ -100,7 +100,8 @@ bool ensure_agent(pid_t pid, const std::string& me) {
 // with SIGTRAP blocked would be ended, with the whole process, by the kernel (liblzma's
 // workers block every signal, for one). Said on stderr; *changed: whether a thread's
 // mask was changed (the agent then keeps the program's signal functions from blocking it
-// again: agent::Config::sigtrap_unblocked). False (said why) when it cannot be done.
+// again: agent::Config::sigtrap_unblocked). False (said why) when the masks cannot be
+// read; when they cannot be changed (ptrace refused) it is said and the agent decides.
 bool unblock_sigtrap(pid_t pid, const std::string& me, bool* changed) {
   *changed = false;
   auto blocking = probe::threads_blocking_sigtrap(pid);
@@ -113,9 +114,12 @@ bool unblock_sigtrap(pid_t pid, const std::string& me, bool* changed) {
   for (const probe::BlockingThread& t : *blocking) tids.push_back(static_cast<pid_t>(t.tid));
   auto done = os::unblock_signal(pid, tids, SIGTRAP);
   if (!done) {
-    fmt::print(stderr, "{}: process {}: {} {} SIGTRAP blocked, and it could not be unblocked: {}; nothing was patched\n",
-               me, pid, probe::describe(*blocking), blocking->size() == 1 ? "keeps" : "keep", done.error().message);
-    return false;
+    // Not a refusal yet: glibc blocks every signal for a moment in a thread that starts or
+    // ends, which is no danger (the C library is not patched while threads run). The
+    // agent refuses if a thread keeps SIGTRAP blocked when it looks.
+    fmt::print(stderr, "{}: process {}: {} blocked SIGTRAP, which could not be unblocked: {}\n", me, pid,
+               probe::describe(*blocking), done.error().message);
+    return true;
   }
   *changed = !done->empty();
   if (*changed)
