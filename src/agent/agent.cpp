@@ -1115,16 +1115,10 @@ Result<nlohmann::json> configure_running(TrustedConfig t, uint64_t client) {
   }
   // Functions whose site cannot change while the threads run (five 1-byte NOPs, a
   // relocated prologue whose first instruction is shorter than a jump) get their entry
-  // diverted by an int3 (sites::set_trap_entries). No thread keeps SIGTRAP blocked now
-  // (configure_running refused otherwise); one that blocks it from here on unseen is a
-  // limit (docs/sites.md, "A thread that blocks SIGTRAP unseen"). Should the look fail,
-  // no int3 entry: said in the log.
-  if (auto blocking = probe::threads_keeping_sigtrap_blocked(); blocking && blocking->empty()) {
-    sites::set_trap_entries(true);  // the signal functions taken over first (attach_new_sites)
-  } else {
-    sites::set_trap_entries(false, blocking ? probe::describe(*blocking) + " keeps SIGTRAP blocked"
-                                            : blocking.error().message);
-  }
+  // diverted by an int3 (sites::set_trap_entries): no thread keeps SIGTRAP blocked, the
+  // look above said (one that blocks it from here on unseen is a limit: docs/sites.md,
+  // "A thread that blocks SIGTRAP unseen").
+  sites::set_trap_entries(true);  // the signal functions taken over first (attach_new_sites)
   // Sites restored by the last detach are canonicalised and attached again.
   for (sites::Site* s : sites::SiteTable::instance().all()) s->traced_by_agent = false;
   g_untraced = {};

@@ -1,7 +1,10 @@
 // The C library of a process: glibc's objects and the dynamic loader.
 #pragma once
 
+#include <string>
 #include <string_view>
+
+#include "os/text_writer.hpp"
 
 namespace utramp::os {
 
@@ -22,6 +25,15 @@ inline bool c_runtime_object(std::string_view path) noexcept {
   const std::string_view base = path.substr(path.rfind('/') + 1);
   return base.starts_with("libc.so") || base.starts_with("libc-2.") || base.starts_with("libpthread.so") ||
          base.starts_with("libpthread-2.") || base.starts_with("ld-linux");
+}
+
+// Why code of OBJECT may not be changed now (empty: it may): it is the C library's and
+// other threads run (or their count cannot be had). The one rule for sites and probes.
+inline std::string c_runtime_change_refused(std::string_view object) {
+  if (!c_runtime_object(object)) return {};
+  auto threads = thread_count();
+  if (threads && *threads == 1) return {};
+  return std::string(object) + " while other threads run: " + kCRuntimeWhy;
 }
 
 }  // namespace utramp::os

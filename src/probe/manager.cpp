@@ -369,13 +369,11 @@ Result<void> Manager::Impl::commit(const Changes& changes) {
   for (SiteRec* r : affected) {
     if (desired[r] == SiteState::idle || r->applied != SiteState::idle || !os::c_runtime_object(r->func.object))
       continue;
-    auto n = os::thread_count();
-    if (!n || *n != 1)
-      return make_error(Errc::busy,
-                        fmt::format("{} ({:#x}): no probe in {} while other threads run: {}; probe it from "
-                                    "start-up (utramp run OBJECT -- PROGRAM)",
-                                    r->label, r->addr(), r->func.object, os::kCRuntimeWhy));
-    break;
+    if (const std::string why = os::c_runtime_change_refused(r->func.object); !why.empty())
+      return make_error(Errc::busy, fmt::format("{} ({:#x}): no probe in {}; probe it from start-up (utramp "
+                                                "run OBJECT -- PROGRAM)",
+                                                r->label, r->addr(), why));
+    break;  // one thread count for the whole batch
   }
 
   // A site about to become an int3 while a thread keeps SIGTRAP blocked where the agent

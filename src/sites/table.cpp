@@ -465,14 +465,10 @@ Result<bool> SiteTable::trap_form(const Site* site, const SiteState& state) cons
   // with every signal blocked (a thread's start and end, the children of posix_spawn and
   // vfork): a thread that reached the int3 then would end the process (seen: Python's
   // threading HTTP server, an ending thread in getpagesize). Patched only at start-up.
-  if (os::c_runtime_object(site->object)) {
-    auto threads = os::thread_count();
-    if (!threads || *threads != 1)
-      return make_error(Errc::busy,
-                        fmt::format("{}: not patched in {} while other threads run: {}; trace it from "
-                                    "start-up (utramp record -- PROGRAM)",
-                                    site->label(), site->object, os::kCRuntimeWhy));
-  }
+  if (const std::string why = os::c_runtime_change_refused(site->object); !why.empty())
+    return make_error(Errc::busy, fmt::format("{}: not patched in {}; trace it from start-up (utramp record -- "
+                                              "PROGRAM)",
+                                              site->label(), why));
   if (site->info.kind == SiteKind::nop1x5 && !site->canonical) return true;  // usable(): allowed
   // A relocated prologue whose first instruction is shorter than the jump replaces
   // several instructions: a thread stopped between two of them would resume inside the

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -202,6 +203,15 @@ TextDiff text_back(pid_t pid, const std::string& path) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return d;
+}
+
+// The end of a test on C (attach_counter at TARGET, 8 workers) once utramp left it:
+// its .text is the file's, and it ends with every result right.
+inline void expect_left_as_untraced(Counter& c, const std::string& target) {
+  EXPECT_EQ(text_vs_file(c.pid(), target).bytes, 0u);
+  auto [res, code] = c.finish();
+  EXPECT_EQ(res, "ok: 8 workers\n");
+  EXPECT_EQ(code, 0);
 }
 
 }  // namespace utramp::test
