@@ -11,9 +11,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -316,14 +318,29 @@ class Debug {
   // First in unit order, as the search without an index finds them: in a unit whose
   // ranges hold the entry, else in any other (a unit whose ranges are missing).
   mutable std::unordered_map<Dwarf_Addr, Entry> entries_in_unit, entries_elsewhere;
-  // Function symbols by Dwfl address (symbols_at()), built on first use.
+  // Function symbols by Dwfl address (symbols_at()), built on first use: the first in
+  // table order (for messages), and whether any is not a gcc clone's name.
+  struct SymbolsAt {
+    std::string first;
+    bool plain = false;
+  };
   mutable std::once_flag symbols_once;
-  mutable std::unordered_map<Dwarf_Addr, std::vector<std::string>> symbols;
+  mutable std::unordered_map<Dwarf_Addr, SymbolsAt> symbols;
   // What each type DIE classifies as (type_class(), below), for a unit's language and
   // producer: a program's functions share a few types, and a tracer asks for all of
   // them. By the DIE's address in the file's mapped data (unique while the file is
   // open, which this object keeps).
   struct TypeClass;
+  // What build_signature needs of a compile unit (unit_of(), below), by the unit DIE's
+  // address, read once per unit rather than once per function.
+  struct Unit {
+    int lang = 0;
+    bool clang = false;    // produced by clang
+    bool minimal = false;  // the producer says -g1 / -gmlt / -gline-tables-only
+    std::string producer;
+  };
+  mutable std::mutex units_mu;
+  mutable std::unordered_map<const void*, Unit> units;
   mutable std::mutex classes_mu;
   mutable std::map<std::tuple<const void*, bool, bool>, std::shared_ptr<const TypeClass>> classes;
 
@@ -404,33 +421,35 @@ void for_each_symbol(Dwfl_Module* mod, F&& fn) {
   }
 }
 
-// Names of the function symbols at a Dwfl address, in symbol table order: from the
-// file's index of them, built on first use (one pass over the symbol table, not one per
-// function looked up).
-const std::vector<std::string>& symbols_at(const Debug& d, Dwarf_Addr dwfl_addr) {
-  std::call_once(d.symbols_once, [&] {
-    for_each_symbol(d.mod, [&](const char* name, const GElf_Sym& sym, GElf_Addr addr, GElf_Word) {
-      if (GELF_ST_TYPE(sym.st_info) == STT_FUNC) d.symbols[addr].emplace_back(name);
-      return false;
-    });
-  });
-  static const auto* none = new std::vector<std::string>();  // never destroyed (exit order)
-  auto it = d.symbols.find(dwfl_addr);
-  return it == d.symbols.end() ? *none : it->second;
-}
-
 // gcc names the copies whose calling convention it changed f.isra.N (scalar replacement
 // of aggregates), f.constprop.N (constant arguments dropped), f.part.N (split-off tail)
 // and f.cold (the cold part, not an entry).
-bool is_gcc_clone(const std::string& sym) {
+bool is_gcc_clone(std::string_view sym) {
   size_t pos = sym.find('.');
-  while (pos != std::string::npos) {
+  while (pos != std::string_view::npos) {
     const size_t end = sym.find('.', pos + 1);
-    const std::string tok = sym.substr(pos + 1, end == std::string::npos ? std::string::npos : end - pos - 1);
+    const std::string_view tok = sym.substr(pos + 1, end == std::string_view::npos ? end : end - pos - 1);
     if (tok == "isra" || tok == "constprop" || tok == "part" || tok == "cold") return true;
     pos = end;
   }
   return false;
+}
+
+// What the function symbols at a Dwfl address say (nullptr: there are none): from the
+// file's index of them, built on first use (one pass over the symbol table, not one per
+// function looked up).
+const Debug::SymbolsAt* symbols_at(const Debug& d, Dwarf_Addr dwfl_addr) {
+  std::call_once(d.symbols_once, [&] {
+    for_each_symbol(d.mod, [&](const char* name, const GElf_Sym& sym, GElf_Addr addr, GElf_Word) {
+      if (GELF_ST_TYPE(sym.st_info) != STT_FUNC) return false;
+      auto [it, fresh] = d.symbols.try_emplace(addr);
+      if (fresh) it->second.first = name;
+      it->second.plain = it->second.plain || !is_gcc_clone(name);
+      return false;
+    });
+  });
+  auto it = d.symbols.find(dwfl_addr);
+  return it == d.symbols.end() ? nullptr : &it->second;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1049,6 +1068,7 @@ class Classifier {
 struct Debug::TypeClass {
   Result<Value> value;
   abi::Scalar scalar;
+  bool record;  // a struct, class or union once typedefs and qualifiers are stripped
 };
 
 // CL's classification of type T and its scalar kind, once per type of D.
@@ -1058,9 +1078,28 @@ std::shared_ptr<const Debug::TypeClass> type_class(const Debug& d, Classifier& c
     std::lock_guard lock(d.classes_mu);
     if (auto it = d.classes.find(key); it != d.classes.end()) return it->second;
   }
-  auto c = std::make_shared<const Debug::TypeClass>(Debug::TypeClass{cl.classify(t), cl.scalar(t)});
+  auto st = cl.strip(t);
+  const bool record = st && is_record(dwarf_tag(&*st));
+  auto c = std::make_shared<const Debug::TypeClass>(Debug::TypeClass{cl.classify(t), cl.scalar(t), record});
   std::lock_guard lock(d.classes_mu);
   return d.classes.emplace(key, std::move(c)).first->second;
+}
+
+// What build_signature needs of the unit CU (a unit DIE), once per unit of D.
+const Debug::Unit& unit_of(const Debug& d, Dwarf_Die cu) {
+  {
+    std::lock_guard lock(d.units_mu);
+    if (auto it = d.units.find(cu.addr); it != d.units.end()) return it->second;
+  }
+  Debug::Unit u;
+  u.lang = dwarf_srclang(&cu);
+  const char* producer = str_attr(&cu, DW_AT_producer, false);
+  u.producer = producer ? producer : "";
+  u.clang = u.producer.find("clang") != std::string::npos;
+  u.minimal = u.producer.find(" -g1") != std::string::npos || u.producer.find("-gmlt") != std::string::npos ||
+              u.producer.find("-gline-tables-only") != std::string::npos;
+  std::lock_guard lock(d.units_mu);
+  return d.units.emplace(cu.addr, std::move(u)).first->second;  // the first one stays
 }
 
 Part part_of(Cls c) {
@@ -1089,21 +1128,123 @@ bool is_cxx_language(int lang) {
          lang == 0x2a /* C++17 */ || lang == 0x2b /* C++20 */ || lang == DW_LANG_ObjC_plus_plus;
 }
 
-// The function DIE and the DIEs it inherits from (abstract instance, declaration).
-std::vector<Dwarf_Die> origin_chain(Dwarf_Die fn) {
-  std::vector<Dwarf_Die> out{fn};
-  for (int i = 0; i < 8; ++i) {
-    auto next = ref_attr(&out.back(), DW_AT_abstract_origin);
-    if (!next) next = ref_attr(&out.back(), DW_AT_specification);
-    if (!next) break;
-    out.push_back(*next);
+// A few DIEs without a heap allocation (a function's parameters: nearly always fewer
+// than kInline).
+class DieList {
+ public:
+  void push_back(const Dwarf_Die& d) {
+    if (n_ < kInline) inline_[n_] = d;
+    else more_.push_back(d);
+    ++n_;
   }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  const Dwarf_Die& operator[](size_t i) const { return i < kInline ? inline_[i] : more_[i - kInline]; }
+
+ private:
+  static constexpr size_t kInline = 8;
+  Dwarf_Die inline_[kInline];
+  std::vector<Dwarf_Die> more_;
+  size_t n_ = 0;
+};
+
+// The attributes build_signature reads of a function DIE, each as dwarf_attr_integrate
+// finds it (the DIE's own, else the first along DW_AT_abstract_origin, else
+// DW_AT_specification, at most 17 DIEs), read in one dwarf_getattrs pass per DIE of the
+// chain: a dwarf_attr walks the DIE's abbreviation up to the attribute, and a function
+// was asked for eight of them, most absent (each a walk to the end, for every DIE of the
+// chain).
+struct FnAttrs {
+  enum Name : uint8_t { calling_convention, external, type, prototyped, artificial, noreturn, decl_file, count };
+  static constexpr unsigned kDwarfNames[count] = {DW_AT_calling_convention, DW_AT_external, DW_AT_type,
+                                                  DW_AT_prototyped, DW_AT_artificial, DW_AT_noreturn,
+                                                  DW_AT_decl_file};
+  // The function DIE and the DIEs it inherits from (abstract instance, declaration).
+  static constexpr size_t kMaxChain = 17;
+  Dwarf_Die chain[kMaxChain];
+  size_t chain_len = 0;
+  Dwarf_Attribute attr[count];
+  unsigned found = 0;  // bit i: attr[i] is kDwarfNames[i]
+
+  Dwarf_Attribute* get(Name n) { return (found & (1u << n)) != 0 ? &attr[n] : nullptr; }
+  bool flag(Name n) {
+    bool f = false;
+    Dwarf_Attribute* a = get(n);
+    return a != nullptr && dwarf_formflag(a, &f) == 0 && f;
+  }
+};
+
+FnAttrs read_fn_attrs(Dwarf_Die fn) {
+  FnAttrs out;
+  out.chain[0] = fn;
+  out.chain_len = 1;
+  struct Pass {
+    FnAttrs* out;
+    Dwarf_Attribute origin, spec;
+    bool has_origin, has_spec;
+  };
+  for (;;) {
+    Pass pass{&out, {}, {}, false, false};
+    auto cb = [](Dwarf_Attribute* a, void* arg) -> int {
+      auto* p = static_cast<Pass*>(arg);
+      const unsigned name = dwarf_whatattr(a);
+      if (name == DW_AT_abstract_origin) {
+        p->origin = *a;
+        p->has_origin = true;
+      } else if (name == DW_AT_specification) {
+        p->spec = *a;
+        p->has_spec = true;
+      } else {
+        for (unsigned i = 0; i < FnAttrs::count; ++i)
+          if (FnAttrs::kDwarfNames[i] == name && (p->out->found & (1u << i)) == 0) {
+            p->out->attr[i] = *a;
+            p->out->found |= 1u << i;
+          }
+      }
+      return DWARF_CB_OK;
+    };
+    if (dwarf_getattrs(&out.chain[out.chain_len - 1], cb, &pass, 0) < 0) break;
+    if (out.chain_len == FnAttrs::kMaxChain || (!pass.has_origin && !pass.has_spec)) break;
+    Dwarf_Die next;
+    if (dwarf_formref_die(pass.has_origin ? &pass.origin : &pass.spec, &next) == nullptr) break;
+    out.chain[out.chain_len++] = next;
+  }
+  return out;
+}
+
+// What build_signature reads of a parameter DIE, in one dwarf_getattrs pass (its type
+// as dwarf_attr_integrate finds it, the others its own).
+struct ParamAttrs {
+  Dwarf_Attribute type, location;
+  bool has_type = false, has_location = false, const_value = false;
+};
+
+ParamAttrs read_param_attrs(Dwarf_Die* p) {
+  ParamAttrs out;
+  auto cb = [](Dwarf_Attribute* a, void* arg) -> int {
+    auto* o = static_cast<ParamAttrs*>(arg);
+    switch (dwarf_whatattr(a)) {
+      case DW_AT_type:
+        o->type = *a;
+        o->has_type = true;
+        break;
+      case DW_AT_location:
+        o->location = *a;
+        o->has_location = true;
+        break;
+      case DW_AT_const_value: o->const_value = true; break;
+      default: break;
+    }
+    return DWARF_CB_OK;
+  };
+  dwarf_getattrs(p, cb, &out, 0);
+  if (!out.has_type) out.has_type = dwarf_attr_integrate(p, DW_AT_type, &out.type) != nullptr;
   return out;
 }
 
 // The formal parameters of a function DIE in order (gcc puts a variadic template's
 // expanded pack in DW_TAG_GNU_formal_parameter_pack), and whether it ends in "...".
-void params_of(Dwarf_Die fn, std::vector<Dwarf_Die>* params, bool* variadic) {
+void params_of(Dwarf_Die fn, DieList* params, bool* variadic) {
   Dwarf_Die c;
   if (dwarf_child(&fn, &c) != 0) return;
   do {
@@ -1134,10 +1275,15 @@ struct ParamReg {
   bool from_list = false;
 };
 
-ParamReg register_at(Dwarf_Die* param, Dwarf_Addr pc) {
-  Dwarf_Attribute a;
-  if (dwarf_attr(param, DW_AT_location, &a) == nullptr) return {};
+ParamReg register_at(const ParamAttrs& pa, Dwarf_Addr pc) {
+  if (!pa.has_location) return {};
+  Dwarf_Attribute a = pa.location;
   const unsigned form = dwarf_whatform(&a);
+  if (form == DW_FORM_exprloc) {  // one expression for every pc: a lone DW_OP_regN read as is
+    Dwarf_Block b;
+    if (dwarf_formblock(&a, &b) == 0 && b.length == 1 && b.data[0] >= DW_OP_reg0 && b.data[0] <= DW_OP_reg31)
+      return {b.data[0] - DW_OP_reg0, false};
+  }
   const bool list = form == DW_FORM_sec_offset || form == DW_FORM_loclistx || form == DW_FORM_data4 ||
                     form == DW_FORM_data8;
   Dwarf_Op* expr = nullptr;
@@ -1167,42 +1313,42 @@ Result<Signature> build_signature(const Debug& d, const Found& f, What&& what) {
   };
 
   // A gcc clone's DIE names the original function, whose signature it no longer has.
-  const auto& syms = symbols_at(d, f.entry + d.dwbias);
-  if (!syms.empty()) {
-    bool plain = false;
-    for (const auto& s : syms) plain = plain || !is_gcc_clone(s);
-    if (!plain)
-      return refuse(fmt::format("the symbol at {:#x} is {}, a gcc clone whose calling convention the "
-                                "optimiser changed; DWARF describes the original",
-                                d.to_file(f.entry), syms.front()));
-  }
-  if (auto cc = udata_attr(&fn, DW_AT_calling_convention, true);
-      cc && *cc != DW_CC_normal && *cc != DW_CC_program) {
-    if (*cc == DW_CC_nocall)
+  if (const auto* syms = symbols_at(d, f.entry + d.dwbias); syms != nullptr && !syms->plain)
+    return refuse(fmt::format("the symbol at {:#x} is {}, a gcc clone whose calling convention the "
+                              "optimiser changed; DWARF describes the original",
+                              d.to_file(f.entry), syms->first));
+  FnAttrs fa = read_fn_attrs(fn);
+  if (Dwarf_Word cc; fa.get(FnAttrs::calling_convention) != nullptr &&
+                     dwarf_formudata(fa.get(FnAttrs::calling_convention), &cc) == 0 &&
+                     cc != DW_CC_normal && cc != DW_CC_program) {
+    if (cc == DW_CC_nocall)
       return refuse("DW_CC_nocall: the optimiser changed its calling convention (it is not callable "
                     "per the ABI)");
-    return refuse(fmt::format("calling convention {:#x} is not the SysV ABI", *cc));
+    return refuse(fmt::format("calling convention {:#x} is not the SysV ABI", cc));
   }
 
-  const int lang = dwarf_srclang(&cu);
+  const Debug::Unit& unit = unit_of(d, cu);
+  const int lang = unit.lang;
   if (lang == DW_LANG_Mips_Assembler)  // gas describes a symbol, not its arguments
     return make_error(Errc::not_found,
                       fmt::format("no debug info for {} in {}: it is written in assembly (its unit's "
                                   "DWARF has no argument types)",
                                   what(), d.path));
   const bool cxx = is_cxx_language(lang);
-  const bool external = flag_attr(&fn, DW_AT_external, true);
-  auto chain = origin_chain(fn);
+  const bool external = fa.flag(FnAttrs::external);
 
   // Parameters: from the concrete DIE, or from what it inherits if that lists more (a
-  // concrete instance may omit parameters the optimiser dropped from its body).
-  std::vector<Dwarf_Die> params;
+  // concrete instance may omit parameters the optimiser dropped from its body). The
+  // chain is followed this far for parameters (as far as before the attributes were
+  // read in one pass).
+  constexpr size_t kParamChain = 9;
+  DieList params;
   bool variadic = false;
   bool params_concrete = true;
-  for (size_t i = 0; i < chain.size(); ++i) {
-    std::vector<Dwarf_Die> p;
+  for (size_t i = 0; i < std::min(fa.chain_len, kParamChain); ++i) {
+    DieList p;
     bool va = false;
-    params_of(chain[i], &p, &va);
+    params_of(fa.chain[i], &p, &va);
     variadic = variadic || va;
     if (p.size() > params.size()) {
       params = std::move(p);
@@ -1210,40 +1356,35 @@ Result<Signature> build_signature(const Debug& d, const Found& f, What&& what) {
     }
   }
 
-  Dwarf_Attribute rt_probe;
-  const bool has_ret = dwarf_attr_integrate(&fn, DW_AT_type, &rt_probe) != nullptr;
-  const bool prototyped = flag_attr(&fn, DW_AT_prototyped, true);
+  Dwarf_Attribute* rt_attr = fa.get(FnAttrs::type);
+  const bool has_ret = rt_attr != nullptr;
+  const bool prototyped = fa.flag(FnAttrs::prototyped);
 
   // Minimal debug info (gcc -g1, clang -gmlt) lists functions without types: a bare
   // "() -> void" would be a lie.
-  const char* producer = str_attr(&cu, DW_AT_producer, false);
-  const std::string_view prod = producer ? producer : "";
-  if (!has_ret && params.empty() && !variadic && !flag_attr(&fn, DW_AT_artificial, true)) {
-    const bool minimal = prod.find(" -g1") != std::string::npos || prod.find("-gmlt") != std::string::npos ||
-                         prod.find("-gline-tables-only") != std::string::npos ||
-                         !dwarf_hasattr_integrate(&fn, DW_AT_decl_file);
+  if (!has_ret && params.empty() && !variadic && !fa.flag(FnAttrs::artificial)) {
+    const bool minimal = unit.minimal || fa.get(FnAttrs::decl_file) == nullptr;
     if (minimal)
       return make_error(Errc::not_found,
                         fmt::format("no debug info for {} in {}: only line tables / minimal debug info "
                                     "(no types; producer '{}')",
-                                    what(), d.path, prod));
+                                    what(), d.path, unit.producer));
   }
 
   Signature sig;
   sig.source = "DWARF";
   sig.known = true;
   sig.variadic = variadic;
-  sig.noreturn = flag_attr(&fn, DW_AT_noreturn, true);
+  sig.noreturn = fa.flag(FnAttrs::noreturn);
 
-  Classifier cl(d.dw, cxx, prod.find("clang") != std::string::npos);
+  Classifier cl(d.dw, cxx, unit.clang);
 
   // Return value.
-  Dwarf_Attribute rt_attr;
   Dwarf_Die rt_die;
-  if (dwarf_attr_integrate(&fn, DW_AT_type, &rt_attr) == nullptr) {
+  if (rt_attr == nullptr) {
     sig.ret = RetType::void_();
   } else {
-    if (dwarf_formref_die(&rt_attr, &rt_die) == nullptr)
+    if (dwarf_formref_die(rt_attr, &rt_die) == nullptr)
       return make_error(Errc::bad_format, fmt::format("{} in {}: bad return type reference", what(), d.path));
     const auto rt_class = type_class(d, cl, rt_die);
     auto v = rt_class->value;
@@ -1282,8 +1423,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, What&& what) {
         break;
     }
     // A struct or union in registers is a value fmod_ret cannot produce.
-    if (auto st = cl.strip(rt_die); st && sig.ret.kind == RetType::Kind::reg)
-      sig.ret.aggregate = is_record(dwarf_tag(&*st));
+    if (sig.ret.kind == RetType::Kind::reg) sig.ret.aggregate = rt_class->record;
   }
   const bool ret_hidden = sig.ret.kind == RetType::Kind::memory;
 
@@ -1291,15 +1431,16 @@ Result<Signature> build_signature(const Debug& d, const Found& f, What&& what) {
   // locations at the entry (rdi carries the hidden return pointer first).
   const bool promote = is_c_language(lang) && !prototyped;  // K&R definition
   int ints = ret_hidden ? 1 : 0, sses = 0;
+  sig.args.reserve(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     Dwarf_Die p = params[i];
+    ParamAttrs pa = read_param_attrs(&p);
     auto pdesc = [&] {
       const std::string pname = die_name(&p);
       return fmt::format("parameter {}{}", i + 1, pname.empty() ? "" : " ('" + pname + "')");
     };
-    Dwarf_Attribute ta;
     Dwarf_Die t;
-    if (dwarf_attr_integrate(&p, DW_AT_type, &ta) == nullptr || dwarf_formref_die(&ta, &t) == nullptr)
+    if (!pa.has_type || dwarf_formref_die(&pa.type, &t) == nullptr)
       return make_error(Errc::bad_format, fmt::format("{} in {}: {} has no type", what(), d.path, pdesc()));
     const auto t_class = type_class(d, cl, t);
     auto v = t_class->value;
@@ -1312,7 +1453,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, What&& what) {
     const auto size = static_cast<uint16_t>(v->size);
 
     // Clang drops a local function's constant or unused arguments without renaming it.
-    if (!external && params_concrete && dwarf_hasattr(&p, DW_AT_const_value))
+    if (!external && params_concrete && pa.const_value)
       return refuse(fmt::format("{} is the same constant in every call (DW_AT_const_value) of this "
                                 "local function: the optimiser may have removed it from the calling "
                                 "convention",
@@ -1322,7 +1463,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, What&& what) {
     // argument register DWARF names at the entry (only gcc omits members, and its
     // locations there are the incoming ones).
     if (v->undescribed) {
-      const ParamReg got = params_concrete ? register_at(&p, f.entry) : ParamReg{};
+      const ParamReg got = params_concrete ? register_at(pa, f.entry) : ParamReg{};
       if (v->size <= 8 && is_int_arg_reg(got.reg)) {
         v->cls[0] = Cls::integer;
       } else if (v->size <= 8 && is_sse_arg_reg(got.reg)) {
@@ -1386,7 +1527,7 @@ Result<Signature> build_signature(const Debug& d, const Found& f, What&& what) {
     // optimiser may change) and only when it names an argument register of the class
     // the ABI expects, or any argument register where the ABI expects the stack.
     if (params_concrete) {
-      const ParamReg got = register_at(&p, f.entry);
+      const ParamReg got = register_at(pa, f.entry);
       bool wrong = got.reg >= 0 && got.reg != expect;
       if (wrong && !got.from_list) {
         const bool arg_reg = is_int_arg_reg(got.reg) || is_sse_arg_reg(got.reg);
@@ -1417,10 +1558,31 @@ bool plausible_entry(const Debug& d, Dwarf_Addr a) {
 // The function DIE whose entry is `addr` (a DWARF address); `what` names it for messages,
 // with the DIE's name added when `add_name`.
 void build_index(const Debug& d) {
+  // The unit's ranges, read once (dwarf_haspc reads them all again for each function),
+  // sorted and merged: an entry is in the unit when one of them holds it.
+  std::vector<std::pair<Dwarf_Addr, Dwarf_Addr>> ranges;
+  auto in_unit = [&](Dwarf_Addr a) {
+    auto it = std::upper_bound(ranges.begin(), ranges.end(), a,
+                               [](Dwarf_Addr x, const auto& r) { return x < r.first; });
+    return it != ranges.begin() && a < std::prev(it)->second;
+  };
   for_each_cu(d.dw, [&](Dwarf_Die& cudie, Dwarf_Die& unit) {
+    ranges.clear();
+    Dwarf_Addr base, start, end;
+    for (ptrdiff_t off = 0; (off = dwarf_ranges(&cudie, off, &base, &start, &end)) > 0;)
+      if (start < end) ranges.emplace_back(start, end);
+    std::sort(ranges.begin(), ranges.end());
+    size_t merged = 0;
+    for (const auto& r : ranges) {
+      if (merged > 0 && r.first <= ranges[merged - 1].second)
+        ranges[merged - 1].second = std::max(ranges[merged - 1].second, r.second);
+      else
+        ranges[merged++] = r;
+    }
+    ranges.resize(merged);
     auto visit = [&](Dwarf_Die& fn) {
       if (auto e = entry_of(&fn)) {
-        auto& into = dwarf_haspc(&cudie, *e) > 0 ? d.entries_in_unit : d.entries_elsewhere;
+        auto& into = in_unit(*e) ? d.entries_in_unit : d.entries_elsewhere;
         into.emplace(*e, Debug::Entry{fn, unit});  // the first one stays
       }
       return false;
@@ -1430,7 +1592,16 @@ void build_index(const Debug& d) {
   });
 }
 
-Result<Signature> by_address(const Debug& d, Dwarf_Addr addr, const std::string& what, bool add_name) {
+// `what()` names the address for messages (made only for one), with the DIE's name
+// added when `add_name`.
+template <class What>
+Result<Signature> by_address(const Debug& d, Dwarf_Addr addr, What&& what, bool add_name) {
+  auto named = [&](Dwarf_Die die) {
+    return [die, &what, add_name]() mutable {
+      const char* n = add_name ? str_attr(&die, DW_AT_name) : nullptr;
+      return n ? fmt::format("'{}' ({})", n, what()) : what();
+    };
+  };
   std::optional<Found> found;
   std::optional<Found> around;  // a function the address is inside of, for the diagnostic
   if (d.lookups.fetch_add(1, std::memory_order_relaxed) >= Debug::kIndexAfter) {
@@ -1438,11 +1609,7 @@ Result<Signature> by_address(const Debug& d, Dwarf_Addr addr, const std::string&
     const Debug::Entry* e = nullptr;
     if (auto it = d.entries_in_unit.find(addr); it != d.entries_in_unit.end()) e = &it->second;
     else if (auto el = d.entries_elsewhere.find(addr); el != d.entries_elsewhere.end()) e = &el->second;
-    if (e != nullptr) {
-      Found f{e->die, e->unit, addr};
-      const char* n = add_name ? str_attr(&f.die, DW_AT_name) : nullptr;
-      return build_signature(d, f, [&] { return n ? fmt::format("'{}' ({})", n, what) : what; });
-    }
+    if (e != nullptr) return build_signature(d, Found{e->die, e->unit, addr}, named(e->die));
     // Not a function entry: the search below says what the address is inside of.
   }
   // `around` is looked for only once the entry was not found: asking each function
@@ -1471,13 +1638,12 @@ Result<Signature> by_address(const Debug& d, Dwarf_Addr addr, const std::string&
       return make_error(Errc::not_found,
                         fmt::format("no debug info for a function entry at {} in {}: it is inside {} "
                                     "(entry {:#x})",
-                                    what, d.path, n ? n : "<unnamed>", d.to_file(around->entry)));
+                                    what(), d.path, n ? n : "<unnamed>", d.to_file(around->entry)));
     }
     return make_error(Errc::not_found,
-                      fmt::format("no debug info for {} in {}: no function DIE has that entry", what, d.path));
+                      fmt::format("no debug info for {} in {}: no function DIE has that entry", what(), d.path));
   }
-  const char* n = add_name ? str_attr(&found->die, DW_AT_name) : nullptr;
-  return build_signature(d, *found, [&] { return n ? fmt::format("'{}' ({})", n, what) : what; });
+  return build_signature(d, *found, named(found->die));
 }
 
 // A defined function symbol (its Dwfl address and STT_ type), for names DWARF does not
@@ -1506,7 +1672,9 @@ struct CachedDebug {
   std::optional<Error> error;
 };
 
-Result<std::shared_ptr<Debug>> open_cached(const std::string& path, const std::string& what) {
+// `what()` names the function for messages (made only for one). Not a template: the
+// cache below is one for every caller.
+Result<std::shared_ptr<Debug>> open_cached(const std::string& path, const std::function<std::string()>& what) {
   // The lock is never held while a file is opened: opening calls into libdw and libelf
   // (allocation, file system), and nothing utramp calls may run under a lock of its own
   // that a re-entrant call could need (docs/architecture.md, "Locks"). Two threads that
@@ -1519,7 +1687,7 @@ Result<std::shared_ptr<Debug>> open_cached(const std::string& path, const std::s
     if (auto it = cache->find(path); it != cache->end()) found = it->second;
   }
   if (!found) {
-    auto dr = Debug::open(path, what);
+    auto dr = Debug::open(path, what());
     CachedDebug c;
     if (dr) c.debug = std::shared_ptr<Debug>(std::move(*dr));
     else c.error = dr.error();
@@ -1534,14 +1702,14 @@ Result<std::shared_ptr<Debug>> open_cached(const std::string& path, const std::s
     const std::string prefix = "no debug info for ";
     const size_t in = e.message.find(" in ");
     if (e.message.starts_with(prefix) && in != std::string::npos)
-      e.message = prefix + what + e.message.substr(in);
+      e.message = prefix + what() + e.message.substr(in);
   }
   return e;
 }
 
 void expect_lookups(const std::string& path, size_t n) {
   if (n < Debug::kIndexAfter) return;
-  auto dr = open_cached(path, "functions");
+  auto dr = open_cached(path, [] { return std::string("functions"); });
   if (!dr) return;
   const Debug& d = **dr;
   unsigned seen = d.lookups.load(std::memory_order_relaxed);
@@ -1551,7 +1719,7 @@ void expect_lookups(const std::string& path, size_t n) {
 }
 
 Result<abi::Signature> signature_from_dwarf(const std::string& path, uint64_t func_vaddr) {
-  const std::string what = fmt::format("{:#x}", func_vaddr);
+  const std::function<std::string()> what = [func_vaddr] { return fmt::format("{:#x}", func_vaddr); };
   auto dr = open_cached(path, what);
   if (!dr) return std::move(dr).error();
   return by_address(**dr, (*dr)->to_dwarf(func_vaddr), what, true);
@@ -1597,8 +1765,9 @@ Result<abi::Signature> signature_from_dwarf(const std::string& path, std::string
                           fmt::format("no debug info for {} in {}: it is an IFUNC symbol, whose address is "
                                       "its resolver's; the implementation is chosen at load time",
                                       what, path));
-      return by_address(d, sym->addr - d.dwbias, fmt::format("{} ({:#x})", what, sym->addr - d.mainbias),
-                        false);
+      return by_address(
+          d, sym->addr - d.dwbias, [&] { return fmt::format("{} ({:#x})", what, sym->addr - d.mainbias); },
+          false);
     }
     return make_error(Errc::not_found,
                       fmt::format("no debug info for {} in {}: no function by that linkage name or "
