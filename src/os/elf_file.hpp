@@ -84,7 +84,13 @@ class ElfFile {
   std::string path_;
   int fd_ = -1;
   void* elf_ = nullptr;  // Elf*
-  std::vector<uint8_t> image_;
+  // The file, mapped private (copy on write) rather than read into the heap: only the
+  // pages read (headers, tables, the sections asked for) are faulted in, and they are
+  // the page cache's (a program's file is megabytes; its code is read from memory).
+  // Writable because libelf's elf_memory takes a char*; nothing writes them. As libdw's
+  // own mapping of the file for DWARF, it assumes the file is not truncated meanwhile.
+  uint8_t* image_ = nullptr;
+  size_t image_size_ = 0;
   bool is_dyn_ = false, has_symtab_ = false, has_interp_ = false, has_dynamic_ = false;
   std::string interp_;
   uint64_t first_load_vaddr_ = 0;

@@ -124,8 +124,10 @@ ObjectSites analyse_object(const os::ElfFile& elf, uint64_t bias, const CodeRead
     }
     obj.functions.push_back(std::move(info));
   }
-  std::sort(obj.functions.begin(), obj.functions.end(),
-            [](const SiteInfo& a, const SiteInfo& b) { return a.func < b.func; });
+  // Already in order but where a bias wraps an address around.
+  auto by_func = [](const SiteInfo& a, const SiteInfo& b) { return a.func < b.func; };
+  if (!std::is_sorted(obj.functions.begin(), obj.functions.end(), by_func))
+    std::sort(obj.functions.begin(), obj.functions.end(), by_func);
   return obj;
 }
 

@@ -196,6 +196,13 @@ Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& 
     // object announced by the loader is not relocated yet (sites/loader_watch.hpp).
     std::vector<uint64_t> injectable = (*elf)->address_table("utramp_error_inject");
     for (uint64_t& a : injectable) a += o.bias;
+    // Grown at most once per object (and still geometrically over many objects), not
+    // reallocated and rehashed step by step as its sites are added.
+    const size_t sites_need = sites_.size() + objsites.functions.size();
+    if (sites_.capacity() < sites_need) sites_.reserve(std::max(sites_need, 2 * sites_.capacity()));
+    const size_t addrs_need = by_addr_.size() + 2 * objsites.functions.size();
+    if (static_cast<float>(addrs_need) > by_addr_.max_load_factor() * static_cast<float>(by_addr_.bucket_count()))
+      by_addr_.reserve(std::max(addrs_need, 2 * by_addr_.size()));
     for (SiteInfo& info : objsites.functions) {
       if (by_addr_.count(info.func) || by_addr_.count(info.site)) continue;
       auto s = std::make_unique<Site>();
