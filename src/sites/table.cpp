@@ -132,6 +132,14 @@ SiteTable& SiteTable::instance() {
   return *t;
 }
 
+Site* SiteTable::new_site() {
+  if (block_used_ == kSiteBlock) {
+    site_blocks_.push_back(std::make_unique<Site[]>(kSiteBlock));
+    block_used_ = 0;
+  }
+  return &site_blocks_.back()[block_used_++];
+}
+
 Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& want,
                                    std::vector<std::string>* added_objects) {
   std::lock_guard lock(mu_);
@@ -205,7 +213,7 @@ Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& 
       by_addr_.reserve(std::max(addrs_need, 2 * by_addr_.size()));
     for (SiteInfo& info : objsites.functions) {
       if (by_addr_.count(info.func) || by_addr_.count(info.site)) continue;
-      auto s = std::make_unique<Site>();
+      Site* s = new_site();
       s->object = o.path;
       s->bias = o.bias;
       s->reports_calls = objsites.reports_calls;
@@ -232,9 +240,9 @@ Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& 
       s->error_injectable =
           std::find(injectable.begin(), injectable.end(), info.func) != injectable.end();
       s->info = std::move(info);
-      by_addr_[s->info.func] = s.get();
-      by_addr_[s->info.site] = s.get();
-      sites_.push_back(std::move(s));
+      by_addr_[s->info.func] = s;
+      by_addr_[s->info.site] = s;
+      sites_.push_back(s);
       ++added;
     }
   }
@@ -354,7 +362,7 @@ Site* SiteTable::find(uint64_t addr) {
 Site* SiteTable::find_name(std::string_view name, std::string_view object) {
   std::lock_guard lock(mu_);
   for (auto& s : sites_)
-    if (s->info.name == name && !s->unloaded && (object.empty() || s->object == object)) return s.get();
+    if (s->info.name == name && !s->unloaded && (object.empty() || s->object == object)) return s;
   return nullptr;
 }
 
@@ -369,7 +377,7 @@ Result<Site*> SiteTable::resolve(uint64_t addr) {
   // from the middle of an instruction.
   const Site* owner = nullptr;
   for (auto& sp : sites_)
-    if (!sp->unloaded && addr > sp->info.func && addr < sp->info.func + sp->info.size) owner = sp.get();
+    if (!sp->unloaded && addr > sp->info.func && addr < sp->info.func + sp->info.size) owner = sp;
   if (!owner)
     return make_error(Errc::not_found,
                       fmt::format("{:#x} is not the start of any known function", addr));
@@ -400,7 +408,7 @@ std::vector<Site*> SiteTable::match(std::string_view glob) {
   std::string g(glob);
   std::vector<Site*> out;
   for (auto& s : sites_)
-    if (!s->unloaded && fnmatch(g.c_str(), s->info.name.c_str(), 0) == 0) out.push_back(s.get());
+    if (!s->unloaded && fnmatch(g.c_str(), s->info.name.c_str(), 0) == 0) out.push_back(s);
   return out;
 }
 
@@ -408,7 +416,7 @@ std::vector<Site*> SiteTable::all() {
   std::lock_guard lock(mu_);
   std::vector<Site*> out;
   for (auto& s : sites_)
-    if (!s->unloaded) out.push_back(s.get());
+    if (!s->unloaded) out.push_back(s);
   return out;
 }
 

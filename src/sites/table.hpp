@@ -155,8 +155,17 @@ class SiteTable {
   Result<std::vector<uint8_t>> checked_bytes(const Site* site, const SiteState& state,
                                              bool* trap = nullptr) const;
 
+  // A new Site of the table (mu_ held), from a block of kSiteBlock: a program's
+  // thousand functions were a thousand allocations.
+  Site* new_site();
+
   mutable std::recursive_mutex mu_;
-  std::vector<std::unique_ptr<Site>> sites_;
+  // In discovery order. Never freed: others hold pointers to them (an unloaded object's
+  // sites stay, marked).
+  std::vector<Site*> sites_;
+  static constexpr size_t kSiteBlock = 64;
+  std::vector<std::unique_ptr<Site[]>> site_blocks_;
+  size_t block_used_ = kSiteBlock;  // of site_blocks_.back()
   std::vector<Site*> dirty_;  // desired state set since the last commit
   std::unordered_map<uint64_t, Site*> by_addr_;
   std::vector<std::string> seen_objects_;  // "path@bias" of objects loaded now
