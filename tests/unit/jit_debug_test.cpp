@@ -363,6 +363,37 @@ TEST(JitDebug, BatchUnwindsEachImageAndForgetsOneFreedEarly) {
   free_image(imgs[2]);
 }
 
+// More images than one ELF's section numbering holds (4,096 a record): split into more
+// records, each image still found, and nothing left once all are unregistered.
+TEST(JitDebug, BatchLargerThanOneRecord) {
+  constexpr size_t kImages = 4100;
+  std::vector<TestImage> imgs;
+  imgs.reserve(kImages);
+  for (size_t i = 0; i < kImages; ++i) {
+    imgs.push_back(make_image(&utramp_jd_throw));
+    ASSERT_TRUE(imgs.back().fn);
+  }
+  std::vector<const arch::ImageFrame*> frames;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < kImages; ++i) {
+    frames.push_back(&imgs[i].frame);
+    names.push_back(fmt::format("utramp_jd_many{}", i));
+  }
+  const std::vector<std::string_view> views(names.begin(), names.end());
+  jit_code_entry* const first_before = gdb_descriptor().first_entry;
+  auto hs = arch::register_images(frames, views, nullptr);
+  ASSERT_EQ(hs.size(), kImages);
+  for (auto& h : hs) ASSERT_TRUE(h.ok()) << h.error().message;
+  for (size_t i : {size_t{0}, size_t{4095}, size_t{4096}, kImages - 1})
+    EXPECT_EQ(throw_through(imgs[i], static_cast<int>(i)), fmt::format("thrown with {}", i));
+  dwarf_eh_bases bases{};
+  for (auto& h : hs) arch::unregister_image(*h);
+  for (size_t i : {size_t{0}, size_t{4096}, kImages - 1})
+    EXPECT_EQ(_Unwind_Find_FDE(reinterpret_cast<void*>(imgs[i].frame.start + 4), &bases), nullptr);
+  EXPECT_EQ(gdb_descriptor().first_entry, first_before);
+  for (auto& img : imgs) free_image(img);
+}
+
 // A batch refuses its bad images with their reasons and registers the others.
 TEST(JitDebug, BatchRefusesABadImageAlone) {
   TestImage good = make_image(&utramp_jd_throw);
