@@ -13,7 +13,7 @@
 //                            [rbp+0]  caller's rbp       <- CFA-16
 //                            [rbp-…]  the image's locals
 //
-// register_image() publishes two views of one image:
+// register_image() publishes two views of one image (register_images() of many):
 //   - an .eh_frame CIE+FDE registered with libgcc (__register_frame), so C++ exceptions
 //     and _Unwind_Backtrace/backtrace() walk through the image;
 //   - an in-memory ELF symbol file announced through GDB's JIT interface
@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -67,7 +68,17 @@ struct DebugHandle;  // opaque; owned by the registration
 Result<DebugHandle*> register_image(const ImageFrame& frame, std::string_view name,
                                     void* personality);
 
-// __deregister_frame + GDB unregister, then frees the handle. Null is ignored.
+// register_image() for many images at once (an attach of many functions): each is
+// checked as register_image() checks it, and those refused get their error in their
+// place; the others share one record of the batch (one CIE, an FDE each, one symbol file
+// for gdb naming them all, one gdb registration), and each handle unregisters its own
+// image only. `names` is as long as `frames`.
+std::vector<Result<DebugHandle*>> register_images(std::span<const ImageFrame* const> frames,
+                                                  std::span<const std::string_view> names,
+                                                  void* personality);
+
+// __deregister_frame of the image's FDE and, for gdb, its symbol file without the image
+// (read again by gdb; the batch's record is freed with its last image). Null is ignored.
 void unregister_image(DebugHandle* handle);
 
 

@@ -1,13 +1,15 @@
 // Executable memory near a target address.
 //
 // Chunks are anonymous mappings placed inside a caller-given window (in practice the
-// ±2 GB a rel32 reaches from a site), created read-write only while nothing can execute
-// them, filled with int3 where blocks are handed out first, then sealed read+exec for
-// good. Small blocks are packed into chunks. Code is written into a sealed chunk through
-// os::write_text, so no page is ever writable and executable at once. Every byte handed
-// out is int3 until written (the fill moves ahead of the blocks, 64 KiB at a time, through
-// write_text: a chunk's pages no block reached are never touched), and a freed block is
-// refilled with int3 so that a stale jump into it traps instead of running garbage.
+// ±2 GB a rel32 reaches from a site). A chunk is created read-write and not executable;
+// the part blocks are handed out from is filled with int3 while nothing can execute it,
+// then sealed read+exec for good (the fill moves ahead of the blocks, 64 KiB at a time:
+// memset, then mprotect; a chunk's pages no block reached are never touched, and the
+// part not yet reached stays read-write and never executable, so nothing is handed out
+// there). Small blocks are packed into chunks. Code is written into the sealed part
+// through os::write_text, so no page is ever writable and executable at once. Every byte
+// handed out is int3 until written, and a freed block is refilled with int3 so that a
+// stale jump into it traps instead of running garbage.
 #pragma once
 
 #include <cstddef>
@@ -58,7 +60,8 @@ class ExecArena {
     size_t size = 0;
     std::vector<Range> free;  // sorted by offset, coalesced
     size_t used = 0;
-    size_t filled = 0;  // [0, filled) is int3 or code; past it, pages never touched
+    size_t filled = 0;  // [0, filled) is int3 or code, read+exec; past it, read-write and
+                        // never executable, pages not touched
   };
   // Moves c's fill to cover [c.base, end).
   static Result<void> fill_to(Chunk& c, uint64_t end);

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <span>
 #include <vector>
 
 #include "common/result.hpp"
@@ -201,6 +202,8 @@ class Manager {
   // Writes them, one /proc/self/mem write per run of adjacent blocks.
   static Result<void> write_codes(std::vector<CodeWrite>& writes);
   static Result<void> register_image(Plan& plan);
+  // register_image() of many plans: one registration of their images (arch::register_images).
+  static std::vector<Result<void>> register_images(std::span<Plan* const> plans);
   // wake: tell the reclaimer of the images retired (detach does not: it reclaims them
   // itself at once, and wakes the reclaimer only for what it leaves).
   Result<void> publish(std::vector<Plan>& plans, bool wake = true);

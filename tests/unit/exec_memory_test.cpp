@@ -208,11 +208,19 @@ TEST(ExecMemory, ChunkPagesAreFilledAsBlocksReachThem) {
   ASSERT_TRUE(maps.ok());
   const os::Mapping* m = os::find_mapping(*maps, a->addr);
   ASSERT_NE(m, nullptr);
-  ASSERT_EQ(m->end - m->start, os::ExecArena::kChunkSize);
+  // The filled part is sealed read+exec; the rest of the chunk, which no block reached,
+  // is read-write and never executable (never both).
+  const uint64_t start = m->start, end = start + os::ExecArena::kChunkSize;
+  ASSERT_EQ(m->end - m->start, os::ExecArena::kFillStep);
+  EXPECT_TRUE(m->r && m->x && !m->w);
+  const os::Mapping* tail = os::find_mapping(*maps, m->end);
+  ASSERT_NE(tail, nullptr);
+  EXPECT_EQ(tail->end, end);
+  EXPECT_TRUE(tail->w && !tail->x);
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   std::vector<unsigned char> resident(os::ExecArena::kChunkSize / page);
   auto touched = [&] {
-    EXPECT_EQ(mincore(reinterpret_cast<void*>(m->start), os::ExecArena::kChunkSize, resident.data()), 0);
+    EXPECT_EQ(mincore(reinterpret_cast<void*>(start), os::ExecArena::kChunkSize, resident.data()), 0);
     size_t n = 0;
     for (unsigned char r : resident) n += r & 1;
     return n * page;
@@ -220,11 +228,19 @@ TEST(ExecMemory, ChunkPagesAreFilledAsBlocksReachThem) {
   EXPECT_EQ(touched(), os::ExecArena::kFillStep);
   for (size_t i = 0; i < a->size; ++i) EXPECT_EQ(reinterpret_cast<const uint8_t*>(a->addr)[i], 0xcc);
   // A block at the chunk's end: the fill reaches it, and it is int3 too.
-  auto b = arena.allocate(64, m->end - 64, m->end);
+  auto b = arena.allocate(64, end - 64, end);
   ASSERT_TRUE(b.ok()) << b.error().message;
-  ASSERT_EQ(b->addr, m->end - 64);
+  ASSERT_EQ(b->addr, end - 64);
   for (size_t i = 0; i < b->size; ++i) EXPECT_EQ(reinterpret_cast<const uint8_t*>(b->addr)[i], 0xcc);
   EXPECT_EQ(touched(), os::ExecArena::kChunkSize);
+  // Now sealed whole: one read+exec mapping, nothing writable.
+  maps = os::read_maps();
+  ASSERT_TRUE(maps.ok());
+  m = os::find_mapping(*maps, start);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->start, start);
+  EXPECT_EQ(m->end, end);
+  EXPECT_TRUE(m->r && m->x && !m->w);
   arena.free(*b);
   arena.free(*a);
 }

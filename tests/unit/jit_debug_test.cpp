@@ -324,6 +324,98 @@ TEST(JitDebug, ExceptionPropagatesThroughEitherExit) {
   free_image(img);
 }
 
+// A batch (one registration of many images, as an attach of many functions makes):
+// each image unwinds; one unregistered before the others is forgotten by the unwinder
+// while the others still unwind, and its range may be registered again by a new image.
+TEST(JitDebug, BatchUnwindsEachImageAndForgetsOneFreedEarly) {
+  std::vector<TestImage> imgs;
+  for (int i = 0; i < 3; ++i) {
+    imgs.push_back(make_image(&utramp_jd_throw));
+    ASSERT_TRUE(imgs.back().fn);
+  }
+  const arch::ImageFrame* frames[] = {&imgs[0].frame, &imgs[1].frame, &imgs[2].frame};
+  const std::string_view names[] = {"utramp_jd_batch0", "utramp_jd_batch1", "utramp_jd_batch2"};
+  auto hs = arch::register_images(frames, names, nullptr);
+  ASSERT_EQ(hs.size(), 3u);
+  for (auto& h : hs) ASSERT_TRUE(h.ok()) << h.error().message;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(throw_through(imgs[i], i), fmt::format("thrown with {}", i));
+  dwarf_eh_bases bases{};
+  arch::unregister_image(*hs[1]);
+  EXPECT_EQ(_Unwind_Find_FDE(reinterpret_cast<void*>(imgs[1].frame.start + 4), &bases), nullptr)
+      << "the unregistered image's FDE is still found";
+  EXPECT_EQ(throw_through(imgs[0], 10), "thrown with 10");
+  EXPECT_EQ(throw_through(imgs[2], 12), "thrown with 12");
+  // The freed range taken by a new image, registered on its own.
+  free_image(imgs[1]);
+  TestImage again = make_image(&utramp_jd_throw);
+  ASSERT_TRUE(again.fn);
+  arch::DebugHandle* h = must_register(again, "utramp_jd_batch_again");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(throw_through(again, 5), "thrown with 5");
+  EXPECT_EQ(throw_through(imgs[2], 13), "thrown with 13");
+  arch::unregister_image(h);
+  arch::unregister_image(*hs[0]);
+  arch::unregister_image(*hs[2]);
+  for (const TestImage* img : {&imgs[0], &imgs[2]})
+    EXPECT_EQ(_Unwind_Find_FDE(reinterpret_cast<void*>(img->frame.start + 4), &bases), nullptr);
+  free_image(again);
+  free_image(imgs[0]);
+  free_image(imgs[2]);
+}
+
+// More images than one ELF's section numbering holds (4,096 a record): split into more
+// records, each image still found, and nothing left once all are unregistered.
+TEST(JitDebug, BatchLargerThanOneRecord) {
+  constexpr size_t kImages = 4100;
+  std::vector<TestImage> imgs;
+  imgs.reserve(kImages);
+  for (size_t i = 0; i < kImages; ++i) {
+    imgs.push_back(make_image(&utramp_jd_throw));
+    ASSERT_TRUE(imgs.back().fn);
+  }
+  std::vector<const arch::ImageFrame*> frames;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < kImages; ++i) {
+    frames.push_back(&imgs[i].frame);
+    names.push_back(fmt::format("utramp_jd_many{}", i));
+  }
+  const std::vector<std::string_view> views(names.begin(), names.end());
+  jit_code_entry* const first_before = gdb_descriptor().first_entry;
+  auto hs = arch::register_images(frames, views, nullptr);
+  ASSERT_EQ(hs.size(), kImages);
+  for (auto& h : hs) ASSERT_TRUE(h.ok()) << h.error().message;
+  for (size_t i : {size_t{0}, size_t{4095}, size_t{4096}, kImages - 1})
+    EXPECT_EQ(throw_through(imgs[i], static_cast<int>(i)), fmt::format("thrown with {}", i));
+  dwarf_eh_bases bases{};
+  for (auto& h : hs) arch::unregister_image(*h);
+  for (size_t i : {size_t{0}, size_t{4096}, kImages - 1})
+    EXPECT_EQ(_Unwind_Find_FDE(reinterpret_cast<void*>(imgs[i].frame.start + 4), &bases), nullptr);
+  EXPECT_EQ(gdb_descriptor().first_entry, first_before);
+  for (auto& img : imgs) free_image(img);
+}
+
+// A batch refuses its bad images with their reasons and registers the others.
+TEST(JitDebug, BatchRefusesABadImageAlone) {
+  TestImage good = make_image(&utramp_jd_throw);
+  TestImage bad = make_image(&utramp_jd_throw);
+  ASSERT_TRUE(good.fn && bad.fn);
+  arch::ImageFrame wrong = bad.frame;
+  wrong.start += 1;  // not the prologue
+  wrong.size -= 1;
+  for (uint32_t& e : wrong.exit_offsets) e -= 1;
+  const arch::ImageFrame* frames[] = {&wrong, &good.frame};
+  const std::string_view names[] = {"utramp_jd_bad", "utramp_jd_good"};
+  auto hs = arch::register_images(frames, names, nullptr);
+  ASSERT_EQ(hs.size(), 2u);
+  ASSERT_FALSE(hs[0].ok());
+  EXPECT_EQ(hs[0].error().code, Errc::bytes_mismatch) << hs[0].error().message;
+  ASSERT_TRUE(hs[1].ok()) << hs[1].error().message;
+  EXPECT_EQ(throw_through(good, 3), "thrown with 3");
+  arch::unregister_image(*hs[1]);
+  free_image(good);
+  free_image(bad);
+}
+
 // Without registration the unwinder finds no FDE for the image, stops, and
 // __cxa_throw calls std::terminate: what the registration is for.
 TEST(JitDebug, ExceptionWithoutUnwindInfoTerminates) {
@@ -531,8 +623,33 @@ TEST(JitDebug, UnwindRuleHoldsAtEveryInstruction) {
 // any test runs.
 constexpr const char* kGdbTargetEnv = "UTRAMP_JD_GDB_TARGET";
 
+// With the value "batch": a batch of three images, the first unregistered, freed and its
+// range taken by a new image of its own; gdb stops through the new image, then through
+// the batch's second.
 [[maybe_unused]] const bool g_gdb_target_ran = [] {
-  if (!std::getenv(kGdbTargetEnv)) return false;
+  const char* mode = std::getenv(kGdbTargetEnv);
+  if (!mode) return false;
+  if (std::string_view(mode) == "batch") {
+    TestImage imgs[3] = {make_image(&utramp_jd_gdb_stop), make_image(&utramp_jd_gdb_stop),
+                         make_image(&utramp_jd_gdb_stop)};
+    for (const TestImage& img : imgs)
+      if (!img.fn) _exit(2);
+    const arch::ImageFrame* frames[] = {&imgs[0].frame, &imgs[1].frame, &imgs[2].frame};
+    const std::string_view names[] = {"utramp_jd_gdb_batch0", "utramp_jd_gdb_batch1",
+                                      "utramp_jd_gdb_batch2"};
+    auto hs = arch::register_images(frames, names, nullptr);
+    for (auto& h : hs)
+      if (!h) _exit(3);
+    arch::unregister_image(*hs[0]);
+    const uint64_t gone = imgs[0].frame.start;
+    free_image(imgs[0]);
+    TestImage reused = make_image(&utramp_jd_gdb_stop);
+    if (!reused.fn || reused.frame.start != gone) _exit(5);  // the range must be reused
+    if (!arch::register_image(reused.frame, "utramp_jd_gdb_reused", nullptr)) _exit(3);
+    if (utramp_jd_call_through(reused.fn, 1) != 3) _exit(4);
+    const int r = utramp_jd_call_through(imgs[1].fn, 1);
+    _exit(r == 3 ? 0 : 4);
+  }
   TestImage img = make_image(&utramp_jd_gdb_stop);
   if (!img.fn) _exit(2);
   auto h = arch::register_image(img.frame, "utramp_jd_gdb_image", nullptr);
@@ -545,21 +662,33 @@ bool have_program(const char* name) {
   return std::system(fmt::format("command -v {} >/dev/null 2>&1", name).c_str()) == 0;
 }
 
-TEST(JitDebug, GdbBacktraceShowsImageName) {
-  if (!have_program("gdb")) GTEST_SKIP() << "requires gdb (scripts/install-deps.sh installs it)";
+// gdb's backtrace at utramp_jd_gdb_stop, this binary run as the target in `mode`; empty
+// (the test skipped) when gdb cannot run it.
+std::string gdb_backtrace(const char* mode, int stops = 1) {
+  if (!have_program("gdb")) {
+    ADD_FAILURE() << "requires gdb (scripts/install-deps.sh installs it)";
+    return {};
+  }
   char exe[4096] = {};
-  ASSERT_GT(readlink("/proc/self/exe", exe, sizeof exe - 1), 0);
+  EXPECT_GT(readlink("/proc/self/exe", exe, sizeof exe - 1), 0);
   const std::string cmd = fmt::format(
-      "{}=1 timeout 120 gdb -nx -batch -ex 'set debuginfod enabled off' "
-      "-ex 'set startup-with-shell off' -ex 'break utramp_jd_gdb_stop' -ex run -ex bt "
+      "{}={} timeout 120 gdb -nx -batch -ex 'set debuginfod enabled off' "
+      "-ex 'set startup-with-shell off' -ex 'break utramp_jd_gdb_stop' -ex run -ex bt {}"
       "-ex kill --args '{}' 2>&1",
-      kGdbTargetEnv, exe);
+      kGdbTargetEnv, mode, stops > 1 ? "-ex continue -ex bt " : "", exe);
   FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_TRUE(p);
+  EXPECT_TRUE(p);
+  if (!p) return {};
   std::string out;
   char buf[4096];
   for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
   pclose(p);
+  return out;
+}
+
+TEST(JitDebug, GdbBacktraceShowsImageName) {
+  if (!have_program("gdb")) GTEST_SKIP() << "requires gdb (scripts/install-deps.sh installs it)";
+  const std::string out = gdb_backtrace("1");
   if (out.find("ptrace: Operation not permitted") != std::string::npos)
     GTEST_SKIP() << "requires ptrace (gdb could not trace its child):\n" << out;
   // #0  utramp_jd_gdb_stop (x=1) at ...
@@ -570,6 +699,23 @@ TEST(JitDebug, GdbBacktraceShowsImageName) {
       << out;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(#2 +0x[0-9a-f]+ in utramp_jd_call_through)")))
       << out;
+}
+
+// An image of a batch whose first image was unregistered (and its range reused): gdb,
+// which read the batch's symbol file again, names it, and nothing names the one gone.
+TEST(JitDebug, GdbNamesAnImageOfABatchAfterAnotherLeft) {
+  if (!have_program("gdb")) GTEST_SKIP() << "requires gdb (scripts/install-deps.sh installs it)";
+  const std::string out = gdb_backtrace("batch", 2);
+  if (out.find("ptrace: Operation not permitted") != std::string::npos)
+    GTEST_SKIP() << "requires ptrace (gdb could not trace its child):\n" << out;
+  // The first stop through the image in the range the batch's first image left, the
+  // second through the batch's second.
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex(R"(#1 +0x[0-9a-f]+ in utramp_jd_gdb_reused \(\)[^]*#1 +0x[0-9a-f]+ in utramp_jd_gdb_batch1 \(\))")))
+      << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(#2 +0x[0-9a-f]+ in utramp_jd_call_through)")))
+      << out;
+  EXPECT_EQ(out.find("utramp_jd_gdb_batch0"), std::string::npos) << out;
 }
 
 // --- lifetime -------------------------------------------------------------------------

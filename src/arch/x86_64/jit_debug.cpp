@@ -83,10 +83,29 @@ extern "C" void __deregister_frame(void* begin);
 
 namespace utramp::arch {
 
+// The records of a batch of images (one register_images call: an attach of many
+// functions) live in one blob: a CIE, each image's FDE (registered with libgcc one by
+// one, so that each is deregistered when its image is freed), then one ELF for gdb with
+// a section and a symbol per image. An image freed before the others is taken out of the
+// ELF in place (its section no longer allocated, its symbol undefined) and gdb is told
+// to read the batch again; the blob is freed with the batch's last image. Per image
+// records of their own took eight allocations and about 1 KB each, and a gdb
+// registration each: 1 MB and 1,000 stops of an attached gdb for a tracer's 1,000
+// images at start-up.
+struct DebugBatch;
 struct DebugHandle {
-  ImageFrame frame;
-  std::vector<uint8_t> eh_frame;  // registered with libgcc; must outlive the registration
-  std::vector<uint8_t> symfile;   // the ELF gdb reads (it copies it on registration)
+  DebugBatch* batch = nullptr;
+  uint64_t start = 0;    // the image's, for the range registry
+  uint32_t fde = 0;      // offset of its FDE in the blob
+  uint32_t section = 0;  // its section in the ELF (its symbol has the same index)
+};
+
+struct DebugBatch {
+  std::vector<uint8_t> blob;  // registered with libgcc: lives as long as any FDE of it
+  uint64_t shdrs = 0;         // offset of the ELF's section headers in the blob
+  uint64_t syms = 0;          // of its symbol table
+  std::vector<DebugHandle> images;
+  size_t live = 0;  // images not unregistered (under g_gdb_mutex)
   jit_code_entry entry{};
 };
 
@@ -163,6 +182,7 @@ class Bytes {
     while (b_.size() % align) b_.push_back(fill);
   }
   void patch_u32(size_t at, uint32_t v) { std::memcpy(b_.data() + at, &v, sizeof v); }
+  void patch(size_t at, const void* p, size_t n) { std::memcpy(b_.data() + at, p, n); }
   size_t size() const { return b_.size(); }
   std::vector<uint8_t> take() { return std::move(b_); }
 
@@ -231,9 +251,9 @@ Result<void> check_bytes(const ImageFrame& f, std::span<const uint32_t> exits) {
   return {};
 }
 
-Result<std::vector<uint8_t>> eh_frame_for(const ImageFrame& f, std::span<const uint32_t> exits,
-                                          void* personality) {
-  Bytes b(64 + 8 * exits.size());
+// The CIE every image's FDE points back to, appended to `b`; returns its offset.
+constexpr size_t kCieSizeGuess = 40;
+size_t cie_for(Bytes& b, void* personality) {
   // CIE. Records are padded with DW_CFA_nop to 8 bytes so that the FDE's absptr
   // pc_begin/pc_range are naturally aligned (libgcc reads them as _Unwind_Ptr[2]).
   const size_t cie = b.size();
@@ -263,8 +283,15 @@ Result<std::vector<uint8_t>> eh_frame_for(const ImageFrame& f, std::span<const u
   b.uleb(kDwRbp);
   b.pad_to(8, DW_CFA_nop);
   b.patch_u32(cie, static_cast<uint32_t>(b.size() - cie - 4));
+  return cie;
+}
 
-  // FDE.
+// An image's FDE after the CIE at `cie` (earlier in `b`: the CIE pointer is the distance
+// back to it), then a terminator, padded so that the next FDE is 8-aligned too. libgcc
+// is given the FDE's address: it walks records from there to the terminator and finds
+// the CIE through the pointer.
+constexpr size_t fde_size_guess(size_t exits) { return 48 + 8 * exits; }
+void fde_for(Bytes& b, size_t cie, const ImageFrame& f, std::span<const uint32_t> exits) {
   const size_t fde = b.size();
   b.u32(0);                                          // length, patched
   b.u32(static_cast<uint32_t>(b.size() - cie));      // CIE pointer: back to the CIE
@@ -304,77 +331,92 @@ Result<std::vector<uint8_t>> eh_frame_for(const ImageFrame& f, std::span<const u
   b.pad_to(8, DW_CFA_nop);
   b.patch_u32(fde, static_cast<uint32_t>(b.size() - fde - 4));
   b.u32(0);  // terminator
-  return b.take();
+  b.u32(0);  // (padding: the next FDE 8-aligned)
 }
 
 // A minimal relocatable ELF gdb loads as a symbol file (the layout LLVM's JIT
-// registration uses: section addresses are absolute load addresses):
+// registration uses: section addresses are absolute load addresses), appended to `out`
+// at an 8-aligned offset (its offsets relative to its own start), for images 1..n:
 //
-//   [0] null  [1] .text NOBITS ALLOC|EXECINSTR at `start`, `size` bytes
-//   [2] .symtab: null, `name` FUNC GLOBAL in .text, value 0 (section-relative), size
-//   [3] .strtab  [4] .shstrtab
-std::vector<uint8_t> symfile_for(const ImageFrame& f, std::string_view name) {
-  enum : uint16_t { kNull, kText, kSymtab, kStrtab, kShstrtab, kSections };
-  const std::string_view shstrtab_names[] = {"", ".text", ".symtab", ".strtab", ".shstrtab"};
-
-  Bytes shstrtab(48);
-  uint32_t sh_name[kSections];
-  for (int i = 0; i < kSections; ++i) {
-    sh_name[i] = static_cast<uint32_t>(shstrtab.size());
-    shstrtab.str(shstrtab_names[i]);
-  }
-  Bytes strtab(name.size() + 2);
-  strtab.u8(0);
-  const uint32_t sym_name = static_cast<uint32_t>(strtab.size());
-  // NUL inside `name` would cut it short; keep what precedes it.
-  strtab.str(name.substr(0, name.find('\0')));
-
-  Elf64_Sym syms[2] = {};
-  syms[1].st_name = sym_name;
-  syms[1].st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC);
-  syms[1].st_other = STV_DEFAULT;
-  syms[1].st_shndx = kText;
-  syms[1].st_value = 0;
-  syms[1].st_size = f.size;
-
-  Bytes out(sizeof(Elf64_Ehdr) + 2 * sizeof(Elf64_Sym) + name.size() + 64 + kSections * sizeof(Elf64_Shdr));
+//   [0] null  [i] .text NOBITS ALLOC|EXECINSTR at image i's start, its size
+//   [n+1] .symtab: null, then image i's name FUNC GLOBAL in section i, value 0
+//         (section-relative), its size
+//   [n+2] .strtab: the symbols' names and the sections' (e_shstrndx is .strtab too)
+//
+// Notes in `batch` where the section headers and symbols are (drop_from_symfile);
+// returns the ELF's offset in `out`.
+constexpr size_t symfile_size_guess(size_t images, size_t names) {
+  return sizeof(Elf64_Ehdr) + 40 + names + (images + 1) * sizeof(Elf64_Sym) +
+         (images + 3) * sizeof(Elf64_Shdr);
+}
+// A section index must stay below SHN_LORESERVE (no extended numbering here).
+constexpr size_t kMaxBatch = 4096;
+size_t symfile_for(Bytes& out, DebugBatch& batch, std::span<const ImageFrame* const> frames,
+                   std::span<const std::string_view> names) {
+  const size_t n = frames.size();
+  const auto strtab = static_cast<uint16_t>(n + 2), sections = static_cast<uint16_t>(n + 3);
+  out.pad_to(8, 0);
+  const size_t base = out.size();
   out.raw(std::array<uint8_t, sizeof(Elf64_Ehdr)>{}.data(), sizeof(Elf64_Ehdr));
+  const uint64_t symtab_off = out.size() - base;
+  const Elf64_Sym null_sym{};
+  for (size_t i = 0; i <= n; ++i) out.raw(&null_sym, sizeof null_sym);  // filled below
+  const uint64_t strtab_off = out.size() - base;
+  out.u8(0);
+  auto add_str = [&](std::string_view str) {
+    const auto at = static_cast<uint32_t>(out.size() - base - strtab_off);
+    out.str(str);
+    return at;
+  };
+  const uint32_t text_name = add_str(".text"), symtab_name = add_str(".symtab"),
+                 strtab_name = add_str(".strtab");
+  std::vector<uint32_t> sym_names(n);
+  // NUL inside a name would cut it short; keep what precedes it.
+  for (size_t i = 0; i < n; ++i) sym_names[i] = add_str(names[i].substr(0, names[i].find('\0')));
+  const uint64_t strtab_size = out.size() - base - strtab_off;
   out.pad_to(8, 0);
-  const uint64_t symtab_off = out.size();
-  out.raw(syms, sizeof syms);
-  const uint64_t strtab_off = out.size();
-  const std::vector<uint8_t> strtab_bytes = strtab.take();
-  out.raw(strtab_bytes.data(), strtab_bytes.size());
-  const uint64_t shstrtab_off = out.size();
-  const std::vector<uint8_t> shstrtab_bytes = shstrtab.take();
-  out.raw(shstrtab_bytes.data(), shstrtab_bytes.size());
-  out.pad_to(8, 0);
-  const uint64_t shoff = out.size();
+  const uint64_t shoff = out.size() - base;
 
-  Elf64_Shdr sh[kSections] = {};
-  sh[kText].sh_type = SHT_NOBITS;
-  sh[kText].sh_flags = SHF_ALLOC | SHF_EXECINSTR;
-  sh[kText].sh_addr = f.start;
-  sh[kText].sh_offset = shoff;
-  sh[kText].sh_size = f.size;
-  sh[kText].sh_addralign = 16;
-  sh[kSymtab].sh_type = SHT_SYMTAB;
-  sh[kSymtab].sh_offset = symtab_off;
-  sh[kSymtab].sh_size = sizeof syms;
-  sh[kSymtab].sh_link = kStrtab;
-  sh[kSymtab].sh_info = 1;  // index of the first non-local symbol
-  sh[kSymtab].sh_addralign = 8;
-  sh[kSymtab].sh_entsize = sizeof(Elf64_Sym);
-  sh[kStrtab].sh_type = SHT_STRTAB;
-  sh[kStrtab].sh_offset = strtab_off;
-  sh[kStrtab].sh_size = strtab_bytes.size();
-  sh[kStrtab].sh_addralign = 1;
-  sh[kShstrtab].sh_type = SHT_STRTAB;
-  sh[kShstrtab].sh_offset = shstrtab_off;
-  sh[kShstrtab].sh_size = shstrtab_bytes.size();
-  sh[kShstrtab].sh_addralign = 1;
-  for (int i = 0; i < kSections; ++i) sh[i].sh_name = sh_name[i];
-  out.raw(sh, sizeof sh);
+  for (size_t i = 0; i < n; ++i) {
+    Elf64_Sym sym{};
+    sym.st_name = sym_names[i];
+    sym.st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC);
+    sym.st_other = STV_DEFAULT;
+    sym.st_shndx = static_cast<uint16_t>(i + 1);
+    sym.st_value = 0;
+    sym.st_size = frames[i]->size;
+    out.patch(base + symtab_off + (i + 1) * sizeof sym, &sym, sizeof sym);
+  }
+  Elf64_Shdr sh{};
+  out.raw(&sh, sizeof sh);  // [0]
+  for (size_t i = 0; i < n; ++i) {
+    sh = {};
+    sh.sh_name = text_name;
+    sh.sh_type = SHT_NOBITS;
+    sh.sh_flags = SHF_ALLOC | SHF_EXECINSTR;
+    sh.sh_addr = frames[i]->start;
+    sh.sh_offset = shoff;
+    sh.sh_size = frames[i]->size;
+    sh.sh_addralign = 16;
+    out.raw(&sh, sizeof sh);
+  }
+  sh = {};
+  sh.sh_name = symtab_name;
+  sh.sh_type = SHT_SYMTAB;
+  sh.sh_offset = symtab_off;
+  sh.sh_size = (n + 1) * sizeof(Elf64_Sym);
+  sh.sh_link = strtab;
+  sh.sh_info = 1;  // index of the first non-local symbol
+  sh.sh_addralign = 8;
+  sh.sh_entsize = sizeof(Elf64_Sym);
+  out.raw(&sh, sizeof sh);
+  sh = {};
+  sh.sh_name = strtab_name;
+  sh.sh_type = SHT_STRTAB;
+  sh.sh_offset = strtab_off;
+  sh.sh_size = strtab_size;
+  sh.sh_addralign = 1;
+  out.raw(&sh, sizeof sh);
 
   Elf64_Ehdr eh = {};
   std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
@@ -388,19 +430,38 @@ std::vector<uint8_t> symfile_for(const ImageFrame& f, std::string_view name) {
   eh.e_shoff = shoff;
   eh.e_ehsize = sizeof(Elf64_Ehdr);
   eh.e_shentsize = sizeof(Elf64_Shdr);
-  eh.e_shnum = kSections;
-  eh.e_shstrndx = kShstrtab;
-  std::vector<uint8_t> elf = out.take();
-  std::memcpy(elf.data(), &eh, sizeof eh);
-  return elf;
+  eh.e_shnum = sections;
+  eh.e_shstrndx = strtab;
+  out.patch(base, &eh, sizeof eh);
+  batch.shdrs = base + shoff;
+  batch.syms = base + symtab_off;
+  return base;
+}
+
+// Takes image `h` out of its batch's ELF: its section no longer allocated (gdb maps no
+// address to it), its symbol undefined (gdb makes no symbol of it).
+void drop_from_symfile(DebugBatch& b, const DebugHandle& h) {
+  Elf64_Shdr sh;
+  uint8_t* at = b.blob.data() + b.shdrs + h.section * sizeof sh;
+  std::memcpy(&sh, at, sizeof sh);
+  sh.sh_flags = 0;
+  sh.sh_addr = 0;
+  sh.sh_size = 0;
+  std::memcpy(at, &sh, sizeof sh);
+  Elf64_Sym sym;
+  at = b.blob.data() + b.syms + h.section * sizeof sym;
+  std::memcpy(&sym, at, sizeof sym);
+  sym.st_info = ELF64_ST_INFO(STB_GLOBAL, STT_NOTYPE);
+  sym.st_shndx = SHN_UNDEF;
+  sym.st_size = 0;
+  std::memcpy(at, &sym, sizeof sym);
 }
 
 // --- GDB registration ---------------------------------------------------------------
 
-std::mutex g_gdb_mutex;  // guards __jit_debug_descriptor and its list
+std::mutex g_gdb_mutex;  // guards __jit_debug_descriptor, its list and DebugBatch::live
 
-void gdb_register(jit_code_entry* e) {
-  std::lock_guard lock(g_gdb_mutex);
+void gdb_register_locked(jit_code_entry* e) {
   e->prev_entry = nullptr;
   e->next_entry = __jit_debug_descriptor.first_entry;
   if (e->next_entry) e->next_entry->prev_entry = e;
@@ -410,8 +471,7 @@ void gdb_register(jit_code_entry* e) {
   __jit_debug_register_code();
 }
 
-void gdb_unregister(jit_code_entry* e) {
-  std::lock_guard lock(g_gdb_mutex);
+void gdb_unregister_locked(jit_code_entry* e) {
   if (e->prev_entry)
     e->prev_entry->next_entry = e->next_entry;
   else
@@ -450,9 +510,9 @@ Result<void> claim_range(const ImageFrame& f) {
   return {};
 }
 
-void release_range(const ImageFrame& f) {
+void release_range(uint64_t start) {
   std::lock_guard lock(g_ranges_mu);
-  ranges().erase(f.start);
+  ranges().erase(start);
 }
 
 }  // namespace
@@ -460,36 +520,101 @@ void release_range(const ImageFrame& f) {
 Result<std::vector<uint8_t>> build_eh_frame(const ImageFrame& frame, void* personality) {
   auto exits = checked_exits(frame);
   if (!exits) return std::move(exits).error();
-  return eh_frame_for(frame, *exits, personality);
+  Bytes b(kCieSizeGuess + fde_size_guess(exits->size()));
+  const size_t cie = cie_for(b, personality);
+  fde_for(b, cie, frame, *exits);
+  std::vector<uint8_t> out = b.take();
+  out.resize(out.size() - 4);  // the padding after the terminator: a section ends there
+  return out;
+}
+
+std::vector<Result<DebugHandle*>> register_images(std::span<const ImageFrame* const> frames,
+                                                  std::span<const std::string_view> names,
+                                                  void* personality) {
+  std::vector<Result<DebugHandle*>> out;
+  out.reserve(frames.size());
+  // Checked one by one: a refused image is left out of the batch with its reason.
+  std::vector<size_t> ok;
+  std::vector<std::vector<uint32_t>> exits(frames.size());
+  ok.reserve(frames.size());
+  auto check = [](const ImageFrame& f, std::vector<uint32_t>& exits) -> Result<void> {
+    auto e = checked_exits(f);
+    if (!e) return std::move(e).error();
+    UTRAMP_TRY(check_bytes(f, *e));
+    UTRAMP_TRY(claim_range(f));
+    exits = std::move(*e);
+    return {};
+  };
+  for (size_t i = 0; i < frames.size(); ++i) {
+    if (auto r = check(*frames[i], exits[i]); !r) {
+      out.emplace_back(std::move(r).error());
+      continue;
+    }
+    out.emplace_back(static_cast<DebugHandle*>(nullptr));
+    ok.push_back(i);
+  }
+  for (size_t from = 0; from < ok.size(); from += kMaxBatch) {
+    const size_t n = std::min(kMaxBatch, ok.size() - from);
+    std::vector<const ImageFrame*> fr(n);
+    std::vector<std::string_view> nm(n);
+    size_t guess = kCieSizeGuess + 8, name_bytes = 0;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = ok[from + k];
+      fr[k] = frames[i];
+      nm[k] = names[i];
+      guess += fde_size_guess(exits[i].size());
+      name_bytes += names[i].size() + 1;
+    }
+    auto* batch = new DebugBatch();
+    Bytes b(guess + symfile_size_guess(n, name_bytes));
+    const size_t cie = cie_for(b, personality);
+    batch->images.resize(n);
+    for (size_t k = 0; k < n; ++k) {
+      DebugHandle& h = batch->images[k];
+      h.batch = batch;
+      h.start = fr[k]->start;
+      h.fde = static_cast<uint32_t>(b.size());
+      h.section = static_cast<uint32_t>(k + 1);
+      fde_for(b, cie, *fr[k], exits[ok[from + k]]);
+    }
+    const size_t symfile = symfile_for(b, *batch, fr, nm);
+    batch->blob = b.take();
+    batch->entry.symfile_addr = reinterpret_cast<const char*>(batch->blob.data() + symfile);
+    batch->entry.symfile_size = batch->blob.size() - symfile;
+    batch->live = n;
+    // Nothing below fails: unwinder first, then the observers.
+    for (DebugHandle& h : batch->images) __register_frame(batch->blob.data() + h.fde);
+    {
+      std::lock_guard lock(g_gdb_mutex);
+      gdb_register_locked(&batch->entry);
+    }
+    for (size_t k = 0; k < n; ++k) out[ok[from + k]] = &batch->images[k];
+  }
+  return out;
 }
 
 Result<DebugHandle*> register_image(const ImageFrame& frame, std::string_view name,
                                     void* personality) {
-  auto exits = checked_exits(frame);
-  if (!exits) return std::move(exits).error();
-  UTRAMP_TRY(check_bytes(frame, *exits));
-  auto eh = eh_frame_for(frame, *exits, personality);
-  if (!eh) return std::move(eh).error();
-  auto h = std::make_unique<DebugHandle>();
-  h->frame = frame;
-  h->eh_frame = std::move(*eh);
-  h->symfile = symfile_for(frame, name);
-  h->entry.symfile_addr = reinterpret_cast<const char*>(h->symfile.data());
-  h->entry.symfile_size = h->symfile.size();
-  UTRAMP_TRY(claim_range(frame));
-
-  // Nothing below fails: unwinder first, then the observers.
-  __register_frame(h->eh_frame.data());
-  gdb_register(&h->entry);
-  return h.release();
+  const ImageFrame* f = &frame;
+  return std::move(register_images({&f, 1}, {&name, 1}, personality).front());
 }
 
 void unregister_image(DebugHandle* h) {
   if (!h) return;
-  gdb_unregister(&h->entry);
-  __deregister_frame(h->eh_frame.data());
-  release_range(h->frame);
-  delete h;
+  DebugBatch* b = h->batch;
+  __deregister_frame(b->blob.data() + h->fde);
+  release_range(h->start);
+  bool last = false;
+  {
+    std::lock_guard lock(g_gdb_mutex);
+    gdb_unregister_locked(&b->entry);
+    last = --b->live == 0;
+    if (!last) {
+      drop_from_symfile(*b, *h);
+      gdb_register_locked(&b->entry);
+    }
+  }
+  if (last) delete b;
 }
 
 }  // namespace utramp::arch
