@@ -336,7 +336,7 @@ void attach_new_sites() {
       const arch::TracerHooks* h = scope == ftrace::Scope::filter    ? &g_agent->filter_hooks
                                    : scope == ftrace::Scope::notrace ? &g_agent->notrace_hooks
                                                                      : &g_agent->hooks;
-      reqs.push_back({s->info.func, tramp::AttachType::tracer, reinterpret_cast<uint64_t>(h), o});
+      reqs.push_back({s->info.func, tramp::AttachType::tracer, reinterpret_cast<uint64_t>(h), std::move(o)});
     } else {
       o.signature = std::move(sig);
       reqs.push_back({s->info.func, tramp::AttachType::fentry,
