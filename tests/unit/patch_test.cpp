@@ -27,30 +27,15 @@ __attribute__((noinline, used)) int patch_alone(int x);
 __attribute__((noinline, used)) void foreign_trap(void);
 }
 
-// Written in assembly so the site bytes do not depend on the compiler.
-asm(R"(
-  .text
-  .globl patch_target
-  .type patch_target, @function
-patch_target:
-  .byte 0x0f, 0x1f, 0x44, 0x00, 0x00
-  leal 1(%rdi), %eax
-  ret
-  .size patch_target, .-patch_target
-  .globl patch_target2
-  .type patch_target2, @function
-patch_target2:
-  .byte 0x0f, 0x1f, 0x44, 0x00, 0x00
-  leal 2(%rdi), %eax
-  ret
-  .size patch_target2, .-patch_target2
-  .globl patch_alone
-  .type patch_alone, @function
-patch_alone:
-  .byte 0x0f, 0x1f, 0x44, 0x00, 0x00
-  leal 3(%rdi), %eax
-  ret
-  .size patch_alone, .-patch_alone
+// Written in assembly so the site bytes do not depend on the compiler: NAME's entry is
+// one 5-byte NOP (the canonical site), then it returns x + K.
+#define SITE_FUNCTION(name, k)                                                         \
+  "  .globl " #name "\n  .type " #name ", @function\n" #name ":\n"                      \
+  "  .byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n  leal " #k "(%rdi), %eax\n  ret\n  .size " #name \
+  ", .-" #name "\n"
+asm("  .text\n"  //
+    SITE_FUNCTION(patch_target, 1) SITE_FUNCTION(patch_target2, 2) SITE_FUNCTION(patch_alone, 3)
+    R"(
   .globl foreign_trap
   .type foreign_trap, @function
 foreign_trap:
@@ -58,6 +43,7 @@ foreign_trap:
   ret
   .size foreign_trap, .-foreign_trap
 )");
+#undef SITE_FUNCTION
 
 namespace {
 
