@@ -377,6 +377,7 @@ void attach_new_sites() {
     if (!sig::taken_over() && g_agent->run_clients.empty()) give_trap_action_back();
   }
   std::vector<trace::Function> done = std::move(reported);
+  done.reserve(done.size() + cand.size());
   for (size_t i = 0; i < cand.size(); ++i) {
     bool ok = true;
     for (size_t k = first_req[i]; k < first_req[i + 1]; ++k)
@@ -388,7 +389,7 @@ void attach_new_sites() {
              res[k].error().message.c_str());
         g_untraced.add(res[k].error().message);
       }
-    if (ok) done.push_back(cand[i]);
+    if (ok) done.push_back(std::move(cand[i]));
   }
   logf("traced %zu functions, %zu skipped", done.size(),
        skipped + cand.size() - (done.size() - reported_addrs.size()));
