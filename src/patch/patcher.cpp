@@ -257,11 +257,11 @@ Result<void> apply(std::span<const PatchOp> all) {
     if (n == 0 || n != op.expected.size() || n > arch::kMaxInsnLen + arch::kSiteLen)
       return make_error(Errc::invalid_argument,
                         fmt::format("{} ({:#x}): replacement of {} bytes for {} expected bytes",
-                                    op.label, op.addr, n, op.expected.size()));
+                                    op.name(), op.addr, n, op.expected.size()));
     const os::Mapping* m = os::find_mapping(*maps, op.addr);
     if (!os::range_executable(*maps, op.addr, n))
       return make_error(Errc::not_executable,
-                        fmt::format("{} ({:#x}): not in executable memory ({})", op.label, op.addr,
+                        fmt::format("{} ({:#x}): not in executable memory ({})", op.name(), op.addr,
                                     m ? fmt::format("mapping {:#x}-{:#x} {}{}{}", m->start, m->end,
                                                     m->r ? 'r' : '-', m->w ? 'w' : '-',
                                                     m->x ? 'x' : '-')
@@ -281,7 +281,7 @@ Result<void> apply(std::span<const PatchOp> all) {
       return make_error(Errc::bytes_mismatch,
                         fmt::format("{} ({:#x}): bytes seen {}, expected {}; someone else changed "
                                     "this code, nothing was patched",
-                                    op.label, op.addr, hex_bytes(now), hex_bytes(op.expected)));
+                                    op.name(), op.addr, hex_bytes(now), hex_bytes(op.expected)));
     todo.push_back(i);
   }
   auto publish_retargeted = [&] {
@@ -296,8 +296,8 @@ Result<void> apply(std::span<const PatchOp> all) {
     const PatchOp& a = all[todo[k - 1]];
     if (a.addr + a.replacement.size() > all[todo[k]].addr)
       return make_error(Errc::invalid_argument,
-                        fmt::format("{} ({:#x}) and {} ({:#x}) overlap", a.label, a.addr,
-                                    all[todo[k]].label, all[todo[k]].addr));
+                        fmt::format("{} ({:#x}) and {} ({:#x}) overlap", a.name(), a.addr,
+                                    all[todo[k]].name(), all[todo[k]].addr));
   }
 
   // A process where no other thread may run the program's code (the agent's start-up,

@@ -143,6 +143,11 @@ struct PatchOp {
   Emulation emulate;                 // the new code's effect, for trapped threads
   std::string label;                 // "symbol+0x4", for diagnostics
   bool keep_trap = false;            // the int3 of `replacement` stays, `emulate` with it
+  // Instead of `label` (empty): the label made by describe(of), only for a diagnostic
+  // (a batch of 1,000 sites formatted 1,000 labels nobody read).
+  std::string (*describe)(const void* of) = nullptr;
+  const void* of = nullptr;
+  std::string name() const { return label.empty() && describe ? describe(of) : label; }
 };
 
 struct PatchStats {

@@ -112,6 +112,11 @@ std::string Site::label() const {
   return fmt::format("{}+{:#x}", info.name, info.site - info.func);
 }
 
+namespace {
+// A patch op's label, made only when a diagnostic needs it (patch::PatchOp::describe).
+std::string site_label(const void* site) { return static_cast<const Site*>(site)->label(); }
+}  // namespace
+
 bool Site::usable(std::string* why) const {
   auto no = [&](std::string r) {
     if (why) *why = std::move(r);
@@ -250,7 +255,8 @@ Result<size_t> SiteTable::canonicalize(Quiescence q, std::string_view object) {
     if (!object.empty() && s.object != object) continue;
     patch::PatchOp op;
     op.addr = s.info.site;
-    op.label = s.label();
+    op.describe = site_label;
+    op.of = &s;
     switch (s.info.kind) {
       case SiteKind::nop1x5:
         if (!alone) {
@@ -320,7 +326,8 @@ Result<size_t> SiteTable::restore_discovered(std::vector<std::string>* left) {
     }
     patch::PatchOp op;
     op.addr = s.info.site;
-    op.label = s.label();
+    op.describe = site_label;
+    op.of = &s;
     op.expected = nop5;
     op.replacement = s.original;
     // A thread trapped on the int3 skips the site, as the canonical NOP did.
@@ -556,7 +563,8 @@ Result<void> SiteTable::commit(std::span<const patch::PatchOp> with) {
     if (s.desired == s.applied || s.unloaded) continue;
     patch::PatchOp op;
     op.addr = s.info.site;
-    op.label = s.label();
+    op.describe = site_label;
+    op.of = &s;
     // The op's bytes are made in place (patch::OpBytes), not copied through vectors.
     Result<void> made = [&]() -> Result<void> {
       if (s.applied_bytes.empty()) {

@@ -147,6 +147,25 @@ TEST(Patcher, RefusesNonExecutableMemory) {
   EXPECT_EQ(data[0], 0x0f);
 }
 
+// An op may name itself through describe(of), called only for a diagnostic.
+TEST(Patcher, ADescribedOpIsNamedOnlyInItsRefusal) {
+  static int described = 0;
+  auto describe = [](const void* of) {
+    ++described;
+    return std::string(static_cast<const char*>(of));
+  };
+  const uint64_t site = addr_of(reinterpret_cast<void*>(&patch_target));
+  patch::PatchOp same{site, nop5(), nop5(), {}, "", false, describe, "described_fn+0x0"};
+  ASSERT_TRUE(patch::apply({&same, 1}).ok());
+  EXPECT_EQ(described, 0);
+  patch::PatchOp bad{site, {0xe8, 0, 0, 0, 0}, {0xe9, 0, 0, 0, 0}, {}, "", false, describe, "described_fn+0x0"};
+  auto r = patch::apply({&bad, 1});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("described_fn+0x0"), std::string::npos) << r.error().message;
+  EXPECT_EQ(described, 1);
+  EXPECT_EQ(bytes(site, 5), nop5());
+}
+
 TEST(Patcher, RefusesOverlapAndBadLengths) {
   const uint64_t site = addr_of(reinterpret_cast<void*>(&patch_target));
   std::vector<uint8_t> n5 = nop5();
