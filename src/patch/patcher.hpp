@@ -17,7 +17,8 @@
 // A batch in a process with no other thread that may run (os::thread_count() == 1: the
 // agent's start-up before main) skips the int3s: steps 1-3 become one write of every
 // op's whole bytes (signals blocked meanwhile) and one sync, with ops up to a page apart
-// sharing a write. The trap table is published and withdrawn as above all the same.
+// sharing a write. No thread can trap on it meanwhile: only an op whose int3 stays
+// (below) gets a trap-table entry, and entries earlier batches made are withdrawn.
 //
 // An op marked `keep_trap` (its new bytes begin with int3) leaves the int3 in place with
 // its emulation published: from then on every thread that reaches the site traps and is
