@@ -336,7 +336,7 @@ void attach_new_sites() {
       const arch::TracerHooks* h = scope == ftrace::Scope::filter    ? &g_agent->filter_hooks
                                    : scope == ftrace::Scope::notrace ? &g_agent->notrace_hooks
                                                                      : &g_agent->hooks;
-      reqs.push_back({s->info.func, tramp::AttachType::tracer, reinterpret_cast<uint64_t>(h), o});
+      reqs.push_back({s->info.func, tramp::AttachType::tracer, reinterpret_cast<uint64_t>(h), std::move(o)});
     } else {
       o.signature = std::move(sig);
       reqs.push_back({s->info.func, tramp::AttachType::fentry,
@@ -377,6 +377,7 @@ void attach_new_sites() {
     if (!sig::taken_over() && g_agent->run_clients.empty()) give_trap_action_back();
   }
   std::vector<trace::Function> done = std::move(reported);
+  done.reserve(done.size() + cand.size());
   for (size_t i = 0; i < cand.size(); ++i) {
     bool ok = true;
     for (size_t k = first_req[i]; k < first_req[i + 1]; ++k)
@@ -388,7 +389,7 @@ void attach_new_sites() {
              res[k].error().message.c_str());
         g_untraced.add(res[k].error().message);
       }
-    if (ok) done.push_back(cand[i]);
+    if (ok) done.push_back(std::move(cand[i]));
   }
   logf("traced %zu functions, %zu skipped", done.size(),
        skipped + cand.size() - (done.size() - reported_addrs.size()));

@@ -88,6 +88,7 @@ Result<void> ProcessFiles::forked() {
   // Each file is written even when another could not be; the first error is returned.
   auto process = in_dir([&](int dfd) { return trace::write_process_file(dfd, dir_->path(), process_); });
   auto functions = write_functions();
+  functions_written_ = functions.ok();  // the child's own file
   auto maps = write_maps();
   return !process ? process : !functions ? functions : maps;
 }
@@ -101,9 +102,14 @@ Result<void> ProcessFiles::exiting(int status) {
 }
 
 Result<void> ProcessFiles::traced(std::vector<trace::Function> more) {
+  // Nothing new (start-up's library calls when none are hooked): the file says it
+  // already; each rewrite is a rename over it, which ext4 flushes (auto_da_alloc).
+  if (more.empty() && functions_written_) return {};
   functions_.insert(functions_.end(), std::make_move_iterator(more.begin()),
                     std::make_move_iterator(more.end()));
-  return write_functions();
+  auto r = write_functions();
+  functions_written_ = functions_written_ || r.ok();
+  return r;
 }
 
 Result<void> ProcessFiles::write_functions() const {

@@ -30,7 +30,8 @@ class ProcessFiles {
   // exit() was called with STATUS. How a process that `record` did not start ended is
   // known only then: `_exit`, signals and exec without --follow-exec leave it unknown.
   Result<void> exiting(int status);
-  // Functions traced since the last call: the symbol file is rewritten with all of them.
+  // Functions traced since the last call: the symbol file is rewritten with all of them
+  // (not when there are none and it was written).
   Result<void> traced(std::vector<trace::Function> more);
   // The process's mappings now (after start-up, a dlopen, a fork).
   Result<void> write_maps() const;
@@ -43,6 +44,7 @@ class ProcessFiles {
   const TrustedDir* dir_ = nullptr;
   trace::ProcessInfo process_;
   std::vector<trace::Function> functions_;
+  bool functions_written_ = false;  // this process's file has functions_ (traced())
 };
 
 }  // namespace utramp::agent

@@ -1,4 +1,5 @@
 #include "ebpf/btf_value.hpp"
+#include "ebpf/libbpf.hpp"
 
 #include <bpf/btf.h>
 #include <fmt/format.h>
@@ -26,7 +27,7 @@ std::string hex(std::span<const uint8_t> b) {
 // Typedefs, const, volatile, restrict and type tags do not change a value's bytes.
 const btf_type* skip_mods(const btf* b, uint32_t& id) {
   for (int i = 0; i < kMaxDepth; ++i) {
-    const btf_type* t = btf__type_by_id(b, id);
+    const btf_type* t = libbpf().btf__type_by_id(b, id);
     if (!t) return nullptr;
     if (!btf_is_typedef(t) && !btf_is_mod(t) && !btf_is_type_tag(t)) return t;
     id = t->type;
@@ -64,7 +65,7 @@ void members(const btf* b, const btf_type* t, std::span<const uint8_t> bytes, in
   for (uint16_t i = 0; i < btf_vlen(t); ++i, ++m) {
     const uint32_t bit_off = btf_member_bit_offset(t, i);
     const uint32_t bf = btf_member_bitfield_size(t, i);
-    const char* name = btf__name_by_offset(b, m->name_off);
+    const char* name = libbpf().btf__name_by_offset(b, m->name_off);
     // A member that starts past the bytes there are is left out (the record was cut).
     if ((bf ? (uint64_t(bit_off) + bf + 7) / 8 : uint64_t(bit_off) / 8 + 1) > bytes.size()) continue;
     ojson v;
@@ -97,7 +98,7 @@ ojson value(const btf* b, uint32_t id, std::span<const uint8_t> bytes, int depth
   if (depth > kMaxDepth) return hex(bytes);
   const btf_type* t = skip_mods(b, id);
   if (!t) return hex(bytes);
-  const int64_t sz = btf__resolve_size(b, id);
+  const int64_t sz = libbpf().btf__resolve_size(b, id);
   if (sz >= 0 && static_cast<uint64_t>(sz) < bytes.size()) bytes = bytes.first(static_cast<size_t>(sz));
   if (btf_is_int(t)) {
     const uint32_t enc = btf_int_encoding(t), nbits = btf_int_bits(t);
@@ -134,11 +135,11 @@ ojson value(const btf* b, uint32_t id, std::span<const uint8_t> bytes, int depth
       const struct btf_enum* e = btf_enum(t);
       for (uint16_t i = 0; i < btf_vlen(t); ++i, ++e)
         if ((static_cast<uint64_t>(static_cast<int64_t>(e->val)) & mask) == raw)
-          return btf__name_by_offset(b, e->name_off);
+          return libbpf().btf__name_by_offset(b, e->name_off);
     } else {
       const struct btf_enum64* e = btf_enum64(t);
       for (uint16_t i = 0; i < btf_vlen(t); ++i, ++e)
-        if ((btf_enum64_value(e) & mask) == raw) return btf__name_by_offset(b, e->name_off);
+        if ((btf_enum64_value(e) & mask) == raw) return libbpf().btf__name_by_offset(b, e->name_off);
     }
     return num;
   }
@@ -146,7 +147,7 @@ ojson value(const btf* b, uint32_t id, std::span<const uint8_t> bytes, int depth
     const struct btf_array* a = btf_array(t);
     uint32_t eid = a->type;
     const btf_type* et = skip_mods(b, eid);
-    const int64_t esz = btf__resolve_size(b, eid);
+    const int64_t esz = libbpf().btf__resolve_size(b, eid);
     if (!et || esz <= 0) return hex(bytes);
     if (btf_is_int(et) && esz == 1 && !(btf_int_encoding(et) & BTF_INT_BOOL)) {
       size_t n = 0;
@@ -214,9 +215,9 @@ std::string render_value(const nlohmann::ordered_json& v) {
 }
 
 std::string type_name(const btf* b, uint32_t type_id) {
-  const btf_type* t = b ? btf__type_by_id(b, type_id) : nullptr;
+  const btf_type* t = b ? libbpf().btf__type_by_id(b, type_id) : nullptr;
   if (!t) return fmt::format("type {}", type_id);
-  const char* n = btf__name_by_offset(b, t->name_off);
+  const char* n = libbpf().btf__name_by_offset(b, t->name_off);
   const std::string name = n ? n : "";
   if (btf_is_struct(t)) return name.empty() ? "struct (anonymous)" : "struct " + name;
   if (btf_is_union(t)) return name.empty() ? "union (anonymous)" : "union " + name;
@@ -234,10 +235,10 @@ Result<uint32_t> find_record_type(const btf* b, uint64_t size, const std::string
   if (want.starts_with("struct ")) want = want.substr(7);
   else if (want.starts_with("union ")) want = want.substr(6), want_union = true;
   std::vector<uint32_t> found;
-  for (uint32_t id = 1; id < btf__type_cnt(b); ++id) {
-    const btf_type* t = btf__type_by_id(b, id);
+  for (uint32_t id = 1; id < libbpf().btf__type_cnt(b); ++id) {
+    const btf_type* t = libbpf().btf__type_by_id(b, id);
     if (!t || !btf_is_composite(t)) continue;
-    const char* n = btf__name_by_offset(b, t->name_off);
+    const char* n = libbpf().btf__name_by_offset(b, t->name_off);
     if (!n || !*n) continue;
     if (!want.empty()) {
       if (want == n && (name == want || btf_is_union(t) == want_union)) found.push_back(id);

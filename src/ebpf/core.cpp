@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 
+#include "ebpf/libbpf.hpp"
 #include "os/file.hpp"
 
 namespace utramp::ebpf {
@@ -148,10 +149,10 @@ bool find_member(Dwarf_Die rec, const std::string& name, uint64_t* off, Dwarf_Di
 // ---- the object's BTF -------------------------------------------------------------
 
 const btf_type* skip_mods(const btf* b, uint32_t* id) {
-  const btf_type* t = btf__type_by_id(b, *id);
+  const btf_type* t = libbpf().btf__type_by_id(b, *id);
   for (int i = 0; t && i < 32 && (btf_is_mod(t) || btf_is_typedef(t)); ++i) {
     *id = t->type;
-    t = btf__type_by_id(b, *id);
+    t = libbpf().btf__type_by_id(b, *id);
   }
   return t;
 }
@@ -221,11 +222,11 @@ Result<Field> local_field(Relo& x, const std::vector<uint32_t>& acc, std::vector
   const btf_type* t = skip_mods(x.local, &id);
   if (!t) return x.fail(Errc::bad_format, fmt::format("type {} not in the object's BTF", x.r.type_id));
   if (!btf_is_composite(t)) return x.fail(Errc::unsupported, "the root type is not a struct or union");
-  const std::string root = essential(btf__name_by_offset(x.local, t->name_off));
+  const std::string root = essential(libbpf().btf__name_by_offset(x.local, t->name_off));
   if (root.empty()) return x.fail(Errc::unsupported, "an anonymous struct or union has no name to match");
   x.what = fmt::format("{} {}", btf_is_union(t) ? "union" : "struct", root);
   Field f;
-  const long root_size = btf__resolve_size(x.local, id);
+  const long root_size = libbpf().btf__resolve_size(x.local, id);
   if (root_size < 0) return x.fail(Errc::bad_format, "the root type has no size");
   f.offset = uint64_t(acc[0]) * static_cast<uint64_t>(root_size);
   if (acc[0]) x.what += fmt::format("[{}]", acc[0]);
@@ -238,7 +239,7 @@ Result<Field> local_field(Relo& x, const std::vector<uint32_t>& acc, std::vector
       const uint32_t bit = btf_member_bit_offset(t, acc[i]);
       if (btf_member_bitfield_size(t, acc[i]) || bit % 8) f.bitfield = true;
       f.offset += bit / 8;
-      const char* n = btf__name_by_offset(x.local, m.name_off);
+      const char* n = libbpf().btf__name_by_offset(x.local, m.name_off);
       if (n && *n) {  // anonymous members are walked through by name in the target
         steps->push_back({true, n, 0});
         x.what += fmt::format(".{}", n);
@@ -246,7 +247,7 @@ Result<Field> local_field(Relo& x, const std::vector<uint32_t>& acc, std::vector
       id = m.type;
     } else if (t && btf_is_array(t)) {
       const struct btf_array* a = btf_array(t);
-      const long es = btf__resolve_size(x.local, a->type);
+      const long es = libbpf().btf__resolve_size(x.local, a->type);
       if (es < 0) return x.fail(Errc::bad_format, "array element without a size");
       f.offset += uint64_t(acc[i]) * static_cast<uint64_t>(es);
       steps->push_back({false, "", acc[i]});
@@ -257,7 +258,7 @@ Result<Field> local_field(Relo& x, const std::vector<uint32_t>& acc, std::vector
     }
   }
   if (f.bitfield) return x.fail(Errc::unsupported, "bitfields are not supported");
-  const long sz = btf__resolve_size(x.local, id);
+  const long sz = libbpf().btf__resolve_size(x.local, id);
   f.size = sz < 0 ? 0 : static_cast<uint64_t>(sz);
   uint32_t pid = id;
   const btf_type* leaf = skip_mods(x.local, &pid);
@@ -423,7 +424,7 @@ Result<void> apply_one(LoadedProgram& p, const CoreRelo& r, const btf* local, co
         }
       };
       Field tf = *lf;
-      const std::string root = essential(btf__name_by_offset(local, rt->name_off));
+      const std::string root = essential(libbpf().btf__name_by_offset(local, rt->name_off));
       if (is_context_type(p, rt, root)) {
         auto f = context_field(x, steps, acc->size());
         if (!f) return std::move(f).error();
@@ -445,13 +446,13 @@ Result<void> apply_one(LoadedProgram& p, const CoreRelo& r, const btf* local, co
     case BPF_CORE_TYPE_ID_LOCAL: return patch(x, p.insns, r.type_id, r.type_id, false);
     case BPF_CORE_TYPE_EXISTS:
     case BPF_CORE_TYPE_SIZE: {
-      const btf_type* t = btf__type_by_id(local, r.type_id);
+      const btf_type* t = libbpf().btf__type_by_id(local, r.type_id);
       if (!t) return x.fail(Errc::bad_format, "type not in the object's BTF");
-      const std::string name = essential(btf__name_by_offset(local, t->name_off));
+      const std::string name = essential(libbpf().btf__name_by_offset(local, t->name_off));
       const int tag = dwarf_tag_for(t);
       if (name.empty() || !tag) return x.fail(Errc::unsupported, "only named structs, unions, enums, typedefs and base types");
       x.what = name;
-      const long ls = btf__resolve_size(local, r.type_id);
+      const long ls = libbpf().btf__resolve_size(local, r.type_id);
       const uint64_t lv = r.kind == BPF_CORE_TYPE_EXISTS ? 1 : static_cast<uint64_t>(ls < 0 ? 0 : ls);
       if (is_context_type(p, t, name))
         return patch(x, p.insns, lv, r.kind == BPF_CORE_TYPE_EXISTS ? 1 : kPtRegsSize, false);
@@ -468,16 +469,16 @@ Result<void> apply_one(LoadedProgram& p, const CoreRelo& r, const btf* local, co
       uint32_t id = r.type_id;
       const btf_type* t = skip_mods(local, &id);
       if (!t || !btf_is_any_enum(t)) return x.fail(Errc::bad_format, "the root type is not an enum");
-      const std::string en = essential(btf__name_by_offset(local, t->name_off));
+      const std::string en = essential(libbpf().btf__name_by_offset(local, t->name_off));
       const uint32_t k = (*acc)[0];
       if (k >= btf_vlen(t)) return x.fail(Errc::bad_format, fmt::format("enumerator {} out of range", k));
       const char* vn = nullptr;
       uint64_t lval = 0;
       if (btf_is_enum(t)) {
-        vn = btf__name_by_offset(local, btf_enum(t)[k].name_off);
+        vn = libbpf().btf__name_by_offset(local, btf_enum(t)[k].name_off);
         lval = btf_kflag(t) ? static_cast<uint64_t>(static_cast<int64_t>(btf_enum(t)[k].val)) : uint32_t(btf_enum(t)[k].val);
       } else {
-        vn = btf__name_by_offset(local, btf_enum64(t)[k].name_off);
+        vn = libbpf().btf__name_by_offset(local, btf_enum64(t)[k].name_off);
         lval = btf_enum64_value(&btf_enum64(t)[k]);
       }
       x.what = fmt::format("enum {}::{}", en, vn ? vn : "?");

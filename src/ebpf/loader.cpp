@@ -17,6 +17,7 @@
 #include "ebpf/check.hpp"
 #include "ebpf/core.hpp"
 #include "ebpf/engine.hpp"
+#include "ebpf/libbpf.hpp"
 #include "ebpf/object_dwarf.hpp"
 #include "abi/signature.hpp"
 #include "os/file.hpp"
@@ -281,25 +282,25 @@ Result<void> Parser::classify() {
 
 // __uint(name, v) is `int (*name)[v]`: the number is the array's element count.
 std::optional<uint32_t> btf_uint(const btf* b, uint32_t type_id) {
-  const btf_type* t = btf__type_by_id(b, type_id);
+  const btf_type* t = libbpf().btf__type_by_id(b, type_id);
   if (!t || !btf_is_ptr(t)) return std::nullopt;
-  const btf_type* a = btf__type_by_id(b, t->type);
+  const btf_type* a = libbpf().btf__type_by_id(b, t->type);
   if (!a || !btf_is_array(a)) return std::nullopt;
   return btf_array(a)->nelems;
 }
 
 // __type(name, T) is `T *name`: the size of T.
 std::optional<uint32_t> btf_pointee_size(const btf* b, uint32_t type_id) {
-  const btf_type* t = btf__type_by_id(b, type_id);
+  const btf_type* t = libbpf().btf__type_by_id(b, type_id);
   if (!t || !btf_is_ptr(t)) return std::nullopt;
-  const long sz = btf__resolve_size(b, t->type);
+  const long sz = libbpf().btf__resolve_size(b, t->type);
   if (sz < 0) return std::nullopt;
   return static_cast<uint32_t>(sz);
 }
 
 GlobalVar::Kind var_kind(const btf* b, uint32_t type_id) {
-  const int id = btf__resolve_type(b, type_id);  // through typedefs and qualifiers
-  const btf_type* t = id > 0 ? btf__type_by_id(b, static_cast<uint32_t>(id)) : nullptr;
+  const int id = libbpf().btf__resolve_type(b, type_id);  // through typedefs and qualifiers
+  const btf_type* t = id > 0 ? libbpf().btf__type_by_id(b, static_cast<uint32_t>(id)) : nullptr;
   if (!t) return GlobalVar::Kind::bytes;
   if (btf_is_int(t)) {
     const uint8_t enc = btf_int_encoding(t);
@@ -309,8 +310,8 @@ GlobalVar::Kind var_kind(const btf* b, uint32_t type_id) {
   if (btf_is_enum(t)) return GlobalVar::Kind::signed_int;
   if (btf_is_ptr(t)) return GlobalVar::Kind::unsigned_int;
   if (btf_is_array(t)) {
-    const int e = btf__resolve_type(b, btf_array(t)->type);
-    const btf_type* et = e > 0 ? btf__type_by_id(b, static_cast<uint32_t>(e)) : nullptr;
+    const int e = libbpf().btf__resolve_type(b, btf_array(t)->type);
+    const btf_type* et = e > 0 ? libbpf().btf__type_by_id(b, static_cast<uint32_t>(e)) : nullptr;
     if (et && btf_is_int(et) && et->size == 1) return GlobalVar::Kind::chars;  // char[], u8[]
   }
   return GlobalVar::Kind::bytes;
@@ -326,16 +327,16 @@ struct DatasecVar {
 // The named variables of BTF DATASEC `sec` (none without BTF or such a DATASEC).
 std::vector<DatasecVar> datasec_vars(const btf* b, const std::string& sec) {
   std::vector<DatasecVar> out;
-  const int id = b ? btf__find_by_name_kind(b, sec.c_str(), BTF_KIND_DATASEC) : -1;
-  const btf_type* ds = id > 0 ? btf__type_by_id(b, static_cast<uint32_t>(id)) : nullptr;
+  const int id = b ? libbpf().btf__find_by_name_kind(b, sec.c_str(), BTF_KIND_DATASEC) : -1;
+  const btf_type* ds = id > 0 ? libbpf().btf__type_by_id(b, static_cast<uint32_t>(id)) : nullptr;
   if (!ds) return out;
   const btf_var_secinfo* vs = btf_var_secinfos(ds);
   for (uint16_t k = 0; k < btf_vlen(ds); ++k) {
-    const btf_type* v = btf__type_by_id(b, vs[k].type);
+    const btf_type* v = libbpf().btf__type_by_id(b, vs[k].type);
     if (!v || !btf_is_var(v)) continue;
-    const char* n = btf__name_by_offset(b, v->name_off);
+    const char* n = libbpf().btf__name_by_offset(b, v->name_off);
     if (!n || !*n) continue;
-    out.push_back({n, v->type, btf__resolve_size(b, v->type), vs[k].offset});
+    out.push_back({n, v->type, libbpf().btf__resolve_size(b, v->type), vs[k].offset});
   }
   return out;
 }
@@ -395,11 +396,11 @@ Result<void> Parser::read_maps() {
   for (const Sym& sym : syms_) {
     if (sym.shndx != maps_sec_ || sym.type == STT_SECTION || sym.name.empty()) continue;
     const std::string where = fmt::format("map '{}'", sym.name);
-    const int var = btf__find_by_name_kind(btf_.get(), sym.name.c_str(), BTF_KIND_VAR);
+    const int var = libbpf().btf__find_by_name_kind(btf_.get(), sym.name.c_str(), BTF_KIND_VAR);
     if (var < 0) return err(Errc::bad_format, where + ": no BTF variable of that name");
-    const btf_type* v = btf__type_by_id(btf_.get(), static_cast<uint32_t>(var));
-    const btf_type* st = btf__type_by_id(btf_.get(), v->type);
-    while (st && (btf_is_typedef(st) || btf_is_mod(st))) st = btf__type_by_id(btf_.get(), st->type);
+    const btf_type* v = libbpf().btf__type_by_id(btf_.get(), static_cast<uint32_t>(var));
+    const btf_type* st = libbpf().btf__type_by_id(btf_.get(), v->type);
+    while (st && (btf_is_typedef(st) || btf_is_mod(st))) st = libbpf().btf__type_by_id(btf_.get(), st->type);
     if (!st || !btf_is_struct(st)) return err(Errc::bad_format, where + ": its BTF type is not a struct");
     MapSpec m;
     m.name = sym.name;
@@ -407,7 +408,7 @@ Result<void> Parser::read_maps() {
     std::string unknown_field;  // reported after the type: an unsupported type is the real reason
     std::optional<uint32_t> values_off;  // __array(values, ...): a prog_array's initialiser
     for (uint16_t k = 0; k < btf_vlen(st); ++k) {
-      const char* mn = btf__name_by_offset(btf_.get(), mem[k].name_off);
+      const char* mn = libbpf().btf__name_by_offset(btf_.get(), mem[k].name_off);
       const std::string field = mn ? mn : "";
       auto num = [&](uint32_t* out) -> Result<void> {
         auto n = btf_uint(btf_.get(), mem[k].type);
@@ -419,7 +420,7 @@ Result<void> Parser::read_maps() {
         auto n = btf_pointee_size(btf_.get(), mem[k].type);
         if (!n) return err(Errc::bad_format, fmt::format("{}: field '{}' is not __type(...)", where, field));
         *out = *n;
-        *type = btf__type_by_id(btf_.get(), mem[k].type)->type;  // the pointer's target
+        *type = libbpf().btf__type_by_id(btf_.get(), mem[k].type)->type;  // the pointer's target
         return {};
       };
       if (field == "type") UTRAMP_TRY(num(&m.type));
@@ -586,19 +587,19 @@ std::optional<Prototype> Parser::prototype(const std::string& fn) const {
   if (!btf_) return std::nullopt;
   // BPF_PROG(name, args...) wraps `____name(ctx, args...)`: its BTF, when it was not
   // inlined away, has the typed arguments after ctx.
-  const int id = btf__find_by_name_kind(btf_.get(), ("____" + fn).c_str(), BTF_KIND_FUNC);
+  const int id = libbpf().btf__find_by_name_kind(btf_.get(), ("____" + fn).c_str(), BTF_KIND_FUNC);
   if (id < 0) return std::nullopt;
-  const btf_type* f = btf__type_by_id(btf_.get(), static_cast<uint32_t>(id));
-  const btf_type* proto = f ? btf__type_by_id(btf_.get(), f->type) : nullptr;
+  const btf_type* f = libbpf().btf__type_by_id(btf_.get(), static_cast<uint32_t>(id));
+  const btf_type* proto = f ? libbpf().btf__type_by_id(btf_.get(), f->type) : nullptr;
   if (!proto || !btf_is_func_proto(proto) || btf_vlen(proto) < 1) return std::nullopt;
   Prototype p;
   const btf_param* ps = btf_params(proto);
   p.text = "(";
   for (uint16_t k = 1; k < btf_vlen(proto); ++k) {
-    const long sz = btf__resolve_size(btf_.get(), ps[k].type);
+    const long sz = libbpf().btf__resolve_size(btf_.get(), ps[k].type);
     if (sz < 0) return std::nullopt;
     p.arg_sizes.push_back(static_cast<uint32_t>(sz));
-    const char* n = btf__name_by_offset(btf_.get(), ps[k].name_off);
+    const char* n = libbpf().btf__name_by_offset(btf_.get(), ps[k].name_off);
     p.text += fmt::format("{}{} bytes{}{}", k > 1 ? ", " : "", sz, n && *n ? " " : "", n ? n : "");
   }
   p.text += ")";
@@ -630,9 +631,9 @@ Result<void> Parser::read_core_relos() {
   if (!btf_) return err(Errc::bad_format, "section '.BTF.ext' but no .BTF");
   const auto d = secs_[ext].data;
   errno = 0;
-  btf_ext* e = btf_ext__new(d.data(), static_cast<uint32_t>(d.size()));
+  btf_ext* e = libbpf().btf_ext__new(d.data(), static_cast<uint32_t>(d.size()));
   if (!e) return err(Errc::bad_format, fmt::format("section '.BTF.ext': libbpf cannot parse it ({})", strerror(errno)));
-  btf_ext__free(e);
+  libbpf().btf_ext__free(e);
   auto u32_at = [&](size_t o) {
     uint32_t v;
     std::memcpy(&v, d.data() + o, 4);
@@ -657,7 +658,7 @@ Result<void> Parser::read_core_relos() {
   if (rec < sizeof(bpf_core_relo)) return bad(fmt::format("record size {} < {}", rec, sizeof(bpf_core_relo)));
   while (pos < end) {
     if (end - pos < 8) return bad("truncated section header");
-    const char* sn = btf__name_by_offset(btf_.get(), u32_at(pos));
+    const char* sn = libbpf().btf__name_by_offset(btf_.get(), u32_at(pos));
     const uint32_t n = u32_at(pos + 4);
     pos += 8;
     if ((end - pos) / rec < n) return bad(fmt::format("{} records past the end", n));
@@ -668,7 +669,7 @@ Result<void> Parser::read_core_relos() {
     for (uint32_t k = 0; k < n; ++k, pos += rec) {
       bpf_core_relo r;
       std::memcpy(&r, d.data() + pos, sizeof r);
-      const char* a = btf__name_by_offset(btf_.get(), r.access_str_off);
+      const char* a = libbpf().btf__name_by_offset(btf_.get(), r.access_str_off);
       if (!a || r.insn_off % 8) return bad(fmt::format("section '{}' offset {:#x}: bad record", sn, r.insn_off));
       core_[sec].push_back({r.insn_off, CoreRelo{0, static_cast<uint32_t>(r.kind), r.type_id, a}});
     }
@@ -708,7 +709,7 @@ Result<void> Parser::read_line_info() {
     return t;
   };
   while (end - pos >= 8) {
-    const char* sn = btf__name_by_offset(btf_.get(), u32_at(pos));
+    const char* sn = libbpf().btf__name_by_offset(btf_.get(), u32_at(pos));
     const uint32_t n = u32_at(pos + 4);
     pos += 8;
     if ((end - pos) / rec < n) return {};
@@ -718,8 +719,8 @@ Result<void> Parser::read_line_info() {
     for (uint32_t k = 0; k < n; ++k, pos += rec) {
       if (!sec) continue;
       LineInfo l;
-      const char* file = btf__name_by_offset(btf_.get(), u32_at(pos + 4));
-      const char* text = btf__name_by_offset(btf_.get(), u32_at(pos + 8));
+      const char* file = libbpf().btf__name_by_offset(btf_.get(), u32_at(pos + 4));
+      const char* text = libbpf().btf__name_by_offset(btf_.get(), u32_at(pos + 8));
       l.file = file ? file : "";
       l.file = l.file.substr(l.file.rfind('/') + 1);
       l.text = text ? trim(text) : "";
@@ -879,9 +880,10 @@ Result<void> Parser::read_prog_slots() {
 }
 
 Result<Object> Parser::run() {
+  UTRAMP_TRY(load_libbpf());
   // libbpf would print its own diagnostics on stderr; ours carry the evidence.
   static const bool quiet = [] {
-    libbpf_set_print(nullptr);
+    libbpf().libbpf_set_print(nullptr);
     return true;
   }();
   (void)quiet;
@@ -890,9 +892,9 @@ Result<Object> Parser::run() {
   for (size_t i = 1; i < secs_.size(); ++i) {
     if (secs_[i].name != ".BTF") continue;
     errno = 0;
-    btf* b = btf__new(secs_[i].data.data(), static_cast<uint32_t>(secs_[i].data.size()));
+    btf* b = libbpf().btf__new(secs_[i].data.data(), static_cast<uint32_t>(secs_[i].data.size()));
     if (!b) return err(Errc::bad_format, fmt::format("section '.BTF': libbpf cannot parse it ({})", strerror(errno)));
-    btf_.reset(b, btf__free);
+    btf_.reset(b, libbpf().btf__free);
   }
   // The object's DWARF gives BPF_PROG's prototypes; without it (no -g) BTF does.
   if (auto d = ObjectDwarf::open(bytes_); d) dwarf_ = std::move(*d);

@@ -8,6 +8,7 @@
 
 #include <map>
 
+#include "ebpf/libbpf.hpp"
 #include "ebpf/loader.hpp"
 
 namespace utramp::ebpf {
@@ -145,7 +146,7 @@ class ToBtf {
     return t ? convert(*t, depth + 1) : 0;
   }
   int index_type() {
-    if (!index_) index_ = btf__add_int(b_, "unsigned int", 4, 0);
+    if (!index_) index_ = libbpf().btf__add_int(b_, "unsigned int", 4, 0);
     return index_ > 0 ? index_ : 0;
   }
   static Dwarf_Word uattr(Dwarf_Die* die, unsigned name, Dwarf_Word dflt = 0) {
@@ -161,16 +162,16 @@ class ToBtf {
       case DW_TAG_base_type: {
         const Dwarf_Word enc = uattr(&die, DW_AT_encoding), size = uattr(&die, DW_AT_byte_size);
         if (size == 0 || size > 16) return 0;
-        if (enc == DW_ATE_float) return btf__add_float(b_, n ? n : "float", size);
+        if (enc == DW_ATE_float) return libbpf().btf__add_float(b_, n ? n : "float", size);
         int e = 0;
         if (enc == DW_ATE_signed || enc == DW_ATE_signed_char) e |= BTF_INT_SIGNED;
         if (enc == DW_ATE_signed_char || enc == DW_ATE_unsigned_char) e |= BTF_INT_CHAR;
         if (enc == DW_ATE_boolean) e = BTF_INT_BOOL;
-        return btf__add_int(b_, n ? n : "int", size, e);
+        return libbpf().btf__add_int(b_, n ? n : "int", size, e);
       }
       case DW_TAG_typedef: {
         const int t = inner(die, depth);
-        return n ? btf__add_typedef(b_, n, t) : t;
+        return n ? libbpf().btf__add_typedef(b_, n, t) : t;
       }
       case DW_TAG_const_type:
       case DW_TAG_volatile_type:
@@ -178,10 +179,10 @@ class ToBtf {
       case DW_TAG_atomic_type: return inner(die, depth);  // the same bytes
       case DW_TAG_pointer_type:
       case DW_TAG_reference_type:
-      case DW_TAG_rvalue_reference_type: return btf__add_ptr(b_, 0);
+      case DW_TAG_rvalue_reference_type: return libbpf().btf__add_ptr(b_, 0);
       case DW_TAG_enumeration_type: {
         const Dwarf_Word size = uattr(&die, DW_AT_byte_size, 4);
-        const int e = btf__add_enum(b_, n ? n : "", static_cast<uint32_t>(size));
+        const int e = libbpf().btf__add_enum(b_, n ? n : "", static_cast<uint32_t>(size));
         if (e < 0) return e;
         Dwarf_Die c;
         if (dwarf_child(&die, &c) == 0) do {
@@ -190,7 +191,7 @@ class ToBtf {
             Dwarf_Sword v = 0;
             if (!dwarf_attr(&c, DW_AT_const_value, &a) || dwarf_formsdata(&a, &v) != 0) continue;
             const char* en = dwarf_diename(&c);
-            if (en && v >= INT32_MIN && v <= UINT32_MAX) btf__add_enum_value(b_, en, v);
+            if (en && v >= INT32_MIN && v <= UINT32_MAX) libbpf().btf__add_enum_value(b_, en, v);
           } while (dwarf_siblingof(&c, &c) == 0);
         return e;
       }
@@ -209,7 +210,7 @@ class ToBtf {
             dims.push_back(static_cast<uint32_t>(count));
           } while (dwarf_siblingof(&c, &c) == 0);
         int t = inner(die, depth);
-        for (auto it = dims.rbegin(); it != dims.rend() && t >= 0; ++it) t = btf__add_array(b_, index_type(), t, *it);
+        for (auto it = dims.rbegin(); it != dims.rend() && t >= 0; ++it) t = libbpf().btf__add_array(b_, index_type(), t, *it);
         return t;
       }
       case DW_TAG_structure_type:
@@ -238,10 +239,10 @@ class ToBtf {
           } while (dwarf_siblingof(&c, &c) == 0);
         const uint32_t size = static_cast<uint32_t>(uattr(&die, DW_AT_byte_size));
         const bool is_union = dwarf_tag(&die) == DW_TAG_union_type;
-        const int s = is_union ? btf__add_union(b_, n ? n : "", size) : btf__add_struct(b_, n ? n : "", size);
+        const int s = is_union ? libbpf().btf__add_union(b_, n ? n : "", size) : libbpf().btf__add_struct(b_, n ? n : "", size);
         if (s < 0) return s;
         for (const Field& f : fields)
-          if (btf__add_field(b_, f.name.empty() ? nullptr : f.name.c_str(), f.type, f.bit_off, f.bit_size) < 0)
+          if (libbpf().btf__add_field(b_, f.name.empty() ? nullptr : f.name.c_str(), f.type, f.bit_off, f.bit_size) < 0)
             return -1;
         return s;
       }
@@ -257,7 +258,8 @@ class ToBtf {
 }  // namespace
 
 Result<std::shared_ptr<const ::btf>> ObjectDwarf::named_types_as_btf() const {
-  std::shared_ptr<struct btf> b(btf__new_empty(), [](::btf* x) { btf__free(x); });
+  UTRAMP_TRY(load_libbpf());
+  std::shared_ptr<struct btf> b(libbpf().btf__new_empty(), [](::btf* x) { libbpf().btf__free(x); });
   if (!b) return make_error(Errc::no_memory, "libbpf: btf__new_empty failed");
   // A type libbpf refuses becomes void (0): its values then print as bytes.
   ToBtf conv(b.get());

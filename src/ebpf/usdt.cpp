@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "ebpf/libbpf.hpp"
 #include "ebpf/loader.hpp"
 #include "os/elf_file.hpp"
 
@@ -82,12 +83,12 @@ uint64_t u64_at(std::span<const uint8_t> d, size_t o) {
 // The byte offset of member `name` of BTF struct `type_name`, or -1 (no such struct or
 // member), -2 when the member is a bitfield.
 int64_t member_offset(const btf* b, const char* type_name, std::string_view name) {
-  const int id = btf__find_by_name_kind(b, type_name, BTF_KIND_STRUCT);
+  const int id = libbpf().btf__find_by_name_kind(b, type_name, BTF_KIND_STRUCT);
   if (id < 0) return -1;
-  const btf_type* t = btf__type_by_id(b, static_cast<uint32_t>(id));
+  const btf_type* t = libbpf().btf__type_by_id(b, static_cast<uint32_t>(id));
   const btf_member* m = btf_members(t);
   for (uint16_t k = 0; k < btf_vlen(t); ++k) {
-    const char* n = btf__name_by_offset(b, m[k].name_off);
+    const char* n = libbpf().btf__name_by_offset(b, m[k].name_off);
     if (!n || name != n) continue;
     if (btf_member_bitfield_size(t, k)) return -2;
     return btf_member_bit_offset(t, k) / 8;
@@ -115,7 +116,7 @@ Result<void> check_layout(const Object& obj, const MapSpec& specs) {
       {"__bpf_usdt_arg_spec", {"arg_bitshift", 15}}, {"__bpf_usdt_spec", {"args", 0}},
       {"__bpf_usdt_spec", {"usdt_cookie", 192}},     {"__bpf_usdt_spec", {"arg_cnt", 200}}};
   for (const auto& [type, f] : kFields) {
-    if (btf__find_by_name_kind(b, type, BTF_KIND_STRUCT) < 0) continue;  // types dropped: the size decides
+    if (libbpf().btf__find_by_name_kind(b, type, BTF_KIND_STRUCT) < 0) continue;  // types dropped: the size decides
     const int64_t at = member_offset(b, type, f.first);
     if (at != f.second)
       return bad(fmt::format("struct {}'s '{}' is {} (expected at byte {})", type, f.first,

@@ -257,11 +257,11 @@ Result<void> apply(std::span<const PatchOp> all) {
     if (n == 0 || n != op.expected.size() || n > arch::kMaxInsnLen + arch::kSiteLen)
       return make_error(Errc::invalid_argument,
                         fmt::format("{} ({:#x}): replacement of {} bytes for {} expected bytes",
-                                    op.label, op.addr, n, op.expected.size()));
+                                    op.name(), op.addr, n, op.expected.size()));
     const os::Mapping* m = os::find_mapping(*maps, op.addr);
     if (!os::range_executable(*maps, op.addr, n))
       return make_error(Errc::not_executable,
-                        fmt::format("{} ({:#x}): not in executable memory ({})", op.label, op.addr,
+                        fmt::format("{} ({:#x}): not in executable memory ({})", op.name(), op.addr,
                                     m ? fmt::format("mapping {:#x}-{:#x} {}{}{}", m->start, m->end,
                                                     m->r ? 'r' : '-', m->w ? 'w' : '-',
                                                     m->x ? 'x' : '-')
@@ -281,7 +281,7 @@ Result<void> apply(std::span<const PatchOp> all) {
       return make_error(Errc::bytes_mismatch,
                         fmt::format("{} ({:#x}): bytes seen {}, expected {}; someone else changed "
                                     "this code, nothing was patched",
-                                    op.label, op.addr, hex_bytes(now), hex_bytes(op.expected)));
+                                    op.name(), op.addr, hex_bytes(now), hex_bytes(op.expected)));
     todo.push_back(i);
   }
   auto publish_retargeted = [&] {
@@ -296,8 +296,8 @@ Result<void> apply(std::span<const PatchOp> all) {
     const PatchOp& a = all[todo[k - 1]];
     if (a.addr + a.replacement.size() > all[todo[k]].addr)
       return make_error(Errc::invalid_argument,
-                        fmt::format("{} ({:#x}) and {} ({:#x}) overlap", a.label, a.addr,
-                                    all[todo[k]].label, all[todo[k]].addr));
+                        fmt::format("{} ({:#x}) and {} ({:#x}) overlap", a.name(), a.addr,
+                                    all[todo[k]].name(), all[todo[k]].addr));
   }
 
   // A process where no other thread may run the program's code (the agent's start-up,
@@ -384,8 +384,12 @@ Result<void> apply(std::span<const PatchOp> all) {
     return make_error(why.code, fmt::format("patch batch failed and was rolled back: {}", why.message));
   };
 
-  // Publish how trapped threads are sent on before any int3 can send them to us.
+  // Publish how trapped threads are sent on before any int3 can send them to us. Alone,
+  // no thread can trap mid-batch (no int3 is written but one that stays): only those
+  // need an entry, and the table's pages are not faulted in for every op (1,000 sites'
+  // entries took ~250 page faults of a recording's start-up).
   for (size_t i : todo) {
+    if (alone && !keeps_trap(all[i])) continue;
     TrapTable::Entry* e = TrapTable::instance().insert(all[i].addr);
     if (!e) return make_error(Errc::no_memory, "trap table full");
     e->emu.store(TrapTable::pack(all[i].emulate, all[i].addr), std::memory_order_release);
@@ -411,8 +415,11 @@ Result<void> apply(std::span<const PatchOp> all) {
   }
   // Withdraw the emulations: a late trap now finds the int3 gone and restarts. An int3
   // that stays keeps its emulation: it is what the site does from now on.
+  // (Alone, an op has an entry only from an earlier batch; an empty table has none.)
+  TrapTable& table = TrapTable::instance();
   for (size_t i : todo)
-    if (!keeps_trap(all[i])) TrapTable::instance().find(all[i].addr)->emu.store(0, std::memory_order_release);
+    if (!keeps_trap(all[i]) && !(alone && table.empty()))
+      if (TrapTable::Entry* e = table.find(all[i].addr)) e->emu.store(0, std::memory_order_release);
   publish_retargeted();
 
   g_stats.batches.fetch_add(1, std::memory_order_relaxed);

@@ -17,7 +17,8 @@
 // A batch in a process with no other thread that may run (os::thread_count() == 1: the
 // agent's start-up before main) skips the int3s: steps 1-3 become one write of every
 // op's whole bytes (signals blocked meanwhile) and one sync, with ops up to a page apart
-// sharing a write. The trap table is published and withdrawn as above all the same.
+// sharing a write. No thread can trap on it meanwhile: only an op whose int3 stays
+// (below) gets a trap-table entry, and entries earlier batches made are withdrawn.
 //
 // An op marked `keep_trap` (its new bytes begin with int3) leaves the int3 in place with
 // its emulation published: from then on every thread that reaches the site traps and is
@@ -32,6 +33,9 @@
 #include <ucontext.h>
 
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -49,14 +53,102 @@ struct Emulation {
   static Emulation call(uint64_t t, uint64_t ret) { return {Kind::call, t, ret}; }
 };
 
+// An op's bytes: up to kInline of them in place (a site's op is 5 or 6 bytes, an XRay
+// sled's 7, a jump's 5), longer ones (a probe's region) on the heap. A batch of 1,000
+// sites made 2,000 five-byte heap vectors, copied again when ops were gathered
+// (docs/benchmarks.md, "Start-up").
+class OpBytes {
+ public:
+  static constexpr size_t kInline = 16;
+  using value_type = uint8_t;
+  using iterator = uint8_t*;
+  using const_iterator = const uint8_t*;
+
+  OpBytes() = default;
+  OpBytes(std::initializer_list<uint8_t> b) { assign(b.begin(), b.end()); }
+  OpBytes(std::span<const uint8_t> b) { assign(b.begin(), b.end()); }  // implicit
+  OpBytes(const std::vector<uint8_t>& b) { assign(b.begin(), b.end()); }  // implicit
+  template <class It>
+  OpBytes(It first, It last) {
+    assign(first, last);
+  }
+  OpBytes(const OpBytes& o) { assign(o.begin(), o.end()); }
+  OpBytes(OpBytes&& o) noexcept { take(o); }
+  OpBytes& operator=(const OpBytes& o) {
+    if (this != &o) assign(o.begin(), o.end());
+    return *this;
+  }
+  OpBytes& operator=(OpBytes&& o) noexcept {
+    if (this != &o) take(o);
+    return *this;
+  }
+
+  template <class It>
+  void assign(It first, It last) {
+    size_ = 0;
+    append(first, last);
+  }
+  template <class It>
+  void append(It first, It last) {
+    for (; first != last; ++first) push_back(static_cast<uint8_t>(*first));
+  }
+  void push_back(uint8_t b) {
+    if (size_ == capacity()) grow(size_ * 2);
+    data()[size_++] = b;
+  }
+
+  uint8_t* data() { return heap_ ? heap_.get() : inline_; }
+  const uint8_t* data() const { return heap_ ? heap_.get() : inline_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  uint8_t* begin() { return data(); }
+  uint8_t* end() { return data() + size_; }
+  const uint8_t* begin() const { return data(); }
+  const uint8_t* end() const { return data() + size_; }
+  uint8_t& operator[](size_t i) { return data()[i]; }
+  uint8_t operator[](size_t i) const { return data()[i]; }
+  operator std::span<const uint8_t>() const { return {data(), size_}; }  // implicit
+
+  friend bool operator==(const OpBytes& a, const OpBytes& b) {
+    return a.size_ == b.size_ && std::memcmp(a.data(), b.data(), a.size_) == 0;
+  }
+  friend bool operator==(const OpBytes& a, const std::vector<uint8_t>& b) {
+    return a.size_ == b.size() && std::memcmp(a.data(), b.data(), a.size_) == 0;
+  }
+
+ private:
+  size_t capacity() const { return heap_ ? cap_ : kInline; }
+  void grow(size_t cap) {
+    auto h = std::make_unique<uint8_t[]>(cap);
+    std::memcpy(h.get(), data(), size_);
+    heap_ = std::move(h);
+    cap_ = static_cast<uint32_t>(cap);
+  }
+  void take(OpBytes& o) noexcept {
+    heap_ = std::move(o.heap_);
+    cap_ = o.cap_;
+    size_ = o.size_;
+    if (!heap_) std::memcpy(inline_, o.inline_, size_);
+    o.size_ = 0;
+  }
+  std::unique_ptr<uint8_t[]> heap_;
+  uint32_t size_ = 0, cap_ = 0;
+  uint8_t inline_[kInline];
+};
+
 struct PatchOp {
   uint64_t addr = 0;
-  std::vector<uint8_t> expected;     // bytes that must be there now
-  std::vector<uint8_t> replacement;  // bytes to write (same length, one or more whole
-                                     // instructions, byte 0 starting the first)
+  OpBytes expected;     // bytes that must be there now
+  OpBytes replacement;  // bytes to write (same length, one or more whole
+                        // instructions, byte 0 starting the first)
   Emulation emulate;                 // the new code's effect, for trapped threads
   std::string label;                 // "symbol+0x4", for diagnostics
   bool keep_trap = false;            // the int3 of `replacement` stays, `emulate` with it
+  // Instead of `label` (empty): the label made by describe(of), only for a diagnostic
+  // (a batch of 1,000 sites formatted 1,000 labels nobody read).
+  std::string (*describe)(const void* of) = nullptr;
+  const void* of = nullptr;
+  std::string name() const { return label.empty() && describe ? describe(of) : label; }
 };
 
 struct PatchStats {

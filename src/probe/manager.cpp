@@ -440,7 +440,7 @@ Result<void> Manager::Impl::commit(const Changes& changes) {
     patch::PatchOp op;
     op.addr = g.lo;
     op.expected.assign(reinterpret_cast<const uint8_t*>(g.lo), reinterpret_cast<const uint8_t*>(g.hi));
-    std::vector<uint8_t> image = op.expected;
+    std::vector<uint8_t> image(op.expected.begin(), op.expected.end());
     overlay_originals(g.lo, image);
     for (auto it = sites.lower_bound(g.lo > kMaxFootprint ? g.lo - kMaxFootprint : 0);
          it != sites.end() && it->first < g.hi; ++it) {

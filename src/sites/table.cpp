@@ -112,6 +112,11 @@ std::string Site::label() const {
   return fmt::format("{}+{:#x}", info.name, info.site - info.func);
 }
 
+namespace {
+// A patch op's label, made only when a diagnostic needs it (patch::PatchOp::describe).
+std::string site_label(const void* site) { return static_cast<const Site*>(site)->label(); }
+}  // namespace
+
 bool Site::usable(std::string* why) const {
   auto no = [&](std::string r) {
     if (why) *why = std::move(r);
@@ -265,7 +270,8 @@ Result<size_t> SiteTable::canonicalize(Quiescence q, std::string_view object) {
     if (!object.empty() && s.object != object) continue;
     patch::PatchOp op;
     op.addr = s.info.site;
-    op.label = s.label();
+    op.describe = site_label;
+    op.of = &s;
     switch (s.info.kind) {
       case SiteKind::nop1x5:
         if (!alone) {
@@ -293,7 +299,7 @@ Result<size_t> SiteTable::canonicalize(Quiescence q, std::string_view object) {
         // jmp +4 over the rest keeps every reachable boundary (0 and 11) intact.
         op.expected.assign(s.original.begin(), s.original.begin() + 7);
         op.replacement.assign(arch::kNop5.begin(), arch::kNop5.end());
-        op.replacement.insert(op.replacement.end(), arch::kJmpShort4.begin(), arch::kJmpShort4.end());
+        op.replacement.append(arch::kJmpShort4.begin(), arch::kJmpShort4.end());
         break;
       }
       default:
@@ -335,7 +341,8 @@ Result<size_t> SiteTable::restore_discovered(std::vector<std::string>* left) {
     }
     patch::PatchOp op;
     op.addr = s.info.site;
-    op.label = s.label();
+    op.describe = site_label;
+    op.of = &s;
     op.expected = nop5;
     op.replacement = s.original;
     // A thread trapped on the int3 skips the site, as the canonical NOP did.
@@ -571,21 +578,29 @@ Result<void> SiteTable::commit(std::span<const patch::PatchOp> with) {
     if (s.desired == s.applied || s.unloaded) continue;
     patch::PatchOp op;
     op.addr = s.info.site;
-    op.label = s.label();
-    if (s.applied_bytes.empty()) {
-      auto a = bytes_for(s, s.applied, s.trap_entry);
-      if (a) s.applied_bytes = std::move(*a);
-    }
-    Result<std::vector<uint8_t>> from = s.applied_bytes.empty() ? bytes_for(s, s.applied, s.trap_entry)
-                                                               : Result<std::vector<uint8_t>>(s.applied_bytes);
-    Result<std::vector<uint8_t>> to = s.desired_bytes.empty() ? bytes_for(s, s.desired, s.trap_entry)
-                                                             : Result<std::vector<uint8_t>>(s.desired_bytes);
-    if (!from || !to) {
+    op.describe = site_label;
+    op.of = &s;
+    // The op's bytes are made in place (patch::OpBytes), not copied through vectors.
+    Result<void> made = [&]() -> Result<void> {
+      if (s.applied_bytes.empty()) {
+        auto a = bytes_for(s, s.applied, s.trap_entry);
+        if (!a) return std::move(a).error();
+        s.applied_bytes = std::move(*a);
+      }
+      op.expected = s.applied_bytes;
+      if (!s.desired_bytes.empty()) {
+        op.replacement = s.desired_bytes;
+        return {};
+      }
+      auto d = bytes_for(s, s.desired, s.trap_entry);
+      if (!d) return std::move(d).error();
+      op.replacement = *d;
+      return {};
+    }();
+    if (!made) {
       for (Site* d : dirty) { d->desired = d->applied; d->desired_bytes = d->applied_bytes; }  // nothing changed, nothing pending
-      return !from ? std::move(from).error() : std::move(to).error();
+      return std::move(made).error();
     }
-    op.expected = std::move(*from);
-    op.replacement = std::move(*to);
     op.keep_trap = s.trap_entry && s.desired.op != SiteOp::nop;
     switch (s.desired.op) {
       case SiteOp::nop:

@@ -23,26 +23,19 @@ extern "C" {
 // Entry: one 5-byte NOP (the canonical site), then the body.
 __attribute__((noinline, used)) int patch_target(int x);
 __attribute__((noinline, used)) int patch_target2(int x);
+__attribute__((noinline, used)) int patch_alone(int x);
 __attribute__((noinline, used)) void foreign_trap(void);
 }
 
-// Written in assembly so the site bytes do not depend on the compiler.
-asm(R"(
-  .text
-  .globl patch_target
-  .type patch_target, @function
-patch_target:
-  .byte 0x0f, 0x1f, 0x44, 0x00, 0x00
-  leal 1(%rdi), %eax
-  ret
-  .size patch_target, .-patch_target
-  .globl patch_target2
-  .type patch_target2, @function
-patch_target2:
-  .byte 0x0f, 0x1f, 0x44, 0x00, 0x00
-  leal 2(%rdi), %eax
-  ret
-  .size patch_target2, .-patch_target2
+// Written in assembly so the site bytes do not depend on the compiler: NAME's entry is
+// one 5-byte NOP (the canonical site), then it returns x + K.
+#define SITE_FUNCTION(name, k)                                                         \
+  "  .globl " #name "\n  .type " #name ", @function\n" #name ":\n"                      \
+  "  .byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n  leal " #k "(%rdi), %eax\n  ret\n  .size " #name \
+  ", .-" #name "\n"
+asm("  .text\n"  //
+    SITE_FUNCTION(patch_target, 1) SITE_FUNCTION(patch_target2, 2) SITE_FUNCTION(patch_alone, 3)
+    R"(
   .globl foreign_trap
   .type foreign_trap, @function
 foreign_trap:
@@ -50,6 +43,7 @@ foreign_trap:
   ret
   .size foreign_trap, .-foreign_trap
 )");
+#undef SITE_FUNCTION
 
 namespace {
 
@@ -153,6 +147,25 @@ TEST(Patcher, RefusesNonExecutableMemory) {
   EXPECT_EQ(data[0], 0x0f);
 }
 
+// An op may name itself through describe(of), called only for a diagnostic.
+TEST(Patcher, ADescribedOpIsNamedOnlyInItsRefusal) {
+  static int described = 0;
+  auto describe = [](const void* of) {
+    ++described;
+    return std::string(static_cast<const char*>(of));
+  };
+  const uint64_t site = addr_of(reinterpret_cast<void*>(&patch_target));
+  patch::PatchOp same{site, nop5(), nop5(), {}, "", false, describe, "described_fn+0x0"};
+  ASSERT_TRUE(patch::apply({&same, 1}).ok());
+  EXPECT_EQ(described, 0);
+  patch::PatchOp bad{site, {0xe8, 0, 0, 0, 0}, {0xe9, 0, 0, 0, 0}, {}, "", false, describe, "described_fn+0x0"};
+  auto r = patch::apply({&bad, 1});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("described_fn+0x0"), std::string::npos) << r.error().message;
+  EXPECT_EQ(described, 1);
+  EXPECT_EQ(bytes(site, 5), nop5());
+}
+
 TEST(Patcher, RefusesOverlapAndBadLengths) {
   const uint64_t site = addr_of(reinterpret_cast<void*>(&patch_target));
   std::vector<uint8_t> n5 = nop5();
@@ -223,6 +236,63 @@ TEST_F(StubFixture, BatchOfAProcessAloneIsOneWriteAndOneSync) {
   EXPECT_EQ(bytes(site, 5), nop5());
   EXPECT_EQ(patch_target2(1), 3);
   EXPECT_EQ(counter, 1u);
+}
+
+// Alone, no thread can trap mid-batch: the ops get no trap-table entry (whose pages
+// were most of a recording's start-up faults in the patcher), an int3 that stays does.
+TEST_F(StubFixture, BatchOfAProcessAloneMakesNoTrapEntryButForAnInt3ThatStays) {
+  auto n = os::thread_count();
+  ASSERT_TRUE(n.ok());
+  if (*n != 1) GTEST_SKIP() << "the test process runs " << *n << " threads";
+  const uint64_t at = addr_of(reinterpret_cast<void*>(&patch_alone));
+  ASSERT_EQ(patch::TrapTable::instance().find(at), nullptr) << "no batch touched patch_alone before";
+  auto c = arch::encode_call(at, block.addr);
+  ASSERT_TRUE(c.ok());
+  const std::vector<uint8_t> call(c->begin(), c->end());
+  patch::PatchOp to{at, nop5(), call, patch::Emulation::call(block.addr, at + 5), "patch_alone+0x0"};
+  ASSERT_TRUE(patch::apply({&to, 1}).ok());
+  EXPECT_EQ(patch_alone(1), 4);
+  EXPECT_EQ(counter, 1u);
+  EXPECT_EQ(patch::TrapTable::instance().find(at), nullptr);
+  std::vector<uint8_t> trapped = nop5();
+  trapped[0] = arch::kTrapByte;
+  patch::PatchOp keep{at, call, trapped, patch::Emulation::call(block.addr, at + 5), "patch_alone+0x0", true};
+  ASSERT_TRUE(patch::apply({&keep, 1}).ok());
+  ASSERT_NE(patch::TrapTable::instance().find(at), nullptr);
+  EXPECT_EQ(patch_alone(1), 4);
+  EXPECT_EQ(counter, 2u) << "the int3 that stays sends the call to the stub";
+  patch::PatchOp back{at, trapped, nop5(), patch::Emulation::jump_to(at + 5), "patch_alone+0x0"};
+  ASSERT_TRUE(patch::apply({&back, 1}).ok());
+  EXPECT_EQ(patch::TrapTable::instance().find(at)->emu.load(), 0u) << "the emulation is withdrawn";
+  EXPECT_EQ(patch_alone(1), 4);
+  EXPECT_EQ(counter, 2u);
+}
+
+// An op's bytes: short ones in place, long ones (a probe's region) on the heap; copies,
+// moves, appends and comparisons keep them whole either way.
+TEST(OpBytes, ShortAndLongBytesCopyMoveAndCompare) {
+  for (const size_t len : {size_t{5}, patch::OpBytes::kInline, patch::OpBytes::kInline + 1, size_t{100}}) {
+    std::vector<uint8_t> v(len);
+    for (size_t i = 0; i < len; ++i) v[i] = static_cast<uint8_t>(i * 7 + 1);
+    patch::OpBytes a(v);
+    ASSERT_EQ(a.size(), len);
+    EXPECT_TRUE(a == v);
+    patch::OpBytes b = a;
+    EXPECT_TRUE(b == a);
+    patch::OpBytes m = std::move(b);
+    EXPECT_TRUE(m == v);
+    EXPECT_TRUE(b.empty());
+    patch::OpBytes grown(v.begin(), v.begin() + len / 2);
+    grown.append(v.begin() + len / 2, v.end());
+    EXPECT_TRUE(grown == v);
+    grown.push_back(0xcc);
+    EXPECT_EQ(grown.size(), len + 1);
+    EXPECT_EQ(grown[len], 0xcc);
+    EXPECT_FALSE(grown == v);
+    std::swap(a, grown);
+    EXPECT_TRUE(grown == v);
+    EXPECT_EQ(a.size(), len + 1);
+  }
 }
 
 // Inside a ThreadCountOnce, thread_count() answers without scanning /proc/self/task

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "ebpf/btf_value.hpp"
+#include "ebpf/libbpf.hpp"
 #include "ebpf/usdt.hpp"
 #include "map_values.hpp"
 
@@ -170,8 +171,8 @@ std::string label_text(const ojson& v) {
 // An integer type of BTF (through typedefs and modifiers)?
 bool btf_integer(const btf* b, uint32_t type) {
   if (!b || !type) return false;
-  const int id = btf__resolve_type(b, type);
-  const btf_type* t = id > 0 ? btf__type_by_id(b, uint32_t(id)) : nullptr;
+  const int id = ebpf::libbpf().btf__resolve_type(b, type);
+  const btf_type* t = id > 0 ? ebpf::libbpf().btf__type_by_id(b, uint32_t(id)) : nullptr;
   return t && (btf_is_int(t) || btf_is_any_enum(t));
 }
 

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cstring>
 
+#include "ebpf/libbpf.hpp"
 #include "os/elf_file.hpp"
 #include "symbols/names.hpp"
 
@@ -86,16 +87,16 @@ bool keyed_by_stack(const ebpf::MapSpec& s) {
 std::vector<std::string> stack_id_members(const ebpf::MapSpec& s, const btf* b, uint32_t key_type) {
   std::vector<std::string> out;
   if (!is_hash(s) || !b || !key_type) return out;
-  const int32_t id = btf__resolve_type(b, key_type);  // through typedefs and modifiers
-  const btf_type* t = id > 0 ? btf__type_by_id(b, static_cast<uint32_t>(id)) : nullptr;
+  const int32_t id = ebpf::libbpf().btf__resolve_type(b, key_type);  // through typedefs and modifiers
+  const btf_type* t = id > 0 ? ebpf::libbpf().btf__type_by_id(b, static_cast<uint32_t>(id)) : nullptr;
   if (!t || !btf_is_struct(t)) return out;
   const btf_member* m = btf_members(t);
   for (uint16_t i = 0; i < btf_vlen(t); ++i, ++m) {
     if (btf_member_bitfield_size(t, i)) continue;
-    const int32_t mid = btf__resolve_type(b, m->type);
-    const btf_type* mt = mid > 0 ? btf__type_by_id(b, static_cast<uint32_t>(mid)) : nullptr;
+    const int32_t mid = ebpf::libbpf().btf__resolve_type(b, m->type);
+    const btf_type* mt = mid > 0 ? ebpf::libbpf().btf__type_by_id(b, static_cast<uint32_t>(mid)) : nullptr;
     if (!mt || !btf_is_int(mt) || (mt->size != 4 && mt->size != 8)) continue;
-    std::string name = btf__name_by_offset(b, m->name_off) ? btf__name_by_offset(b, m->name_off) : "";
+    std::string name = ebpf::libbpf().btf__name_by_offset(b, m->name_off) ? ebpf::libbpf().btf__name_by_offset(b, m->name_off) : "";
     std::string lower = name;
     std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
     if (lower.find("stack") != std::string::npos && lower.ends_with("id")) out.push_back(name);
