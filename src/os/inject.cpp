@@ -510,7 +510,10 @@ Result<Injected> inject_library(pid_t pid, const std::string& library, int timeo
   return out;
 }
 
-Result<std::vector<pid_t>> unblock_signal(pid_t pid, const std::vector<pid_t>& tids, int sig) {
+namespace {
+
+// unblock_signal and block_signal: SIG out of (blocked false) or into (true) the masks.
+Result<std::vector<pid_t>> set_signal_blocked(pid_t pid, const std::vector<pid_t>& tids, int sig, bool blocked) {
   if (sig < 1 || sig > 64) return make_error(Errc::invalid_argument, fmt::format("signal {}", sig));
   Stopped threads(pid);
   // A thread that ended since it was listed (glibc's own threads block every signal
@@ -534,8 +537,8 @@ Result<std::vector<pid_t>> unblock_signal(pid_t pid, const std::vector<pid_t>& t
       return make_error(Errc::io, fmt::format("thread {}: PTRACE_GETSIGMASK: {}", tid, strerror(errno)));
     }
     const uint64_t bit = uint64_t{1} << (sig - 1);
-    if (!(mask & bit)) continue;
-    mask &= ~bit;
+    if (((mask & bit) != 0) == blocked) continue;
+    mask ^= bit;
     if (ptrace(PTRACE_SETSIGMASK, tid, reinterpret_cast<void*>(sizeof mask), &mask) != 0) {
       if (errno == ESRCH) continue;
       return make_error(Errc::io, fmt::format("thread {}: PTRACE_SETSIGMASK: {}", tid, strerror(errno)));
@@ -543,6 +546,16 @@ Result<std::vector<pid_t>> unblock_signal(pid_t pid, const std::vector<pid_t>& t
     changed.push_back(tid);
   }
   return changed;  // the threads go on as ~Stopped detaches them
+}
+
+}  // namespace
+
+Result<std::vector<pid_t>> unblock_signal(pid_t pid, const std::vector<pid_t>& tids, int sig) {
+  return set_signal_blocked(pid, tids, sig, false);
+}
+
+Result<std::vector<pid_t>> block_signal(pid_t pid, const std::vector<pid_t>& tids, int sig) {
+  return set_signal_blocked(pid, tids, sig, true);
 }
 
 }  // namespace utramp::os

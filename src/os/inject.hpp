@@ -83,5 +83,9 @@ Result<Injected> inject_library(pid_t pid, const std::string& library, int timeo
 // not among them); a thread id of another live process is refused. A thread waiting in a call that takes a mask for the wait
 // (rt_sigsuspend, ppoll, pselect6) gets SIG out of that mask only.
 Result<std::vector<pid_t>> unblock_signal(pid_t pid, const std::vector<pid_t>& tids, int sig);
+// The reverse, the same way: puts SIG back into the blocked set of each thread TIDS names
+// that does not block it (a refused attach undoes unblock_signal with it). Returns the
+// threads whose mask changed.
+Result<std::vector<pid_t>> block_signal(pid_t pid, const std::vector<pid_t>& tids, int sig);
 
 }  // namespace utramp::os

@@ -217,6 +217,50 @@ TEST(Inject, UnblocksASignalInTheThreadsAsked) {
   for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
 }
 
+// os::block_signal, unblock_signal's reverse (a refused attach undoes the unblocking):
+// SIGTRAP goes back into the mask of the thread asked, beside what it blocks itself, the
+// thread's system call goes on, and a thread that blocks it already is left as it is.
+TEST(Inject, BlocksASignalAgain) {
+  int ready[2], go[2];
+  ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    std::thread t([&] {
+      sigset_t s;
+      sigemptyset(&s);
+      sigaddset(&s, SIGUSR2);
+      pthread_sigmask(SIG_BLOCK, &s, nullptr);
+      const pid_t tid = gettid();
+      (void)!write(ready[1], &tid, sizeof tid);
+      char c;
+      (void)!read(go[0], &c, 1);  // blocked in read() while the mask is changed
+      sigset_t now;
+      pthread_sigmask(SIG_SETMASK, nullptr, &now);
+      _exit(sigismember(&now, SIGTRAP) && sigismember(&now, SIGUSR2) ? 0 : 10);
+    });
+    t.join();
+    _exit(12);
+  }
+  pid_t tid = 0;
+  ASSERT_EQ(read(ready[0], &tid, sizeof tid), static_cast<ssize_t>(sizeof tid));
+  const uint64_t trap = uint64_t{1} << (SIGTRAP - 1), usr2 = uint64_t{1} << (SIGUSR2 - 1);
+  EXPECT_EQ(sig_blocked(tid) & (trap | usr2), usr2);
+  auto done = utramp::os::block_signal(child, {tid}, SIGTRAP);
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_EQ(*done, std::vector<pid_t>{tid});
+  EXPECT_EQ(sig_blocked(tid) & (trap | usr2), trap | usr2);
+  auto again = utramp::os::block_signal(child, {tid}, SIGTRAP);
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_TRUE(again->empty()) << "it blocks SIGTRAP already";
+  (void)!write(go[1], "g", 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "its read() went on, and its mask holds SIGTRAP and SIGUSR2";
+  for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
+}
+
 TEST(RecordPid, NoSuchProcess) {
   const pid_t gone = fork();
   if (gone == 0) _exit(0);

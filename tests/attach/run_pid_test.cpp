@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "bpf_runner.hpp"
+#include "probe/sigtrap_mask.hpp"
 #include "cli_runner.hpp"
 #include "counter_fixture.hpp"
 #include "prometheus.hpp"
@@ -107,7 +108,9 @@ TEST(RunPid, WorkersThatBlockEverySignalAreCounted) {
   count_exact_cycles("block-all", 2, &errs);
   ASSERT_FALSE(errs.empty());
   EXPECT_NE(errs[0].find("SIGTRAP unblocked in thread "), std::string::npos) << errs[0];
-  if (errs.size() > 1) EXPECT_EQ(errs[1].find("SIGTRAP unblocked"), std::string::npos) << errs[1];
+  if (errs.size() > 1) {
+    EXPECT_EQ(errs[1].find("SIGTRAP unblocked"), std::string::npos) << errs[1];
+  }
 }
 
 // attach_counter's 'u': the workers' passes through the guarded USDT probe
@@ -316,6 +319,39 @@ TEST(RunPid, AProbeInTheCLibraryIsRefusedWhileThreadsRun) {
   EXPECT_NE(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("no probe in"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("libc.so.6 while other threads run"), std::string::npos) << r.err;
+  expect_left_as_untraced(c, target);
+}
+
+// A refused attach leaves the signal masks as it found them: attach_counter's workers
+// block every signal (block-all, as liblzma's do); `run -p` of a uprobe on libc's malloc
+// takes SIGTRAP out of their masks before it configures the agent, the agent refuses (the
+// C library is not patched while other threads run), and the CLI puts SIGTRAP back, in
+// the same threads. Without that, the refusal said "nothing was changed" while every
+// worker's mask had lost SIGTRAP.
+TEST(RunPid, ARefusedAttachBlocksSigtrapAgain) {
+  const std::string target = target_path("clang_pfe");
+  Counter c(target, "block-all");
+  ASSERT_TRUE(c.ready());
+  auto blocking = [&] {
+    std::vector<uint32_t> tids;
+    auto b = utramp::probe::threads_blocking_sigtrap(c.pid());
+    EXPECT_TRUE(b) << b.error().message;
+    if (b)
+      for (const auto& t : *b) tids.push_back(t.tid);
+    std::sort(tids.begin(), tids.end());
+    return tids;
+  };
+  const std::vector<uint32_t> before = blocking();
+  ASSERT_FALSE(before.empty()) << "the workers do not block SIGTRAP";
+  auto r = run_cli({"run", std::string(BPF_EXAMPLES_DIR) + "/stackcount.bpf.o", "-p", std::to_string(c.pid()),
+                    "--duration", "100ms"});
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("SIGTRAP unblocked in thread"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("libc.so.6 while other threads run"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(fmt::format("SIGTRAP blocked again in {0} of the {0} thread(s)", before.size())),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(blocking(), before) << "the masks are not as they were";
   expect_left_as_untraced(c, target);
 }
 

@@ -98,12 +98,13 @@ bool ensure_agent(pid_t pid, const std::string& me) {
 // Threads of PID that block SIGTRAP get it out of their masks (os::unblock_signal)
 // before the agent patches anything: a thread that reached one of a patch batch's int3s
 // with SIGTRAP blocked would be ended, with the whole process, by the kernel (liblzma's
-// workers block every signal, for one). Said on stderr; *changed: whether a thread's
-// mask was changed (the agent then keeps the program's signal functions from blocking it
-// again: agent::Config::sigtrap_unblocked). False (said why) when the masks cannot be
-// read; when they cannot be changed (ptrace refused) it is said and the agent decides.
-bool unblock_sigtrap(pid_t pid, const std::string& me, bool* changed) {
-  *changed = false;
+// workers block every signal, for one). Said on stderr; *changed: the threads whose mask
+// was changed (the agent then keeps the program's signal functions from blocking it
+// again: agent::Config::sigtrap_unblocked; a refused attach blocks it there again:
+// block_sigtrap_again). False (said why) when the masks cannot be read; when they cannot
+// be changed (ptrace refused) it is said and the agent decides.
+bool unblock_sigtrap(pid_t pid, const std::string& me, std::vector<pid_t>* changed) {
+  changed->clear();
   auto blocking = probe::threads_blocking_sigtrap(pid);
   if (!blocking) {
     fmt::print(stderr, "{}: process {}: reading its threads' signal masks: {}\n", me, pid, blocking.error().message);
@@ -121,13 +122,28 @@ bool unblock_sigtrap(pid_t pid, const std::string& me, bool* changed) {
                probe::describe(*blocking), done.error().message);
     return true;
   }
-  *changed = !done->empty();
-  if (*changed)
+  *changed = std::move(*done);
+  if (!changed->empty())
     fmt::print(stderr,
                "{}: process {}: SIGTRAP unblocked in {} (it was blocked there: a patch batch's int3 reached "
                "so would end the process); it stays unblocked after the detach (docs/attach.md)\n",
                me, pid, probe::describe(*blocking));
   return true;
+}
+
+// An attach that changed nothing else (the agent refused its configuration, or was never
+// sent one) puts SIGTRAP back into the masks unblock_sigtrap took it out of, as it found
+// them. Said either way.
+void block_sigtrap_again(pid_t pid, const std::string& me, const std::vector<pid_t>& unblocked) {
+  if (unblocked.empty()) return;
+  auto done = os::block_signal(pid, unblocked, SIGTRAP);
+  if (!done)
+    fmt::print(stderr, "{}: process {}: SIGTRAP could not be blocked again in the {} thread(s) it was "
+                       "unblocked in: {}\n", me, pid, unblocked.size(), done.error().message);
+  else
+    fmt::print(stderr, "{}: process {}: SIGTRAP blocked again in {} of the {} thread(s) it was unblocked in{}\n",
+               me, pid, done->size(), unblocked.size(),
+               done->size() < unblocked.size() ? " (the others ended or changed their mask meanwhile)" : "");
 }
 
 // A running process being recorded (or run eBPF programs in): the connection that
@@ -299,13 +315,14 @@ int check_attach(pid_t pid, const std::string& me, bool recording) {
 std::unique_ptr<RecordTarget> attach_configured(pid_t pid, const agent::Config& cfg, double duration_s,
                                                 const std::string& me, nlohmann::json* answer) {
   if (!ensure_agent(pid, me)) return nullptr;
-  bool unblocked = false;
+  std::vector<pid_t> unblocked;
   if (!unblock_sigtrap(pid, me, &unblocked)) return nullptr;
   agent::Config sent_cfg = cfg;
-  sent_cfg.sigtrap_unblocked = unblocked;
+  sent_cfg.sigtrap_unblocked = !unblocked.empty();
   auto fd = ctl::connect_to(pid);
   if (!fd) {
     fmt::print(stderr, "{}: process {}: {}\n", me, pid, fd.error().message);
+    block_sigtrap_again(pid, me, unblocked);
     return nullptr;
   }
   auto conn = std::make_unique<Attached>(pid, *fd, duration_s, me);
@@ -314,13 +331,17 @@ std::unique_ptr<RecordTarget> attach_configured(pid_t pid, const agent::Config& 
   ctl::Decoder d;
   Result<ctl::Message> m = sent ? ctl::receive_message(*fd, &d, kConfigureTimeoutMs)
                                 : Result<ctl::Message>(sent.error());
+  // The agent's answer a refusal: it changed nothing (without an answer, it may have).
+  const bool refused = !sent || (m && m->type == ctl::MsgType::error);
   if (m && m->type == ctl::MsgType::error) m = make_error(Errc::busy, m->body.value("error", std::string("?")));
   if (!m) {
-    if (!still_running(pid))  // its end closed the connection before the answer
+    if (!still_running(pid)) {  // its end closed the connection before the answer
       fmt::print(stderr, "{}: process {} ended before its agent answered ({})\n", me, pid, m.error().message);
-    else
+    } else {
       fmt::print(stderr, "{}: process {} refused the configuration: {}; nothing was changed\n", me, pid,
                  m.error().message);
+      if (refused) block_sigtrap_again(pid, me, unblocked);
+    }
     return nullptr;
   }
   *answer = std::move(m->body);
