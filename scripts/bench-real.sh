@@ -43,12 +43,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPEATS=${1:-3}
 read -r -a TEST_FILES <<<"${2:-base64}"
-BUILD=${UTRAMP_BUILD:-build}
-UTRAMP=$BUILD/tools/utramp/utramp
-if [ ! -x "$UTRAMP" ] || [ ! -e "$BUILD/src/libutramp-agent.so" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build "$BUILD" --target utramp_cli utramp_agent
-fi
+. scripts/bench-common.sh  # BUILD, UTRAMP (built when missing)
 UT=$(realpath "$UTRAMP")
 PY=/usr/bin/python3  # the system's: a version manager's shim would be timed as a child
 [ -x "$PY" ] || PY=$(command -v python3) || { echo "needs python3" >&2; exit 1; }

@@ -21,13 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-10000000}
 REPEATS=${2:-5}
-BUILD=${UTRAMP_BUILD:-build}
-UTRAMP=$BUILD/tools/utramp/utramp
+. scripts/bench-common.sh  # BUILD, UTRAMP (built when missing)
 
-if [ ! -x "$UTRAMP" ] || [ ! -e "$BUILD/src/libutramp-agent.so" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build "$BUILD" --target utramp_cli utramp_agent
-fi
 if ! command -v uftrace >/dev/null; then
   echo "installing uftrace (Debian package)..." >&2
   if [ "$(id -u)" = 0 ]; then apt-get install -y -qq uftrace >/dev/null || true

@@ -19,12 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 COUNT=${1:-5000}
 REPEATS=${2:-7}
-BUILD=${UTRAMP_BUILD:-build}
-UTRAMP=$BUILD/tools/utramp/utramp
-if [ ! -x "$UTRAMP" ] || [ ! -e "$BUILD/src/libutramp-agent.so" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build "$BUILD" --target utramp_cli utramp_agent
-fi
+. scripts/bench-common.sh  # BUILD, UTRAMP (built when missing)
 UT=$(realpath "$UTRAMP")
 have_uftrace=1
 command -v uftrace >/dev/null || have_uftrace=0

@@ -159,8 +159,7 @@ void expect_refused(Target& t, const std::vector<std::string>& args, const std::
   EXPECT_TRUE(no_tracer_left(t.pid()));
 }
 
-// os::unblock_signal: a forked child whose second thread blocks SIGTRAP and SIGUSR2; only
-// that thread is changed, only SIGTRAP leaves its mask, and the child runs on.
+// Thread TID's SigBlk.
 uint64_t sig_blocked(pid_t tid) {
   std::ifstream f(fmt::format("/proc/{}/status", tid));
   std::string line;
@@ -169,96 +168,96 @@ uint64_t sig_blocked(pid_t tid) {
   return ~uint64_t{0};
 }
 
-TEST(Inject, UnblocksASignalInTheThreadsAsked) {
-  int ready[2], go[2];
-  ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
-  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
-  const pid_t child = fork();
-  if (child == 0) {
-    std::thread t([&] {
-      sigset_t s;
-      sigemptyset(&s);
-      sigaddset(&s, SIGTRAP);
-      sigaddset(&s, SIGUSR2);
-      pthread_sigmask(SIG_BLOCK, &s, nullptr);
-      const pid_t tid = gettid();
-      (void)!write(ready[1], &tid, sizeof tid);
-      char c;
-      (void)!read(go[0], &c, 1);  // blocked in read() while the mask is changed
-      sigset_t now;
-      pthread_sigmask(SIG_SETMASK, nullptr, &now);
-      _exit(sigismember(&now, SIGTRAP) ? 10 : sigismember(&now, SIGUSR2) ? 0 : 11);
-    });
-    t.join();
-    _exit(12);
+// A forked child whose second thread blocks the signals of BLOCKS, says its id, and waits
+// in read() for go(); it then exits 0 when its mask holds, of SIGTRAP and SIGUSR2, exactly
+// those of EXPECT (10 otherwise): its system call went on and the change stayed.
+class MaskedThreadChild {
+ public:
+  MaskedThreadChild(std::initializer_list<int> blocks, std::initializer_list<int> expect) {
+    if (pipe2(ready_, O_CLOEXEC) != 0 || pipe2(go_, O_CLOEXEC) != 0) return;
+    pid = fork();
+    if (pid == 0) {
+      std::thread t([&] {
+        sigset_t s;
+        sigemptyset(&s);
+        for (int sig : blocks) sigaddset(&s, sig);
+        pthread_sigmask(SIG_BLOCK, &s, nullptr);
+        const pid_t me = gettid();
+        (void)!write(ready_[1], &me, sizeof me);
+        char c;
+        (void)!read(go_[0], &c, 1);  // blocked in read() while the mask is changed
+        sigset_t now;
+        pthread_sigmask(SIG_SETMASK, nullptr, &now);
+        bool right = true;
+        for (int sig : {SIGTRAP, SIGUSR2})
+          right = right && (sigismember(&now, sig) == 1) == (std::find(expect.begin(), expect.end(), sig) != expect.end());
+        _exit(right ? 0 : 10);
+      });
+      t.join();
+      _exit(12);
+    }
+    if (read(ready_[0], &tid, sizeof tid) != static_cast<ssize_t>(sizeof tid)) tid = 0;
   }
-  pid_t tid = 0;
-  ASSERT_EQ(read(ready[0], &tid, sizeof tid), static_cast<ssize_t>(sizeof tid));
-  const uint64_t trap = uint64_t{1} << (SIGTRAP - 1), usr2 = uint64_t{1} << (SIGUSR2 - 1);
-  EXPECT_EQ(sig_blocked(tid) & (trap | usr2), trap | usr2);
-  auto none = utramp::os::unblock_signal(child, {child}, SIGTRAP);  // the main thread does not block it
+  ~MaskedThreadChild() {
+    if (pid > 0 && !reaped_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    for (int fd : {ready_[0], ready_[1], go_[0], go_[1]}) close(fd);
+  }
+  // Lets the thread go on; its exit status (-1: not an exit).
+  int go() {
+    (void)!write(go_[1], "g", 1);
+    int status = 0;
+    reaped_ = waitpid(pid, &status, 0) == pid;
+    return reaped_ && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  pid_t pid = -1, tid = 0;
+
+ private:
+  int ready_[2] = {-1, -1}, go_[2] = {-1, -1};
+  bool reaped_ = false;
+};
+
+constexpr uint64_t kTrapBit = uint64_t{1} << (SIGTRAP - 1), kUsr2Bit = uint64_t{1} << (SIGUSR2 - 1);
+
+// os::unblock_signal: a forked child whose second thread blocks SIGTRAP and SIGUSR2; only
+// that thread is changed, only SIGTRAP leaves its mask, and the child runs on.
+TEST(Inject, UnblocksASignalInTheThreadsAsked) {
+  MaskedThreadChild child({SIGTRAP, SIGUSR2}, {SIGUSR2});
+  ASSERT_GT(child.tid, 0);
+  EXPECT_EQ(sig_blocked(child.tid) & (kTrapBit | kUsr2Bit), kTrapBit | kUsr2Bit);
+  auto none = utramp::os::unblock_signal(child.pid, {child.pid}, SIGTRAP);  // the main thread does not block it
   ASSERT_TRUE(none) << none.error().message;
   EXPECT_TRUE(none->empty());
-  auto foreign = utramp::os::unblock_signal(child, {getpid()}, SIGTRAP);
+  auto foreign = utramp::os::unblock_signal(child.pid, {getpid()}, SIGTRAP);
   ASSERT_FALSE(foreign);
   EXPECT_NE(foreign.error().message.find("is not a thread of process"), std::string::npos) << foreign.error().message;
-  auto done = utramp::os::unblock_signal(child, {tid}, SIGTRAP);
+  auto done = utramp::os::unblock_signal(child.pid, {child.tid}, SIGTRAP);
   ASSERT_TRUE(done) << done.error().message;
-  EXPECT_EQ(*done, std::vector<pid_t>{tid});
-  EXPECT_EQ(sig_blocked(tid) & (trap | usr2), usr2);
-  std::ifstream st(fmt::format("/proc/{}/status", tid));
+  EXPECT_EQ(*done, std::vector<pid_t>{child.tid});
+  EXPECT_EQ(sig_blocked(child.tid) & (kTrapBit | kUsr2Bit), kUsr2Bit);
+  std::ifstream st(fmt::format("/proc/{}/status", child.tid));
   std::string all((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
   EXPECT_NE(all.find("TracerPid:\t0"), std::string::npos) << "no ptrace stays";
-  (void)!write(go[1], "g", 1);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "its read() went on, and its mask is SIGUSR2 alone";
-  for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
+  EXPECT_EQ(child.go(), 0) << "its read() went on, and its mask is SIGUSR2 alone";
 }
 
 // os::block_signal, unblock_signal's reverse (a refused attach undoes the unblocking):
-// SIGTRAP goes back into the mask of the thread asked, beside what it blocks itself, the
-// thread's system call goes on, and a thread that blocks it already is left as it is.
+// SIGTRAP goes back into the mask of the thread asked, beside what it blocks itself, and
+// a thread that blocks it already is left as it is.
 TEST(Inject, BlocksASignalAgain) {
-  int ready[2], go[2];
-  ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
-  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
-  const pid_t child = fork();
-  if (child == 0) {
-    std::thread t([&] {
-      sigset_t s;
-      sigemptyset(&s);
-      sigaddset(&s, SIGUSR2);
-      pthread_sigmask(SIG_BLOCK, &s, nullptr);
-      const pid_t tid = gettid();
-      (void)!write(ready[1], &tid, sizeof tid);
-      char c;
-      (void)!read(go[0], &c, 1);  // blocked in read() while the mask is changed
-      sigset_t now;
-      pthread_sigmask(SIG_SETMASK, nullptr, &now);
-      _exit(sigismember(&now, SIGTRAP) && sigismember(&now, SIGUSR2) ? 0 : 10);
-    });
-    t.join();
-    _exit(12);
-  }
-  pid_t tid = 0;
-  ASSERT_EQ(read(ready[0], &tid, sizeof tid), static_cast<ssize_t>(sizeof tid));
-  const uint64_t trap = uint64_t{1} << (SIGTRAP - 1), usr2 = uint64_t{1} << (SIGUSR2 - 1);
-  EXPECT_EQ(sig_blocked(tid) & (trap | usr2), usr2);
-  auto done = utramp::os::block_signal(child, {tid}, SIGTRAP);
+  MaskedThreadChild child({SIGUSR2}, {SIGTRAP, SIGUSR2});
+  ASSERT_GT(child.tid, 0);
+  EXPECT_EQ(sig_blocked(child.tid) & (kTrapBit | kUsr2Bit), kUsr2Bit);
+  auto done = utramp::os::block_signal(child.pid, {child.tid}, SIGTRAP);
   ASSERT_TRUE(done) << done.error().message;
-  EXPECT_EQ(*done, std::vector<pid_t>{tid});
-  EXPECT_EQ(sig_blocked(tid) & (trap | usr2), trap | usr2);
-  auto again = utramp::os::block_signal(child, {tid}, SIGTRAP);
+  EXPECT_EQ(*done, std::vector<pid_t>{child.tid});
+  EXPECT_EQ(sig_blocked(child.tid) & (kTrapBit | kUsr2Bit), kTrapBit | kUsr2Bit);
+  auto again = utramp::os::block_signal(child.pid, {child.tid}, SIGTRAP);
   ASSERT_TRUE(again) << again.error().message;
   EXPECT_TRUE(again->empty()) << "it blocks SIGTRAP already";
-  (void)!write(go[1], "g", 1);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "its read() went on, and its mask holds SIGTRAP and SIGUSR2";
-  for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
+  EXPECT_EQ(child.go(), 0) << "its read() went on, and its mask holds SIGTRAP and SIGUSR2";
 }
 
 TEST(RecordPid, NoSuchProcess) {
