@@ -415,11 +415,10 @@ Result<void> apply(std::span<const PatchOp> all) {
   }
   // Withdraw the emulations: a late trap now finds the int3 gone and restarts. An int3
   // that stays keeps its emulation: it is what the site does from now on.
-  // (Alone, an op has an entry only from an earlier batch; an empty table has none.)
-  TrapTable& table = TrapTable::instance();
+  // (Alone, an op has an entry only if an earlier batch made one.)
   for (size_t i : todo)
-    if (!keeps_trap(all[i]) && !(alone && table.empty()))
-      if (TrapTable::Entry* e = table.find(all[i].addr)) e->emu.store(0, std::memory_order_release);
+    if (!keeps_trap(all[i]))
+      if (TrapTable::Entry* e = TrapTable::instance().find(all[i].addr)) e->emu.store(0, std::memory_order_release);
   publish_retargeted();
 
   g_stats.batches.fetch_add(1, std::memory_order_relaxed);

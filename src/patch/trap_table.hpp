@@ -26,8 +26,6 @@ class TrapTable {
 
   // Entry for `addr`, created if absent (writers only). Null when full.
   Entry* insert(uint64_t addr);
-  // No entry was ever made (writers only).
-  bool empty() const { return used_ == 0; }
   // Entry for `addr` or null; async-signal-safe.
   Entry* find(uint64_t addr) const noexcept;
 
