@@ -25,7 +25,8 @@ TrapTable::TrapTable() {
 }
 
 TrapTable::Entry* TrapTable::insert(uint64_t addr) {
-  if (used_ * 2 >= kCapacity) return nullptr;
+  const uint64_t used = used_.load(std::memory_order_relaxed);
+  if (used * 2 >= kCapacity) return nullptr;
   for (uint64_t i = slot_of(addr);; i = (i + 1) & (kCapacity - 1)) {
     Entry& e = entries_[i];
     const uint64_t a = e.addr.load(std::memory_order_relaxed);
@@ -34,13 +35,15 @@ TrapTable::Entry* TrapTable::insert(uint64_t addr) {
       e.emu.store(0, std::memory_order_relaxed);
       // Pairs with the acquire load in find(): the entry is complete when visible.
       e.addr.store(addr, std::memory_order_release);
-      ++used_;
+      // After the entry: a find() that sees the count sees the entry's address.
+      used_.store(used + 1, std::memory_order_release);
       return &e;
     }
   }
 }
 
 TrapTable::Entry* TrapTable::find(uint64_t addr) const noexcept {
+  if (used_.load(std::memory_order_acquire) == 0) return nullptr;
   for (uint64_t i = slot_of(addr), n = 0; n < kCapacity; i = (i + 1) & (kCapacity - 1), ++n) {
     Entry& e = entries_[i];
     const uint64_t a = e.addr.load(std::memory_order_acquire);

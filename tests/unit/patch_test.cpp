@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <condition_variable>
 #include <cstring>
@@ -423,6 +424,26 @@ TEST(TrapTable, NeighbouringAndAliasedSitesAreEachFound) {
   }
   EXPECT_EQ(t.find(base + 2), nullptr);
   EXPECT_EQ(t.find(base + 4 * wrap), nullptr);
+}
+
+// A table nothing was inserted into answers find() without reading an entry: its
+// slots are zero pages until touched, and a process that is alone asks for every site it
+// patches (each read of an untouched page of slots faults one in).
+TEST(TrapTable, AnEmptyTableReadsNoEntry) {
+  auto& t = patch::TrapTable::instance();
+  if (t.size() != 0) GTEST_SKIP() << "an earlier test of this process inserted entries";
+  // Addresses 64 KiB apart: 4,096 slots, a different page of slots for each.
+  constexpr uint64_t kBase = 0x7e5500000000ull, kStep = 64 * 1024;
+  rusage before{}, after{};
+  ASSERT_EQ(getrusage(RUSAGE_SELF, &before), 0);
+  for (uint64_t i = 0; i < 256; ++i) ASSERT_EQ(t.find(kBase + i * kStep), nullptr);
+  ASSERT_EQ(getrusage(RUSAGE_SELF, &after), 0);
+  EXPECT_LT(after.ru_minflt - before.ru_minflt, 16) << "find() read the empty table's slots";
+  // One entry: finds read slots again, and find what was inserted.
+  ASSERT_NE(t.insert(kBase), nullptr);
+  EXPECT_EQ(t.size(), 1u);
+  EXPECT_NE(t.find(kBase), nullptr);
+  EXPECT_EQ(t.find(kBase + kStep), nullptr);
 }
 
 int g_program_handler_calls = 0;
