@@ -36,15 +36,7 @@ __attribute__((noinline)) int a(int x) { return x + 1; }
 __attribute__((noinline)) int b(int x) { return a(x) * 2; }
 int main(void) { return b(1) == 0; }
 C
-{
-  for ((i = 0; i < COUNT; i++)); do
-    echo "__attribute__((noinline)) int fn_$i(int x) { return x ^ $((i + 1)); }"
-  done
-  echo "int (*const tab[])(int) = {"
-  for ((i = 0; i < COUNT; i++)); do echo "  fn_$i,"; done
-  echo "};"
-  echo "int main(void) { int x = 0; for (int i = 0; i < 3; ++i) x = tab[i](x); return x == -1; }"
-} >"$WORK/many.c"
+many_functions "$COUNT" >"$WORK/many.c"
 for p in three many; do
   gcc -O2 -g -fcf-protection=none -fpatchable-function-entry=5 -o "$WORK/${p}_pfe" "$WORK/$p.c"
   gcc -O2 -g -fcf-protection=none -pg -o "$WORK/${p}_pg" "$WORK/$p.c"

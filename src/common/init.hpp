@@ -3,7 +3,8 @@
 // order, before any unprioritised constructor of the same object:
 //   kInitGlue     link glue the rest may use (arch/x86_64/asmjit_glue.cpp)
 //   kInitRuntime  the runtime's own state: fork handlers, thread registry, CPU features,
-//                 the managers (their constructors register the fork handlers)
+//                 the managers (their constructors register the fork handlers; made
+//                 by the shared copies only, probe/managers_early.cpp)
 //   kInitAgent    the agent, which uses all of the above (agent/agent.cpp)
 // The runtime has no namespace-scope object that needs a constructor at run time
 // (constant initialisation only): the agent's start-up runs before those would, and a

@@ -27,7 +27,6 @@
 #include "arch/arch.hpp"
 #include "arch/probe.hpp"
 #include "common/hex.hpp"
-#include "common/init.hpp"
 #include "os/c_runtime.hpp"
 #include "os/exec_memory.hpp"
 #include "os/text_writer.hpp"
@@ -162,15 +161,8 @@ Manager& Manager::instance() {
   return *m;
 }
 
-namespace {
-// Both managers are made when the library loads, not on first use: their constructors
-// register the fork handlers, and a fork() while another thread was in the middle of
-// the first instance() left the child waiting forever on the half-made static (seen as
-// ProbeStress.ForkWhileAnotherThreadAttaches hanging about one run in four). The
-// constructors only allocate and register handlers (threads start on first attach).
-__attribute__((constructor(UTRAMP_INIT_RUNTIME))) void make_managers_early() { (void)Manager::instance(); }
-}  // namespace
-
+// Made when a shared copy of the runtime loads (managers_early.cpp), on first use in the
+// CLI (which attaches nothing in its own process).
 Manager::Manager() : impl_(new Impl) {
   Impl* impl = impl_;
   static Impl* g_impl = impl;

@@ -4,10 +4,12 @@
 // reader that goes away (`| head`) ends the CLI quietly with status 0.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -101,6 +103,124 @@ TEST(Launch, StrippedDistributionBinaryRunsUnchanged) {
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, plain.out);
+}
+
+// The "SigIgn:" and "SigBlk:" lines of the /proc/self/status cat printed into R.
+std::string ignored_and_blocked(const RunResult& r) {
+  std::string out;
+  size_t pos = 0;
+  for (size_t end; (end = r.out.find('\n', pos)) != std::string::npos; pos = end + 1) {
+    const std::string line = r.out.substr(pos, end - pos);
+    if (line.starts_with("SigIgn:") || line.starts_with("SigBlk:")) out += line + "\n";
+  }
+  return out;
+}
+
+// The program gets the signal dispositions and mask the CLI got: an ignored SIGINT or
+// SIGQUIT (a command started with `nohup` or `&` by a shell without job control) stays
+// ignored, though the CLI ignores both itself while it waits; SIGPIPE is the default (the
+// CLI handles it, main.cpp); a blocked signal stays blocked.
+TEST(Launch, ProgramGetsTheCallersSignalDispositionsAndMask) {
+  TempDir t("utramp-launch");
+  const std::vector<std::string> cat = {"/bin/cat", "/proc/self/status"};
+  auto traced = [&](const std::string& dir) {
+    std::vector<std::string> a = {"record", "-q", "-o", t.path + "/" + dir, "--"};
+    a.insert(a.end(), cat.begin(), cat.end());
+    return utramp::test::run_cli(a, {.timeout_s = 60});
+  };
+  const uint64_t pipe_bit = uint64_t{1} << (SIGPIPE - 1);
+  auto without_sigpipe = [&](const std::string& lines) {
+    // SigIgn: 16 hex digits.
+    const size_t at = lines.find("SigIgn:");
+    const uint64_t ign = std::stoull(lines.substr(at + 7, lines.find('\n', at) - at - 7), nullptr, 16);
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(ign & ~pipe_bit));
+    return lines.substr(0, at) + "SigIgn:\t" + hex + lines.substr(lines.find('\n', at));
+  };
+  {
+    SCOPED_TRACE("the defaults");
+    const RunResult plain = utramp::test::run_program(cat);
+    const RunResult r = traced("defaults");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(ignored_and_blocked(r), without_sigpipe(ignored_and_blocked(plain))) << r.out;
+  }
+  {
+    SCOPED_TRACE("SIGINT, SIGQUIT and SIGPIPE ignored, SIGUSR1 blocked");
+    struct sigaction ign {}, old_int {}, old_quit {}, old_pipe {};
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGINT, &ign, &old_int);
+    sigaction(SIGQUIT, &ign, &old_quit);
+    sigaction(SIGPIPE, &ign, &old_pipe);
+    sigset_t usr1, old_mask;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &usr1, &old_mask);
+    const RunResult plain = utramp::test::run_program(cat);
+    const RunResult r = traced("ignored");
+    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGQUIT, &old_quit, nullptr);
+    sigaction(SIGPIPE, &old_pipe, nullptr);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string want = ignored_and_blocked(plain);
+    ASSERT_NE(want.find("SigIgn:\t0000000000001006"), std::string::npos) << want;  // INT QUIT PIPE
+    EXPECT_EQ(ignored_and_blocked(r), without_sigpipe(want)) << r.out;
+  }
+}
+
+// The program gets the CLI's environment as it was, in its order, with LD_PRELOAD naming
+// the agent first and then the user's own libraries, and UTRAMP_AGENT its configuration
+// (as exec gave them: /proc/self/environ; the agent takes both out of what the program
+// reads with getenv).
+TEST(Launch, ProgramGetsTheEnvironmentWithTheUsersPreloadAfterTheAgent) {
+  TempDir t("utramp-launch");
+  const std::string lib = "/lib/x86_64-linux-gnu/libm.so.6";  // harmless to preload
+  if (access(lib.c_str(), R_OK) != 0) GTEST_SKIP() << "no " << lib;
+  const std::vector<std::string> cat = {"/bin/cat", "/proc/self/environ"};
+  setenv("UTRAMP_TEST_MARK", "a b=c", 1);
+  setenv("LD_PRELOAD", lib.c_str(), 1);
+  const RunResult plain = utramp::test::run_program(cat);
+  std::vector<std::string> a = {"record", "-q", "-o", t.path + "/d", "--"};
+  a.insert(a.end(), cat.begin(), cat.end());
+  const RunResult r = utramp::test::run_cli(a, {.timeout_s = 60});
+  unsetenv("LD_PRELOAD");
+  unsetenv("UTRAMP_TEST_MARK");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto vars = [](const std::string& environ) {
+    std::vector<std::string> out;
+    for (size_t pos = 0, end; (end = environ.find('\0', pos)) != std::string::npos; pos = end + 1)
+      out.push_back(environ.substr(pos, end - pos));
+    return out;
+  };
+  std::vector<std::string> want;
+  for (const auto& v : vars(plain.out))
+    if (!v.starts_with("LD_PRELOAD=")) want.push_back(v);
+  ASSERT_NE(std::find(want.begin(), want.end(), "UTRAMP_TEST_MARK=a b=c"), want.end());
+  std::vector<std::string> got = vars(r.out);
+  ASSERT_EQ(got.size(), want.size() + 2) << r.out;
+  // The agent's path is the build's or the installation's (launch.cpp, agent_library()).
+  const std::string preload = got[got.size() - 2];
+  EXPECT_TRUE(preload.starts_with("LD_PRELOAD=/")) << preload;
+  EXPECT_TRUE(preload.ends_with("/libutramp-agent.so:" + lib)) << preload;
+  EXPECT_EQ(got.back(), "UTRAMP_AGENT=" + std::filesystem::canonical(t.path + "/d").string() + "/agent.json");
+  got.resize(got.size() - 2);
+  EXPECT_EQ(got, want);
+}
+
+// A program that passed the checks but that exec refuses (here: open for writing,
+// ETXTBSY) is reported by the CLI with exec's reason, exit 127, as a shell does.
+TEST(Launch, ExecFailureIsReportedByTheCli) {
+  TempDir t("utramp-launch");
+  const std::string copy = t.path + "/busy_host";
+  std::filesystem::copy_file(kHost, copy);
+  ASSERT_EQ(chmod(copy.c_str(), 0755), 0);
+  const int fd = open(copy.c_str(), O_WRONLY | O_CLOEXEC);  // ETXTBSY while it is open
+  ASSERT_GE(fd, 0);
+  const RunResult r = utramp::test::run_cli({"record", "-o", t.path + "/d", "--", copy}, {.timeout_s = 60});
+  close(fd);
+  EXPECT_EQ(r.exit_code, 127) << r.err;
+  EXPECT_EQ(r.err, "utramp record: cannot execute " + copy + ": Text file busy\n");
+  EXPECT_EQ(r.out, "");
 }
 
 bool empty_dir(const std::string& d) { return std::filesystem::is_empty(d); }

@@ -6,7 +6,8 @@
 # - the agent's thread-local storage fits in what dlopen can give it in a running
 #   process (docs/attach.md): at most 256 bytes;
 # - every #include of src/ points down the layers of docs/architecture.md;
-# - the CLI and the agent do not load the metrics server's HTTP and TLS libraries.
+# - the CLI and the agent do not load the metrics server's HTTP and TLS libraries, and
+#   the CLI does not make the runtime's managers at load (the agent does).
 add_test(NAME unit_boundary.exports
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/boundary_test.sh exports
           $<TARGET_FILE:utramp> $<TARGET_FILE:utramp_agent> ${PROJECT_SOURCE_DIR}/src/agent/agent.map)

@@ -71,10 +71,19 @@ lean)
   # start-up) is a library of its own, loaded by that command alone (metrics_http.hpp);
   # libbpf is loaded when an eBPF object is read (src/ebpf/libbpf.hpp), not by every
   # program `record` traces.
+  # The CLI attaches nothing in its own process, so it does not make the probe and
+  # trampoline managers when it loads (their fork and exit handlers); the shared copies
+  # of the runtime do (src/probe/managers_early.cpp).
   shift
   for f in "$@"; do
     bad=$(ldd "$f" | grep -E 'libcpp-httplib|libssl|libcrypto|libbrotli|libbpf' || true)
     if [ -n "$bad" ]; then echo "$(basename "$f") loads libraries only some commands need:"; echo "$bad"; exit 1; fi
   done
+  cli=$1 agent=$2
+  if nm "$cli" | grep make_managers_early >/dev/null; then
+    echo "$(basename "$cli") makes the runtime's managers when it loads (src/probe/managers_early.cpp is for the shared copies)"
+    exit 1
+  fi
+  nm "$agent" | grep make_managers_early >/dev/null || { echo "$(basename "$agent") does not make the managers when it loads"; exit 1; }
   ;;
 esac

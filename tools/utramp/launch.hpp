@@ -10,10 +10,11 @@
 //     the user only, and named to the agent by UTRAMP_AGENT;
 //   - the program keeps the terminal: stdin, stdout and stderr, its own signal
 //     dispositions (the CLI ignores SIGINT and SIGQUIT while it waits, so that Ctrl-C
-//     reaches the program and the CLI lives to save what was recorded, and restores them
-//     in the child before exec), and its exit status;
-//   - a program that cannot be executed is reported by the CLI (exec's errno comes back
-//     through a close-on-exec pipe), never by a message printed from the child.
+//     reaches the program and the CLI lives to save what was recorded; the program gets
+//     them as the CLI got them, SIGPIPE at its default), its signal mask, the CLI's
+//     environment with LD_PRELOAD's own libraries after the agent, and its exit status;
+//   - a program that cannot be executed is reported by the CLI (exec's errno is
+//     posix_spawn's result), never by a message printed from the child.
 #pragma once
 
 #include <signal.h>
