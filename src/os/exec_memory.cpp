@@ -103,19 +103,13 @@ Result<ExecArena::Chunk*> ExecArena::new_chunk_in(const std::vector<Mapping>& ma
       munmap(p, want);  // kernels without MAP_FIXED_NOREPLACE treat it as a hint
       continue;
     }
-    // Nothing can execute this memory yet: fill where the first block goes and seal
-    // that read+exec; the rest stays read-write, never executable, until blocks reach it
-    // (fill_to).
+    // Nothing can execute this memory: fill where the first block goes; it stays
+    // read-write until code written there is sealed (the header comment).
     const size_t first = std::min<uint64_t>(want, align_up(size, kFillStep));
     std::memset(p, kFill, first);
-    if (mprotect(p, first, PROT_READ | PROT_EXEC) != 0) {
-      munmap(p, want);
-      return make_error(Errc::no_memory, fmt::format("mprotect(PROT_READ|PROT_EXEC): {}",
-                                                     strerror(errno)));
-    }
     // The copy of the mappings shows the whole chunk read+exec: it is used to place
-    // mappings and to ask whether a handed-out block is executable, and blocks are only
-    // handed out where the fill has sealed it.
+    // mappings and to ask whether a patch lies in executable memory, and patches are
+    // only ever made in blocks written and sealed (the header comment).
     Mapping m;
     m.start = at;
     m.end = at + want;
@@ -152,27 +146,53 @@ Result<ExecBlock> ExecArena::allocate(size_t size, uint64_t lo, uint64_t hi) {
       return make_error(Errc::no_memory, "new executable chunk cannot hold the block");
     in = *c;
   }
-  if (auto f = fill_to(*in, addr + size); !f) {
-    give_back(*in, ExecBlock{addr, size});
-    return std::move(f).error();
-  }
+  fill_to(*in, addr + size);
   return ExecBlock{addr, size};
 }
 
-Result<void> ExecArena::fill_to(Chunk& c, uint64_t end) {
-  if (end <= c.base + c.filled) return {};
-  // Past c.filled the chunk is still read-write and not executable: the int3 is stored
-  // directly and the range then sealed read+exec (a heap buffer per step written through
-  // /proc/self/mem cost a tracer's 1,000 images 0.85 MB of writes and as much heap).
+void ExecArena::fill_to(Chunk& c, uint64_t end) {
+  if (end <= c.base + c.filled) return;
+  // Past c.filled the chunk is read-write and not executable: the int3 is stored
+  // directly (a heap buffer per step written through /proc/self/mem cost a tracer's
+  // 1,000 images 0.85 MB of writes and as much heap). It is sealed with the code
+  // written over it.
   const size_t to = std::min<uint64_t>(c.size, align_up(end - c.base, kFillStep));
-  auto* from = reinterpret_cast<uint8_t*>(c.base + c.filled);
-  std::memset(from, kFill, to - c.filled);
-  if (mprotect(from, to - c.filled, PROT_READ | PROT_EXEC) != 0)
-    return make_error(Errc::no_memory,
-                      fmt::format("mprotect({:#x}, {}, PROT_READ|PROT_EXEC): {}", c.base + c.filled,
-                                  to - c.filled, strerror(errno)));
+  std::memset(reinterpret_cast<uint8_t*>(c.base + c.filled), kFill, to - c.filled);
   c.filled = to;
+}
+
+Result<void> ExecArena::seal_to(Chunk& c, size_t to) {
+  if (to <= c.sealed) return {};
+  auto* from = reinterpret_cast<uint8_t*>(c.base + c.sealed);
+  if (mprotect(from, to - c.sealed, PROT_READ | PROT_EXEC) != 0)
+    return make_error(Errc::no_memory,
+                      fmt::format("mprotect({:#x}, {}, PROT_READ|PROT_EXEC): {}", c.base + c.sealed,
+                                  to - c.sealed, strerror(errno)));
+  c.sealed = to;
+  c.staged = std::max(c.staged, to);
   return {};
+}
+
+Result<void> ExecArena::store(Chunk& c, uint64_t addr, std::span<const uint8_t> bytes) {
+  // Below c.sealed the page is read+exec (never made writable again): through
+  // /proc/self/mem. Past it, read-write and not executable: a plain store.
+  const uint64_t sealed_end = c.base + c.sealed;
+  size_t slow = 0;
+  if (addr < sealed_end) {
+    slow = std::min<uint64_t>(bytes.size(), sealed_end - addr);
+    UTRAMP_TRY(write_text(addr, bytes.first(slow)));
+  }
+  if (slow < bytes.size()) {
+    std::memcpy(reinterpret_cast<void*>(addr + slow), bytes.data() + slow, bytes.size() - slow);
+    c.staged = std::max<size_t>(c.staged, addr + bytes.size() - c.base);
+  }
+  return {};
+}
+
+ExecArena::Chunk* ExecArena::chunk_of(uint64_t addr) {
+  for (Chunk& c : chunks_)
+    if (addr >= c.base && addr < c.base + c.size) return &c;
+  return nullptr;
 }
 
 void ExecArena::give_back(Chunk& c, ExecBlock block) {
@@ -204,8 +224,8 @@ void ExecArena::free(ExecBlock block) {
       return a;
     }();
     for (size_t at = 0; at < block.size; at += kTraps.size())
-      (void)write_text(block.addr + at,
-                       std::span<const uint8_t>(kTraps.data(), std::min(kTraps.size(), block.size - at)));
+      (void)store(c, block.addr + at,
+                  std::span<const uint8_t>(kTraps.data(), std::min(kTraps.size(), block.size - at)));
     give_back(c, block);
     if (c.used == 0 && chunks_.size() > 1) {
       munmap(reinterpret_cast<void*>(c.base), c.size);
@@ -241,11 +261,42 @@ void ExecArena::shrink(ExecBlock& block, size_t size) {
 }
 
 Result<void> ExecArena::write(ExecBlock block, size_t offset, std::span<const uint8_t> bytes) {
+  std::lock_guard lock(mu_);
+  Chunk* c = nullptr;
+  UTRAMP_TRY(stage_locked(block, offset, bytes, &c));
+  // Up to the page end of the last byte: the bytes of other blocks below it that were
+  // staged are sealed with them, those handed out and not yet written are then written
+  // the slower way.
+  const uint64_t end = block.addr + offset + bytes.size();
+  return seal_to(*c, std::min<uint64_t>(c->size, align_up(end - c->base, page_size())));
+}
+
+Result<void> ExecArena::stage(ExecBlock block, size_t offset, std::span<const uint8_t> bytes) {
+  std::lock_guard lock(mu_);
+  Chunk* c = nullptr;
+  return stage_locked(block, offset, bytes, &c);
+}
+
+Result<void> ExecArena::stage_locked(ExecBlock block, size_t offset, std::span<const uint8_t> bytes,
+                                     Chunk** chunk) {
   if (offset + bytes.size() > block.size)
     return make_error(Errc::out_of_range,
                       fmt::format("write of {} bytes at +{} overflows a {}-byte block at {:#x}",
                                   bytes.size(), offset, block.size, block.addr));
-  return write_text(block.addr + offset, bytes);
+  Chunk* c = chunk_of(block.addr);
+  if (!c || block.addr + block.size > c->base + c->filled)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("{:#x} (+{}) is not a block of executable memory", block.addr, block.size));
+  *chunk = c;
+  return store(*c, block.addr + offset, bytes);
+}
+
+Result<void> ExecArena::seal_staged() {
+  std::lock_guard lock(mu_);
+  for (Chunk& c : chunks_)
+    if (c.staged > c.sealed)
+      UTRAMP_TRY(seal_to(c, std::min<uint64_t>(c.size, align_up(c.staged, page_size()))));
+  return {};
 }
 
 size_t ExecArena::chunk_count() const {
