@@ -1,6 +1,7 @@
 #include "os/exec_memory.hpp"
 
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 #include "os/maps.hpp"
 #include "os/text_writer.hpp"
@@ -25,7 +27,26 @@ uint64_t page_size() {
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
+// Whether madvise(MADV_HUGEPAGE) gives a region huge pages: the kernel's transparent
+// huge pages are on for such regions ("[always]" or "[madvise]", not "[never]").
+bool read_huge_pages_usable() {
+  char buf[128] = {};
+  const int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return false;
+  const std::string_view v(buf, static_cast<size_t>(n));
+  return v.find("[always]") != v.npos || v.find("[madvise]") != v.npos;
+}
+
 }  // namespace
+
+bool ExecArena::huge_pages_usable() {
+  if (const char* e = getenv("UTRAMP_NO_HUGE_CHUNKS"); e && *e) return false;  // tests, benchmarks
+  static const bool usable = read_huge_pages_usable();
+  return usable;
+}
 
 ExecArena& ExecArena::instance() {
   static ExecArena* arena = new ExecArena();  // never destroyed: code may outlive statics
@@ -55,13 +76,23 @@ bool ExecArena::take(Chunk& c, size_t size, uint64_t lo, uint64_t hi, uint64_t* 
 }
 
 Result<ExecArena::Chunk*> ExecArena::new_chunk(size_t size, uint64_t lo, uint64_t hi) {
+  // A window that has filled a chunk already gets a huge one (the header comment); the
+  // first stays small, so a program with a few traced functions does not pay 2 MiB.
+  const bool huge = huge_pages_usable() &&
+                    std::any_of(chunks_.begin(), chunks_.end(), [&](const Chunk& c) {
+                      return c.base + c.size > lo && c.base < hi;
+                    });
   // The shared copy of the mappings first (os::maps_copy): where it is out of date the
-  // placements fail (MAP_FIXED_NOREPLACE) and the mappings are read again.
+  // placements fail (MAP_FIXED_NOREPLACE) and the mappings are read again. A huge chunk
+  // that finds no aligned room is made small.
   for (int pass = 0; pass < 2; ++pass) {
     auto maps = maps_copy(pass == 1);
     if (!maps) return std::move(maps).error();
-    auto c = new_chunk_in(**maps, size, lo, hi);
-    if (!c || *c) return c;
+    for (bool h : {huge, false}) {
+      auto c = new_chunk_in(**maps, size, lo, hi, h);
+      if (!c || *c) return c;
+      if (!huge) break;
+    }
   }
   return make_error(Errc::no_memory,
                     fmt::format("no free {} bytes of address space within [{:#x}, {:#x})",
@@ -69,16 +100,18 @@ Result<ExecArena::Chunk*> ExecArena::new_chunk(size_t size, uint64_t lo, uint64_
 }
 
 Result<ExecArena::Chunk*> ExecArena::new_chunk_in(const std::vector<Mapping>& maps, size_t size,
-                                                  uint64_t lo, uint64_t hi) {
+                                                  uint64_t lo, uint64_t hi, bool huge) {
   const uint64_t ps = page_size();
-  const uint64_t want = align_up(std::max(size, kChunkSize), ps);
+  const uint64_t want = huge ? align_up(std::max<uint64_t>(size, kHugeChunk), kHugeChunk)
+                             : align_up(std::max(size, kChunkSize), ps);
+  const uint64_t align = huge ? kHugeChunk : ps;
   const uint64_t mid = lo / 2 + hi / 2;
   // Candidate gaps between mappings, clipped to the window, nearest to its middle first.
   struct Gap { uint64_t start, end; };
   std::vector<Gap> gaps;
   uint64_t prev_end = ps * 16;
   auto consider = [&](uint64_t gs, uint64_t ge) {
-    gs = std::max(align_up(gs, ps), align_up(lo, ps));
+    gs = std::max(align_up(gs, align), align_up(lo, align));
     ge = std::min(ge, hi) & ~(ps - 1);
     if (ge > gs && ge - gs >= want) gaps.push_back({gs, ge});
   };
@@ -96,6 +129,7 @@ Result<ExecArena::Chunk*> ExecArena::new_chunk_in(const std::vector<Mapping>& ma
     // Keep a guard page away from neighbours where the gap allows it.
     uint64_t at = std::clamp(mid, g.start, g.end - want);
     if (g.end - g.start >= want + 2 * ps) at = std::clamp(at, g.start + ps, g.end - want - ps);
+    at &= ~(align - 1);  // at least g.start, which is aligned
     void* p = mmap(reinterpret_cast<void*>(at), want, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
     if (p == MAP_FAILED) continue;  // raced with another mapping: next gap
@@ -104,8 +138,12 @@ Result<ExecArena::Chunk*> ExecArena::new_chunk_in(const std::vector<Mapping>& ma
       continue;
     }
     // Nothing can execute this memory: fill where the first block goes; it stays
-    // read-write until code written there is sealed (the header comment).
-    const size_t first = std::min<uint64_t>(want, align_up(size, kFillStep));
+    // read-write until code written there is sealed (the header comment). A huge chunk
+    // is filled whole: one fault of a huge page (the kernel's madvise(MADV_HUGEPAGE)),
+    // where 4 KiB pages would fault one by one. Should the kernel give small pages
+    // after all, only the fill's first step is stored, as for a small chunk.
+    size_t first = std::min<uint64_t>(want, align_up(size, kFillStep));
+    if (huge && madvise(p, want, MADV_HUGEPAGE) == 0) first = want;
     std::memset(p, kFill, first);
     // The copy of the mappings shows the whole chunk read+exec: it is used to place
     // mappings and to ask whether a patch lies in executable memory, and patches are

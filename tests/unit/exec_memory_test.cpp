@@ -1,8 +1,12 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <cstdint>
 #include <vector>
 
@@ -29,6 +33,15 @@ bool executable(uint64_t addr, size_t len) {
   auto maps = os::read_maps();
   return maps.ok() && os::range_executable(*maps, addr, len);
 }
+
+// Chunks of the small size only, for the tests of where chunks go and how many there
+// are (a window's chunks after its first are huge otherwise: HugeChunksAfterAWindowsFirst).
+struct SmallChunksOnly {
+  SmallChunksOnly() { setenv("UTRAMP_NO_HUGE_CHUNKS", "1", 1); }
+  ~SmallChunksOnly() { unsetenv("UTRAMP_NO_HUGE_CHUNKS"); }
+  SmallChunksOnly(const SmallChunksOnly&) = delete;
+  SmallChunksOnly& operator=(const SmallChunksOnly&) = delete;
+};
 
 // A window where nothing is mapped yet (each test its own): its chunk is new.
 os::ExecBlock fresh_block(uint64_t lo, size_t size) {
@@ -105,6 +118,7 @@ TEST(ExecMemory, WriteOutsideBlockIsRefused) {
 }
 
 TEST(ExecMemory, FreedChunksAreReturned) {
+  const SmallChunksOnly small;
   const uint64_t target = reinterpret_cast<uint64_t>(&some_function);
   const auto w = arch::rel32_window(target);
   auto& arena = os::ExecArena::instance();
@@ -153,6 +167,7 @@ constexpr size_t kLarger = os::ExecArena::kChunkSize + 4096;
 // from /proc/self/maps read again for each: a new chunk is added to the copy, which the
 // patcher then finds executable; an unmapped chunk makes the copy read again.
 TEST(ExecMemory, ChunksKeepTheSharedCopyOfTheMappings) {
+  const SmallChunksOnly small;
   const uint64_t target = reinterpret_cast<uint64_t>(&some_function);
   const auto w = arch::rel32_window(target);
   auto& arena = os::ExecArena::instance();
@@ -194,6 +209,7 @@ TEST(ExecMemory, ChunksKeepTheSharedCopyOfTheMappings) {
 // A copy that does not show a mapping made since: the placement the kernel refuses
 // (MAP_FIXED_NOREPLACE) is tried elsewhere, never over it.
 TEST(ExecMemory, StaleCopyNeverPlacesAChunkOverANewMapping) {
+  const SmallChunksOnly small;
   const uint64_t target = reinterpret_cast<uint64_t>(&some_function);
   const auto w = arch::rel32_window(target);
   auto& arena = os::ExecArena::instance();
@@ -379,4 +395,71 @@ TEST(ExecMemory, FreedBlocksAreInt3SealedOrNot) {
     ASSERT_EQ(reinterpret_cast<const uint8_t*>(again->addr)[i], 0xcc) << "byte " << i;
   expect_no_wx("freed sealed");
   arena.free(keep);
+}
+
+// The minor faults of this process so far.
+long minor_faults() {
+  rusage r{};
+  getrusage(RUSAGE_SELF, &r);
+  return r.ru_minflt;
+}
+
+// The kB of huge pages mapping [addr, addr+len), as /proc/self/smaps says.
+long huge_kb_at(uint64_t addr) {
+  FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (!f) return -1;
+  char line[512];
+  bool in = false;
+  long kb = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long s = 0, e = 0;
+    if (std::sscanf(line, "%lx-%lx ", &s, &e) == 2 && std::strchr(line, '-') < std::strchr(line, ' ')) {
+      in = addr >= s && addr < e;
+      continue;
+    }
+    long v = 0;
+    if (in && std::sscanf(line, "AnonHugePages: %ld kB", &v) == 1) kb += v;
+  }
+  std::fclose(f);
+  return kb;
+}
+
+// A window's first chunk is small; the next one is a huge page: 2 MiB aligned, filled
+// whole by one fault, and 1 MiB of code stored and sealed in it faults no page more (with
+// small pages, 256 and more).
+TEST(ExecMemory, HugeChunksAfterAWindowsFirst) {
+  if (!os::ExecArena::huge_pages_usable()) GTEST_SKIP() << "no transparent huge pages here";
+  auto& arena = os::ExecArena::instance();
+  const uint64_t lo = uint64_t{0x3b0000000000}, hi = lo + (uint64_t{1} << 30);
+  const os::ExecBlock first = fresh_block(lo, os::ExecArena::kChunkSize);  // fills the small one
+  ASSERT_TRUE(first);
+  constexpr size_t kBlock = 64 * 1024, kBlocks = 16;
+  const std::vector<uint8_t> code(kBlock, 0xc3);
+  std::vector<os::ExecBlock> blocks;
+  blocks.reserve(kBlocks);
+  const long f0 = minor_faults();
+  auto b0 = arena.allocate(kBlock, lo, hi);
+  ASSERT_TRUE(b0.ok()) << b0.error().message;
+  const long filled = minor_faults() - f0;
+  blocks.push_back(*b0);
+  const uint64_t base = b0->addr & ~uint64_t{os::ExecArena::kHugeChunk - 1};
+  EXPECT_EQ(b0->addr, base) << "a huge chunk starts at a 2 MiB boundary, its first block with it";
+  if (huge_kb_at(base) < 2048) GTEST_SKIP() << "the kernel had no huge page free (small pages given)";
+  for (size_t i = 1; i < kBlocks; ++i) {
+    auto b = arena.allocate(kBlock, lo, hi);
+    ASSERT_TRUE(b.ok()) << b.error().message;
+    blocks.push_back(*b);
+  }
+  for (const os::ExecBlock& b : blocks) {
+    EXPECT_EQ(b.addr & ~uint64_t{os::ExecArena::kHugeChunk - 1}, base) << "in the huge chunk";
+    ASSERT_TRUE(arena.stage(b, 0, code).ok());
+  }
+  ASSERT_TRUE(arena.seal_staged().ok());
+  const long faults = minor_faults() - f0;
+  EXPECT_LE(filled, 4) << "the fill of a huge chunk is one fault";
+  EXPECT_LT(faults, 32) << "1 MiB of code in a huge chunk";
+  EXPECT_TRUE(executable(blocks.front().addr, kBlock * kBlocks));
+  expect_no_wx("huge chunk sealed");
+  for (const os::ExecBlock& b : blocks) arena.free(b);
+  arena.free(first);
 }
