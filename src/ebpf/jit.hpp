@@ -4,8 +4,8 @@
 // Size, emit, protect, publish: the code is sized with every call in its long form,
 // a block is taken in the arena within rel32 reach of libutramp (so the slow paths and
 // most helpers are direct calls), the code is emitted for that address and written
-// through os::write_text into memory that is never writable and executable at once.
-// Only then are the entries handed out.
+// into it (os::ExecArena::write: memory never writable and executable at once, sealed
+// read+exec when the write returns). Only then are the entries handed out.
 //
 // Lifetime: the code and the run environment (callx table, static regions) live as long
 // as the JitProgram. The owner must make sure no thread runs the program when it

@@ -19,6 +19,7 @@ namespace {
 std::mutex g_mem_mu;
 int g_mem_fd = -1;
 pid_t g_mem_pid = 0;
+TextWriteCount g_count;  // guarded by g_mem_mu
 
 // /proc/self/mem is bound to the address space it was opened in; a forked child must
 // open its own.
@@ -67,8 +68,17 @@ Result<void> write_texts(std::span<const TextWrite> writes) {
   std::lock_guard lock(g_mem_mu);
   auto fd = mem_fd_locked();
   if (!fd) return std::move(fd).error();
-  for (const TextWrite& w : writes) UTRAMP_TRY(write_one_locked(*fd, w.addr, w.bytes));
+  for (const TextWrite& w : writes) {
+    ++g_count.writes;
+    g_count.bytes += w.bytes.size();
+    UTRAMP_TRY(write_one_locked(*fd, w.addr, w.bytes));
+  }
   return {};
+}
+
+TextWriteCount text_write_count() {
+  std::lock_guard lock(g_mem_mu);
+  return g_count;
 }
 
 Result<bool> replace_word(uint64_t addr, uint64_t expected, uint64_t value, bool read_only) {

@@ -23,6 +23,14 @@ struct TextWrite {
 };
 Result<void> write_texts(std::span<const TextWrite> writes);
 
+// What went through /proc/self/mem in this process so far: writes (one per TextWrite)
+// and their bytes (for tests).
+struct TextWriteCount {
+  uint64_t writes = 0;
+  uint64_t bytes = 0;
+};
+TextWriteCount text_write_count();
+
 // Replaces the 8-byte word at ADDR with VALUE if it holds EXPECTED (a GOT slot that
 // utramp points elsewhere and back: ftrace/libcall.hpp, the agent's signal functions);
 // true when written, false when it held something else. READ_ONLY: written through

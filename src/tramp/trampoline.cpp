@@ -251,7 +251,7 @@ void Manager::fork_release() {
   mu_.unlock();
 }
 
-Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& opts, StubWrites* defer) {
+Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& opts, MadeStubs& made) {
   // By the function's address or its site's (a map of both: a linear search made
   // attaching to every function of a program quadratic).
   if (auto it = tramp_at_.find(func); it != tramp_at_.end() && !it->second->site->unloaded)
@@ -359,17 +359,15 @@ Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& 
     return make_error(Errc::too_big, "stub grew");
   }
   guess = std::max(guess, stub->code.size());
-  if (defer) {
-    // Nothing reaches the stub before its site is patched, after write_codes(). The
-    // code moves there: once written nothing reads it from the heap again (a copy kept
-    // 222 KB for a tracer's 1,000 stubs).
-    defer->codes.push_back({block->addr, block->size, std::move(stub->code)});
-    defer->made.push_back({t.get(), s->prologue_ool});
-  } else if (auto r = os::ExecArena::instance().write(*block, 0, stub->code); !r) {
+  // Staged into its block as soon as it is made (kept on the heap for one write of the
+  // batch's stubs through /proc/self/mem, a tracer's 1,000 stubs cost 222 KB): nothing
+  // reaches it before its site is patched, after attach_many seals the batch.
+  if (auto r = os::ExecArena::instance().stage(*block, 0, stub->code); !r) {
     os::ExecArena::instance().free(*block);
     free_counter_slot(t->site_slot);
     return std::move(r).error();
   }
+  made.made.push_back({t.get(), s->prologue_ool});
   stub->code = {};
   t->stub_block = *block;
   t->stub = std::move(*stub);
@@ -390,8 +388,9 @@ struct Manager::Plan {
   std::unique_ptr<Image> img;
   std::vector<patch::PatchOp> hop_ops;  // retarget the stub's hop
   sites::SiteState site_state;          // what the site must become
-  // A new image whose code is not yet written (prepare's `defer`): its unwind and
-  // debugger records, which read the code, are made by register_image() once it is.
+  // A new image whose code is staged, not yet sealed (prepare's `staged`): its unwind
+  // and debugger records, which read the code, are made by register_images() once the
+  // batch is sealed.
   std::optional<arch::ImageFrame> unregistered;
 };
 
@@ -555,8 +554,7 @@ Result<std::vector<ProgCall>> find_prog_calls(std::span<const uint8_t> code, uin
 
 }  // namespace
 
-Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links,
-                                       std::vector<CodeWrite>* defer) {
+Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links, bool staged) {
   std::vector<Link*> fentry, fexit, fmod;
   Link* freplace = nullptr;
   const arch::TracerHooks* hooks = nullptr;
@@ -654,18 +652,16 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links,
     auto calls = find_prog_calls(code->code, block->addr, code->prog_calls, runs);
     if (!calls) return fail(calls.error());
     img->calls = std::move(*calls);
-    if (!defer)
-      if (auto r = os::ExecArena::instance().write(*block, 0, code->code); !r) return fail(r.error());
+    // Staged: nothing can reach the image before publish(), which follows the batch's
+    // seal (os::ExecArena::seal_staged) and register_images().
+    auto& arena = os::ExecArena::instance();
+    if (auto r = staged ? arena.stage(*block, 0, code->code) : arena.write(*block, 0, code->code); !r)
+      return fail(r.error());
     img->block = *block;
     plan.unregistered = arch::ImageFrame{block->addr, code->code.size(), code->exits, code->exit_len,
                                          code->exit_push};
-    if (defer) {
-      // Nothing can reach the image before publish(), which follows write_codes() and
-      // register_image().
-      defer->push_back({block->addr, block->size, std::move(code->code)});
-    } else if (auto r = register_image(plan); !r) {
-      return fail(r.error());
-    }
+    if (!staged)
+      if (auto r = register_image(plan); !r) return fail(r.error());
     site_state = {sites::SiteOp::jmp, t.stub_block.addr};
   } else {
     // No links: the site returns to its NOP and the hop to the pass-through.
@@ -720,34 +716,7 @@ std::vector<Result<void>> Manager::register_images(std::span<Plan* const> plans)
   return out;
 }
 
-Result<void> Manager::write_codes(std::vector<CodeWrite>& writes) {
-  std::sort(writes.begin(), writes.end(), [](const CodeWrite& a, const CodeWrite& b) { return a.addr < b.addr; });
-  // A run joins the next block when this one ends where it begins and the rest of this
-  // one (int3, as the arena left it: an image's block is its size bound) is short; it is
-  // written at 64 KiB at the latest (a buffer of megabytes cost more in page faults than
-  // the writes it saved).
-  constexpr size_t kRunMax = 64 * 1024, kPadMax = 4096;
-  std::vector<uint8_t> run;
-  run.reserve(kRunMax);
-  uint64_t run_at = 0;
-  for (size_t i = 0; i < writes.size(); ++i) {
-    const CodeWrite& w = writes[i];
-    if (run.empty()) run_at = w.addr;
-    run.insert(run.end(), w.bytes.begin(), w.bytes.end());
-    const size_t pad = w.block_size - w.bytes.size();
-    const bool joins = i + 1 < writes.size() && writes[i + 1].addr == w.addr + w.block_size &&
-                       pad <= kPadMax && run.size() + pad + writes[i + 1].bytes.size() <= kRunMax;
-    if (joins) {
-      run.insert(run.end(), pad, arch::kTrapByte);
-    } else {
-      UTRAMP_TRY(os::write_text(run_at, run));
-      run.clear();
-    }
-  }
-  return {};
-}
-
-void Manager::unmake_stubs(StubWrites& w) {
+void Manager::unmake_stubs(MadeStubs& w) {
   for (auto it = w.made.rbegin(); it != w.made.rend(); ++it) {
     Trampoline* t = it->first;
     for (uint64_t at : {t->func, t->site->addr()})
@@ -758,7 +727,6 @@ void Manager::unmake_stubs(StubWrites& w) {
     std::erase_if(tramps_, [t](const std::unique_ptr<Trampoline>& x) { return x.get() == t; });
   }
   w.made.clear();
-  w.codes.clear();
 }
 
 namespace {
@@ -969,10 +937,9 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
   groups.reserve(reqs.size());
   group_of.reserve(reqs.size());
   std::vector<std::unique_ptr<Link>> made(reqs.size());
-  // The stubs of the trampolines made here, written together below (one write per run
-  // of adjacent blocks, as the images' code: a tracer's attach of 1,000 functions made
-  // 1,000 writes for them).
-  StubWrites stubs;
+  // The trampolines made here: their stubs are staged as they are made and sealed with
+  // the images below.
+  MadeStubs stubs;
   {
     // New trampolines read their functions' signatures from DWARF: many of one object
     // are looked up through its index, built at once (os::expect_lookups).
@@ -990,7 +957,7 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
                                                               attach_type_name(q.type), q.func));
       continue;
     }
-    auto tr = trampoline_for(q.func, q.opts, &stubs);
+    auto tr = trampoline_for(q.func, q.opts, stubs);
     if (!tr) {
       out[i] = std::move(tr).error();
       continue;
@@ -1009,70 +976,51 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
     made[i] = std::move(*l);
     g->second.push_back(i);
   }
-  if (auto w = write_codes(stubs.codes); !w) {
-    // No trampoline made here can be kept with a stub not written: every request fails,
-    // and what was made for them is undone (nothing was published).
-    unmake_stubs(stubs);
-    for (size_t i = 0; i < reqs.size(); ++i)
-      if (made[i]) out[i] = make_error(w.error().code, "cannot write the trampolines' stubs: " + w.error().message);
-    return out;
-  }
   std::vector<Plan> plans;
   std::vector<const std::vector<size_t>*> plan_reqs;
   auto& table = sites::SiteTable::instance();
-  // The new images' code, written together: one write into /proc/self/mem per run of
-  // adjacent blocks instead of one per image (a tracer's attach of 1,000 functions made
-  // 1,000 writes), every 64 KiB made (held until all were made, the 1,000 images kept
-  // 0.9 MB of code on the heap, a page fault per 4 KiB). Nothing reaches a block before
-  // publish(); a failed write fails the whole batch.
-  std::vector<CodeWrite> codes;
+  // Each new image's code is staged in its block as it is made, as the stubs were: no
+  // copy on the heap, no write through /proc/self/mem (a tracer's 1,000 functions kept
+  // 1.1 MB of code on the heap for such writes, a page fault per 4 KiB, and the writes
+  // cost 4 % of the program's start-up).
   plans.reserve(groups.size());
   plan_reqs.reserve(groups.size());
-  constexpr size_t kWriteEvery = 64 * 1024;
-  size_t unwritten = 0;
-  Result<void> written;
-  size_t prepared = 0;  // groups looked at
   for (auto& [t, idx] : groups) {
-    if (!written) break;
-    ++prepared;
     if (idx.empty()) continue;
     std::vector<Link*> links = t->links;
     for (size_t j : idx) links.push_back(made[j].get());
     // A site the batch's commit would refuse (a prologue that needs the other threads
     // stopped, in a process that runs some) is left out with its reason here: the
     // batch is all or nothing, and the other functions must not fail for it.
-    const size_t before = codes.size();
-    auto plan = prepare(*t, std::move(links), &codes);
+    auto plan = prepare(*t, std::move(links), /*staged=*/true);
     if (!plan) {
       for (size_t j : idx) out[j] = plan.error();
       continue;
     }
     if (!(t->site->applied == plan->site_state))
       if (auto c = table.check_desired(t->site, plan->site_state); !c) {
-        codes.resize(before);  // its image's code, never to be written: the block is freed
-        drop_image(plan->img);
+        drop_image(plan->img);  // its staged code, never to run: the block is freed
         for (size_t j : idx) out[j] = c.error();
         continue;
       }
     plans.push_back(std::move(*plan));
     plan_reqs.push_back(&idx);
-    for (size_t k = before; k < codes.size(); ++k) unwritten += codes[k].bytes.size();
-    if (unwritten >= kWriteEvery) {
-      written = write_codes(codes);
-      codes.clear();
-      unwritten = 0;
-    }
   }
-  if (plans.empty()) return out;
-  if (written) written = write_codes(codes);
-  if (!written) {
+  // Every stub and image of the batch read+exec, before anything reads their code as
+  // executable memory (their registration, the patcher's checks of the hop operations)
+  // and before anything can reach them (publish). Also when no plan is left: a
+  // trampoline made here stays, and its stub must be sealed before any later change
+  // makes it reachable.
+  if (auto sealed = os::ExecArena::instance().seal_staged(); !sealed) {
+    // Nothing was published: every request fails, and what was made for them is undone.
     for (Plan& p : plans) drop_image(p.img);
-    for (auto* idx : plan_reqs)
-      for (size_t j : *idx) out[j] = written.error();
-    for (size_t g = prepared; g < groups.size(); ++g)
-      for (size_t j : groups[g].second) out[j] = written.error();
+    unmake_stubs(stubs);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      if (made[i])
+        out[i] = make_error(sealed.error().code, "cannot seal the trampolines' code: " + sealed.error().message);
     return out;
   }
+  if (plans.empty()) return out;
   {
     // One registration for the batch's images (one record for the unwinder and gdb).
     std::vector<Plan*> all(plans.size());

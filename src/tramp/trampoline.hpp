@@ -179,28 +179,20 @@ class Manager {
   Result<std::unique_ptr<Link>> make_link(Trampoline& t, AttachType type, uint64_t prog,
                                           const AttachOptions& opts,
                                           const std::vector<Link*>& links);
-  struct CodeWrite;
-  // Stubs of trampolines made by one attach_many, written together (write_codes) before
-  // anything can reach them; `made` undoes them when that write fails (unmake_stubs).
-  struct StubWrites;
-  Result<Trampoline*> trampoline_for(uint64_t func, const AttachOptions& opts, StubWrites* defer = nullptr);
-  void unmake_stubs(StubWrites& w);
+  // Trampolines made by one attach_many, their stubs staged in the executable arena
+  // (os::ExecArena::stage) and sealed with the batch's images before anything can reach
+  // them; unmake_stubs() undoes them when that fails (each with its site's prologue_ool
+  // before).
+  struct MadeStubs {
+    std::vector<std::pair<Trampoline*, uint64_t>> made;
+  };
+  Result<Trampoline*> trampoline_for(uint64_t func, const AttachOptions& opts, MadeStubs& made);
+  void unmake_stubs(MadeStubs& w);
   struct Plan;
-  // A new image's code to be written at the start of its block: prepare() given a list
-  // leaves its image's write there, for write_codes() to make together with the others
-  // before publish().
-  struct CodeWrite {
-    uint64_t addr;
-    size_t block_size;
-    std::vector<uint8_t> bytes;
-  };
-  struct StubWrites {
-    std::vector<CodeWrite> codes;
-    std::vector<std::pair<Trampoline*, uint64_t>> made;  // with its site's prologue_ool before
-  };
-  Result<Plan> prepare(Trampoline& t, std::vector<Link*> links, std::vector<CodeWrite>* defer = nullptr);
-  // Writes them, one /proc/self/mem write per run of adjacent blocks.
-  static Result<void> write_codes(std::vector<CodeWrite>& writes);
+  // staged: the new image's code is staged, not sealed, and its registration left to
+  // register_images(), for the caller to make both together for a batch (after
+  // os::ExecArena::seal_staged) before publish(). Otherwise written and registered.
+  Result<Plan> prepare(Trampoline& t, std::vector<Link*> links, bool staged = false);
   static Result<void> register_image(Plan& plan);
   // register_image() of many plans: one registration of their images (arch::register_images).
   static std::vector<Result<void>> register_images(std::span<Plan* const> plans);
