@@ -190,7 +190,7 @@ ftrace::FuncRecord* record_for(const symbols::Name& name, const sites::Site& sit
       if (auto f = parse_value_format(c.retfmt)) ret = *f;
   }
   if (!args.empty() || ret) {
-    auto d = os::signature_from_dwarf(site.object, site.info.func - site.bias);
+    auto d = os::signature_from_dwarf(site.object(), site.info.func - site.bias);
     const bool typed = static_cast<bool>(d);
     *sig = typed ? std::move(*d) : register_signature(ret ? &*ret : nullptr);
     for (const ArgCapture& a : args) {
@@ -304,8 +304,8 @@ void attach_new_sites() {
   for (sites::Site* s : all) {
     if (s->traced_by_agent) continue;
     s->traced_by_agent = true;
-    if (own_object(s->object)) continue;
-    if (!traced_object(s->object)) continue;
+    if (own_object(s->object())) continue;
+    if (!traced_object(s->object())) continue;
     if (noise(s->info.name)) continue;
     const symbols::Name name(s->info.name);
     if (!sel.traced(name)) continue;
@@ -313,7 +313,7 @@ void attach_new_sites() {
     if (s->reports_calls) {
       // -finstrument-functions: its reports are recorded, no site is patched (a site
       // too would record each call twice). -A/-R need an image's ctx: not recorded.
-      reported.push_back({s->info.func, s->info.size, s->info.name, s->object});
+      reported.push_back({s->info.func, s->info.size, s->info.name, s->object()});
       reported_addrs.push_back({s->info.func, scope});
       continue;
     }
@@ -345,7 +345,7 @@ void attach_new_sites() {
         reqs.push_back({s->info.func, tramp::AttachType::fexit,
                         reinterpret_cast<uint64_t>(&ftrace::graph_exit), o});
     }
-    cand.push_back({s->info.func, s->info.size, s->info.name, s->object});
+    cand.push_back({s->info.func, s->info.size, s->info.name, s->object()});
     first_req.push_back(reqs.size());
     wants_int3 = wants_int3 || table.takes_int3_form(s);
   }
@@ -582,7 +582,7 @@ nlohmann::json show_json() {
     }
     json fj = {{"name", t.function}, {"addr", fmt::format("{:#x}", t.func)}, {"links", std::move(links)}};
     if (const sites::Site* s = table.find(t.func)) {
-      fj["object"] = s->object;
+      fj["object"] = s->object();
       fj["site"] = {{"kind", std::string(sites::site_kind_name(s->info.kind))},
                     {"addr", fmt::format("{:#x}", s->info.site)},
                     {"state", site_state_name(*s)}};

@@ -282,7 +282,7 @@ Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& 
   t->image_name = fmt::format("utramp_image:{}", t->name);
   if (opts.signature) {
     t->sig = *opts.signature;
-  } else if (auto d = os::signature_from_dwarf(s->object, s->info.func - s->bias); d) {
+  } else if (auto d = os::signature_from_dwarf(s->object(), s->info.func - s->bias); d) {
     t->sig = std::move(*d);
   } else {
     // No debug info (or none that describes the real convention): the documented
@@ -980,7 +980,7 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
     std::map<std::string, size_t> per_object;
     for (const AttachRequest& q : reqs)
       if (!q.opts.signature && !tramp_at_.count(q.func))
-        if (const sites::Site* s = table.find(q.func)) ++per_object[s->object];
+        if (const sites::Site* s = table.find(q.func)) ++per_object[s->object()];
     for (const auto& [path, n] : per_object) os::expect_lookups(path, n);
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
