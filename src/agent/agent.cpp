@@ -338,7 +338,7 @@ void attach_new_sites() {
                                                                      : &g_agent->hooks;
       reqs.push_back({s->info.func, tramp::AttachType::tracer, reinterpret_cast<uint64_t>(h), std::move(o)});
     } else {
-      o.signature = std::move(sig);
+      if (sig) o.signature = std::make_shared<const abi::Signature>(std::move(*sig));
       reqs.push_back({s->info.func, tramp::AttachType::fentry,
                       reinterpret_cast<uint64_t>(&ftrace::graph_entry), o});
       if (cfg.tracer == "function_graph")

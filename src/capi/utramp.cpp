@@ -136,7 +136,7 @@ utramp::Result<tramp::AttachOptions> attach_options(const utramp_attach_opts* op
   if (o->signature) {
     auto sig = utramp::abi::parse_signature(o->signature);
     if (!sig) return std::move(sig).error();
-    out.signature = *sig;
+    out.signature = std::make_shared<const utramp::abi::Signature>(std::move(*sig));
   }
   return out;
 }
