@@ -285,7 +285,9 @@ void attach_new_sites() {
   auto& mgr = tramp::Manager::instance();
   const Config& cfg = g_agent->cfg;
   std::vector<tramp::Manager::AttachRequest> reqs;
-  std::vector<trace::Function> cand;
+  // The sites attached, their functions made for the symbol file only once attached
+  // (with reqs freed first: its pages then take them).
+  std::vector<const sites::Site*> cand;
   std::vector<size_t> first_req{0};  // cand[i]'s requests: [first_req[i], first_req[i+1])
   std::vector<trace::Function> reported;  // functions that report their own calls
   std::vector<Reported> reported_addrs;
@@ -345,7 +347,7 @@ void attach_new_sites() {
         reqs.push_back({s->info.func, tramp::AttachType::fexit,
                         reinterpret_cast<uint64_t>(&ftrace::graph_exit), o});
     }
-    cand.push_back({s->info.func, s->info.size, s->info.name, s->object()});
+    cand.push_back(s);
     first_req.push_back(reqs.size());
     wants_int3 = wants_int3 || table.takes_int3_form(s);
   }
@@ -376,6 +378,7 @@ void attach_new_sites() {
     // (Unless a `run -p` client's probes need utramp's handler: they may be int3s.)
     if (!sig::taken_over() && g_agent->run_clients.empty()) give_trap_action_back();
   }
+  std::vector<tramp::Manager::AttachRequest>().swap(reqs);
   std::vector<trace::Function> done = std::move(reported);
   done.reserve(done.size() + cand.size());
   for (size_t i = 0; i < cand.size(); ++i) {
@@ -385,11 +388,11 @@ void attach_new_sites() {
         g_agent->recording_links.push_back(*res[k]);
       } else {
         ok = false;
-        logf("not traced %s: %s", symbols::demangle(cand[i].name).c_str(),
+        logf("not traced %s: %s", symbols::demangle(cand[i]->info.name).c_str(),
              res[k].error().message.c_str());
         g_untraced.add(res[k].error().message);
       }
-    if (ok) done.push_back(std::move(cand[i]));
+    if (ok) done.push_back({cand[i]->info.func, cand[i]->info.size, cand[i]->info.name, cand[i]->object()});
   }
   logf("traced %zu functions, %zu skipped", done.size(),
        skipped + cand.size() - (done.size() - reported_addrs.size()));
