@@ -809,6 +809,7 @@ Result<void> Manager::publish(std::vector<Plan>& plans, bool wake) {
   site_changes.reserve(plans.size());
   for (Plan& p : plans) {
     for (auto& op : p.hop_ops) hops.push_back(std::move(op));
+    std::vector<patch::PatchOp>().swap(p.hop_ops);  // moved: freed before the commit allocates
     if (!(p.t->site->applied == p.site_state)) site_changes.push_back(&p);
   }
   auto discard_all = [&] {
@@ -982,11 +983,12 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
   // of adjacent blocks, as the images' code: a tracer's attach of 1,000 functions made
   // 1,000 writes for them).
   StubWrites stubs;
+  // New trampolines read their functions' signatures from DWARF: many of one object are
+  // looked up through its index, built at once (os::expect_lookups), and let go once
+  // they are made (os::lookups_done).
+  std::map<std::string, size_t> per_object;
   {
-    // New trampolines read their functions' signatures from DWARF: many of one object
-    // are looked up through its index, built at once (os::expect_lookups).
     auto& table = sites::SiteTable::instance();
-    std::map<std::string, size_t> per_object;
     for (const AttachRequest& q : reqs)
       if (!q.opts.signature && !tramp_at_.count(q.func))
         if (const sites::Site* s = table.find(q.func)) ++per_object[s->object()];
@@ -1018,6 +1020,8 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
     made[i] = std::move(*l);
     g->second.push_back(i);
   }
+  for (const auto& [path, n] : per_object) os::lookups_done(path, n);
+  std::unordered_map<Trampoline*, size_t>().swap(group_of);  // the loop's alone
   if (auto w = write_codes(stubs.codes); !w) {
     // No trampoline made here can be kept with a stub not written: every request fails,
     // and what was made for them is undone (nothing was published).
@@ -1026,6 +1030,7 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
       if (made[i]) out[i] = make_error(w.error().code, "cannot write the trampolines' stubs: " + w.error().message);
     return out;
   }
+  stubs = {};  // written: their code's heap goes to the images' plans below
   std::vector<Plan> plans;
   std::vector<const std::vector<size_t>*> plan_reqs;
   auto& table = sites::SiteTable::instance();
