@@ -1665,7 +1665,8 @@ std::optional<Symbol> symbol_named(Dwfl_Module* mod, std::string_view name) {
 }  // namespace
 
 // Opened files are kept: attaching to every function of a program looks each of them up
-// by address in the same few files, and opening one costs milliseconds. A file without
+// by address in the same few files, and opening one costs milliseconds (until the
+// lookups a tracer announced are done: lookups_done). A file without
 // debug info is remembered too (its error is returned again, naming the new function).
 struct CachedDebug {
   std::shared_ptr<Debug> debug;
