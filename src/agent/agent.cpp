@@ -190,7 +190,7 @@ ftrace::FuncRecord* record_for(const symbols::Name& name, const sites::Site& sit
       if (auto f = parse_value_format(c.retfmt)) ret = *f;
   }
   if (!args.empty() || ret) {
-    auto d = os::signature_from_dwarf(site.object, site.info.func - site.bias);
+    auto d = os::signature_from_dwarf(site.object(), site.info.func - site.bias);
     const bool typed = static_cast<bool>(d);
     *sig = typed ? std::move(*d) : register_signature(ret ? &*ret : nullptr);
     for (const ArgCapture& a : args) {
@@ -285,7 +285,9 @@ void attach_new_sites() {
   auto& mgr = tramp::Manager::instance();
   const Config& cfg = g_agent->cfg;
   std::vector<tramp::Manager::AttachRequest> reqs;
-  std::vector<trace::Function> cand;
+  // The sites attached, their functions made for the symbol file only once attached
+  // (with reqs freed first: its pages then take them).
+  std::vector<const sites::Site*> cand;
   std::vector<size_t> first_req{0};  // cand[i]'s requests: [first_req[i], first_req[i+1])
   std::vector<trace::Function> reported;  // functions that report their own calls
   std::vector<Reported> reported_addrs;
@@ -304,8 +306,8 @@ void attach_new_sites() {
   for (sites::Site* s : all) {
     if (s->traced_by_agent) continue;
     s->traced_by_agent = true;
-    if (own_object(s->object)) continue;
-    if (!traced_object(s->object)) continue;
+    if (own_object(s->object())) continue;
+    if (!traced_object(s->object())) continue;
     if (noise(s->info.name)) continue;
     const symbols::Name name(s->info.name);
     if (!sel.traced(name)) continue;
@@ -313,7 +315,7 @@ void attach_new_sites() {
     if (s->reports_calls) {
       // -finstrument-functions: its reports are recorded, no site is patched (a site
       // too would record each call twice). -A/-R need an image's ctx: not recorded.
-      reported.push_back({s->info.func, s->info.size, s->info.name, s->object});
+      reported.push_back({s->info.func, s->info.size, s->info.name, s->object()});
       reported_addrs.push_back({s->info.func, scope});
       continue;
     }
@@ -338,14 +340,14 @@ void attach_new_sites() {
                                                                      : &g_agent->hooks;
       reqs.push_back({s->info.func, tramp::AttachType::tracer, reinterpret_cast<uint64_t>(h), std::move(o)});
     } else {
-      o.signature = std::move(sig);
+      if (sig) o.signature = std::make_shared<const abi::Signature>(std::move(*sig));
       reqs.push_back({s->info.func, tramp::AttachType::fentry,
                       reinterpret_cast<uint64_t>(&ftrace::graph_entry), o});
       if (cfg.tracer == "function_graph")
         reqs.push_back({s->info.func, tramp::AttachType::fexit,
                         reinterpret_cast<uint64_t>(&ftrace::graph_exit), o});
     }
-    cand.push_back({s->info.func, s->info.size, s->info.name, s->object});
+    cand.push_back(s);
     first_req.push_back(reqs.size());
     wants_int3 = wants_int3 || table.takes_int3_form(s);
   }
@@ -376,6 +378,7 @@ void attach_new_sites() {
     // (Unless a `run -p` client's probes need utramp's handler: they may be int3s.)
     if (!sig::taken_over() && g_agent->run_clients.empty()) give_trap_action_back();
   }
+  std::vector<tramp::Manager::AttachRequest>().swap(reqs);
   std::vector<trace::Function> done = std::move(reported);
   done.reserve(done.size() + cand.size());
   for (size_t i = 0; i < cand.size(); ++i) {
@@ -385,11 +388,11 @@ void attach_new_sites() {
         g_agent->recording_links.push_back(*res[k]);
       } else {
         ok = false;
-        logf("not traced %s: %s", symbols::demangle(cand[i].name).c_str(),
+        logf("not traced %s: %s", symbols::demangle(cand[i]->info.name).c_str(),
              res[k].error().message.c_str());
         g_untraced.add(res[k].error().message);
       }
-    if (ok) done.push_back(std::move(cand[i]));
+    if (ok) done.push_back({cand[i]->info.func, cand[i]->info.size, cand[i]->info.name, cand[i]->object()});
   }
   logf("traced %zu functions, %zu skipped", done.size(),
        skipped + cand.size() - (done.size() - reported_addrs.size()));
@@ -582,7 +585,7 @@ nlohmann::json show_json() {
     }
     json fj = {{"name", t.function}, {"addr", fmt::format("{:#x}", t.func)}, {"links", std::move(links)}};
     if (const sites::Site* s = table.find(t.func)) {
-      fj["object"] = s->object;
+      fj["object"] = s->object();
       fj["site"] = {{"kind", std::string(sites::site_kind_name(s->info.kind))},
                     {"addr", fmt::format("{:#x}", s->info.site)},
                     {"state", site_state_name(*s)}};

@@ -583,12 +583,12 @@ Result<void> bpf_start(const Config& cfg, const TrustedDir& dir, std::vector<std
                             fmt::format("{}: program '{}' ({}): offset {:#x} is beyond {} ({} bytes)", path, p.name,
                                         p.section, p.offset, p.target, s->info.size));
       }
-      auto types = ebpf::TargetTypes::open(s ? s->object : lib ? lib->path : main_elf ? main_elf->path() : exe);
+      auto types = ebpf::TargetTypes::open(s ? s->object() : lib ? lib->path : main_elf ? main_elf->path() : exe);
       if (auto c = ebpf::apply_core(p, obj->local_btf.get(), types ? types->get() : nullptr); !c)
         return make_error(c.error().code, fmt::format("{}: {}", path, c.error().message));
       std::optional<abi::Signature> sig;
       if (s)
-        if (auto r = os::signature_from_dwarf(s->object, s->info.func - s->bias)) sig = *r;
+        if (auto r = os::signature_from_dwarf(s->object(), s->info.func - s->bias)) sig = *r;
       abi::Signature sg = sig ? *sig : abi::Signature::fallback();
       if (sig) UTRAMP_TRY(ebpf::check_prototype(p, sg));
       UTRAMP_TRY(ebpf::check_override(p));

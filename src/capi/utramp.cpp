@@ -136,7 +136,7 @@ utramp::Result<tramp::AttachOptions> attach_options(const utramp_attach_opts* op
   if (o->signature) {
     auto sig = utramp::abi::parse_signature(o->signature);
     if (!sig) return std::move(sig).error();
-    out.signature = *sig;
+    out.signature = std::make_shared<const utramp::abi::Signature>(std::move(*sig));
   }
   return out;
 }
@@ -240,7 +240,7 @@ int utramp_sites_foreach(const char* glob, int (*fn)(const utramp_site_info*, vo
   for (auto* s : sites) {
     std::string why;
     const bool ok = s->usable(&why);
-    utramp_site_info info{s->info.name.c_str(), s->object.c_str(), s->info.func, s->info.site,
+    utramp_site_info info{s->info.name.c_str(), s->object().c_str(), s->info.func, s->info.site,
                           static_cast<int>(s->info.kind), ok ? 1 : 0, ok ? "" : why.c_str()};
     ++n;
     if (fn(&info, arg)) break;

@@ -1665,7 +1665,8 @@ std::optional<Symbol> symbol_named(Dwfl_Module* mod, std::string_view name) {
 }  // namespace
 
 // Opened files are kept: attaching to every function of a program looks each of them up
-// by address in the same few files, and opening one costs milliseconds. A file without
+// by address in the same few files, and opening one costs milliseconds (until the
+// lookups a tracer announced are done: lookups_done). A file without
 // debug info is remembered too (its error is returned again, naming the new function).
 struct CachedDebug {
   std::shared_ptr<Debug> debug;
@@ -1674,13 +1675,24 @@ struct CachedDebug {
 
 // `what()` names the function for messages (made only for one). Not a template: the
 // cache below is one for every caller.
+// Function statics: the agent looks files up from a constructor that runs before this
+// file's dynamic initialisation.
+std::mutex& cache_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<std::string, CachedDebug>& debug_cache() {
+  static auto* cache = new std::map<std::string, CachedDebug>();  // never freed (exit order)
+  return *cache;
+}
+
 Result<std::shared_ptr<Debug>> open_cached(const std::string& path, const std::function<std::string()>& what) {
   // The lock is never held while a file is opened: opening calls into libdw and libelf
   // (allocation, file system), and nothing utramp calls may run under a lock of its own
   // that a re-entrant call could need (docs/architecture.md, "Locks"). Two threads that
   // open the same file at once both read it; the first to finish is kept.
-  static std::mutex mu;
-  static auto* cache = new std::map<std::string, CachedDebug>();  // never freed (exit order)
+  std::mutex& mu = cache_mu();
+  auto* cache = &debug_cache();
   std::optional<CachedDebug> found;
   {
     std::lock_guard lock(mu);
@@ -1715,6 +1727,17 @@ void expect_lookups(const std::string& path, size_t n) {
   unsigned seen = d.lookups.load(std::memory_order_relaxed);
   while (seen < Debug::kIndexAfter &&
          !d.lookups.compare_exchange_weak(seen, Debug::kIndexAfter, std::memory_order_relaxed)) {
+  }
+}
+
+void lookups_done(const std::string& path, size_t n) {
+  if (n < Debug::kIndexAfter) return;
+  std::shared_ptr<Debug> last;  // released after the lock (dwfl_end frees libdw's memory)
+  std::lock_guard lock(cache_mu());
+  auto& cache = debug_cache();
+  if (auto it = cache.find(path); it != cache.end()) {
+    last = std::move(it->second.debug);
+    cache.erase(it);
   }
 }
 

@@ -80,6 +80,11 @@ Result<abi::Signature> signature_from_dwarf(const std::string& path, uint64_t fu
 // function entries is built by the first lookup rather than after several lookups each
 // walked the units. Opens the file (its errors are the lookups' to report).
 void expect_lookups(const std::string& path, size_t n);
+// Says that the N lookups expect_lookups(PATH, N) announced are done: with as many as
+// made it build the index, the file's debug info and that index are let go (opened again
+// by a later lookup). A tracer's attach lets them go before it makes its images, whose
+// memory then reuses theirs (docs/benchmarks.md, "The agent's start-up heap").
+void lookups_done(const std::string& path, size_t n);
 
 // Same, by symbol name: DW_AT_linkage_name (a C++ mangled name) or DW_AT_name, else the
 // ELF function symbol of that name (aliases such as glibc's malloc for __libc_malloc,

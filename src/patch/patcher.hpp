@@ -56,7 +56,8 @@ struct Emulation {
 // An op's bytes: up to kInline of them in place (a site's op is 5 or 6 bytes, an XRay
 // sled's 7, a jump's 5), longer ones (a probe's region) on the heap. A batch of 1,000
 // sites made 2,000 five-byte heap vectors, copied again when ops were gathered
-// (docs/benchmarks.md, "Start-up").
+// (docs/benchmarks.md, "Start-up"). 24 bytes: the heap pointer shares the inline bytes'
+// place (a site keeps three: sites/table.hpp).
 class OpBytes {
  public:
   static constexpr size_t kInline = 16;
@@ -73,6 +74,9 @@ class OpBytes {
     assign(first, last);
   }
   OpBytes(const OpBytes& o) { assign(o.begin(), o.end()); }
+  ~OpBytes() {
+    if (cap_) delete[] heap_;
+  }
   OpBytes(OpBytes&& o) noexcept { take(o); }
   OpBytes& operator=(const OpBytes& o) {
     if (this != &o) assign(o.begin(), o.end());
@@ -97,10 +101,11 @@ class OpBytes {
     data()[size_++] = b;
   }
 
-  uint8_t* data() { return heap_ ? heap_.get() : inline_; }
-  const uint8_t* data() const { return heap_ ? heap_.get() : inline_; }
+  uint8_t* data() { return cap_ ? heap_ : inline_; }
+  const uint8_t* data() const { return cap_ ? heap_ : inline_; }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  void clear() { size_ = 0; }
   uint8_t* begin() { return data(); }
   uint8_t* end() { return data() + size_; }
   const uint8_t* begin() const { return data(); }
@@ -117,23 +122,29 @@ class OpBytes {
   }
 
  private:
-  size_t capacity() const { return heap_ ? cap_ : kInline; }
+  size_t capacity() const { return cap_ ? cap_ : kInline; }
   void grow(size_t cap) {
-    auto h = std::make_unique<uint8_t[]>(cap);
-    std::memcpy(h.get(), data(), size_);
-    heap_ = std::move(h);
+    auto* h = new uint8_t[cap];
+    std::memcpy(h, data(), size_);
+    if (cap_) delete[] heap_;
+    heap_ = h;
     cap_ = static_cast<uint32_t>(cap);
   }
   void take(OpBytes& o) noexcept {
-    heap_ = std::move(o.heap_);
+    if (cap_) delete[] heap_;
     cap_ = o.cap_;
     size_ = o.size_;
-    if (!heap_) std::memcpy(inline_, o.inline_, size_);
+    if (cap_) heap_ = o.heap_;
+    else std::memcpy(inline_, o.inline_, size_);
+    o.cap_ = 0;
     o.size_ = 0;
   }
-  std::unique_ptr<uint8_t[]> heap_;
+  // cap_ 0: the bytes are inline_; else heap_ holds cap_ of them.
+  union {
+    uint8_t inline_[kInline];
+    uint8_t* heap_;
+  };
   uint32_t size_ = 0, cap_ = 0;
-  uint8_t inline_[kInline];
 };
 
 struct PatchOp {

@@ -221,7 +221,7 @@ Result<void> Analysis::rebuild_index() {
   index_.clear();
   for (const sites::Site* s : all) {
     if (s->info.size == 0) continue;
-    funcs_.push_back({s->info.func, s->info.size, s->info.name, s->object, s->bias});
+    funcs_.push_back({s->info.func, s->info.size, s->info.name, s->object(), s->bias});
   }
   std::sort(funcs_.begin(), funcs_.end(), [](const Function& a, const Function& b) {
     return a.start != b.start ? a.start < b.start : a.size > b.size;
@@ -397,8 +397,8 @@ const std::vector<uint64_t>& Analysis::branch_targets(const Function& f) {
   if (it != targets_.end()) return it->second;
   std::vector<uint64_t> t;
   for (const sites::Site* s : sites::SiteTable::instance().all()) {
-    if (s->object != f.object || s->bias != f.bias || s->info.size == 0) continue;
-    const Function g{s->info.func, s->info.size, s->info.name, s->object, s->bias};
+    if (s->object() != f.object || s->bias != f.bias || s->info.size == 0) continue;
+    const Function g{s->info.func, s->info.size, s->info.name, s->object(), s->bias};
     const FuncCode& fc = func_code(g);
     if (fc.boundaries.empty()) continue;
     const std::vector<uint8_t> bytes = read_view(g.start, fc.decoded_to);

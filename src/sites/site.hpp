@@ -35,18 +35,19 @@ std::string_view site_kind_name(SiteKind k) noexcept;
 // keeps every register (arch/image.hpp: preserve_all).
 constexpr bool ipa_ra_exposed(SiteKind k) noexcept { return k == SiteKind::prologue; }
 
+// (The small members together: one per function of every object analysed.)
 struct SiteInfo {
   std::string name;
   uint64_t func = 0;      // function start
   uint64_t size = 0;      // symbol size
+  uint64_t site = 0;      // address the 5-byte call/jmp will occupy (mcount: the call's)
   SiteKind kind = SiteKind::none;
   bool endbr = false;     // the site follows an endbr64
-  uint64_t site = 0;      // address the 5-byte call/jmp will occupy (mcount: the call's)
   uint8_t site_len = 0;   // bytes of the original instruction(s) the canonical site replaces
   bool attachable = false;
-  std::string reason;     // why not attachable
   bool listed = false;    // listed in __patchable_function_entries / __mcount_loc
   bool ifunc = false;     // an STT_GNU_IFUNC symbol: `func` is its resolver, not the function
+  std::string reason;     // why not attachable
   // Canonicalisation must happen while no thread can be inside the site (nop1x5).
   bool needs_quiescence() const { return kind == SiteKind::nop1x5; }
 };

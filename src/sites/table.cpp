@@ -108,6 +108,13 @@ void set_trap_entries(bool on, std::string why_not) {
 }
 bool trap_entries() noexcept { return g_trap_entries.load(std::memory_order_relaxed); }
 
+const std::string& Site::object() const {
+  // Never freed, and made on first use: a static string's initialiser and destructor
+  // would run in the program's start-up and exit, where --libs traces the calls.
+  static const std::string* none = new std::string();
+  return object_path ? *object_path : *none;
+}
+
 std::string Site::label() const {
   return fmt::format("{}+{:#x}", info.name, info.site - info.func);
 }
@@ -122,7 +129,7 @@ bool Site::usable(std::string* why) const {
     if (why) *why = std::move(r);
     return false;
   };
-  if (unloaded) return no(fmt::format("{}: its object {} was unloaded", label(), object));
+  if (unloaded) return no(fmt::format("{}: its object {} was unloaded", label(), object()));
   if (blacklisted) return no(fmt::format("{}: {}", label(), blacklist_reason));
   if (!info.attachable) return no(fmt::format("{}: {}", info.name, info.reason));
   if (!canonical && !(info.kind == SiteKind::nop1x5 && trap_entries()))
@@ -135,6 +142,13 @@ bool Site::usable(std::string* why) const {
 SiteTable& SiteTable::instance() {
   static SiteTable* t = new SiteTable();  // never destroyed: sites outlive statics
   return *t;
+}
+
+const std::string* SiteTable::object_path(const std::string& path) {
+  for (const auto& p : object_paths_)
+    if (*p == path) return p.get();
+  object_paths_.push_back(std::make_unique<const std::string>(path));
+  return object_paths_.back().get();
 }
 
 Site* SiteTable::new_site() {
@@ -174,7 +188,7 @@ Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& 
     const uint64_t bias = std::stoull(key.substr(key.rfind('@') + 1), nullptr, 16);
     // Site records stay (others may hold pointers to them) but can never be patched.
     for (auto& s : sites_) {
-      if (s->object != path || s->bias != bias || s->unloaded) continue;
+      if (s->object() != path || s->bias != bias || s->unloaded) continue;
       s->unloaded = true;
       s->applied = s->desired = SiteState{};
       s->applied_bytes.clear();
@@ -211,6 +225,7 @@ Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& 
     for (uint64_t& a : injectable) a += o.bias;
     // Grown at most once per object (and still geometrically over many objects), not
     // reallocated and rehashed step by step as its sites are added.
+    const std::string* path = object_path(o.path);
     const size_t sites_need = sites_.size() + objsites.functions.size();
     if (sites_.capacity() < sites_need) sites_.reserve(std::max(sites_need, 2 * sites_.capacity()));
     const size_t addrs_need = by_addr_.size() + 2 * objsites.functions.size();
@@ -219,7 +234,7 @@ Result<size_t> SiteTable::discover(const std::function<bool(std::string_view)>& 
     for (SiteInfo& info : objsites.functions) {
       if (by_addr_.count(info.func) || by_addr_.count(info.site)) continue;
       Site* s = new_site();
-      s->object = o.path;
+      s->object_path = path;
       s->bias = o.bias;
       s->reports_calls = objsites.reports_calls;
       if (info.kind != SiteKind::none) {
@@ -267,7 +282,7 @@ Result<size_t> SiteTable::canonicalize(Quiescence q, std::string_view object) {
   for (auto& sp : sites_) {
     Site& s = *sp;
     if (s.canonical || s.blacklisted || s.unloaded || !s.info.attachable) continue;
-    if (!object.empty() && s.object != object) continue;
+    if (!object.empty() && s.object() != object) continue;
     patch::PatchOp op;
     op.addr = s.info.site;
     op.describe = site_label;
@@ -369,7 +384,7 @@ Site* SiteTable::find(uint64_t addr) {
 Site* SiteTable::find_name(std::string_view name, std::string_view object) {
   std::lock_guard lock(mu_);
   for (auto& s : sites_)
-    if (s->info.name == name && !s->unloaded && (object.empty() || s->object == object)) return s;
+    if (s->info.name == name && !s->unloaded && (object.empty() || s->object() == object)) return s;
   return nullptr;
 }
 
@@ -444,7 +459,7 @@ Result<std::vector<uint8_t>> SiteTable::bytes_for(const Site& s, const SiteState
   const bool mcount = s.info.kind == SiteKind::mcount;
   auto at_nop = [&] {
     if (prologue) return std::vector<uint8_t>(s.original.begin(), s.original.begin() + arch::kSiteLen);
-    if (mcount || !s.canonical) return s.original;  // five 1-byte NOPs not canonicalised
+    if (mcount || !s.canonical) return std::vector<uint8_t>(s.original.begin(), s.original.end());  // five 1-byte NOPs not canonicalised
     return std::vector<uint8_t>(arch::kNop5.begin(), arch::kNop5.end());
   };
   // The int3 form: the trap table holds the target, but only one the call or jump
@@ -487,7 +502,7 @@ Result<bool> SiteTable::trap_form(const Site* site, const SiteState& state) cons
   // with every signal blocked (a thread's start and end, the children of posix_spawn and
   // vfork): a thread that reached the int3 then would end the process (seen: Python's
   // threading HTTP server, an ending thread in getpagesize). Patched only at start-up.
-  if (const std::string why = os::c_runtime_change_refused(site->object); !why.empty())
+  if (const std::string why = os::c_runtime_change_refused(site->object()); !why.empty())
     return make_error(Errc::busy, fmt::format("{}: not patched in {}; trace it from start-up (utramp record -- "
                                               "PROGRAM)",
                                               site->label(), why));

@@ -38,9 +38,13 @@ enum class Quiescence : uint8_t {
 
 struct Site {
   SiteInfo info;
-  std::string object;               // path of the ELF object
+  // Path of the ELF object: one string per object (SiteTable's, never freed), shared by
+  // its sites rather than copied into each (docs/benchmarks.md, "The agent's start-up heap").
+  const std::string& object() const;  // "" before it is set
+  const std::string* object_path = nullptr;
   uint64_t bias = 0;                // its load bias
-  std::vector<uint8_t> original;    // bytes at discovery, [site, site + site_len)
+  // Bytes at discovery, [site, site + site_len); in place (OpBytes), as are the states'.
+  patch::OpBytes original;
   bool canonical = false;           // the entry holds its canonical NOP (or intact prologue)
   bool traced_by_agent = false;     // the agent has considered it (attached or not)
   bool error_injectable = false;    // marked with UTRAMP_ALLOW_ERROR_INJECTION
@@ -52,16 +56,16 @@ struct Site {
   bool probes_allowed = false;
   bool reports_calls = false;       // its object is built with -finstrument-functions
                                     // (sites/object.hpp): a tracer needs no site here
-  std::string blacklist_reason;
-  uint64_t prologue_ool = 0;        // for prologue sites: relocated copy that resumes the body
   // While the site is not at its NOP: its entry is diverted by an int3 over byte 0 (the
   // rest of the bytes the file's), which sends every thread where the state says, rather
   // than by a call or jump written over it. Decided when it leaves its NOP, kept until
   // it is back (see set_trap_entries).
   bool trap_entry = false;
+  const char* blacklist_reason = "";  // a literal
+  uint64_t prologue_ool = 0;        // for prologue sites: relocated copy that resumes the body
   SiteState desired, applied;
   // The bytes of each state, encoded once when it is set (empty: not computed yet).
-  std::vector<uint8_t> desired_bytes, applied_bytes;
+  patch::OpBytes desired_bytes, applied_bytes;
 
   uint64_t addr() const { return info.site; }
   std::string label() const;        // "symbol+0x4"
@@ -169,6 +173,9 @@ class SiteTable {
   std::vector<Site*> dirty_;  // desired state set since the last commit
   std::unordered_map<uint64_t, Site*> by_addr_;
   std::vector<std::string> seen_objects_;  // "path@bias" of objects loaded now
+  // Every object path a site has had, once each (Site::object_path points here).
+  std::vector<std::unique_ptr<const std::string>> object_paths_;
+  const std::string* object_path(const std::string& path);
   std::vector<std::string> skipped_;
 };
 

@@ -85,7 +85,10 @@ struct Manager::Retired {
 struct Trampoline {
   sites::Site* site = nullptr;
   uint64_t func = 0;
-  std::string name;
+  // Its function's name: the site's (sites are never freed), not a copy per trampoline;
+  // the stub's and the image's names are made where they are needed (a diagnostic, a
+  // registration), not kept (docs/benchmarks.md, "The agent's start-up heap").
+  const std::string& name() const { return site->info.name; }
   Signature sig;
   os::ExecBlock stub_block;
   arch::StubCode stub;            // its offsets (the code, once written, is not kept)
@@ -94,8 +97,6 @@ struct Trampoline {
   bool preserve_all = false;      // stub and images keep every register (arch/image.hpp)
   std::vector<Link*> links;       // in attach order
   std::unique_ptr<Manager::Image> image;
-  std::string stub_label;         // "NAME stub" and "utramp_image:NAME", made once: every
-  std::string image_name;         // attach and detach names the hop's patch and the image
   uint64_t hop_target = 0;        // what the stub's hop jumps to now
   bool site_to_stub = false;      // the site jumps to the stub (else NOP or freplace)
   uint64_t hop() const { return stub_block.addr + stub.hop; }
@@ -180,16 +181,28 @@ extern "C" _Unwind_Reason_Code utramp_image_personality(int, _Unwind_Action acti
   return _URC_CONTINUE_UNWIND;
 }
 
+// "NAME stub": the label of a patch of T's stub, made only for a diagnostic
+// (patch::PatchOp::describe).
+std::string stub_label(const void* t) {
+  return fmt::format("{} stub", static_cast<const Trampoline*>(t)->name());
+}
+// "utramp_image:NAME": T's images' name for debuggers and perf.
+std::string image_name(const Trampoline& t) { return fmt::format("utramp_image:{}", t.name()); }
+
 struct Patch {
   std::vector<patch::PatchOp> ops;
+  // A jump of T's stub (its hop) retargeted.
   [[nodiscard]] Result<void> jmp(uint64_t at, uint64_t from_target, uint64_t to_target,
-                                 std::string label) {
+                                 const Trampoline* t) {
     auto a = arch::encode_jmp(at, from_target);
     if (!a) return std::move(a).error();
     auto b = arch::encode_jmp(at, to_target);
     if (!b) return std::move(b).error();
-    ops.push_back({at, {a->begin(), a->end()}, {b->begin(), b->end()},
-                   patch::Emulation::jump_to(to_target), std::move(label)});
+    patch::PatchOp op{at, {a->begin(), a->end()}, {b->begin(), b->end()},
+                      patch::Emulation::jump_to(to_target)};
+    op.describe = stub_label;
+    op.of = t;
+    ops.push_back(std::move(op));
     return {};
   }
 };
@@ -277,12 +290,9 @@ Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& 
   auto t = std::make_unique<Trampoline>();
   t->site = s;
   t->func = s->info.func;
-  t->name = s->info.name;
-  t->stub_label = fmt::format("{} stub", t->name);
-  t->image_name = fmt::format("utramp_image:{}", t->name);
   if (opts.signature) {
     t->sig = *opts.signature;
-  } else if (auto d = os::signature_from_dwarf(s->object, s->info.func - s->bias); d) {
+  } else if (auto d = os::signature_from_dwarf(s->object(), s->info.func - s->bias); d) {
     t->sig = std::move(*d);
   } else {
     // No debug info (or none that describes the real convention): the documented
@@ -572,7 +582,6 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links, 
   std::unique_ptr<Image>& img = plan.img;
   Patch patch;
   sites::SiteState& site_state = plan.site_state;
-  const std::string& label = t.stub_label;
 
   if (freplace) {
     // No image: the site jumps straight to the replacement (through a thunk when it
@@ -589,7 +598,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links, 
       target = block->addr;  // a few bytes per freplace attach, kept (see notes)
     }
     site_state = {sites::SiteOp::jmp, target};
-    if (t.hop_target != t.pass()) UTRAMP_TRY(patch.jmp(t.hop(), t.hop_target, t.pass(), label));
+    if (t.hop_target != t.pass()) UTRAMP_TRY(patch.jmp(t.hop(), t.hop_target, t.pass(), &t));
   } else if (!links.empty()) {
     const bool calls_original = !fexit.empty() || !fmod.empty() || (hooks && hooks->exit);
     img = std::make_unique<Image>();
@@ -636,10 +645,10 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links, 
     auto fail = [&](Error e) -> Error {
       if (block) os::ExecArena::instance().free(*block);
       if (img->slot != UINT32_MAX) free_counter_slot(img->slot);
-      return make_error(e.code, fmt::format("{}: {}", t.name, e.message));
+      return make_error(e.code, fmt::format("{}: {}", t.name(), e.message));
     };
     if (!block) return fail(block.error());
-    if (auto r = patch.jmp(t.hop(), t.hop_target, block->addr, label); !r) return fail(r.error());
+    if (auto r = patch.jmp(t.hop(), t.hop_target, block->addr, &t); !r) return fail(r.error());
     auto code = arch::emit_image(spec, block->addr);
     if (!code) return fail(code.error());
     if (code->code.size() > block->size)
@@ -666,7 +675,7 @@ Result<Manager::Plan> Manager::prepare(Trampoline& t, std::vector<Link*> links, 
   } else {
     // No links: the site returns to its NOP and the hop to the pass-through.
     site_state = {};
-    if (t.hop_target != t.pass()) UTRAMP_TRY(patch.jmp(t.hop(), t.hop_target, t.pass(), label));
+    if (t.hop_target != t.pass()) UTRAMP_TRY(patch.jmp(t.hop(), t.hop_target, t.pass(), &t));
   }
 
   plan.hop_ops = std::move(patch.ops);
@@ -691,7 +700,7 @@ std::vector<Result<void>> Manager::register_images(std::span<Plan* const> plans)
   for (size_t i = 0; i < plans.size(); ++i)
     if (plans[i]->unregistered) {
       frames.push_back(&*plans[i]->unregistered);
-      names.push_back(plans[i]->t->image_name);
+      names.push_back(image_name(*plans[i]->t));
       which.push_back(i);
     }
   std::vector<Result<void>> out(plans.size());
@@ -708,7 +717,7 @@ std::vector<Result<void>> Manager::register_images(std::span<Plan* const> plans)
     Image& img = *plan.img;
     const Trampoline& t = *plan.t;
     img.debug = *dbg[k];
-    if (perf) os::perf_map_append(plan.unregistered->start, plan.unregistered->size, t.image_name);
+    if (perf) os::perf_map_append(plan.unregistered->start, plan.unregistered->size, image_name(t));
     images()[img.block.addr] = {img.calls_original ? img.slot : t.site_slot,
                                 img.block.addr + plan.unregistered->size, t.func, img.calls_original};
     plan.unregistered.reset();
@@ -768,6 +777,7 @@ Result<void> Manager::publish(std::vector<Plan>& plans, bool wake) {
   site_changes.reserve(plans.size());
   for (Plan& p : plans) {
     for (auto& op : p.hop_ops) hops.push_back(std::move(op));
+    std::vector<patch::PatchOp>().swap(p.hop_ops);  // moved: freed before the commit allocates
     if (!(p.t->site->applied == p.site_state)) site_changes.push_back(&p);
   }
   auto discard_all = [&] {
@@ -829,7 +839,7 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
                                                  const std::vector<Link*>& links) {
   if (opts.signature && !t.sig.known) t.sig = *opts.signature;  // a better signature
   // Named only in a refusal (a tracer makes thousands of links).
-  auto what = [&] { return fmt::format("{} on {}", attach_type_name(type), t.name); };
+  auto what = [&] { return fmt::format("{} on {}", attach_type_name(type), t.name()); };
   const bool has_freplace = std::any_of(links.begin(), links.end(),
                                         [](Link* l) { return l->type == AttachType::freplace; });
   // freplace jumps from the site straight to the replacement, which must find the
@@ -867,7 +877,7 @@ Result<std::unique_ptr<Link>> Manager::make_link(Trampoline& t, AttachType type,
     if (!t.site->error_injectable)
       return make_error(Errc::invalid_argument,
                         fmt::format("{}: not marked with UTRAMP_ALLOW_ERROR_INJECTION({})", what(),
-                                    t.name));
+                                    t.name()));
     const auto& r = t.sig.ret;
     const bool int_ret = r.kind == RetType::Kind::none ||
                          (r.kind == RetType::Kind::reg && r.parts[0] == Part::integer &&
@@ -940,14 +950,15 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
   // The trampolines made here: their stubs are staged as they are made and sealed with
   // the images below.
   MadeStubs stubs;
+  // New trampolines read their functions' signatures from DWARF: many of one object are
+  // looked up through its index, built at once (os::expect_lookups), and let go once
+  // they are made (os::lookups_done).
+  std::map<std::string, size_t> per_object;
   {
-    // New trampolines read their functions' signatures from DWARF: many of one object
-    // are looked up through its index, built at once (os::expect_lookups).
     auto& table = sites::SiteTable::instance();
-    std::map<std::string, size_t> per_object;
     for (const AttachRequest& q : reqs)
       if (!q.opts.signature && !tramp_at_.count(q.func))
-        if (const sites::Site* s = table.find(q.func)) ++per_object[s->object];
+        if (const sites::Site* s = table.find(q.func)) ++per_object[s->object()];
     for (const auto& [path, n] : per_object) os::expect_lookups(path, n);
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -976,6 +987,8 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
     made[i] = std::move(*l);
     g->second.push_back(i);
   }
+  for (const auto& [path, n] : per_object) os::lookups_done(path, n);
+  std::unordered_map<Trampoline*, size_t>().swap(group_of);  // the loop's alone
   std::vector<Plan> plans;
   std::vector<const std::vector<size_t>*> plan_reqs;
   auto& table = sites::SiteTable::instance();
@@ -1031,7 +1044,7 @@ std::vector<Result<Link*>> Manager::attach_many(const std::vector<AttachRequest>
       if (auto& r = registered[k]; !r) {
         drop_image(plans[k].img);
         for (size_t j : *plan_reqs[k]) out[j] = make_error(r.error().code,
-                                                           fmt::format("{}: {}", plans[k].t->name, r.error().message));
+                                                           fmt::format("{}: {}", plans[k].t->name(), r.error().message));
         continue;
       }
       if (kept != k) {
@@ -1112,7 +1125,7 @@ std::vector<Result<void>> Manager::detach_many(const std::vector<Link*>& req) {
         out[i] = make_error(Errc::busy,
                             fmt::format("detach of {} on {}: called from inside its own program, "
                                         "it would wait for itself",
-                                        attach_type_name(link->type), t.name));
+                                        attach_type_name(link->type), t.name()));
         continue;
       }
       auto [at, fresh] = group_of.try_emplace(&t, groups.size());
@@ -1153,7 +1166,7 @@ std::vector<Result<void>> Manager::detach_many(const std::vector<Link*>& req) {
         // programs per process).
         if (Prog* prog = link->prog) {
           --prog->links;
-          leaving.push_back({link->id, prog->guard, link->tramp->name});
+          leaving.push_back({link->id, prog->guard, link->tramp->name()});
         }
         freed.insert(link);
       }
@@ -1377,7 +1390,7 @@ LinkInfo info_of(const Link& l) {
           p ? p->fn : l.replacement,
           l.cookie,
           l.tramp->func,
-          l.tramp->name.c_str(),
+          l.tramp->name().c_str(),
           p ? p->stats_at->run_cnt.load(std::memory_order_relaxed) : 0,
           p ? p->stats_at->run_ns.load(std::memory_order_relaxed) : 0,
           p ? p->misses_at->load(std::memory_order_relaxed) : 0};
@@ -1390,7 +1403,7 @@ std::vector<TrampolineInfo> Manager::list() {
   std::vector<TrampolineInfo> out;
   for (auto& t : tramps_) {
     TrampolineInfo ti;
-    ti.function = t->name;
+    ti.function = t->name();
     ti.func = t->func;
     ti.signature = t->sig.describe();
     ti.signature_source = t->sig.source;

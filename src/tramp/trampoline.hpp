@@ -77,7 +77,10 @@ struct Link {
 
 struct AttachOptions {
   uint64_t cookie = 0;
-  std::optional<abi::Signature> signature;  // from the caller (C++ type, or options string)
+  // From the caller (C++ type, or options string); null: DWARF's, or the fallback. Out of
+  // line and shared: a tracer's thousand requests carry none, and a signature's copy
+  // was most of a request's bytes (docs/benchmarks.md, "The agent's start-up heap").
+  std::shared_ptr<const abi::Signature> signature;
   // The program reads ctx[-4], the caller's return address (utramp's extension): the
   // image stores it only when one of its links asks (two instructions per call).
   bool caller = false;

@@ -233,7 +233,7 @@ TEST_P(Oracle, EveryInstructionBoundaryCountsWhatSingleSteppingCounts) {
   std::vector<Func> funcs;
   for (const auto* s : table.all()) {
     char r2[PATH_MAX];
-    if (s->info.size && realpath(s->object.c_str(), r2) && std::string(r2) == real)
+    if (s->info.size && realpath(s->object().c_str(), r2) && std::string(r2) == real)
       funcs.push_back({s->info.func, s->info.size, s->info.name});
   }
   std::sort(funcs.begin(), funcs.end(), [](const Func& a, const Func& b) { return a.start < b.start; });

@@ -390,5 +390,23 @@ TEST(Dwarf, AnnouncedLookupsGiveTheSameAnswers) {
   EXPECT_EQ(r.error().code, Errc::io);
 }
 
+// Lookups done (os::lookups_done: the file's debug info and index let go): the next ones
+// open the file again and give the same answers, errors included.
+TEST(Dwarf, LookupsAfterTheyAreDoneGiveTheSameAnswers) {
+  const std::string c = fixture("dwfx_c_clang_O0.so");
+  if (!fs::exists(c)) GTEST_SKIP() << "clang -O0 fixture not built";
+  os::expect_lookups(c, 1000);
+  check_cases("dwfx_c_clang_O0.so", std::begin(kCCases), std::end(kCCases));
+  os::lookups_done(c, 1000);
+  check_cases("dwfx_c_clang_O0.so", std::begin(kCCases), std::end(kCCases));
+  os::lookups_done(c, 1000);  // nothing cached: nothing to let go
+  const std::string nofile = kDir + "/does-not-exist.so";
+  os::expect_lookups(nofile, 1000);
+  os::lookups_done(nofile, 1000);
+  auto r = os::signature_from_dwarf(nofile, uint64_t{0x1000});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::io);
+}
+
 }  // namespace
 }  // namespace utramp

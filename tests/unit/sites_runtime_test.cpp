@@ -111,7 +111,7 @@ TEST_P(RuntimeSites, CanonicaliseCallAndRestore) {
   ASSERT_NE(add, 0u);
   sites::Site* site = table.find(add);
   ASSERT_NE(site, nullptr);
-  EXPECT_EQ(site->object, f->path());
+  EXPECT_EQ(site->object(), f->path());
   EXPECT_EQ(site->info.name, "fx_add");
   EXPECT_EQ(site->info.kind, GetParam().kind) << sites::site_kind_name(site->info.kind);
   EXPECT_EQ(site->addr(), add + (f->cet ? 4 : 0));
