@@ -27,6 +27,19 @@ uint64_t page_size() {
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14
+#endif
+
+// Fills [p, p+len) of a chunk's read-write part with int3. Its pages are made present
+// first by one madvise(MADV_POPULATE_WRITE), not by a page fault each (a fault costs
+// several times as much as the kernel's own walk in a VM); a kernel without it faults
+// them in as before.
+void fill(void* p, size_t len) {
+  (void)madvise(p, len, MADV_POPULATE_WRITE);
+  std::memset(p, kFill, len);
+}
+
 // Whether madvise(MADV_HUGEPAGE) gives a region huge pages: the kernel's transparent
 // huge pages are on for such regions ("[always]" or "[madvise]", not "[never]").
 bool read_huge_pages_usable() {
@@ -144,7 +157,7 @@ Result<ExecArena::Chunk*> ExecArena::new_chunk_in(const std::vector<Mapping>& ma
     // after all, only the fill's first step is stored, as for a small chunk.
     size_t first = std::min<uint64_t>(want, align_up(size, kFillStep));
     if (huge && madvise(p, want, MADV_HUGEPAGE) == 0) first = want;
-    std::memset(p, kFill, first);
+    fill(p, first);
     // The copy of the mappings shows the whole chunk read+exec: it is used to place
     // mappings and to ask whether a patch lies in executable memory, and patches are
     // only ever made in blocks written and sealed (the header comment).
@@ -195,7 +208,7 @@ void ExecArena::fill_to(Chunk& c, uint64_t end) {
   // 1,000 images 0.85 MB of writes and as much heap). It is sealed with the code
   // written over it.
   const size_t to = std::min<uint64_t>(c.size, align_up(end - c.base, kFillStep));
-  std::memset(reinterpret_cast<uint8_t*>(c.base + c.filled), kFill, to - c.filled);
+  fill(reinterpret_cast<uint8_t*>(c.base + c.filled), to - c.filled);
   c.filled = to;
 }
 

@@ -6,7 +6,9 @@
 //
 //   [0, sealed)       read+exec for good: int3 or code;
 //   [sealed, filled)  read-write, never executable: int3 (memset by allocate(), 64 KiB
-//                     ahead of the blocks at a time) or code staged there;
+//                     ahead of the blocks at a time, its pages made present first by
+//                     one madvise(MADV_POPULATE_WRITE) rather than a fault each) or
+//                     code staged there;
 //   [filled, size)    read-write, never executable, pages not touched; nothing is
 //                     handed out there.
 //
