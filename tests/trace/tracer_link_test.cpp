@@ -58,15 +58,24 @@ Calls drain(trace::ShmBuffers& b) {
   return c;
 }
 
+Result<trace::ShmBuffers> tracer_buffers(const test::TempDir& dir) {
+  return trace::ShmBuffers::create(dir / "buffers.shm",
+                                   trace::ShmConfig{4, 1u << 16, trace::BufferMode::discard});
+}
+
+// The tracer records into B (which must outlive the test's calls); its hooks.
+arch::TracerHooks configure_tracer(trace::ShmBuffers& b) {
+  ftrace::Options opts;
+  ftrace::configure(&b, opts);
+  return ftrace::hooks();
+}
+
 void run(bool inline_path) {
   if (!inline_path) setenv("UTRAMP_NO_INLINE_TRACER", "1", 1);
   test::TempDir dir;
-  auto buffers = trace::ShmBuffers::create(dir / "buffers.shm",
-                                           trace::ShmConfig{4, 1u << 16, trace::BufferMode::discard});
+  auto buffers = tracer_buffers(dir);
   ASSERT_TRUE(buffers.ok()) << buffers.error().message;
-  ftrace::Options opts;
-  ftrace::configure(&*buffers, opts);
-  const arch::TracerHooks hooks = ftrace::hooks();
+  const arch::TracerHooks hooks = configure_tracer(*buffers);
   unsetenv("UTRAMP_NO_INLINE_TRACER");
   EXPECT_EQ(hooks.inline_path, inline_path);
 
@@ -125,12 +134,9 @@ TEST(TracerLink, InlineInTheImage) { run(true); }
 // zeroing it again faulted in every page of it (18 per thread at start-up).
 TEST(TracerLink, AThreadsFirstCallTouchesLittleOfItsState) {
   test::TempDir dir;
-  auto buffers = trace::ShmBuffers::create(dir / "buffers.shm",
-                                           trace::ShmConfig{4, 1u << 16, trace::BufferMode::discard});
+  auto buffers = tracer_buffers(dir);
   ASSERT_TRUE(buffers.ok()) << buffers.error().message;
-  ftrace::Options opts;
-  ftrace::configure(&*buffers, opts);
-  const arch::TracerHooks hooks = ftrace::hooks();
+  const arch::TracerHooks hooks = configure_tracer(*buffers);
   auto& mgr = tramp::Manager::instance();
   const auto add = reinterpret_cast<uint64_t>(&tt_add);
   auto t = mgr.attach(add, tramp::AttachType::tracer, reinterpret_cast<uint64_t>(&hooks), {});
