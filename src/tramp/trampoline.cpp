@@ -692,19 +692,20 @@ Result<void> Manager::register_image(Plan& plan) {
 
 std::vector<Result<void>> Manager::register_images(std::span<Plan* const> plans) {
   std::vector<const arch::ImageFrame*> frames;
-  std::vector<std::string_view> names;
+  std::vector<std::string> name_store;  // what `names` views: kept until registered
   std::vector<size_t> which;
   frames.reserve(plans.size());
-  names.reserve(plans.size());
+  name_store.reserve(plans.size());
   which.reserve(plans.size());
   for (size_t i = 0; i < plans.size(); ++i)
     if (plans[i]->unregistered) {
       frames.push_back(&*plans[i]->unregistered);
-      names.push_back(image_name(*plans[i]->t));
+      name_store.push_back(image_name(*plans[i]->t));
       which.push_back(i);
     }
   std::vector<Result<void>> out(plans.size());
   if (frames.empty()) return out;
+  const std::vector<std::string_view> names(name_store.begin(), name_store.end());
   auto dbg = arch::register_images(frames, names, reinterpret_cast<void*>(&utramp_image_personality));
   const bool perf = os::perf_map_enabled();
   std::lock_guard lock(g_images_mu);

@@ -400,6 +400,14 @@ TEST(ExecMemory, FreedBlocksAreInt3SealedOrNot) {
   arena.free(keep);
 }
 
+// Page faults counted mean nothing under AddressSanitizer: its interceptors, shadow
+// memory and allocator fault too.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+
 // The minor faults of this process so far.
 long minor_faults() {
   rusage r{};
@@ -432,6 +440,7 @@ long huge_kb_at(uint64_t addr) {
 // small pages, 256 and more).
 TEST(ExecMemory, HugeChunksAfterAWindowsFirst) {
   if (!os::ExecArena::huge_pages_usable()) GTEST_SKIP() << "no transparent huge pages here";
+  if (kAsan) GTEST_SKIP() << "faults are not counted under AddressSanitizer";
   auto& arena = os::ExecArena::instance();
   const uint64_t lo = uint64_t{0x3e0000000000}, hi = lo + (uint64_t{1} << 30);
   const os::ExecBlock first = fresh_block(lo, os::ExecArena::kChunkSize);  // fills the small one
@@ -472,6 +481,7 @@ TEST(ExecMemory, HugeChunksAfterAWindowsFirst) {
 // kernel counts the populated pages in getrusage's minor faults too; the software event
 // counts only faults taken.)
 TEST(ExecMemory, AFillStepTakesNoFaultPerPage) {
+  if (kAsan) GTEST_SKIP() << "faults are not counted under AddressSanitizer";
   {
     void* probe = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ASSERT_NE(probe, MAP_FAILED);
