@@ -27,10 +27,6 @@ uint64_t page_size() {
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14
-#endif
-
 // Fills [p, p+len) of a chunk's read-write part with int3. Its pages are made present
 // first by one madvise(MADV_POPULATE_WRITE), not by a page fault each (a fault costs
 // several times as much as the kernel's own walk in a VM); a kernel without it faults

@@ -485,7 +485,7 @@ TEST(ExecMemory, AFillStepTakesNoFaultPerPage) {
   {
     void* probe = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ASSERT_NE(probe, MAP_FAILED);
-    const bool populates = madvise(probe, 4096, 23 /* MADV_POPULATE_WRITE */) == 0;
+    const bool populates = madvise(probe, 4096, MADV_POPULATE_WRITE) == 0;
     munmap(probe, 4096);
     if (!populates) GTEST_SKIP() << "the kernel has no MADV_POPULATE_WRITE";
   }
