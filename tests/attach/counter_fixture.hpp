@@ -80,6 +80,19 @@ class Counter {
     return {a, b};
   }
   bool resume() { return say('r') == "resumed"; }
+  // With the workers resumed: lets them run at least 50 ms and until both counts moved
+  // past FROM, then pauses them; the counts then. The window's length is all the wait
+  // changes: on a machine busy with other tests, eight resumed workers were once not
+  // run at all within 50 ms. Gives up after about 5 s (the caller's check of the counts
+  // then fails, as it would for workers that hang).
+  std::pair<long, long> pause_once_moved(std::pair<long, long> from) {
+    for (int step = 0;; ++step) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const auto now = pause();
+      const bool moved = now.first > from.first && now.second > from.second;
+      if (now.first < 0 || moved || step == 100 || !resume()) return now;
+    }
+  }
   // Any other letter the fixture knows (attach_counter.c): its one-line answer.
   std::string command(char c) { return say(c); }
   void exec() { (void)!write(in_, "x", 1); }

@@ -76,8 +76,7 @@ void record_exact_cycles(const std::string& build, const char* mode, int cycles,
     Recorder rec(c.pid(), {"-o", out, "--mode", "block", "-q"}, out + ".err");
     ASSERT_TRUE(rec.recording()) << rec.errors();
     ASSERT_TRUE(c.resume());
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const auto [a1, b1] = c.pause();
+    const auto [a1, b1] = c.pause_once_moved({a0, b0});
     ASSERT_GT(a1, a0);
     EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
     // clang's NOPs were canonicalised and go back; the others were never changed but
@@ -323,8 +322,7 @@ TEST_P(RecordPidInt3Builds, TheProgramsOwnSigtrapStaysItsOwn) {
   EXPECT_GT(text_vs_file(c.pid(), target).bytes, 0u) << "no int3 entry";
   ASSERT_TRUE(c.resume());
   EXPECT_EQ(answers(c, kWhile), while_untraced);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // calls of both in the window
-  const auto [a1, b1] = c.pause();
+  const auto [a1, b1] = c.pause_once_moved({a0, b0});  // calls of both in the window
   ASSERT_GT(b1, b0);
   EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
   EXPECT_EQ(recorded_calls(out, "count_a"), a1 - a0);
@@ -374,8 +372,7 @@ TEST_P(RecordPidInt3Builds, AForkedChildRunsAsUntraced) {
   EXPECT_GT(text_vs_file(c.pid(), target).bytes, 0u) << "the parent is no longer recorded";
   EXPECT_FALSE(kernel_catches_sigtrap(child)) << "utramp's SIGTRAP handler is in the child";
   EXPECT_EQ(c.command('F'), untraced_exit);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // calls in the window
-  const auto [a1, b1] = c.pause();
+  const auto [a1, b1] = c.pause_once_moved({a0, b0});  // calls in the window
   ASSERT_GT(a1, a0);
   EXPECT_EQ(rec.stop(SIGINT), 0) << rec.errors();
   EXPECT_EQ(recorded_calls(out, "count_a"), a1 - a0) << "the child's calls are not the parent's";

@@ -81,8 +81,7 @@ void count_exact_cycles(const char* mode, int cycles, std::vector<std::string>* 
     ASSERT_TRUE(run.attached()) << run.errors();
     EXPECT_GT(text_vs_file(c.pid(), target).bytes, 0u) << "nothing was patched";
     ASSERT_TRUE(c.resume());
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const auto [a1, b1] = c.pause();
+    const auto [a1, b1] = c.pause_once_moved({a0, b0});
     ASSERT_GT(a1, a0);
     EXPECT_EQ(run.stop(SIGINT), 0) << run.errors();
     EXPECT_NE(run.errors().find("1 links and 1 probes removed"), std::string::npos) << run.errors();
