@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -177,13 +178,13 @@ class MaskedThreadChild {
     if (pipe2(ready_, O_CLOEXEC) != 0 || pipe2(go_, O_CLOEXEC) != 0) return;
     pid = fork();
     if (pid == 0) {
+      std::atomic<pid_t> masked{0};
       std::thread t([&] {
         sigset_t s;
         sigemptyset(&s);
         for (int sig : blocks) sigaddset(&s, sig);
         pthread_sigmask(SIG_BLOCK, &s, nullptr);
-        const pid_t me = gettid();
-        (void)!write(ready_[1], &me, sizeof me);
+        masked.store(gettid());
         char c;
         (void)!read(go_[0], &c, 1);  // blocked in read() while the mask is changed
         sigset_t now;
@@ -193,6 +194,12 @@ class MaskedThreadChild {
           right = right && (sigismember(&now, sig) == 1) == (std::find(expect.begin(), expect.end(), sig) != expect.end());
         _exit(right ? 0 : 10);
       });
+      // The main thread says the id, not the new thread: glibc's pthread_create blocks every
+      // signal in its caller until the clone returns, and a test reading the main thread's
+      // mask before then would see SIGTRAP blocked there too.
+      pid_t me = 0;
+      while ((me = masked.load()) == 0) std::this_thread::yield();
+      (void)!write(ready_[1], &me, sizeof me);
       t.join();
       _exit(12);
     }
