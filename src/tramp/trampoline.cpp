@@ -378,7 +378,9 @@ Result<Trampoline*> Manager::trampoline_for(uint64_t func, const AttachOptions& 
     return std::move(r).error();
   }
   made.made.push_back({t.get(), s->prologue_ool});
-  stub->code = {};
+  // Freed, not emptied: `code = {}` is the initializer-list assignment, which keeps the
+  // capacity (the 222 KB above stayed on the heap that way).
+  std::vector<uint8_t>().swap(stub->code);
   t->stub_block = *block;
   t->stub = std::move(*stub);
   t->original = t->stub.original ? block->addr + t->stub.original : s->addr() + arch::kSiteLen;
@@ -774,7 +776,8 @@ Result<void> Manager::publish(std::vector<Plan>& plans, bool wake) {
   std::vector<Plan*> site_changes;
   size_t n_hops = 0;
   for (const Plan& p : plans) n_hops += p.hop_ops.size();
-  hops.reserve(n_hops);
+  // With room for the sites' ops: the commit appends them here, not to a copy.
+  hops.reserve(n_hops + plans.size());
   site_changes.reserve(plans.size());
   for (Plan& p : plans) {
     for (auto& op : p.hop_ops) hops.push_back(std::move(op));
@@ -793,7 +796,7 @@ Result<void> Manager::publish(std::vector<Plan>& plans, bool wake) {
         done = std::move(r).error();
         break;
       }
-    if (done) done = table.commit(hops);
+    if (done) done = table.commit(std::move(hops));
     if (!done)
       for (Plan* p : site_changes) (void)table.set_desired(p->t->site, p->t->site->applied);
   }

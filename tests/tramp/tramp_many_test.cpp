@@ -6,6 +6,7 @@
 // (later, never earlier). Attach fexit to 3000 functions, call them from two threads,
 // detach, and attach again.
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <utramp/utramp.h>
 
 #include <atomic>
@@ -76,6 +77,27 @@ TEST(TrampMany, AttachManyWritesNoCodeThroughProcSelfMem) {
   EXPECT_EQ(g_runs.load(), kFuncs);
   EXPECT_EQ(g_sum.load(), sum);
   for (utramp_link* l : links) ASSERT_EQ(utramp_link_detach(l), 0) << utramp_last_error();
+}
+
+// What an attach keeps on the heap per function: its trampoline, link, program and
+// image records, not a copy of the stub's code (staged into the arena, the heap's copy
+// is freed: a tracer of 1,000 functions kept 222 KB of them; its capacity stayed after
+// `code = {}`, which empties a vector without freeing it). Measured as malloc's bytes in
+// use across the first attach of every function, with the links detached after.
+TEST(TrampMany, AnAttachKeepsNoCopyOfTheStubsCodeOnTheHeap) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer's allocator: mallinfo2() does not count it";
+#endif
+  const size_t before = mallinfo2().uordblks;
+  auto links = attach_all();
+  ASSERT_EQ(links.size(), kFuncs);
+  const size_t after = mallinfo2().uordblks;
+  for (utramp_link* l : links) ASSERT_EQ(utramp_link_detach(l), 0) << utramp_last_error();
+  const size_t per_function = (after - before) / kFuncs;
+  RecordProperty("heap_bytes_per_function", static_cast<int>(per_function));
+  // 2,486 bytes per function here (an fexit image with its unwind and debugger records);
+  // 2,726 while the stub's code stayed.
+  EXPECT_LT(per_function, 2600u) << "bytes in use per attached function";
 }
 
 TEST(TrampMany, MoreFunctionsThanCounterSlots) {
