@@ -579,14 +579,14 @@ Result<void> SiteTable::set_desired(Site* site, SiteState state) {
   return {};
 }
 
-Result<void> SiteTable::commit(std::span<const patch::PatchOp> with) {
+Result<void> SiteTable::commit(std::vector<patch::PatchOp> with) {
   std::lock_guard lock(mu_);
-  std::vector<patch::PatchOp> ops;
+  std::vector<patch::PatchOp> ops = std::move(with);
   std::vector<Site*> changed;
   // Only sites whose desired state was set since the last commit can differ.
   std::vector<Site*> dirty;
   dirty.swap(dirty_);
-  ops.reserve(dirty.size() + with.size());
+  ops.reserve(ops.size() + dirty.size());
   changed.reserve(dirty.size());
   for (Site* sp : dirty) {
     Site& s = *sp;
@@ -653,7 +653,6 @@ Result<void> SiteTable::commit(std::span<const patch::PatchOp> with) {
     ops.push_back(std::move(op));
     changed.push_back(&s);
   }
-  ops.insert(ops.end(), with.begin(), with.end());
   if (ops.empty()) return {};
   if (auto r = patch::apply(ops); !r) {
     for (Site* d : dirty) { d->desired = d->applied; d->desired_bytes = d->applied_bytes; }  // nothing changed, nothing pending
