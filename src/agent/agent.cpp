@@ -795,6 +795,10 @@ void control_log(const char* text) { logf("%s", text); }
 Result<nlohmann::json> configure_running(TrustedConfig t, uint64_t client);
 
 void start_control_channel() {
+  // Its socket, thread and allocations are the agent's calls, not the program's: with
+  // --libs they were recorded as the program's first (socket, bind, listen,
+  // pthread_create...).
+  Inside in;
   ControlHandlers h;
   h.lock = &g_mu;
   h.show = &show_json;

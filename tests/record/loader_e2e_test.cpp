@@ -68,6 +68,9 @@ TEST(Loader, PluginHostBehavesAsUntraced) {
   auto c = calls(t.path + "/d");
   EXPECT_EQ(c["main"], 1) << traced.err;
   EXPECT_EQ(c["printf"], std::count(plain.out.begin(), plain.out.end(), '\n')) << traced.err;  // a line each
+  // The agent's own calls are not the program's: its control channel's socket was.
+  for (const char* agents : {"socket", "bind", "listen"})
+    EXPECT_EQ(c.count(agents), 0u) << agents << " recorded: the host makes no socket";
 }
 
 TEST(Loader, PluginsAreTracedFromTheirFirstCall) {
