@@ -10,7 +10,7 @@
 // A thread that executes a site between 1 and 3 traps on the int3; the SIGTRAP handler
 // sends it on as the new instruction would (call, jump, or fall through). A thread whose
 // trap is handled after 3 finds no int3 at the site any more and re-executes it. Writes
-// go through /proc/self/mem (os::write_texts) and are coalesced per step, so a batch
+// go through /proc/self/mem (os::write_text) and are coalesced per step, so a batch
 // costs three membarriers, no protection changes, and one write per cluster of nearby
 // sites, whatever its size.
 //

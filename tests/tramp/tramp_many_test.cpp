@@ -17,6 +17,7 @@
 #include "os/text_writer.hpp"
 #include "patch/patcher.hpp"
 #include "tramp/trampoline.hpp"
+#include "tramp_test_util.hpp"  // UTRAMP_TEST_ASAN
 
 extern "C" long (*const mf_table[3000])(long);
 
@@ -85,7 +86,7 @@ TEST(TrampMany, AttachManyWritesNoCodeThroughProcSelfMem) {
 // `code = {}`, which empties a vector without freeing it). Measured as malloc's bytes in
 // use across the first attach of every function, with the links detached after.
 TEST(TrampMany, AnAttachKeepsNoCopyOfTheStubsCodeOnTheHeap) {
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef UTRAMP_TEST_ASAN
   GTEST_SKIP() << "AddressSanitizer's allocator: mallinfo2() does not count it";
 #endif
   const size_t before = mallinfo2().uordblks;

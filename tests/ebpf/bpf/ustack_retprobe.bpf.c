@@ -12,9 +12,9 @@ struct {
   __uint(key_size, sizeof(__u32));
   __uint(value_size, 32 * sizeof(__u64));
   // A stack's id is its hash's bucket, as in the kernel: a stack whose bucket holds
-  // another gets -EEXIST and is not counted. With ASLR the buckets change every run;
-  // at 1,024 two of the run's few stacks shared one about once in 300 runs (CI lost
-  // every path_a call that way). Now about once in 5,000.
+  // another gets -EEXIST and is not counted. With ASLR the buckets change every run:
+  // a stack meets one of a run's three others in 3 of 1,024 runs at 1,024 buckets (CI
+  // lost every path_a call that way once), in 3 of 16,384 here.
   __uint(max_entries, 16384);
 } stacks SEC(".maps");
 
